@@ -1,0 +1,42 @@
+// Checks for the string-valued config keys whose syntax is richer than a
+// list of choices.
+#include <cctype>
+#include <regex>
+
+#include "daemon/config.h"
+
+namespace voltad::config {
+
+namespace {
+bool all_digits(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
+}
+}  // namespace
+
+std::string check_gpu_spec(const std::string& spec) {
+  static const std::regex bus_id("^([0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\\.[0-7]$");
+  static const std::regex uuid(
+      "^GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$");
+  if (spec == "auto" || all_digits(spec) || std::regex_match(spec, bus_id) || std::regex_match(spec, uuid))
+    return "";
+  return "invalid GPU '" + spec + "' (auto, an index such as 0, a PCI bus id such as 0000:b7:00.0, or GPU-<uuid>)";
+}
+
+std::string check_numa_spec(const std::string& spec) {
+  if (spec == "auto" || spec == "off" || all_digits(spec)) return "";
+  return "invalid NUMA node '" + spec + "' (auto, off or a node number)";
+}
+
+std::string check_cpus_spec(const std::string& spec) {
+  static const std::regex list("^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$");
+  if (spec == "auto" || spec == "all-threads" || std::regex_match(spec, list)) return "";
+  return "invalid CPU list '" + spec + "' (auto, all-threads, or a list such as 0-7,16)";
+}
+
+std::string check_octal_mode(const std::string& mode) {
+  static const std::regex octal("^0?[0-7]{3}$");
+  if (std::regex_match(mode, octal)) return "";
+  return "invalid mode '" + mode + "' (an octal mode such as 0660)";
+}
+
+}  // namespace voltad::config

@@ -1,0 +1,124 @@
+// voltad: the daemon. Command-line modes that inspect and exit, then serving.
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "daemon/config_load.h"
+#include "daemon/config_paths.h"
+#include "daemon/exit_codes.h"
+#include "daemon/log.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: voltad [--config FILE]             run the daemon\n"
+    "       voltad --verify-config FILE       check a config file; every problem as FILE:LINE:COL\n"
+    "       voltad --dump-config [--config FILE]  print the effective config as YAML\n"
+    "       voltad --config-reference         print docs/CONFIG.md (generated from the key declarations)\n"
+    "       voltad --version | --help\n";
+
+struct Args {
+  std::string mode = "run";
+  std::string config_path;
+};
+
+int usage_error(const std::string& message) {
+  std::fprintf(stderr, "voltad: %s\n%s", message.c_str(), kUsage);
+  return voltad::kExitUsage;
+}
+
+void print_problems(const voltad::config::LoadResult& r) {
+  for (auto& p : r.problems) std::fprintf(stderr, "%s\n", p.to_string().c_str());
+}
+
+int verify_config(const std::string& path) {
+  auto r = voltad::config::load_config_file(path);
+  if (!r.ok()) {
+    print_problems(r);
+    std::fprintf(stderr, "voltad: %s: %zu problem%s\n", path.c_str(), r.problems.size(),
+                 r.problems.size() == 1 ? "" : "s");
+    return voltad::kExitConfig;
+  }
+  std::printf("%s: ok\n", path.c_str());
+  return voltad::kExitOk;
+}
+
+int dump_config(const std::string& path) {
+  auto r = voltad::config::load_config_file(path);
+  if (!r.ok()) {
+    print_problems(r);
+    return voltad::kExitConfig;
+  }
+  std::fputs(voltad::config::dump_config(r.config).c_str(), stdout);
+  return voltad::kExitOk;
+}
+
+int run_daemon(const std::string& path) {
+  auto r = voltad::config::load_config_file(path);
+  if (!r.ok()) {
+    print_problems(r);
+    std::fprintf(stderr, "voltad: not starting: %s is invalid (check it with voltad --verify-config)\n",
+                 path.c_str());
+    return voltad::kExitConfig;
+  }
+  auto& cfg = r.config;
+  voltad::log::setup(cfg.log.format, cfg.log.level);
+  std::string model = voltad::config::expand_path(cfg.model.path);
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(model, ec)) {
+    spdlog::error("no model to serve: model.path is '{}' in {}, and no file is there. Set model.path to a "
+                  "GGUF file (scripts/fetch-demo-model.sh fetches a small one).",
+                  model, path);
+    return voltad::kExitNoModel;
+  }
+  spdlog::error("voltad cannot serve yet: this build has no serving loop (it arrives with the "
+                "serving issue); config {} and model {} are valid.",
+                path, model);
+  return voltad::kExitFailure;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args;
+  std::vector<std::string> argv_list(argv + 1, argv + argc);
+  for (size_t i = 0; i < argv_list.size(); ++i) {
+    const std::string& a = argv_list[i];
+    auto value = [&](const char* flag) -> std::string {
+      if (i + 1 >= argv_list.size()) return {};
+      (void)flag;
+      return argv_list[++i];
+    };
+    if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      return voltad::kExitOk;
+    } else if (a == "--version") {
+      std::printf("voltad %s\n", VOLTAD_VERSION);
+      return voltad::kExitOk;
+    } else if (a == "--config" || a == "-c") {
+      args.config_path = value("--config");
+      if (args.config_path.empty()) return usage_error("--config needs a FILE");
+    } else if (a == "--verify-config") {
+      args.mode = "verify";
+      args.config_path = value("--verify-config");
+      if (args.config_path.empty()) return usage_error("--verify-config needs a FILE");
+    } else if (a == "--dump-config") {
+      args.mode = "dump";
+    } else if (a == "--config-reference") {
+      args.mode = "reference";
+    } else {
+      return usage_error("unknown argument '" + a + "'");
+    }
+  }
+  if (args.config_path.empty()) args.config_path = voltad::config::default_config_path();
+
+  if (args.mode == "verify") return verify_config(args.config_path);
+  if (args.mode == "dump") return dump_config(args.config_path);
+  if (args.mode == "reference") {
+    std::fputs(voltad::config::config_reference_markdown().c_str(), stdout);
+    return voltad::kExitOk;
+  }
+  return run_daemon(args.config_path);
+}
