@@ -1,0 +1,192 @@
+// The config declarations drive parsing, validation, --dump-config and
+// docs/CONFIG.md; these tests hold each of those to account.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "daemon/config_load.h"
+#include "daemon/config_paths.h"
+
+using namespace voltad::config;
+
+namespace {
+
+LoadResult load(const std::string& text) { return load_config_text(text, "test.yaml"); }
+
+std::string problems_text(const LoadResult& r) {
+  std::string s;
+  for (auto& p : r.problems) s += p.to_string() + "\n";
+  return s;
+}
+
+const std::string kMinimal = "model:\n  path: /models/m.gguf\n";
+
+}  // namespace
+
+TEST_CASE("a minimal file is valid and fills in defaults") {
+  auto r = load(kMinimal);
+  REQUIRE_MESSAGE(r.ok(), problems_text(r));
+  CHECK(r.config.model.path == "/models/m.gguf");
+  CHECK(r.config.memory.vram_fraction == doctest::Approx(0.90));
+  CHECK(r.config.server.socket_mode == "0660");
+  CHECK(r.config.server.read_timeout.value == std::chrono::seconds(30));
+  CHECK(r.config.engine.backend == "cuda");
+}
+
+TEST_CASE("values of every type are read") {
+  auto r = load(kMinimal +
+                "server:\n  allow_users: [alice, \"1001\"]\n  max_body_bytes: 2MiB\n"
+                "  read_timeout: 1500ms\n  max_connections: 12\n"
+                "memory:\n  vram_fraction: 0.5\n  kv_cache_bytes: 3GiB\n"
+                "placement:\n  strict: true\n  gpu: 0000:b7:00.0\n");
+  REQUIRE_MESSAGE(r.ok(), problems_text(r));
+  CHECK(r.config.server.allow_users == StringList{"alice", "1001"});
+  CHECK(r.config.server.max_body_bytes.bytes == 2u << 20);
+  CHECK(r.config.server.read_timeout.value == std::chrono::milliseconds(1500));
+  CHECK(r.config.server.max_connections == 12);
+  CHECK(r.config.memory.vram_fraction == doctest::Approx(0.5));
+  CHECK(r.config.memory.kv_cache_bytes.bytes == 3ull << 30);
+  CHECK(r.config.placement.strict);
+  CHECK(r.config.placement.gpu == "0000:b7:00.0");
+}
+
+TEST_CASE("an unknown key is reported at its position with the nearest name") {
+  auto r = load(kMinimal + "memory:\n  vram_fraktion: 0.9\n");
+  REQUIRE(r.problems.size() == 1);
+  CHECK(r.problems[0].line == 4);
+  CHECK(r.problems[0].column == 3);
+  CHECK(r.problems[0].message.find("unknown key 'memory.vram_fraktion'") != std::string::npos);
+  CHECK(r.problems[0].message.find("did you mean 'vram_fraction'?") != std::string::npos);
+}
+
+TEST_CASE("a key in the wrong section names the right one") {
+  auto r = load(kMinimal + "server:\n  vram_fraction: 0.9\n");
+  REQUIRE(r.problems.size() == 1);
+  CHECK(r.problems[0].message.find("did you mean 'memory.vram_fraction'?") != std::string::npos);
+}
+
+TEST_CASE("an unknown section is reported with the nearest section") {
+  auto r = load(kMinimal + "placment:\n  gpu: auto\n");
+  REQUIRE(r.problems.size() == 1);
+  CHECK(r.problems[0].line == 3);
+  CHECK(r.problems[0].message.find("did you mean 'placement'?") != std::string::npos);
+}
+
+TEST_CASE("wrong types are reported with the expected type") {
+  auto r = load(kMinimal +
+                "server:\n  max_connections: many\n  allow_users: alice\n"
+                "placement:\n  strict: maybe\n"
+                "memory:\n  monitor_interval: fast\n  kv_cache_bytes: lots\n");
+  REQUIRE_MESSAGE(r.problems.size() == 5, problems_text(r));
+  std::string all = problems_text(r);
+  CHECK(all.find("test.yaml:4:20: server.max_connections: expected an integer, got 'many'") != std::string::npos);
+  CHECK(all.find("server.allow_users: expected a list of strings") != std::string::npos);
+  CHECK(all.find("placement.strict: expected true or false") != std::string::npos);
+  CHECK(all.find("memory.monitor_interval: expected a duration") != std::string::npos);
+  CHECK(all.find("memory.kv_cache_bytes: expected a size") != std::string::npos);
+}
+
+TEST_CASE("out-of-range values and bad choices are reported") {
+  auto r = load(kMinimal +
+                "memory:\n  vram_fraction: 1.5\n"
+                "engine:\n  kv_cache_type: int4\n  max_sequences: 0\n"
+                "placement:\n  gpu: my-favourite\n  membind: bnid\n");
+  REQUIRE_MESSAGE(r.problems.size() == 5, problems_text(r));
+  std::string all = problems_text(r);
+  CHECK(all.find("memory.vram_fraction: out of range: 1.5 (allowed: 0.1 to 0.98)") != std::string::npos);
+  CHECK(all.find("engine.kv_cache_type: invalid value 'int4' (one of: fp16, int8)") != std::string::npos);
+  CHECK(all.find("engine.max_sequences: out of range: 0") != std::string::npos);
+  CHECK(all.find("placement.gpu: invalid GPU 'my-favourite'") != std::string::npos);
+  CHECK(all.find("did you mean 'bind'?") != std::string::npos);
+}
+
+TEST_CASE("a missing required key is reported") {
+  auto r = load("log:\n  level: debug\n");
+  REQUIRE(r.problems.size() == 1);
+  CHECK(r.problems[0].message == "missing required key 'model.path'");
+  auto r2 = load("model:\n  name: x\n");
+  REQUIRE(r2.problems.size() == 1);
+  CHECK(r2.problems[0].message == "missing required key 'model.path'");
+  CHECK(r2.problems[0].line == 2);
+}
+
+TEST_CASE("YAML syntax errors carry their position") {
+  auto r = load("model:\n  path: [unclosed\n");
+  REQUIRE(r.problems.size() == 1);
+  CHECK(r.problems[0].message.find("YAML syntax error") == 0);
+  CHECK(r.problems[0].line >= 2);
+}
+
+TEST_CASE("three different mistakes give three problems in file order") {
+  auto r = load(kMinimal + "memory:\n  vram_fraction: 2\nengine:\n  max_contxt: 100\nlog:\n  level: loud\n");
+  REQUIRE_MESSAGE(r.problems.size() == 3, problems_text(r));
+  CHECK(r.problems[0].line == 4);
+  CHECK(r.problems[1].line == 6);
+  CHECK(r.problems[2].line == 8);
+}
+
+TEST_CASE("a section that is not a mapping is an error, not a crash") {
+  auto r = load(kMinimal + "memory: 5\n");
+  REQUIRE(r.problems.size() == 1);
+  CHECK(r.problems[0].message.find("section 'memory' must be a mapping") != std::string::npos);
+  auto r2 = load("- just\n- a list\n");
+  CHECK_FALSE(r2.ok());
+}
+
+TEST_CASE("--dump-config output is itself a valid config with the same values") {
+  auto r = load(kMinimal + "server:\n  allow_groups: [\"we \\\"quote\\\"\", b]\nmemory:\n  kv_cache_bytes: 1536MiB\n"
+                "  monitor_interval: 250ms\n");
+  REQUIRE_MESSAGE(r.ok(), problems_text(r));
+  std::string dumped = dump_config(r.config);
+  CHECK(dumped.find("# Share of the card's total memory") != std::string::npos);
+  auto again = load(dumped);
+  REQUIRE_MESSAGE(again.ok(), problems_text(again));
+  CHECK(dump_config(again.config) == dumped);
+  CHECK(again.config.server.allow_groups == StringList{"we \"quote\"", "b"});
+  CHECK(again.config.memory.kv_cache_bytes.bytes == 1536ull << 20);
+  CHECK(again.config.memory.monitor_interval.value == std::chrono::milliseconds(250));
+}
+
+TEST_CASE("docs/CONFIG.md is generated from the declarations and up to date") {
+  const char* src = std::getenv("VOLTAD_SOURCE_DIR");
+  REQUIRE(src != nullptr);
+  std::ifstream in(std::string(src) + "/docs/CONFIG.md");
+  REQUIRE_MESSAGE(in.good(), "docs/CONFIG.md is missing: run scripts/gen-config-doc.sh");
+  std::stringstream text;
+  text << in.rdbuf();
+  CHECK_MESSAGE(text.str() == config_reference_markdown(),
+                "docs/CONFIG.md is stale: run scripts/gen-config-doc.sh");
+  for (auto& key : all_key_names()) CHECK(text.str().find("`" + key + "`") != std::string::npos);
+}
+
+TEST_CASE("the example config in etc/ is valid") {
+  const char* src = std::getenv("VOLTAD_SOURCE_DIR");
+  REQUIRE(src != nullptr);
+  auto r = load_config_file(std::string(src) + "/etc/voltad.yaml");
+  CHECK_MESSAGE(r.ok(), problems_text(r));
+}
+
+TEST_CASE("systemd's directory variables are honoured in paths") {
+  setenv("RUNTIME_DIRECTORY", "/run/voltad-test:/run/other", 1);
+  setenv("STATE_DIRECTORY", "/var/lib/voltad-test", 1);
+  CHECK(expand_path("${RUNTIME_DIRECTORY}/voltad.sock") == "/run/voltad-test/voltad.sock");
+  CHECK(expand_path("${STATE_DIRECTORY}/models/m.gguf") == "/var/lib/voltad-test/models/m.gguf");
+  unsetenv("RUNTIME_DIRECTORY");
+  unsetenv("STATE_DIRECTORY");
+  CHECK(expand_path("${RUNTIME_DIRECTORY}/x") != "${RUNTIME_DIRECTORY}/x");
+}
+
+TEST_CASE("durations and sizes parse and print back") {
+  CHECK(parse_duration("2m")->value == std::chrono::minutes(2));
+  CHECK(parse_duration("0.5")->value == std::chrono::milliseconds(500));
+  CHECK_FALSE(parse_duration("5 parsecs"));
+  CHECK_FALSE(parse_duration(""));
+  CHECK(parse_byte_size("16GiB")->bytes == 16ull << 30);
+  CHECK(parse_byte_size("1.5GB")->bytes == 1'500'000'000ull);
+  CHECK_FALSE(parse_byte_size("-1"));
+  CHECK_FALSE(parse_byte_size("99999999999TB"));
+  CHECK(format_byte_size(ByteSize{3ull << 30}) == "3GiB");
+  CHECK(format_duration(Duration{std::chrono::milliseconds(1500)}) == "1500ms");
+}

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# voltad's config modes through the real binary: every problem as
+# FILE:LINE:COL, exit codes, --dump-config round trip, clear start failures.
+set -uo pipefail
+bin=${VOLTAD_BIN_DIR:?}
+src=${VOLTAD_SOURCE_DIR:?}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+check() {  # check DESCRIPTION CONDITION...
+  local what=$1; shift
+  if "$@"; then echo "ok   $what"; else echo "FAIL $what"; fails=$((fails + 1)); fi
+}
+
+cat >"$tmp/three.yaml" <<'YAML'
+model:
+  path: /m.gguf
+memory:
+  vram_fraktion: 0.9
+engine:
+  max_context: ten
+log:
+  level: loud
+YAML
+out=$("$bin/voltad" --verify-config "$tmp/three.yaml" 2>&1); rc=$?
+check "three mistakes: non-zero exit (78)" test "$rc" -eq 78
+check "three mistakes: three FILE:LINE:COL lines" \
+  test "$(grep -cE "^$tmp/three.yaml:[0-9]+:[0-9]+: " <<<"$out")" -eq 3
+check "unknown key suggests the nearest" grep -q "three.yaml:4:3: unknown key 'memory.vram_fraktion'; did you mean 'vram_fraction'?" <<<"$out"
+check "wrong type names the key" grep -q "three.yaml:6:16: engine.max_context: expected an integer" <<<"$out"
+check "bad choice names the choices" grep -q "three.yaml:8:10: log.level: invalid value 'loud'" <<<"$out"
+
+"$bin/voltad" --verify-config "$src/etc/voltad.yaml" >/dev/null 2>&1
+check "example config verifies" test $? -eq 0
+
+"$bin/voltad" --dump-config --config "$src/etc/voltad.yaml" >"$tmp/dumped.yaml"
+check "--dump-config exits 0" test $? -eq 0
+"$bin/voltad" --verify-config "$tmp/dumped.yaml" >/dev/null 2>&1
+check "--dump-config output verifies" test $? -eq 0
+check "--dump-config carries help comments" grep -q "# Share of the card's total memory" "$tmp/dumped.yaml"
+
+"$bin/voltad" --no-such-flag >/dev/null 2>&1
+check "unknown flag exits 64" test $? -eq 64
+
+printf 'model:\n  path: %s/none.gguf\n' "$tmp" >"$tmp/nomodel.yaml"
+out=$("$bin/voltad" --config "$tmp/nomodel.yaml" 2>&1); rc=$?
+check "missing model: exit 66" test "$rc" -eq 66
+check "missing model: says so and where" grep -q "no model to serve: model.path is '$tmp/none.gguf'" <<<"$out"
+
+for tool in voltactl voltad-run voltad-bench; do
+  "$bin/$tool" frobnicate >/dev/null 2>&1
+  check "$tool: unknown subcommand exits non-zero" test $? -ne 0
+done
+
+echo "cli_config: $fails failure(s)"
+exit $((fails > 0))

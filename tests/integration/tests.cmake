@@ -1,0 +1,12 @@
+# Integration tests: they drive the real binaries. Included from
+# tests/CMakeLists.txt when the daemon is built. Label: integration.
+set(VOLTAD_INTEGRATION_ENV
+  "VOLTAD_SOURCE_DIR=${CMAKE_SOURCE_DIR};VOLTAD_SHARED_DIR=${CMAKE_SOURCE_DIR}/../shared;VOLTAD_BIN_DIR=${CMAKE_BINARY_DIR}/bin")
+
+function(voltad_integration_test name script)
+  add_test(NAME ${name} COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/${script})
+  set_tests_properties(${name} PROPERTIES LABELS integration SKIP_RETURN_CODE 77
+                       ENVIRONMENT "${VOLTAD_INTEGRATION_ENV}" TIMEOUT 300)
+endfunction()
+
+voltad_integration_test(cli_config cli_config.sh)
