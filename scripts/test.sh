@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what is needed, builds, and runs every test: the unit and
+# integration suites (ctest; GPU tests are reported as skipped where no CUDA
+# device exists), the V100 (sm_70) compile check, and the fuzzers for a
+# bounded time. .ci/run calls exactly this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+start=$(date +%s)
+
+bash scripts/install-deps.sh
+bash scripts/build.sh
+bash scripts/fetch-demo-model.sh >/dev/null
+
+echo "== ctest"
+ctest --test-dir build --output-on-failure --parallel "$(nproc)" --timeout 900
+
+echo "== V100 (sm_70) compile check"
+if command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  bash scripts/ci-sm70.sh
+else
+  echo "ci-sm70: skipped: no nvcc on this machine"
+fi
+
+if [[ -f scripts/fuzz.sh ]]; then
+  echo "== fuzzers (bounded)"
+  bash scripts/fuzz.sh
+fi
+
+echo "== all tests passed in $(( $(date +%s) - start ))s"
