@@ -1,0 +1,49 @@
+// Chat prompts for the template families voltad knows. We do not run Jinja:
+// the model's template text only tells which family it is, and each family
+// is rendered by hand exactly as its reference template renders it
+// (tests/engine/test_chat_template.cpp checks against jinja2's output of the
+// real templates).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "engine/result.h"
+
+namespace voltad {
+
+enum class ChatFormat {
+  Llama3,  // <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>
+  ChatML,  // <|im_start|>role\ncontent<|im_end|>\n  (Qwen2/3, SmolLM2)
+};
+
+// "llama3" or "chatml".
+const char* chat_format_name(ChatFormat format);
+
+// override_name: "auto" (or empty) recognises the family from the model's
+// template text; "llama3" / "chatml" force one. An unrecognised template
+// without an override is an error that says how to configure one.
+Result<ChatFormat> choose_chat_format(const std::string& gguf_template, const std::string& override_name);
+
+struct ChatMessage {
+  std::string role;     // "system", "user", "assistant", ...
+  std::string content;
+};
+
+// Options a family's template has beyond the messages.
+struct ChatRenderOptions {
+  // ChatML: system prompt used when the conversation has none (SmolLM2's
+  // template adds one; Qwen's does not). Empty: none.
+  std::string default_system;
+};
+
+// The family's defaults as read from its template text (today: SmolLM2's
+// default system prompt, when the template carries one).
+ChatRenderOptions chat_render_options_from_template(ChatFormat format, const std::string& gguf_template);
+
+// bos_text: the BOS token's text, for families whose template writes it
+// (Llama 3); pass "" when BOS is added as a token id instead.
+std::string render_chat(ChatFormat format, const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                        const std::string& bos_text, const ChatRenderOptions& options = {});
+
+}  // namespace voltad
