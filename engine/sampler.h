@@ -1,0 +1,52 @@
+// Choosing the next token from logits: greedy, or temperature sampling
+// filtered by top-k, top-p and min-p, after repetition, presence and
+// frequency penalties. A seed makes a run reproducible.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/result.h"
+
+namespace voltad {
+
+struct SamplingParams {
+  float temperature = 1.0f;         // 0: greedy
+  int32_t top_k = 0;                // 0: off
+  float top_p = 1.0f;               // 1: off
+  float min_p = 0.0f;               // 0: off; keeps tokens with p >= min_p * p_max
+  float repetition_penalty = 1.0f;  // 1: off; >1 discourages tokens already seen
+  float presence_penalty = 0.0f;    // subtracted once from every token already seen
+  float frequency_penalty = 0.0f;   // subtracted per occurrence
+  std::optional<uint64_t> seed;     // none: a random seed
+
+  // Error naming the first parameter out of range (what an API returns as 400).
+  Status validate() const;
+};
+
+class Sampler {
+ public:
+  explicit Sampler(const SamplingParams& params);
+
+  // Picks a token. `history` is the sequence so far (prompt and output) for
+  // the penalties. `logits` is modified (penalties, temperature).
+  int32_t sample(std::span<float> logits, std::span<const int32_t> history);
+
+  const SamplingParams& params() const { return params_; }
+  uint64_t seed() const { return seed_; }
+
+ private:
+  SamplingParams params_;
+  uint64_t seed_;
+  std::mt19937_64 rng_;
+  std::vector<std::pair<float, int32_t>> candidates_;
+};
+
+// The index of the largest value (the lowest index among ties).
+int32_t argmax(std::span<const float> values);
+
+}  // namespace voltad

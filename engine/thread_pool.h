@@ -1,0 +1,44 @@
+// A fixed set of worker threads for data-parallel loops (the CPU backend's
+// matrix products and attention). parallel_for blocks until every index is
+// done; it is called from one thread at a time (the engine thread).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace voltad {
+
+class ThreadPool {
+ public:
+  // n_threads <= 0: std::thread::hardware_concurrency(). The calling thread
+  // works too, so n_threads - 1 workers are started.
+  explicit ThreadPool(int n_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return n_threads_; }
+
+  // Calls fn(begin, end) on disjoint ranges covering [0, n), split into
+  // about `size()` contiguous pieces.
+  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
+
+ private:
+  void worker(int index);
+
+  int n_threads_;
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable start_cv_, done_cv_;
+  const std::function<void(int64_t, int64_t)>* job_ = nullptr;
+  int64_t job_n_ = 0;
+  uint64_t generation_ = 0;
+  int pending_ = 0;
+  bool stop_ = false;
+};
+
+}  // namespace voltad
