@@ -1,0 +1,44 @@
+// Generating one sequence to the end: prefill the prompt, then sample token
+// by token until end-of-generation, a stop string or max_tokens. Used by
+// voltad-run and the tests; the daemon's scheduler runs many sequences at
+// once with the same pieces (backend, sampler, stream decoder, stop filter).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/sampler.h"
+#include "engine/tokenizer.h"
+
+namespace voltad {
+
+struct GenerateOptions {
+  int32_t max_tokens = 128;
+  SamplingParams sampling;
+  std::vector<std::string> stop;
+  int32_t seq_id = 0;
+  int32_t prefill_chunk = 512;  // prompt tokens per forward step
+  // Called with each step's logits before sampling (for --dump-logits).
+  std::function<void(std::span<const float>)> on_logits;
+};
+
+enum class FinishReason { Stop, Length };
+
+struct GenerateResult {
+  std::vector<int32_t> tokens;  // generated ids (without the prompt)
+  std::string text;             // everything emitted
+  FinishReason finish = FinishReason::Length;
+  double prefill_seconds = 0, decode_seconds = 0;
+};
+
+// on_text receives text as it becomes final (valid UTF-8, no part of a stop
+// string); returning false cancels. The sequence's KV blocks are released
+// before returning.
+Result<GenerateResult> generate(Backend& backend, const Tokenizer& tokenizer, const std::vector<int32_t>& prompt,
+                                const GenerateOptions& options,
+                                const std::function<bool(std::string_view)>& on_text = {});
+
+}  // namespace voltad

@@ -1,0 +1,29 @@
+// Stop strings over streamed text: text is released only when it cannot be
+// the start of a stop string, so a client never sees part of one, and the
+// stream ends exactly before the first stop string.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace voltad {
+
+class StopStringFilter {
+ public:
+  explicit StopStringFilter(std::vector<std::string> stops);
+
+  // Adds generated text; returns what may be emitted now. After a stop string
+  // is seen, stopped() is true and nothing more is emitted.
+  std::string push(std::string_view text);
+  // End of generation (not by a stop string): the held-back remainder.
+  std::string flush();
+  bool stopped() const { return stopped_; }
+
+ private:
+  std::vector<std::string> stops_;
+  std::string held_;
+  bool stopped_ = false;
+};
+
+}  // namespace voltad
