@@ -45,6 +45,8 @@ enum class GgmlType : uint32_t {
   TQ1_0 = 34,
   TQ2_0 = 35,
   MXFP4 = 39,
+  NVFP4 = 40,
+  Q1_0 = 41,
 };
 
 struct GgmlTypeInfo {

@@ -50,6 +50,8 @@ enum class GgufValueType : uint32_t {
 
 // "u32", "string", "array"; "type 77" for ids outside the enum.
 std::string gguf_value_type_name(uint32_t raw);
+// Bytes of one value of a fixed-size type; 0 for String and Array.
+size_t gguf_scalar_size(GgufValueType type);
 
 struct GgufTensor {
   std::string name;
