@@ -157,12 +157,7 @@ Status GgufFile::parse() {
   if (kv_count > r.remaining() / kMinEntryBytes) {
     return r.error("the header claims " + std::to_string(kv_count) +
                    " metadata entries, which cannot fit in the " + bytes_str(r.remaining()) +
-                   " after it: the file is corrupt");
-  }
-  if (tensor_count > r.remaining() / kMinTensorInfoBytes) {
-    return r.error("the header claims " + std::to_string(tensor_count) +
-                   " tensors, which cannot fit in the " + bytes_str(r.remaining()) +
-                   " after it: the file is corrupt");
+                   " after it: the file is truncated or corrupt");
   }
 
   kvs_.reserve(kv_count);
