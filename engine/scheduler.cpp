@@ -1,0 +1,362 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+#include "engine/stop_strings.h"
+
+namespace voltad {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+}  // namespace
+
+struct Scheduler::Sequence {
+  Sequence(GenerationRequest r, std::shared_ptr<RequestStream> st, const Tokenizer& tokenizer, uint64_t ord)
+      : order(ord),
+        stream(std::move(st)),
+        tokens(r.prompt),
+        n_prompt(int32_t(r.prompt.size())),
+        sampler(r.sampling),
+        decoder(tokenizer),
+        stops(r.stop),
+        request(std::move(r)),
+        submitted(Clock::now()) {}
+
+  uint64_t order;     // submission order: the newest has the largest
+  int32_t seq_id = -1;  // KV slot while it holds blocks; -1 while waiting
+  std::shared_ptr<RequestStream> stream;
+  std::vector<int32_t> tokens;  // prompt, then generated tokens
+  int32_t n_prompt;
+  int64_t n_cached = 0;  // leading tokens whose keys and values are in the cache
+  Sampler sampler;
+  StreamDecoder decoder;
+  StopStringFilter stops;
+  GenerationRequest request;
+  Clock::time_point submitted, last_token;
+  bool finished = false;
+
+  int32_t generated() const { return int32_t(tokens.size()) - n_prompt; }
+  int64_t uncached() const { return int64_t(tokens.size()) - n_cached; }
+};
+
+Scheduler::Scheduler(Backend& backend, const Tokenizer& tokenizer, SchedulerOptions options,
+                     SchedulerObserver* observer)
+    : backend_(backend),
+      pool_(backend.kv_pool()),
+      tokenizer_(tokenizer),
+      options_(options),
+      observer_(observer),
+      max_context_(pool_.max_seq_tokens()),
+      pool_blocks_(pool_.n_blocks()) {
+  VOLTAD_CHECK(options_.max_sequences > 0 && options_.max_batch_tokens > 0 && options_.stream_queue_limit > 0);
+  stats_.kv_blocks_total = pool_blocks_;
+  stats_.kv_blocks_used = pool_.used_blocks();
+}
+
+Scheduler::~Scheduler() {
+  for (auto& s : running_) pool_.release(s->seq_id);
+}
+
+SubmitResult Scheduler::check(const GenerationRequest& r) const {
+  using Code = SubmitResult::Code;
+  if (r.prompt.empty()) return {Code::Invalid, "the prompt is empty: there is nothing to continue from"};
+  if (r.max_tokens < 1) return {Code::Invalid, "max_tokens must be at least 1"};
+  const int64_t total = int64_t(r.prompt.size()) + r.max_tokens;
+  if (total > max_context_)
+    return {Code::Invalid, "this model's context is " + std::to_string(max_context_) + " tokens; the prompt has " +
+                               std::to_string(r.prompt.size()) + " and max_tokens asks for " +
+                               std::to_string(r.max_tokens) + " more (" + std::to_string(total) +
+                               "): shorten the prompt or lower max_tokens"};
+  if (KvBlockPool::blocks_for(total) > pool_blocks_)
+    return {Code::Invalid, "the KV cache holds " + std::to_string(int64_t(pool_blocks_) * KvBlockPool::kBlockTokens) +
+                               " tokens in all; this request needs " + std::to_string(total)};
+  const int64_t vocab = int64_t(tokenizer_.vocab_size());
+  for (int32_t t : r.prompt)
+    if (t < 0 || t >= vocab)
+      return {Code::Invalid, "token id " + std::to_string(t) + " is outside the vocabulary (" +
+                                 std::to_string(vocab) + " tokens)"};
+  auto sampling = r.sampling.validate();
+  if (!sampling.ok()) return {Code::Invalid, sampling.error().message};
+  return {};
+}
+
+SubmitResult Scheduler::submit(GenerationRequest request, std::shared_ptr<RequestStream> stream) {
+  SubmitResult checked = check(request);
+  if (!checked.ok()) return checked;
+  std::lock_guard lock(mu_);
+  if (!admitting_ || shutdown_) return {SubmitResult::Code::Draining, "the server is shutting down"};
+  if (stats_.waiting + int32_t(inbox_.size()) >= options_.max_waiting)
+    return {SubmitResult::Code::Busy, "too many requests are queued; retry shortly"};
+  inbox_.push_back(std::make_unique<Sequence>(std::move(request), std::move(stream), tokenizer_, next_order_++));
+  cv_.notify_one();
+  return {};
+}
+
+void Scheduler::stop_admitting() {
+  std::lock_guard lock(mu_);
+  admitting_ = false;
+  stats_.admitting = false;
+}
+
+void Scheduler::cancel_all(std::string message) {
+  std::lock_guard lock(mu_);
+  cancel_all_message_ = message.empty() ? "cancelled" : std::move(message);
+  cv_.notify_one();
+}
+
+SchedulerStats Scheduler::stats() const {
+  std::lock_guard lock(mu_);
+  SchedulerStats s = stats_;
+  s.waiting += int32_t(inbox_.size());
+  return s;
+}
+
+bool Scheduler::idle() const {
+  std::lock_guard lock(mu_);
+  return inbox_.empty() && stats_.waiting == 0 && stats_.running == 0;
+}
+
+void Scheduler::shutdown() {
+  std::lock_guard lock(mu_);
+  shutdown_ = true;
+  cv_.notify_one();
+}
+
+void Scheduler::run() {
+  for (;;) {
+    {
+      std::lock_guard lock(mu_);
+      if (shutdown_) break;
+    }
+    if (step()) continue;
+    // Nothing computable. With sequences paused by backpressure (or waiting
+    // on a cancel to be noticed), poll briefly; otherwise sleep until a
+    // submit, cancel_all or shutdown.
+    std::unique_lock lock(mu_);
+    auto woken = [&] { return shutdown_ || !inbox_.empty() || !cancel_all_message_.empty(); };
+    if (running_.empty() && waiting_.empty())
+      cv_.wait(lock, woken);
+    else
+      cv_.wait_for(lock, std::chrono::milliseconds(3), woken);
+  }
+  // Whatever is left when the engine stops is ended, so no consumer waits forever.
+  take_inbox();
+  for (auto& s : running_) finish(*s, EndReason::Error, "the server stopped");
+  for (auto& s : waiting_) finish(*s, EndReason::Error, "the server stopped");
+  remove_finished();
+  publish_stats();
+}
+
+void Scheduler::take_inbox() {
+  std::string cancel_message;
+  {
+    std::lock_guard lock(mu_);
+    stats_.waiting += int32_t(inbox_.size());  // idle() must not see a gap
+    for (auto& s : inbox_) waiting_.push_back(std::move(s));
+    inbox_.clear();
+    cancel_message.swap(cancel_all_message_);
+  }
+  if (!cancel_message.empty()) {
+    for (auto& s : running_) finish(*s, EndReason::Error, cancel_message);
+    for (auto& s : waiting_) finish(*s, EndReason::Error, cancel_message);
+    remove_finished();
+  }
+}
+
+void Scheduler::drop_cancelled() {
+  for (auto& s : running_)
+    if (s->stream->cancelled()) finish(*s, EndReason::Cancelled);
+  for (auto& s : waiting_)
+    if (s->stream->cancelled()) finish(*s, EndReason::Cancelled);
+  remove_finished();
+}
+
+int32_t Scheduler::next_seq_id() {
+  // Ids are KV slots in the pool's table; skip any still held (after a wrap).
+  do {
+    seq_id_counter_ = seq_id_counter_ == INT32_MAX ? 0 : seq_id_counter_ + 1;
+  } while (pool_.has_sequence(seq_id_counter_));
+  return seq_id_counter_;
+}
+
+void Scheduler::admit() {
+  bool admitted = false;
+  while (!waiting_.empty() && int32_t(running_.size()) < options_.max_sequences) {
+    Sequence& s = *waiting_.front();
+    int32_t id = next_seq_id();
+    // Blocks for everything the sequence must (re)compute now; decoding
+    // later takes one block at a time.
+    if (!pool_.reserve(id, int64_t(s.tokens.size()))) break;  // oldest first: no overtaking
+    s.seq_id = id;
+    s.n_cached = 0;
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+    admitted = true;
+  }
+  if (admitted)
+    std::sort(running_.begin(), running_.end(), [](const SeqPtr& a, const SeqPtr& b) { return a->order < b->order; });
+}
+
+Scheduler::Sequence* Scheduler::newest_running() {
+  Sequence* newest = nullptr;
+  for (auto& s : running_)
+    if (!s->finished && s->seq_id >= 0 && (!newest || s->order > newest->order)) newest = s.get();
+  return newest;
+}
+
+void Scheduler::preempt(Sequence& victim) {
+  pool_.release(victim.seq_id);
+  victim.seq_id = -1;
+  victim.n_cached = 0;
+  ++preemptions_;
+}
+
+bool Scheduler::step() {
+  take_inbox();
+  drop_cancelled();
+  admit();
+
+  struct Planned {
+    Sequence* seq;
+    int64_t n;
+  };
+  std::vector<Planned> plan;
+  int64_t budget = options_.max_batch_tokens;
+  bool preempted = false;
+
+  // Decodes first: one token each for sequences that have a sampled token to feed.
+  for (auto& sp : running_) {
+    Sequence& s = *sp;
+    if (s.seq_id < 0 || s.uncached() != 1 || budget == 0) continue;
+    if (s.stream->pending() >= size_t(options_.stream_queue_limit)) continue;  // the client is behind
+    while (s.seq_id >= 0 && !pool_.reserve(s.seq_id, s.n_cached + 1)) {
+      Sequence* victim = newest_running();
+      VOLTAD_CHECK(victim != nullptr);
+      preempt(*victim);
+      preempted = true;
+    }
+    if (s.seq_id < 0) continue;  // it was the newest itself
+    plan.push_back({&s, 1});
+    --budget;
+  }
+  // Then prefill chunks (new prompts, or recomputation after a preemption).
+  for (auto& sp : running_) {
+    Sequence& s = *sp;
+    if (s.seq_id < 0 || s.uncached() <= 1 || budget == 0) continue;
+    int64_t n = std::min(s.uncached(), budget);
+    VOLTAD_CHECK(pool_.reserve(s.seq_id, s.n_cached + n));  // reserved at admission
+    plan.push_back({&s, n});
+    budget -= n;
+  }
+  if (preempted) {
+    // Preempted sequences go back to the queue, in submission order.
+    for (auto& sp : running_)
+      if (sp->seq_id < 0) waiting_.push_back(std::move(sp));
+    std::erase(running_, nullptr);
+    std::sort(waiting_.begin(), waiting_.end(), [](const SeqPtr& a, const SeqPtr& b) { return a->order < b->order; });
+    std::erase_if(plan, [](const Planned& p) { return p.seq->seq_id < 0; });
+  }
+  if (plan.empty()) {
+    publish_stats();
+    return false;
+  }
+
+  std::vector<BatchChunk> chunks;
+  chunks.reserve(plan.size());
+  for (const Planned& p : plan) {
+    BatchChunk c;
+    c.seq_id = p.seq->seq_id;
+    c.start_pos = int32_t(p.seq->n_cached);
+    c.tokens = std::span<const int32_t>(p.seq->tokens).subspan(size_t(p.seq->n_cached), size_t(p.n));
+    c.logits = p.n == p.seq->uncached() ? BatchChunk::Logits::Last : BatchChunk::Logits::None;
+    chunks.push_back(c);
+  }
+  Status forwarded = backend_.forward(chunks, out_);
+  ++steps_;
+  if (!forwarded.ok()) {
+    for (const Planned& p : plan) finish(*p.seq, EndReason::Error, "the engine failed: " + forwarded.error().message);
+    remove_finished();
+    publish_stats();
+    return true;
+  }
+  int64_t row = 0;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    Sequence& s = *plan[i].seq;
+    s.n_cached += plan[i].n;
+    if (chunks[i].logits != BatchChunk::Logits::Last) continue;
+    VOLTAD_CHECK(row < out_.n_rows);
+    std::span<float> logits(out_.logits.data() + row * out_.n_vocab, size_t(out_.n_vocab));
+    ++row;
+    handle_logits(s, logits);
+  }
+  remove_finished();
+  publish_stats();
+  return true;
+}
+
+void Scheduler::handle_logits(Sequence& s, std::span<float> logits) {
+  int32_t token = s.sampler.sample(logits, s.tokens);
+  Clock::time_point now = Clock::now();
+  if (observer_) {
+    if (s.generated() == 0 && s.last_token == Clock::time_point{})
+      observer_->on_first_token(seconds_between(s.submitted, now));
+    else
+      observer_->on_next_token(seconds_between(s.last_token, now));
+  }
+  s.last_token = now;
+  if (!s.request.ignore_eos && tokenizer_.is_end_of_generation(token)) {
+    finish(s, EndReason::Stop);
+    return;
+  }
+  s.tokens.push_back(token);
+  std::string text = s.stops.push(s.decoder.push(token));
+  if (!text.empty()) {
+    StreamEvent event;
+    event.text = std::move(text);
+    s.stream->push(std::move(event));
+  }
+  if (s.stops.stopped())
+    finish(s, EndReason::Stop);
+  else if (s.generated() >= s.request.max_tokens)
+    finish(s, EndReason::Length);
+}
+
+void Scheduler::finish(Sequence& s, EndReason reason, std::string error) {
+  if (s.finished) return;
+  s.finished = true;
+  if (s.seq_id >= 0) pool_.release(s.seq_id);
+  s.seq_id = -1;
+  StreamEvent last;
+  // Text held back (an unfinished character, a possible stop-string start)
+  // is released when the generation ends normally.
+  if ((reason == EndReason::Stop || reason == EndReason::Length) && !s.stops.stopped())
+    last.text = s.stops.push(s.decoder.flush()) + s.stops.flush();
+  last.done = true;
+  last.end = reason;
+  last.error = std::move(error);
+  last.prompt_tokens = s.n_prompt;
+  last.completion_tokens = s.generated();
+  if (observer_) observer_->on_finished(last);
+  s.stream->push(std::move(last));
+}
+
+void Scheduler::remove_finished() {
+  std::erase_if(running_, [](const SeqPtr& s) { return s->finished; });
+  std::erase_if(waiting_, [](const SeqPtr& s) { return s->finished; });
+}
+
+void Scheduler::publish_stats() {
+  std::lock_guard lock(mu_);
+  stats_.waiting = int32_t(waiting_.size());
+  stats_.running = int32_t(running_.size());
+  stats_.kv_blocks_used = pool_.used_blocks();
+  stats_.kv_blocks_total = pool_blocks_;
+  stats_.steps = steps_;
+  stats_.preemptions = preemptions_;
+}
+
+}  // namespace voltad

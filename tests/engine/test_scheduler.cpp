@@ -1,0 +1,277 @@
+// The continuous-batching scheduler on the CPU backend with a tiny Llama
+// fixture: batched, chunked, preempted and cancelled sequences must produce
+// exactly what each would produce alone (greedy), and every KV block must
+// come back.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+#include <thread>
+
+#include "engine/backend_cpu.h"
+#include "engine/generate.h"
+#include "engine/gguf_file.h"
+#include "engine/model.h"
+#include "engine/scheduler.h"
+
+using namespace voltad;
+
+namespace {
+
+std::string model_fixture() {
+  const char* env = std::getenv("VOLTAD_SOURCE_DIR");
+  std::filesystem::path src = env ? env : std::filesystem::path(__FILE__).parent_path().parent_path().parent_path();
+  return (src / "tests" / "fixtures" / "models" / "tiny-llama.F32.gguf").string();
+}
+
+struct Fixture {
+  std::shared_ptr<const Model> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+
+  Fixture() {
+    auto m = load_model(model_fixture());
+    REQUIRE_MESSAGE(m.ok(), (m.ok() ? "" : m.error().message));
+    model = m.value();
+    auto data = tokenizer_data_from_gguf(*model->file);
+    REQUIRE_MESSAGE(data.ok(), (data.ok() ? "" : data.error().message));
+    auto t = Tokenizer::create(std::move(data.value()));
+    REQUIRE_MESSAGE(t.ok(), (t.ok() ? "" : t.error().message));
+    tokenizer = std::make_unique<Tokenizer>(std::move(t.value()));
+  }
+
+  std::unique_ptr<CpuBackend> backend(int32_t max_context, int32_t max_sequences, int32_t kv_blocks = 0) {
+    CpuBackendOptions o;
+    o.threads = 1;
+    o.max_context = max_context;
+    o.max_sequences = max_sequences;
+    o.kv_blocks = kv_blocks;
+    auto b = CpuBackend::create(model, o);
+    REQUIRE(b.ok());
+    return std::move(b.value());
+  }
+};
+
+Fixture& fixture() {
+  static Fixture f;
+  return f;
+}
+
+std::vector<int32_t> random_prompt(std::mt19937& rng, int n) {
+  std::uniform_int_distribution<int32_t> token(3, 319);
+  std::vector<int32_t> p;
+  for (int i = 0; i < n; ++i) p.push_back(token(rng));
+  return p;
+}
+
+GenerationRequest greedy(std::vector<int32_t> prompt, int32_t max_tokens) {
+  GenerationRequest r;
+  r.prompt = std::move(prompt);
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = 0;
+  r.ignore_eos = true;  // random weights: do not let an early EOS hide a difference
+  return r;
+}
+
+// What one sequence produces alone, through generate().
+std::string solo_text(const GenerationRequest& r) {
+  auto backend = fixture().backend(128, 1);
+  GenerateOptions o;
+  o.max_tokens = r.max_tokens;
+  o.sampling = r.sampling;
+  o.stop = r.stop;
+  // generate() stops at EOS; the fixture prompts are checked to not hit it.
+  auto g = generate(*backend, *fixture().tokenizer, r.prompt, o);
+  REQUIRE(g.ok());
+  return g->text;
+}
+
+struct Collected {
+  std::string text;
+  std::optional<StreamEvent> last;
+};
+
+Collected collect(RequestStream& stream) {
+  Collected c;
+  for (StreamEvent& e : stream.take()) {
+    c.text += e.text;
+    if (e.done) c.last = e;
+  }
+  return c;
+}
+
+// Steps until every stream has its final event (or a step limit).
+std::vector<Collected> run_to_end(Scheduler& s, std::vector<std::shared_ptr<RequestStream>>& streams) {
+  std::vector<Collected> out(streams.size());
+  for (int steps = 0; steps < 10000; ++steps) {
+    bool all_done = true;
+    for (size_t i = 0; i < streams.size(); ++i) {
+      Collected c = collect(*streams[i]);
+      out[i].text += c.text;
+      if (c.last) out[i].last = c.last;
+      all_done = all_done && out[i].last.has_value();
+    }
+    if (all_done) break;
+    s.step();
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a single greedy sequence matches generate()") {
+  auto backend = fixture().backend(128, 4);
+  Scheduler s(*backend, *fixture().tokenizer, SchedulerOptions{});
+  std::mt19937 rng(1);
+  GenerationRequest r = greedy(random_prompt(rng, 20), 12);
+  r.ignore_eos = false;
+  std::string expect = solo_text(r);
+  std::vector<std::shared_ptr<RequestStream>> streams{std::make_shared<RequestStream>()};
+  REQUIRE(s.submit(r, streams[0]).ok());
+  auto got = run_to_end(s, streams);
+  REQUIRE(got[0].last);
+  CHECK(got[0].text == expect);
+  CHECK(got[0].last->prompt_tokens == 20);
+  CHECK(backend->kv_pool().used_blocks() == 0);
+}
+
+TEST_CASE("batched, chunked prefill and preemption leave every output unchanged") {
+  std::mt19937 rng(7);
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 6; ++i) requests.push_back(greedy(random_prompt(rng, 5 + 9 * i), 10 + i));
+  std::vector<std::string> expect;
+  // generate() has no ignore_eos: it may stop earlier, so its text is a prefix.
+  for (auto& r : requests) expect.push_back(solo_text(r));
+
+  struct Case {
+    const char* name;
+    int32_t kv_blocks, max_sequences, max_batch_tokens;
+  };
+  for (Case c : {Case{"roomy", 0, 3, 2048}, Case{"small batches", 0, 4, 7}, Case{"scarce blocks", 9, 6, 64}}) {
+    CAPTURE(c.name);
+    auto backend = fixture().backend(128, 6, c.kv_blocks);
+    SchedulerOptions o;
+    o.max_sequences = c.max_sequences;
+    o.max_batch_tokens = c.max_batch_tokens;
+    Scheduler s(*backend, *fixture().tokenizer, o);
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (auto& r : requests) {
+      streams.push_back(std::make_shared<RequestStream>());
+      REQUIRE(s.submit(r, streams.back()).ok());
+    }
+    auto got = run_to_end(s, streams);
+    size_t compared_bytes = 0;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      CAPTURE(i);
+      REQUIRE(got[i].last);
+      CHECK(got[i].last->end == EndReason::Length);
+      CHECK(got[i].last->completion_tokens == requests[i].max_tokens);
+      CHECK(got[i].text.substr(0, expect[i].size()) == expect[i]);
+      compared_bytes += expect[i].size();
+    }
+    CHECK(compared_bytes > 20);
+    CHECK(backend->kv_pool().used_blocks() == 0);
+    if (c.kv_blocks) CHECK(s.stats().preemptions > 0);
+  }
+}
+
+TEST_CASE("a cancelled sequence frees its blocks at the next step; the others go on") {
+  auto backend = fixture().backend(128, 4);
+  Scheduler s(*backend, *fixture().tokenizer, SchedulerOptions{});
+  std::mt19937 rng(3);
+  auto a = std::make_shared<RequestStream>(), b = std::make_shared<RequestStream>();
+  REQUIRE(s.submit(greedy(random_prompt(rng, 40), 30), a).ok());
+  REQUIRE(s.submit(greedy(random_prompt(rng, 8), 30), b).ok());
+  for (int i = 0; i < 3; ++i) s.step();
+  int32_t used_both = backend->kv_pool().used_blocks();
+  CHECK(used_both >= 4);
+  a->cancel();
+  s.step();
+  CHECK(backend->kv_pool().used_blocks() < used_both);
+  CHECK(s.stats().running == 1);
+  auto last_a = collect(*a).last;
+  REQUIRE(last_a);
+  CHECK(last_a->end == EndReason::Cancelled);
+  std::vector<std::shared_ptr<RequestStream>> rest{b};
+  auto got = run_to_end(s, rest);
+  REQUIRE(got[0].last);
+  CHECK(got[0].last->end == EndReason::Length);
+  CHECK(got[0].last->completion_tokens == 30);
+  CHECK(backend->kv_pool().used_blocks() == 0);
+}
+
+TEST_CASE("requests beyond the context are refused with the numbers") {
+  auto backend = fixture().backend(64, 2);
+  Scheduler s(*backend, *fixture().tokenizer, SchedulerOptions{});
+  std::mt19937 rng(5);
+  auto r = s.submit(greedy(random_prompt(rng, 50), 20), std::make_shared<RequestStream>());
+  CHECK(r.code == SubmitResult::Code::Invalid);
+  CHECK(r.message.find("64") != std::string::npos);
+  CHECK(r.message.find("50") != std::string::npos);
+  CHECK(r.message.find("20") != std::string::npos);
+  GenerationRequest bad = greedy(random_prompt(rng, 5), 4);
+  bad.prompt[2] = 100000;
+  CHECK(s.submit(bad, std::make_shared<RequestStream>()).code == SubmitResult::Code::Invalid);
+  bad = greedy(random_prompt(rng, 5), 4);
+  bad.sampling.top_p = 3;
+  auto sampling = s.submit(bad, std::make_shared<RequestStream>());
+  CHECK(sampling.code == SubmitResult::Code::Invalid);
+  CHECK(sampling.message.find("top_p") != std::string::npos);
+}
+
+TEST_CASE("a stream the consumer does not read pauses its sequence") {
+  auto backend = fixture().backend(128, 2);
+  SchedulerOptions o;
+  o.stream_queue_limit = 4;
+  Scheduler s(*backend, *fixture().tokenizer, o);
+  std::mt19937 rng(11);
+  auto a = std::make_shared<RequestStream>();
+  REQUIRE(s.submit(greedy(random_prompt(rng, 6), 40), a).ok());
+  for (int i = 0; i < 60; ++i) s.step();
+  CHECK(a->pending() <= 4);
+  CHECK(s.stats().running == 1);
+  CHECK_FALSE(s.step());  // nothing computable until the consumer reads
+  std::vector<std::shared_ptr<RequestStream>> streams{a};
+  auto got = run_to_end(s, streams);
+  REQUIRE(got[0].last);
+  CHECK(backend->kv_pool().used_blocks() == 0);
+}
+
+TEST_CASE("draining refuses new work; cancel_all ends the rest; run() stops on shutdown") {
+  auto backend = fixture().backend(128, 2);
+  Scheduler s(*backend, *fixture().tokenizer, SchedulerOptions{});
+  std::mt19937 rng(13);
+  int notified = 0;
+  auto a = std::make_shared<RequestStream>([&] { ++notified; });
+  REQUIRE(s.submit(greedy(random_prompt(rng, 6), 100), a).ok());
+  s.step();
+  s.stop_admitting();
+  CHECK(s.submit(greedy(random_prompt(rng, 6), 4), std::make_shared<RequestStream>()).code ==
+        SubmitResult::Code::Draining);
+  CHECK_FALSE(s.idle());
+  s.cancel_all("shutting down");
+  s.step();
+  auto last = collect(*a).last;
+  REQUIRE(last);
+  CHECK(last->end == EndReason::Error);
+  CHECK(last->error == "shutting down");
+  CHECK(s.idle());
+  CHECK(notified >= 1);
+
+  Scheduler t(*backend, *fixture().tokenizer, SchedulerOptions{});
+  std::thread engine([&] { t.run(); });
+  auto b = std::make_shared<RequestStream>();
+  REQUIRE(t.submit(greedy(random_prompt(rng, 6), 5), b).ok());
+  Collected got;
+  for (int i = 0; i < 2000 && !got.last; ++i) {
+    auto c = collect(*b);
+    got.text += c.text;
+    if (c.last) got.last = c.last;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  t.shutdown();
+  engine.join();
+  REQUIRE(got.last);
+  CHECK(got.last->completion_tokens == 5);
+  CHECK(backend->kv_pool().used_blocks() == 0);
+}
