@@ -1,0 +1,64 @@
+// Load-time repacking of GGUF weight matrices into the layouts the CUDA
+// kernels decode (kernels/matvec_format.h; docs/FORMAT.md). Lossless for every
+// quantized type: dequantize_packed_row(repacked) equals dequantize_row(GGUF)
+// bit for bit. BF16 becomes F16, which is exact inside FP16's range (see
+// FORMAT.md); values beyond it are refused.
+//
+//   GGUF type          packed format   bits/value (GGUF's)
+//   Q4_0               Int4Sym32       4.5    (4.5)
+//   Q4_1               Int4Affine32    5.0    (5.0)
+//   Q4_K               Int4K256        4.5    (4.5)
+//   Q6_K               Int6K256        6.5625 (6.5625)
+//   Q8_0               Int8Sym32       8.5    (8.5)
+//   Q5_0               Int8Sym32       8.5    (5.5)
+//   Q5_1               Int8Affine32    9.0    (6.0)
+//   F16, BF16          F16             16     (16)
+//   F32                F32             32     (32)
+// plus up to 255 bytes of alignment padding per sub-array.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/ggml_types.h"
+#include "engine/result.h"
+#include "kernels/matvec_format.h"
+
+namespace voltad {
+
+struct PackedMatrix {
+  kernels::PackedLayout layout;  // (rows, cols) = (ne[1], ne[0])
+  std::vector<uint8_t> bytes;    // layout.total_bytes
+};
+
+// The packed format a GGUF type becomes; an error naming the type for types
+// the CUDA backend cannot run.
+Result<kernels::PackedFormat> packed_format_for(GgmlType type);
+
+// The layout a rows x cols tensor of `type` will have: for sizing device
+// memory before anything is repacked. Errors: unsupported type, cols not a
+// multiple of the format's block.
+Result<kernels::PackedLayout> packed_layout_for(GgmlType type, int64_t rows, int64_t cols);
+
+// Repacks rows [first_row, first_row + n_rows) of a GGUF tensor whose row 0
+// starts at `gguf_data` into `dst`, the start of a buffer of
+// layout.total_bytes laid out by `layout` (from packed_layout_for). Disjoint
+// row ranges may be repacked concurrently into the same buffer. Padding bytes
+// are not written: zero the buffer first if its bytes must be deterministic.
+// Error: a BF16 value that does not fit FP16.
+Status repack_rows(GgmlType type, const uint8_t* gguf_data, const kernels::PackedLayout& layout,
+                   int64_t first_row, int64_t n_rows, uint8_t* dst);
+
+// The whole tensor, into a fresh zeroed buffer.
+Result<PackedMatrix> repack_matrix(GgmlType type, const uint8_t* gguf_data, int64_t rows,
+                                   int64_t cols);
+
+// One row decoded to floats by the packed layout: the CPU reference of what
+// the kernels decode (out has layout.cols floats).
+void dequantize_packed_row(const kernels::PackedLayout& layout, const uint8_t* packed,
+                           int64_t row, float* out);
+inline void dequantize_packed_row(const PackedMatrix& m, int64_t row, float* out) {
+  dequantize_packed_row(m.layout, m.bytes.data(), row, out);
+}
+
+}  // namespace voltad

@@ -1,0 +1,60 @@
+// SwiGLU and bias add: grid-stride over rows x n, one value per thread.
+#include <cstdio>
+#include <cstdlib>
+
+#include "kernels/activation.h"
+#include "kernels/cuda_check.h"
+
+namespace voltad::kernels {
+
+__global__ void kernel_swiglu(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up,
+                              float* out, int64_t ld_out, int rows, int n) {
+  const int64_t total = int64_t(rows) * n;
+  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = idx / n, i = idx % n;
+    const float g = gate[r * ld_gate + i];
+    out[r * ld_out + i] = g / (1.0f + expf(-g)) * up[r * ld_up + i];
+  }
+}
+
+__global__ void kernel_add_bias(float* y, int64_t ldy, const float* bias, int rows, int n) {
+  const int64_t total = int64_t(rows) * n;
+  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = idx / n, i = idx % n;
+    y[r * ldy + i] += bias[i];
+  }
+}
+
+namespace {
+unsigned grid_for(int64_t total, int threads) {
+  const int64_t blocks = (total + threads - 1) / threads;
+  return unsigned(blocks > 65535 ? 65535 : blocks);
+}
+}  // namespace
+
+void launch_swiglu(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up,
+                   float* out, int64_t ld_out, int rows, int n, cudaStream_t stream) {
+  if (rows < 0 || n < 0 || ld_gate < n || ld_up < n || ld_out < n) {
+    std::fprintf(stderr, "launch_swiglu: bad shape rows=%d n=%d\n", rows, n);
+    std::abort();
+  }
+  if (int64_t(rows) * n == 0) return;
+  kernel_swiglu<<<grid_for(int64_t(rows) * n, 256), 256, 0, stream>>>(gate, ld_gate, up, ld_up,
+                                                                       out, ld_out, rows, n);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_add_bias(float* y, int64_t ldy, const float* bias, int rows, int n,
+                     cudaStream_t stream) {
+  if (rows < 0 || n < 0 || ldy < n) {
+    std::fprintf(stderr, "launch_add_bias: bad shape rows=%d n=%d\n", rows, n);
+    std::abort();
+  }
+  if (int64_t(rows) * n == 0) return;
+  kernel_add_bias<<<grid_for(int64_t(rows) * n, 256), 256, 0, stream>>>(y, ldy, bias, rows, n);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace voltad::kernels

@@ -1,0 +1,184 @@
+// Device helpers shared by every kernel family: reductions, vector loads, and
+// the decoders of the packed weight formats (kernels/matvec_format.h,
+// docs/FORMAT.md). Only what sm_70 has: shuffles, dp4a, 16-byte loads.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cstdint>
+
+#include "kernels/matvec_format.h"
+
+namespace voltad::kernels {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+
+// ---- reductions ----------------------------------------------------------
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, o));
+  return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every
+// thread gets the total. `scratch` holds 32 floats of shared memory.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = warp_sum(v);
+  __syncthreads();  // scratch may still be read from a previous call
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  const int n_warps = blockDim.x >> 5;
+  v = lane < n_warps ? scratch[lane] : 0.0f;
+  return warp_sum(v);
+}
+
+// ---- loads ---------------------------------------------------------------
+
+// Weights are read once per step: read-only path, 16 bytes per lane.
+__device__ __forceinline__ uint4 load_weights_16(const uint8_t* p) {
+  return __ldg(reinterpret_cast<const uint4*>(p));
+}
+__device__ __forceinline__ uint2 load_weights_8(const uint8_t* p) {
+  return __ldg(reinterpret_cast<const uint2*>(p));
+}
+__device__ __forceinline__ float load_half(const uint8_t* p) {
+  return __half2float(__ldg(reinterpret_cast<const __half*>(p)));
+}
+__device__ __forceinline__ float2 load_half2(const uint8_t* p) {
+  return __half22float2(__ldg(reinterpret_cast<const __half2*>(p)));
+}
+
+// ---- quantized activations -------------------------------------------------
+// The quantized matvecs take x as int8 in blocks of 16 values with an fp32
+// scale: x[k] ~= d * q[k]; each block's record is float2 {d, d * sum(q)} (the
+// sum serves the formats with a zero point, whose dot product has a
+// min * sum(x) term). Produced by kernel_quantize_activations.
+constexpr int kActBlock = 16;
+
+// ---- Int4 decode (Int4Sym32, Int4Affine32, Int4K256) ----------------------
+// quants: 16 bytes per chunk of 32 values; byte i = value i (bits 0-3) |
+// value i+16 (bits 4-7), q in 0..15. As 32-bit words t = 0..3:
+//   w_t & 0x0F0F0F0F        -> values 4t..4t+3 as bytes (first half)
+//   (w_t >> 4) & 0x0F0F0F0F -> values 16+4t..16+4t+3      (second half)
+// which is the byte order of the int8 activations, ready for dp4a.
+// The value is a*q + b with (a, b) per chunk:
+//   Int4Sym32    scales: fp16 d per chunk         a = d,      b = -8d
+//   Int4Affine32 scales: fp16 {d, m} per chunk    a = d,      b = m
+//   Int4K256     scales: 16 bytes per 8 chunks, Q4_K's header verbatim:
+//                fp16 D, fp16 M, 12 bytes of six-bit (sc, mn) pairs
+//                                                  a = D*sc,   b = -M*mn
+__device__ __forceinline__ void int4_unpack(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  lo = w & 0x0F0F0F0Fu;
+  hi = (w >> 4) & 0x0F0F0F0Fu;
+}
+
+// Six-bit scale and min of sub-block j (0..7) from Q4_K's packed bytes, held
+// as three little-endian words s0 = bytes 0-3, s1 = 4-7, s2 = 8-11:
+//   j < 4:  sc = byte j of s0 & 63, mn = byte j of s1 & 63
+//   j >= 4: sc = (byte j-4 of s2 & 15) | (byte j-4 of s0 >> 6) << 4
+//           mn = (byte j-4 of s2 >> 4) | (byte j-4 of s1 >> 6) << 4
+__device__ __forceinline__ void q4_k_scale_min(uint32_t s0, uint32_t s1, uint32_t s2, int j,
+                                               int& sc, int& mn) {
+  const int shift = 8 * (j & 3);
+  const int b0 = (s0 >> shift) & 0xFF, b1 = (s1 >> shift) & 0xFF, b2 = (s2 >> shift) & 0xFF;
+  if (j < 4) {
+    sc = b0 & 63;
+    mn = b1 & 63;
+  } else {
+    sc = (b2 & 0x0F) | ((b0 >> 6) << 4);
+    mn = (b2 >> 4) | ((b1 >> 6) << 4);
+  }
+}
+
+// ---- Int6 decode (Int6K256, from Q6_K) -------------------------------------
+// quants: the low nibbles of v = (q-32) as a six-bit two's complement, in the
+// Int4 order. high: 8 bytes per chunk of 32, a word per half of 16 values;
+// the top two bits of value 4g+j of a half sit at bits 8j+2g. Assembled in
+// registers into int8 bytes holding 4*(q-32) (nibble at bits 2-5, crumb at
+// bits 6-7: the sign lands in the sign bit), so dp4a yields 4x the integer
+// dot product and the scale carries the 1/4. scales: int8 sc per 16 values;
+// super: fp16 d per 256; w = d*sc*(q-32).
+// Word t (values 4t..4t+3 of the half) from a nibble word (already shifted so
+// the wanted nibbles sit in bits 0-3 of each byte) and the half's crumb word:
+template <int t>
+__device__ __forceinline__ uint32_t int6_assemble(uint32_t nibbles, uint32_t crumbs) {
+  return ((nibbles << 2) & 0x3C3C3C3Cu) | ((crumbs << (6 - 2 * t)) & 0xC0C0C0C0u);
+}
+
+// ---- matvec epilogue -------------------------------------------------------
+// Each lane of a warp holds partial sums acc[r][b] for rows row0+r and batch
+// row b; the warp reduces them and one lane per value writes
+// y[b][row] = sum + bias[row] (+ y[b][row] when accumulating).
+template <int R, int B>
+__device__ __forceinline__ void matvec_store(float (&acc)[R][B], int64_t row0, int64_t rows,
+                                             float* y, int64_t ldy, const float* bias,
+                                             bool accumulate) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int b = 0; b < B; ++b) {
+      const float v = warp_sum(acc[r][b]);
+      const int64_t row = row0 + r;
+      if (lane == (r * B + b) % 32 && row < rows) {
+        float out = v;
+        if (bias) out += bias[row];
+        float* dst = y + b * ldy + row;
+        if (accumulate) out += *dst;
+        *dst = out;
+      }
+    }
+  }
+}
+
+// ---- one value of any packed format (embedding gather, tests) ------------
+// Scalar and slow: the reference shape of each decode above, used where a
+// row is decoded once (token embeddings), not in the matvecs.
+__device__ __forceinline__ float packed_value(const PackedMatrixView& m, int64_t row, int64_t k) {
+  const PackedLayout& l = m.layout;
+  const uint8_t* q = m.data + l.quants_offset + row * l.quant_row_bytes;
+  const uint8_t* s = m.data + l.scales_offset + row * l.scale_row_bytes;
+  const int i = int(k & 31);
+  const int nib = (q[(k >> 5) * 16 + (i & 15)] >> (i < 16 ? 0 : 4)) & 0x0F;
+  switch (l.format) {
+    case PackedFormat::Int4Sym32: return float(nib - 8) * load_half(s + 2 * (k >> 5));
+    case PackedFormat::Int4Affine32: {
+      const float2 dm = load_half2(s + 4 * (k >> 5));
+      return float(nib) * dm.x + dm.y;
+    }
+    case PackedFormat::Int4K256: {
+      const uint8_t* h = s + 16 * (k >> 8);
+      int sc, mn;
+      q4_k_scale_min(*reinterpret_cast<const uint32_t*>(h + 4),
+                     *reinterpret_cast<const uint32_t*>(h + 8),
+                     *reinterpret_cast<const uint32_t*>(h + 12), int(k >> 5) & 7, sc, mn);
+      return load_half(h) * float(sc) * float(nib) - load_half(h + 2) * float(mn);
+    }
+    case PackedFormat::Int6K256: {
+      const uint8_t* hi = m.data + l.high_offset + row * l.high_row_bytes;
+      const uint8_t* sup = m.data + l.super_offset + row * l.super_row_bytes;
+      const uint32_t h = *reinterpret_cast<const uint32_t*>(hi + (k >> 5) * 8 + 4 * (i >> 4));
+      const int crumb = int(h >> (8 * (i & 3) + 2 * ((i & 15) >> 2))) & 3;
+      const int v6 = nib | (crumb << 4);
+      const int value = v6 >= 32 ? v6 - 64 : v6;
+      return (load_half(sup + 2 * (k >> 8)) * float(int8_t(s[k >> 4]))) * float(value);
+    }
+    case PackedFormat::Int8Sym32: return float(int8_t(q[k])) * load_half(s + 2 * (k >> 5));
+    case PackedFormat::Int8Affine32: {
+      const float2 dm = load_half2(s + 4 * (k >> 5));
+      return float(int8_t(q[k])) * dm.x + dm.y;
+    }
+    case PackedFormat::F16: return load_half(q + 2 * k);
+    case PackedFormat::F32: return reinterpret_cast<const float*>(q)[k];
+  }
+  return 0.0f;
+}
+
+}  // namespace voltad::kernels

@@ -1,0 +1,190 @@
+// Fused dequantize-matvec for the Int4 formats (Int4Sym32 from Q4_0,
+// Int4Affine32 from Q4_1, Int4K256 from Q4_K); layouts in
+// kernels/device_common.cuh and docs/FORMAT.md.
+//
+// Work split: a warp owns R consecutive rows. Lane l reads chunks
+// l, l+32, l+64, ... of each of its rows (a chunk = 32 values = 16 bytes), so
+// every load instruction of the warp covers 512 contiguous bytes of a row.
+// Per step a lane first issues U x R weight loads (and their scale loads),
+// then decodes: nibbles -> bytes once per chunk, then for each of the B
+// activation rows 8 dp4a against the int8 x and one scale FMA. x (a few KB)
+// stays in L1; R > 1 lets one x load serve several rows.
+#include "kernels/cuda_check.h"
+#include "kernels/device_common.cuh"
+#include "kernels/matvec.h"
+
+namespace voltad::kernels {
+
+namespace {
+
+constexpr int kWarpsPerBlock = 4;
+
+// Per-format scale records: what one lane loads for chunk c, and how it
+// becomes the (a, b) of value = a*q + b.
+template <PackedFormat F>
+struct Int4Scales;
+
+template <>
+struct Int4Scales<PackedFormat::Int4Sym32> {
+  using Raw = unsigned short;  // fp16 d
+  static __device__ __forceinline__ Raw load(const uint8_t* srow, int c) {
+    return __ldg(reinterpret_cast<const unsigned short*>(srow) + c);
+  }
+  static __device__ __forceinline__ void decode(Raw raw, int, float& a, float& b) {
+    a = __half2float(__ushort_as_half(raw));
+    b = -8.0f * a;
+  }
+};
+
+template <>
+struct Int4Scales<PackedFormat::Int4Affine32> {
+  using Raw = unsigned int;  // fp16 d (low half), fp16 m (high half)
+  static __device__ __forceinline__ Raw load(const uint8_t* srow, int c) {
+    return __ldg(reinterpret_cast<const unsigned int*>(srow) + c);
+  }
+  static __device__ __forceinline__ void decode(Raw raw, int, float& a, float& b) {
+    a = __half2float(__ushort_as_half((unsigned short)(raw & 0xFFFF)));
+    b = __half2float(__ushort_as_half((unsigned short)(raw >> 16)));
+  }
+};
+
+template <>
+struct Int4Scales<PackedFormat::Int4K256> {
+  using Raw = uint4;  // Q4_K header of the chunk's super-block
+  static __device__ __forceinline__ Raw load(const uint8_t* srow, int c) {
+    return load_weights_16(srow + 16 * (c >> 3));
+  }
+  // j = c % 8, the sub-block: constant per lane, since c = lane + 32i.
+  static __device__ __forceinline__ void decode(Raw raw, int j, float& a, float& b) {
+    int sc, mn;
+    q4_k_scale_min(raw.y, raw.z, raw.w, j, sc, mn);
+    a = __half2float(__ushort_as_half((unsigned short)(raw.x & 0xFFFF))) * float(sc);
+    b = -__half2float(__ushort_as_half((unsigned short)(raw.x >> 16))) * float(mn);
+  }
+};
+
+}  // namespace
+
+// R rows per warp, B activation rows, U chunks per lane in flight per row.
+template <PackedFormat F, int R, int B, int U>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32) kernel_matvec_int4(MatvecArgs a) {
+  using Scales = Int4Scales<F>;
+  const PackedLayout& l = a.w.layout;
+  const int lane = threadIdx.x & 31;
+  const int64_t row0 = (int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5)) * R;
+  if (row0 >= l.rows) return;
+  const int chunks = int(l.cols / 32);
+  const int64_t x_scale_ld = l.cols / 8;  // floats per batch row: 2 per 16 values
+
+  const uint8_t* qrow[R];
+  const uint8_t* srow[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int64_t row = row0 + r < l.rows ? row0 + r : l.rows - 1;  // tail: re-read, not stored
+    qrow[r] = a.w.data + l.quants_offset + row * l.quant_row_bytes;
+    srow[r] = a.w.data + l.scales_offset + row * l.scale_row_bytes;
+  }
+
+  float acc[R][B];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int b = 0; b < B; ++b) acc[r][b] = 0.0f;
+
+  for (int c0 = lane; c0 < chunks; c0 += 32 * U) {
+    uint4 w[U][R];
+    typename Scales::Raw s[U][R];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int c = c0 + 32 * u;
+      if (c < chunks) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          w[u][r] = load_weights_16(qrow[r] + 16 * c);
+          s[u][r] = Scales::load(srow[r], c);
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int c = c0 + 32 * u;
+      if (c >= chunks) break;
+      uint32_t lo[R][4], hi[R][4];
+      float ca[R], cb[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        Scales::decode(s[u][r], lane & 7, ca[r], cb[r]);
+        int4_unpack(w[u][r].x, lo[r][0], hi[r][0]);
+        int4_unpack(w[u][r].y, lo[r][1], hi[r][1]);
+        int4_unpack(w[u][r].z, lo[r][2], hi[r][2]);
+        int4_unpack(w[u][r].w, lo[r][3], hi[r][3]);
+      }
+#pragma unroll
+      for (int b = 0; b < B; ++b) {
+        const int8_t* xq = a.xq.q + b * l.cols + 32 * c;
+        const uint4 x0 = __ldg(reinterpret_cast<const uint4*>(xq));
+        const uint4 x1 = __ldg(reinterpret_cast<const uint4*>(xq + 16));
+        // Two blocks of 16: {d0, d0*sum0, d1, d1*sum1}.
+        const float4 xs = __ldg(reinterpret_cast<const float4*>(a.xq.scales + b * x_scale_ld) + c);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          int d0 = __dp4a(int(lo[r][0]), int(x0.x), 0);
+          d0 = __dp4a(int(lo[r][1]), int(x0.y), d0);
+          d0 = __dp4a(int(lo[r][2]), int(x0.z), d0);
+          d0 = __dp4a(int(lo[r][3]), int(x0.w), d0);
+          int d1 = __dp4a(int(hi[r][0]), int(x1.x), 0);
+          d1 = __dp4a(int(hi[r][1]), int(x1.y), d1);
+          d1 = __dp4a(int(hi[r][2]), int(x1.z), d1);
+          d1 = __dp4a(int(hi[r][3]), int(x1.w), d1);
+          // sum_i (a*q_i + b) * x_i = a * sum_i q_i x_i + b * sum_i x_i
+          acc[r][b] += ca[r] * (xs.x * float(d0) + xs.z * float(d1)) + cb[r] * (xs.y + xs.w);
+        }
+      }
+    }
+  }
+  matvec_store<R, B>(acc, row0, l.rows, a.y, a.ldy, a.bias, a.accumulate);
+}
+
+namespace {
+
+template <PackedFormat F, int R, int B, int U>
+void launch_int4(const MatvecArgs& a, cudaStream_t stream) {
+  const int64_t warps = (a.w.layout.rows + R - 1) / R;
+  const int64_t blocks = (warps + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  kernel_matvec_int4<F, R, B, U><<<unsigned(blocks), kWarpsPerBlock * 32, 0, stream>>>(a);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+// Rows per warp and loads in flight per batch size: x reuse across rows
+// matters more as B grows (docs/KERNEL-NOTES.md has the measurements).
+template <PackedFormat F>
+void launch_int4_format(const MatvecArgs& a, cudaStream_t stream) {
+  switch (a.batch) {
+    case 1: launch_int4<F, 1, 1, 4>(a, stream); break;
+    case 2: launch_int4<F, 1, 2, 4>(a, stream); break;
+    case 3: launch_int4<F, 2, 3, 2>(a, stream); break;
+    case 4: launch_int4<F, 2, 4, 2>(a, stream); break;
+    case 5: launch_int4<F, 2, 5, 2>(a, stream); break;
+    case 6: launch_int4<F, 2, 6, 2>(a, stream); break;
+    case 7: launch_int4<F, 2, 7, 2>(a, stream); break;
+    default: launch_int4<F, 2, 8, 2>(a, stream); break;
+  }
+}
+
+}  // namespace
+
+void launch_matvec_int4(const MatvecArgs& a, cudaStream_t stream) {
+  switch (a.w.layout.format) {
+    case PackedFormat::Int4Sym32: launch_int4_format<PackedFormat::Int4Sym32>(a, stream); break;
+    case PackedFormat::Int4Affine32:
+      launch_int4_format<PackedFormat::Int4Affine32>(a, stream);
+      break;
+    case PackedFormat::Int4K256: launch_int4_format<PackedFormat::Int4K256>(a, stream); break;
+    default:
+      std::fprintf(stderr, "launch_matvec_int4: format %s is not Int4\n",
+                   packed_format_name(a.w.layout.format));
+      std::abort();
+  }
+}
+
+}  // namespace voltad::kernels

@@ -1,0 +1,239 @@
+// Fused dequantize-matvecs for the byte-decoded formats: Int8Sym32 (Q8_0,
+// Q5_0), Int8Affine32 (Q5_1) and Int6K256 (Q6_K, decoded to int8 in
+// registers). Layouts in kernels/device_common.cuh and docs/FORMAT.md.
+//
+// Same work split as matvec_int4.cu: a warp owns R rows, lane l reads the
+// 16-byte pieces l, l+32, ... of each row so a warp's load covers 512
+// contiguous bytes. An Int8 piece is 16 values (half a scale group); an Int6
+// piece is a chunk of 32 values: 16 bytes of nibbles plus 8 of crumbs.
+#include "kernels/cuda_check.h"
+#include "kernels/device_common.cuh"
+#include "kernels/matvec.h"
+
+namespace voltad::kernels {
+
+namespace {
+constexpr int kWarpsPerBlock = 4;
+}
+
+// Int8Sym32 / Int8Affine32: w = d*q (+ m).
+template <bool kAffine, int R, int B, int U>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32) kernel_matvec_int8(MatvecArgs a) {
+  const PackedLayout& l = a.w.layout;
+  const int lane = threadIdx.x & 31;
+  const int64_t row0 = (int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5)) * R;
+  if (row0 >= l.rows) return;
+  const int pieces = int(l.cols / 16);
+  const int64_t x_scale_ld = l.cols / 8;
+
+  const uint8_t* qrow[R];
+  const uint8_t* srow[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int64_t row = row0 + r < l.rows ? row0 + r : l.rows - 1;
+    qrow[r] = a.w.data + l.quants_offset + row * l.quant_row_bytes;
+    srow[r] = a.w.data + l.scales_offset + row * l.scale_row_bytes;
+  }
+  float acc[R][B];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int b = 0; b < B; ++b) acc[r][b] = 0.0f;
+
+  for (int p0 = lane; p0 < pieces; p0 += 32 * U) {
+    uint4 w[U][R];
+    float2 dm[U][R];  // {d, m}
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int p = p0 + 32 * u;
+      if (p < pieces) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          w[u][r] = load_weights_16(qrow[r] + 16 * p);
+          if (kAffine) {
+            dm[u][r] = load_half2(srow[r] + 4 * (p >> 1));
+          } else {
+            dm[u][r] = make_float2(load_half(srow[r] + 2 * (p >> 1)), 0.0f);
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int p = p0 + 32 * u;
+      if (p >= pieces) break;
+#pragma unroll
+      for (int b = 0; b < B; ++b) {
+        const uint4 x = __ldg(reinterpret_cast<const uint4*>(a.xq.q + b * l.cols + 16 * p));
+        const float2 xs = __ldg(reinterpret_cast<const float2*>(a.xq.scales + b * x_scale_ld) + p);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          int d = __dp4a(int(w[u][r].x), int(x.x), 0);
+          d = __dp4a(int(w[u][r].y), int(x.y), d);
+          d = __dp4a(int(w[u][r].z), int(x.z), d);
+          d = __dp4a(int(w[u][r].w), int(x.w), d);
+          float v = dm[u][r].x * (xs.x * float(d));
+          if (kAffine) v += dm[u][r].y * xs.y;
+          acc[r][b] += v;
+        }
+      }
+    }
+  }
+  matvec_store<R, B>(acc, row0, l.rows, a.y, a.ldy, a.bias, a.accumulate);
+}
+
+// Int6K256: w = d*sc*(q-32); assembled bytes hold 4*(q-32).
+template <int R, int B, int U>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32) kernel_matvec_int6(MatvecArgs a) {
+  const PackedLayout& l = a.w.layout;
+  const int lane = threadIdx.x & 31;
+  const int64_t row0 = (int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5)) * R;
+  if (row0 >= l.rows) return;
+  const int chunks = int(l.cols / 32);
+  const int64_t x_scale_ld = l.cols / 8;
+
+  const uint8_t* qrow[R];
+  const uint8_t* hrow[R];
+  const uint8_t* srow[R];
+  const uint8_t* drow[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int64_t row = row0 + r < l.rows ? row0 + r : l.rows - 1;
+    qrow[r] = a.w.data + l.quants_offset + row * l.quant_row_bytes;
+    hrow[r] = a.w.data + l.high_offset + row * l.high_row_bytes;
+    srow[r] = a.w.data + l.scales_offset + row * l.scale_row_bytes;
+    drow[r] = a.w.data + l.super_offset + row * l.super_row_bytes;
+  }
+  float acc[R][B];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int b = 0; b < B; ++b) acc[r][b] = 0.0f;
+
+  for (int c0 = lane; c0 < chunks; c0 += 32 * U) {
+    uint4 w[U][R];
+    uint2 h[U][R];
+    unsigned short sc[U][R];
+    float d[U][R];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int c = c0 + 32 * u;
+      if (c < chunks) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          w[u][r] = load_weights_16(qrow[r] + 16 * c);
+          h[u][r] = load_weights_8(hrow[r] + 8 * c);
+          sc[u][r] = __ldg(reinterpret_cast<const unsigned short*>(srow[r]) + c);
+          d[u][r] = load_half(drow[r] + 2 * (c >> 3));
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int c = c0 + 32 * u;
+      if (c >= chunks) break;
+      uint32_t lo[R][4], hi[R][4];
+      float f0[R], f1[R];  // d*sc/4 for each half
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const uint4 q = w[u][r];
+        const uint2 cr = h[u][r];
+        lo[r][0] = int6_assemble<0>(q.x, cr.x);
+        lo[r][1] = int6_assemble<1>(q.y, cr.x);
+        lo[r][2] = int6_assemble<2>(q.z, cr.x);
+        lo[r][3] = int6_assemble<3>(q.w, cr.x);
+        hi[r][0] = int6_assemble<0>(q.x >> 4, cr.y);
+        hi[r][1] = int6_assemble<1>(q.y >> 4, cr.y);
+        hi[r][2] = int6_assemble<2>(q.z >> 4, cr.y);
+        hi[r][3] = int6_assemble<3>(q.w >> 4, cr.y);
+        const float dq = 0.25f * d[u][r];
+        f0[r] = dq * float(int8_t(sc[u][r] & 0xFF));
+        f1[r] = dq * float(int8_t(sc[u][r] >> 8));
+      }
+#pragma unroll
+      for (int b = 0; b < B; ++b) {
+        const int8_t* xq = a.xq.q + b * l.cols + 32 * c;
+        const uint4 x0 = __ldg(reinterpret_cast<const uint4*>(xq));
+        const uint4 x1 = __ldg(reinterpret_cast<const uint4*>(xq + 16));
+        const float4 xs = __ldg(reinterpret_cast<const float4*>(a.xq.scales + b * x_scale_ld) + c);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          int d0 = __dp4a(int(lo[r][0]), int(x0.x), 0);
+          d0 = __dp4a(int(lo[r][1]), int(x0.y), d0);
+          d0 = __dp4a(int(lo[r][2]), int(x0.z), d0);
+          d0 = __dp4a(int(lo[r][3]), int(x0.w), d0);
+          int d1 = __dp4a(int(hi[r][0]), int(x1.x), 0);
+          d1 = __dp4a(int(hi[r][1]), int(x1.y), d1);
+          d1 = __dp4a(int(hi[r][2]), int(x1.z), d1);
+          d1 = __dp4a(int(hi[r][3]), int(x1.w), d1);
+          acc[r][b] += f0[r] * (xs.x * float(d0)) + f1[r] * (xs.z * float(d1));
+        }
+      }
+    }
+  }
+  matvec_store<R, B>(acc, row0, l.rows, a.y, a.ldy, a.bias, a.accumulate);
+}
+
+namespace {
+
+template <int R>
+unsigned grid_for(int64_t rows) {
+  const int64_t warps = (rows + R - 1) / R;
+  return unsigned((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
+}
+
+template <bool kAffine, int R, int B, int U>
+void launch_int8(const MatvecArgs& a, cudaStream_t stream) {
+  kernel_matvec_int8<kAffine, R, B, U>
+      <<<grid_for<R>(a.w.layout.rows), kWarpsPerBlock * 32, 0, stream>>>(a);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+template <int R, int B, int U>
+void launch_int6(const MatvecArgs& a, cudaStream_t stream) {
+  kernel_matvec_int6<R, B, U><<<grid_for<R>(a.w.layout.rows), kWarpsPerBlock * 32, 0, stream>>>(a);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+template <bool kAffine>
+void launch_int8_format(const MatvecArgs& a, cudaStream_t stream) {
+  switch (a.batch) {
+    case 1: launch_int8<kAffine, 1, 1, 4>(a, stream); break;
+    case 2: launch_int8<kAffine, 1, 2, 4>(a, stream); break;
+    case 3: launch_int8<kAffine, 2, 3, 2>(a, stream); break;
+    case 4: launch_int8<kAffine, 2, 4, 2>(a, stream); break;
+    case 5: launch_int8<kAffine, 2, 5, 2>(a, stream); break;
+    case 6: launch_int8<kAffine, 2, 6, 2>(a, stream); break;
+    case 7: launch_int8<kAffine, 2, 7, 2>(a, stream); break;
+    default: launch_int8<kAffine, 2, 8, 2>(a, stream); break;
+  }
+}
+
+void launch_int6_format(const MatvecArgs& a, cudaStream_t stream) {
+  switch (a.batch) {
+    case 1: launch_int6<1, 1, 4>(a, stream); break;
+    case 2: launch_int6<1, 2, 4>(a, stream); break;
+    case 3: launch_int6<2, 3, 2>(a, stream); break;
+    case 4: launch_int6<2, 4, 2>(a, stream); break;
+    case 5: launch_int6<2, 5, 2>(a, stream); break;
+    case 6: launch_int6<2, 6, 2>(a, stream); break;
+    case 7: launch_int6<2, 7, 2>(a, stream); break;
+    default: launch_int6<2, 8, 2>(a, stream); break;
+  }
+}
+
+}  // namespace
+
+void launch_matvec_int8(const MatvecArgs& a, cudaStream_t stream) {
+  switch (a.w.layout.format) {
+    case PackedFormat::Int8Sym32: launch_int8_format<false>(a, stream); break;
+    case PackedFormat::Int8Affine32: launch_int8_format<true>(a, stream); break;
+    case PackedFormat::Int6K256: launch_int6_format(a, stream); break;
+    default:
+      std::fprintf(stderr, "launch_matvec_int8: format %s is not Int8/Int6\n",
+                   packed_format_name(a.w.layout.format));
+      std::abort();
+  }
+}
+
+}  // namespace voltad::kernels

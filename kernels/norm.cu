@@ -1,0 +1,99 @@
+// RMSNorm kernels: one block per row; the block's threads stride over the
+// row, sum squares, reduce through shared memory, then scale. Rows are short
+// (a few thousand floats), so the second pass re-reads x from L1.
+#include <cstdio>
+#include <cstdlib>
+
+#include "kernels/cuda_check.h"
+#include "kernels/device_common.cuh"
+#include "kernels/norm.h"
+
+namespace voltad::kernels {
+
+// With delta != null: residual row += delta row first (written back), and
+// the sum runs over the updated values.
+__global__ void kernel_rmsnorm(float* x, const float* delta, int64_t ldx, const float* weight,
+                               float* out, int64_t ldo, int dim, float eps) {
+  __shared__ float scratch[32];
+  float* row = x + blockIdx.x * ldx;
+  float sum = 0.0f;
+  for (int k = threadIdx.x; k < dim; k += blockDim.x) {
+    float v = row[k];
+    if (delta) {
+      v += delta[blockIdx.x * ldx + k];
+      row[k] = v;
+    }
+    sum = fmaf(v, v, sum);
+  }
+  sum = block_sum(sum, scratch);
+  const float inv = rsqrtf(sum / float(dim) + eps);
+  float* dst = out + blockIdx.x * ldo;
+  for (int k = threadIdx.x; k < dim; k += blockDim.x) dst[k] = row[k] * inv * weight[k];
+}
+
+// One warp per head: heads are short (64-256 values).
+__global__ void kernel_head_rmsnorm(float* x, int64_t ld, int n_heads, int head_dim,
+                                    const float* weight, float eps, int total_heads) {
+  const int head = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  if (head >= total_heads) return;
+  const int lane = threadIdx.x & 31;
+  float* h = x + (head / n_heads) * ld + int64_t(head % n_heads) * head_dim;
+  float sum = 0.0f;
+  for (int k = lane; k < head_dim; k += 32) sum = fmaf(h[k], h[k], sum);
+  const float inv = rsqrtf(warp_sum(sum) / float(head_dim) + eps);
+  for (int k = lane; k < head_dim; k += 32) h[k] = h[k] * inv * weight[k];
+}
+
+namespace {
+
+int threads_for(int dim) {
+  int t = (dim / 4 + 31) / 32 * 32;  // about 4 values per thread
+  return t < 32 ? 32 : (t > 1024 ? 1024 : t);
+}
+
+void check_args(const char* who, int rows, int dim, int64_t ld, int64_t ldo) {
+  if (rows < 0 || dim <= 0 || ld < dim || ldo < dim) {
+    std::fprintf(stderr, "%s: bad shape rows=%d dim=%d ld=%lld ldo=%lld\n", who, rows, dim,
+                 (long long)ld, (long long)ldo);
+    std::abort();
+  }
+}
+
+}  // namespace
+
+void launch_rmsnorm(const float* x, int64_t ldx, const float* weight, float* out, int64_t ldo,
+                    int rows, int dim, float eps, cudaStream_t stream) {
+  check_args("launch_rmsnorm", rows, dim, ldx, ldo);
+  if (rows == 0) return;
+  // x is only written when delta is given; the cast keeps one kernel.
+  kernel_rmsnorm<<<rows, threads_for(dim), 0, stream>>>(const_cast<float*>(x), nullptr, ldx,
+                                                        weight, out, ldo, dim, eps);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_add_rmsnorm(float* residual, const float* delta, int64_t ld, const float* weight,
+                        float* out, int64_t ldo, int rows, int dim, float eps,
+                        cudaStream_t stream) {
+  check_args("launch_add_rmsnorm", rows, dim, ld, ldo);
+  if (rows == 0) return;
+  kernel_rmsnorm<<<rows, threads_for(dim), 0, stream>>>(residual, delta, ld, weight, out, ldo,
+                                                        dim, eps);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_head_rmsnorm(float* x, int64_t ld, int rows, int n_heads, int head_dim,
+                         const float* weight, float eps, cudaStream_t stream) {
+  check_args("launch_head_rmsnorm", rows, head_dim, ld, ld);
+  if (int64_t(n_heads) * head_dim > ld) {
+    std::fprintf(stderr, "launch_head_rmsnorm: n_heads * head_dim > ld\n");
+    std::abort();
+  }
+  const int total = rows * n_heads;
+  if (total == 0) return;
+  const int warps = 4;
+  kernel_head_rmsnorm<<<(total + warps - 1) / warps, warps * 32, 0, stream>>>(
+      x, ld, n_heads, head_dim, weight, eps, total);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace voltad::kernels

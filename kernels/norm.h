@@ -1,0 +1,28 @@
+// RMSNorm over rows: out = x * rsqrt(mean(x^2) + eps) * weight, with the
+// residual add fused in front where the residual stream is updated anyway.
+// fp32 in and out; in place (out == x) is allowed. Host declarations only.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace voltad::kernels {
+
+// rows x dim, row strides ldx / ldo (elements).
+void launch_rmsnorm(const float* x, int64_t ldx, const float* weight, float* out, int64_t ldo,
+                    int rows, int dim, float eps, cudaStream_t stream);
+
+// residual += delta, then out = rmsnorm(residual) * weight. residual and
+// delta share the stride ld; out has ldo.
+void launch_add_rmsnorm(float* residual, const float* delta, int64_t ld, const float* weight,
+                        float* out, int64_t ldo, int rows, int dim, float eps,
+                        cudaStream_t stream);
+
+// Per-head RMSNorm (Qwen3's q_norm/k_norm), in place: x holds rows of
+// n_heads * head_dim (stride ld), each head normalized with the same
+// weight (head_dim).
+void launch_head_rmsnorm(float* x, int64_t ld, int rows, int n_heads, int head_dim,
+                         const float* weight, float eps, cudaStream_t stream);
+
+}  // namespace voltad::kernels
