@@ -9,6 +9,7 @@
 #include "daemon/config_paths.h"
 #include "daemon/exit_codes.h"
 #include "daemon/log.h"
+#include "daemon/placement_print.h"
 
 namespace {
 
@@ -17,11 +18,14 @@ constexpr const char* kUsage =
     "       voltad --verify-config FILE       check a config file; every problem as FILE:LINE:COL\n"
     "       voltad --dump-config [--config FILE]  print the effective config as YAML\n"
     "       voltad --config-reference         print docs/CONFIG.md (generated from the key declarations)\n"
+    "       voltad --print-placement [--config FILE] [--topology-xml FILE] [--gpu SPEC] [--json]\n"
+    "                                         print the machine and the GPU/CPU/memory placement plan\n"
     "       voltad --version | --help\n";
 
 struct Args {
   std::string mode = "run";
   std::string config_path;
+  voltad::placement::PrintPlacementRequest placement;  // --print-placement
 };
 
 int usage_error(const std::string& message) {
@@ -108,9 +112,24 @@ int main(int argc, char** argv) {
       args.mode = "dump";
     } else if (a == "--config-reference") {
       args.mode = "reference";
+    } else if (a == "--print-placement") {
+      args.mode = "placement";
+    } else if (a == "--topology-xml" || a == "--gpu") {
+      std::string v = value(a.c_str());
+      if (v.empty()) return usage_error(a + (a == "--gpu" ? " needs a SPEC" : " needs a FILE"));
+      (a == "--gpu" ? args.placement.gpu : args.placement.topology_xml) = v;
+    } else if (a == "--json") {
+      args.placement.json = true;
     } else {
       return usage_error("unknown argument '" + a + "'");
     }
+  }
+  if (args.mode != "placement" && (args.placement.json || !args.placement.gpu.empty() ||
+                                   !args.placement.topology_xml.empty()))
+    return usage_error("--topology-xml, --gpu and --json go with --print-placement");
+  if (args.mode == "placement") {
+    args.placement.config_path = args.config_path;  // none: every key at its default
+    return voltad::placement::print_placement(args.placement);
   }
   if (args.config_path.empty()) args.config_path = voltad::config::default_config_path();
 

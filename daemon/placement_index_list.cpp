@@ -1,0 +1,82 @@
+// CPU and node lists in the kernel's list syntax ("0-7,16"), as sorted
+// vectors: placement works with small sets and wants them printable and
+// comparable, which hwloc bitmaps are not without a topology at hand.
+#include <algorithm>
+#include <charconv>
+
+#include "daemon/placement_topology.h"
+
+namespace voltad::placement {
+
+std::string format_index_list(const IndexList& list) {
+  std::string out;
+  for (size_t i = 0; i < list.size();) {
+    size_t j = i;
+    while (j + 1 < list.size() && list[j + 1] == list[j] + 1) ++j;
+    if (!out.empty()) out += ',';
+    out += std::to_string(list[i]);
+    if (j > i) out += '-' + std::to_string(list[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+namespace {
+
+// The largest CPU number accepted: far above any machine, low enough that a
+// typo such as 0-4000000000 cannot allocate a huge list.
+constexpr unsigned kMaxIndex = 1u << 16;
+
+std::optional<unsigned> parse_number(std::string_view s) {
+  unsigned v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size() || s.empty()) return std::nullopt;
+  return v;
+}
+
+}  // namespace
+
+Result<IndexList> parse_index_list(const std::string& text, const std::string& what) {
+  IndexList out;
+  std::string_view rest = text;
+  while (!rest.empty()) {
+    size_t comma = rest.find(',');
+    std::string_view item = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    if (item.empty() && comma != std::string_view::npos)
+      return make_error(what + ": '" + text + "' has an empty item (two commas, or a trailing comma)");
+    size_t dash = item.find('-');
+    auto lo = parse_number(item.substr(0, dash));
+    auto hi = dash == std::string_view::npos ? lo : parse_number(item.substr(dash + 1));
+    if (!lo || !hi)
+      return make_error(what + ": '" + std::string(item) + "' in '" + text +
+                        "' is not a number or a range such as 0-7");
+    if (*hi < *lo)
+      return make_error(what + ": the range '" + std::string(item) + "' runs backwards");
+    if (*hi > kMaxIndex)
+      return make_error(what + ": " + std::to_string(*hi) + " is far beyond any machine's CPU numbers");
+    for (unsigned v = *lo; v <= *hi; ++v) out.push_back(v);
+  }
+  if (out.empty()) return make_error(what + ": the list is empty");
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+IndexList intersect(const IndexList& a, const IndexList& b) {
+  IndexList out;
+  std::set_intersection(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(out));
+  return out;
+}
+
+IndexList subtract(const IndexList& a, const IndexList& b) {
+  IndexList out;
+  std::set_difference(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(out));
+  return out;
+}
+
+bool contains_all(const IndexList& haystack, const IndexList& needles) {
+  return std::includes(haystack.begin(), haystack.end(), needles.begin(), needles.end());
+}
+
+}  // namespace voltad::placement
