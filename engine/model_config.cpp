@@ -166,6 +166,12 @@ Result<ModelConfig> read_model_config(const GgufFile& file) {
   VOLTAD_READ(rms_eps, r.real_or("attention.layer_norm_rms_epsilon", std::nullopt));
   VOLTAD_READ(rope_theta, r.real_or("rope.freq_base", 10000.0f));
 
+  // Each layer has at least 9 tensors (2 norms, 4 attention and 3 MLP matrices).
+  const uint64_t n_tensors = file.tensors().size();
+  if (uint64_t(c.n_layers) > n_tensors / 9) {
+    return r.error(p + "block_count = " + std::to_string(c.n_layers) + ", but the file has only " +
+                   std::to_string(n_tensors) + " tensors (each layer needs at least 9)");
+  }
   if (c.n_heads % c.n_kv_heads != 0) {
     return r.error(p + "attention.head_count_kv = " + std::to_string(c.n_kv_heads) +
                    " does not divide " + p + "attention.head_count = " + std::to_string(c.n_heads));

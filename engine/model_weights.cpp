@@ -69,9 +69,10 @@ Result<ModelWeights> bind_model_weights(const GgufFile& file, const ModelConfig&
   }
   VOLTAD_BIND(w.rope_freqs, "rope_freqs.weight", {c.head_dim / 2}, c.has_rope_freqs);
 
-  w.layers.resize(static_cast<size_t>(c.n_layers));
+  // Grown layer by layer: a block_count larger than the file's tensors fails
+  // at the first missing tensor instead of allocating for all of them.
   for (int64_t i = 0; i < c.n_layers; ++i) {
-    LayerWeights& l = w.layers[static_cast<size_t>(i)];
+    LayerWeights& l = w.layers.emplace_back();
     const std::string blk = "blk." + std::to_string(i) + ".";
     VOLTAD_BIND(l.attn_norm, blk + "attn_norm.weight", {c.dim});
     VOLTAD_BIND(l.wq, blk + "attn_q.weight", {c.dim, c.q_dim()});

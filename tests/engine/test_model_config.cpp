@@ -200,6 +200,18 @@ TEST_CASE("missing and inconsistent hyperparameters name the key") {
   }
   {
     test::TinyModelSpec spec;
+    spec.omit = {"llama.block_count"};
+    expect_load_error(spec, "llama.block_count = 1000000, but the file has only",
+                      [](GgufWriter& w) { w.add_u32("llama.block_count", 1000000); });
+  }
+  {
+    test::TinyModelSpec spec;
+    spec.omit = {"blk.1.attn_norm.weight", "blk.1.attn_q.weight"};
+    spec.n_layers = 2;
+    expect_load_error(spec, "tensor 'blk.1.attn_norm.weight' is missing");
+  }
+  {
+    test::TinyModelSpec spec;
     expect_load_error(spec, "llama.rope.scaling.type = 'yarn' is not supported",
                       [](GgufWriter& w) { w.add_string("llama.rope.scaling.type", "yarn"); });
   }
