@@ -32,7 +32,7 @@ void store_u32(uint8_t* p, uint32_t v) { std::memcpy(p, &v, 4); }
 
 // GGUF block geometry of the types we repack (bytes per block of 32 or 256).
 constexpr int kQ4_0Bytes = 18, kQ4_1Bytes = 20, kQ5_0Bytes = 22, kQ5_1Bytes = 24;
-constexpr int kQ8_0Bytes = 34, kQ4_KBytes = 144, kQ6_KBytes = 210;
+constexpr int kQ8_0Bytes = 34, kQ4_KBytes = 144, kQ5_KBytes = 176, kQ6_KBytes = 210;
 
 // The destination of one row: pointers into each sub-array.
 struct RowOut {
@@ -151,6 +151,20 @@ void repack_row(GgmlType type, const uint8_t* in, int64_t cols, const RowOut& ou
         for (int c = 0; c < 8; ++c) pack_int4_chunk(q + 32 * c, out.quants + 128 * b + 16 * c);
       }
       break;
+    case GgmlType::Q5_K:
+      for (int64_t b = 0; b < cols / 256; ++b) {
+        const uint8_t* blk = in + b * kQ5_KBytes;
+        std::memcpy(out.scales + 16 * b, blk, 16);  // d, dmin, scales[12]
+        // GGUF: nibbles as in Q4_K (qs at 48); bit s of qh[l] (qh at 16) is
+        // the fifth bit of value l of sub-block s.
+        for (int i = 0; i < 256; ++i) {
+          const int s = i / 32, l = i % 32;
+          const uint8_t byte = blk[48 + 32 * (s / 2) + l];
+          const int nib = s % 2 == 0 ? (byte & 0x0F) : (byte >> 4);
+          out.quants[256 * b + i] = uint8_t(nib | (((blk[16 + l] >> s) & 1) << 4));
+        }
+      }
+      break;
     case GgmlType::Q6_K:
       for (int64_t b = 0; b < cols / 256; ++b) {
         const uint8_t* blk = in + b * kQ6_KBytes;
@@ -201,6 +215,7 @@ Result<PackedFormat> packed_format_for(GgmlType type) {
     case GgmlType::Q8_0:
     case GgmlType::Q5_0: return PackedFormat::Int8Sym32;
     case GgmlType::Q5_1: return PackedFormat::Int8Affine32;
+    case GgmlType::Q5_K: return PackedFormat::Int8K256;
     case GgmlType::F16:
     case GgmlType::BF16: return PackedFormat::F16;
     case GgmlType::F32: return PackedFormat::F32;
@@ -208,7 +223,7 @@ Result<PackedFormat> packed_format_for(GgmlType type) {
   }
   return make_error("tensor type " + ggml_type_name(type) +
                     " has no CUDA weight layout (the CUDA backend runs F32, F16, BF16, Q4_0, "
-                    "Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K; use the CPU backend for this model)");
+                    "Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K; use the CPU backend for this model)");
 }
 
 Result<PackedLayout> packed_layout_for(GgmlType type, int64_t rows, int64_t cols) {
@@ -233,6 +248,7 @@ Status repack_rows(GgmlType type, const uint8_t* gguf_data, const PackedLayout& 
       case GgmlType::Q5_1: return cols / 32 * kQ5_1Bytes;
       case GgmlType::Q8_0: return cols / 32 * kQ8_0Bytes;
       case GgmlType::Q4_K: return cols / 256 * kQ4_KBytes;
+      case GgmlType::Q5_K: return cols / 256 * kQ5_KBytes;
       case GgmlType::Q6_K: return cols / 256 * kQ6_KBytes;
       case GgmlType::F32: return cols * 4;
       default: return cols * 2;  // F16, BF16
@@ -329,6 +345,16 @@ void dequantize_packed_row(const PackedLayout& l, const uint8_t* packed, int64_t
         const float d = fp16_to_fp32(load_u16(in.scales + 4 * (k / 32)));
         const float m = fp16_to_fp32(load_u16(in.scales + 4 * (k / 32) + 2));
         out[k] = float(int8_t(in.quants[k])) * d + m;
+      }
+      break;
+    case PackedFormat::Int8K256:
+      for (int64_t k = 0; k < cols; ++k) {
+        const uint8_t* h = in.scales + 16 * (k / 256);
+        int sc, mn;
+        q4_k_scale_min(h + 4, int(k / 32) % 8, sc, mn);
+        const float d = fp16_to_fp32(load_u16(h)) * float(sc);
+        const float m = fp16_to_fp32(load_u16(h + 2)) * float(mn);
+        out[k] = d * float(in.quants[k]) - m;
       }
       break;
     case PackedFormat::F16:

@@ -12,6 +12,7 @@
 //   Q8_0               Int8Sym32       8.5    (8.5)
 //   Q5_0               Int8Sym32       8.5    (5.5)
 //   Q5_1               Int8Affine32    9.0    (6.0)
+//   Q5_K               Int8K256        8.5    (5.5)
 //   F16, BF16          F16             16     (16)
 //   F32                F32             32     (32)
 // plus up to 255 bytes of alignment padding per sub-array.

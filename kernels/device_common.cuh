@@ -97,6 +97,14 @@ __device__ __forceinline__ void q4_k_scale_min(uint32_t s0, uint32_t s1, uint32_
   }
 }
 
+// ---- Int8 decode (Int8Sym32, Int8Affine32, Int8K256) ----------------------
+// quants: one byte per value in natural order, 16 values per 16-byte piece,
+// read by dp4a as they are. value = a*q + b per group of 32:
+//   Int8Sym32    q int8 (Q8_0's q, Q5_0's q-16); fp16 d     a = d,    b = 0
+//   Int8Affine32 q in 0..31 (Q5_1);        fp16 {d, m}      a = d,    b = m
+//   Int8K256     q in 0..31 (Q5_K); Q4_K's 16-byte header   a = D*sc, b = -M*mn
+//                per 256 (see Int4K256)
+
 // ---- Int6 decode (Int6K256, from Q6_K) -------------------------------------
 // quants: the low nibbles of v = (q-32) as a six-bit two's complement, in the
 // Int4 order. high: 8 bytes per chunk of 32, a word per half of 16 values;
@@ -174,6 +182,14 @@ __device__ __forceinline__ float packed_value(const PackedMatrixView& m, int64_t
     case PackedFormat::Int8Affine32: {
       const float2 dm = load_half2(s + 4 * (k >> 5));
       return float(int8_t(q[k])) * dm.x + dm.y;
+    }
+    case PackedFormat::Int8K256: {
+      const uint8_t* h = s + 16 * (k >> 8);
+      int sc, mn;
+      q4_k_scale_min(*reinterpret_cast<const uint32_t*>(h + 4),
+                     *reinterpret_cast<const uint32_t*>(h + 8),
+                     *reinterpret_cast<const uint32_t*>(h + 12), int(k >> 5) & 7, sc, mn);
+      return load_half(h) * float(sc) * float(q[k]) - load_half(h + 2) * float(mn);
     }
     case PackedFormat::F16: return load_half(q + 2 * k);
     case PackedFormat::F32: return reinterpret_cast<const float*>(q)[k];

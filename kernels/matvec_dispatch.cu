@@ -116,7 +116,8 @@ void launch_matvec(const MatvecArgs& args, cudaStream_t stream) {
       case PackedFormat::Int4K256: launch_matvec_int4(a, stream); break;
       case PackedFormat::Int6K256:
       case PackedFormat::Int8Sym32:
-      case PackedFormat::Int8Affine32: launch_matvec_int8(a, stream); break;
+      case PackedFormat::Int8Affine32:
+      case PackedFormat::Int8K256: launch_matvec_int8(a, stream); break;
       case PackedFormat::F16:
       case PackedFormat::F32: launch_matvec_float(a, stream); break;
     }

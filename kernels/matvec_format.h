@@ -30,6 +30,7 @@ enum class PackedFormat : uint8_t {
   // One int8 per value, 16 values per 16 bytes.
   Int8Sym32,     // from Q8_0 (q) and Q5_0 (q-16): w = d*q; fp16 d per 32
   Int8Affine32,  // from Q5_1: w = d*q + m, q in 0..31;  fp16 {d, m} per 32
+  Int8K256,      // from Q5_K: w = D*sc*q - M*mn, q in 0..31; scales as Int4K256
   F16,           // from F16 and BF16 (converted; see docs/FORMAT.md)
   F32,           // from F32
 };
@@ -42,6 +43,7 @@ inline const char* packed_format_name(PackedFormat f) {
     case PackedFormat::Int6K256: return "int6-k256";
     case PackedFormat::Int8Sym32: return "int8-sym32";
     case PackedFormat::Int8Affine32: return "int8-affine32";
+    case PackedFormat::Int8K256: return "int8-k256";
     case PackedFormat::F16: return "f16";
     case PackedFormat::F32: return "f32";
   }
@@ -52,7 +54,8 @@ inline const char* packed_format_name(PackedFormat f) {
 inline int64_t packed_block_elems(PackedFormat f) {
   switch (f) {
     case PackedFormat::Int4K256:
-    case PackedFormat::Int6K256: return 256;
+    case PackedFormat::Int6K256:
+    case PackedFormat::Int8K256: return 256;
     case PackedFormat::F16:
     case PackedFormat::F32: return 1;
     default: return 32;
@@ -111,6 +114,10 @@ inline PackedLayout make_packed_layout(PackedFormat format, int64_t rows, int64_
     case PackedFormat::Int8Affine32:
       l.quant_row_bytes = cols;
       l.scale_row_bytes = cols / 32 * 4;
+      break;
+    case PackedFormat::Int8K256:
+      l.quant_row_bytes = cols;
+      l.scale_row_bytes = cols / 256 * 16;
       break;
     case PackedFormat::F16: l.quant_row_bytes = (cols * 2 + 15) / 16 * 16; break;
     case PackedFormat::F32: l.quant_row_bytes = (cols * 4 + 15) / 16 * 16; break;

@@ -1,6 +1,6 @@
 // Fused dequantize-matvecs for the byte-decoded formats: Int8Sym32 (Q8_0,
-// Q5_0), Int8Affine32 (Q5_1) and Int6K256 (Q6_K, decoded to int8 in
-// registers). Layouts in kernels/device_common.cuh and docs/FORMAT.md.
+// Q5_0), Int8Affine32 (Q5_1), Int8K256 (Q5_K) and Int6K256 (Q6_K, decoded to
+// int8 in registers). Layouts in kernels/device_common.cuh and docs/FORMAT.md.
 //
 // Same work split as matvec_int4.cu: a warp owns R rows, lane l reads the
 // 16-byte pieces l, l+32, ... of each row so a warp's load covers 512
@@ -16,8 +16,8 @@ namespace {
 constexpr int kWarpsPerBlock = 4;
 }
 
-// Int8Sym32 / Int8Affine32: w = d*q (+ m).
-template <bool kAffine, int R, int B, int U>
+// Int8*: w = a*q + b with (a, b) per group of 32 (two pieces).
+template <PackedFormat F, int R, int B, int U>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32) kernel_matvec_int8(MatvecArgs a) {
   const PackedLayout& l = a.w.layout;
   const int lane = threadIdx.x & 31;
@@ -42,7 +42,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) kernel_matvec_int8(Matvec
 
   for (int p0 = lane; p0 < pieces; p0 += 32 * U) {
     uint4 w[U][R];
-    float2 dm[U][R];  // {d, m}
+    float2 dm[U][R];  // {a, b}
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int p = p0 + 32 * u;
@@ -50,8 +50,16 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) kernel_matvec_int8(Matvec
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           w[u][r] = load_weights_16(qrow[r] + 16 * p);
-          if (kAffine) {
+          if constexpr (F == PackedFormat::Int8Affine32) {
             dm[u][r] = load_half2(srow[r] + 4 * (p >> 1));
+          } else if constexpr (F == PackedFormat::Int8K256) {
+            // Sub-block (p/2) % 8 = (lane/2) % 8: fixed per lane.
+            const uint4 h = load_weights_16(srow[r] + 16 * (p >> 4));
+            int sc, mn;
+            q4_k_scale_min(h.y, h.z, h.w, (lane >> 1) & 7, sc, mn);
+            dm[u][r] = make_float2(
+                __half2float(__ushort_as_half((unsigned short)(h.x & 0xFFFF))) * float(sc),
+                -__half2float(__ushort_as_half((unsigned short)(h.x >> 16))) * float(mn));
           } else {
             dm[u][r] = make_float2(load_half(srow[r] + 2 * (p >> 1)), 0.0f);
           }
@@ -73,7 +81,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) kernel_matvec_int8(Matvec
           d = __dp4a(int(w[u][r].z), int(x.z), d);
           d = __dp4a(int(w[u][r].w), int(x.w), d);
           float v = dm[u][r].x * (xs.x * float(d));
-          if (kAffine) v += dm[u][r].y * xs.y;
+          if constexpr (F != PackedFormat::Int8Sym32) v += dm[u][r].y * xs.y;
           acc[r][b] += v;
         }
       }
@@ -182,9 +190,9 @@ unsigned grid_for(int64_t rows) {
   return unsigned((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
 }
 
-template <bool kAffine, int R, int B, int U>
+template <PackedFormat F, int R, int B, int U>
 void launch_int8(const MatvecArgs& a, cudaStream_t stream) {
-  kernel_matvec_int8<kAffine, R, B, U>
+  kernel_matvec_int8<F, R, B, U>
       <<<grid_for<R>(a.w.layout.rows), kWarpsPerBlock * 32, 0, stream>>>(a);
   CUDA_CHECK(cudaGetLastError());
 }
@@ -195,17 +203,17 @@ void launch_int6(const MatvecArgs& a, cudaStream_t stream) {
   CUDA_CHECK(cudaGetLastError());
 }
 
-template <bool kAffine>
+template <PackedFormat F>
 void launch_int8_format(const MatvecArgs& a, cudaStream_t stream) {
   switch (a.batch) {
-    case 1: launch_int8<kAffine, 1, 1, 4>(a, stream); break;
-    case 2: launch_int8<kAffine, 1, 2, 4>(a, stream); break;
-    case 3: launch_int8<kAffine, 2, 3, 2>(a, stream); break;
-    case 4: launch_int8<kAffine, 2, 4, 2>(a, stream); break;
-    case 5: launch_int8<kAffine, 2, 5, 2>(a, stream); break;
-    case 6: launch_int8<kAffine, 2, 6, 2>(a, stream); break;
-    case 7: launch_int8<kAffine, 2, 7, 2>(a, stream); break;
-    default: launch_int8<kAffine, 2, 8, 2>(a, stream); break;
+    case 1: launch_int8<F, 1, 1, 4>(a, stream); break;
+    case 2: launch_int8<F, 1, 2, 4>(a, stream); break;
+    case 3: launch_int8<F, 2, 3, 2>(a, stream); break;
+    case 4: launch_int8<F, 2, 4, 2>(a, stream); break;
+    case 5: launch_int8<F, 2, 5, 2>(a, stream); break;
+    case 6: launch_int8<F, 2, 6, 2>(a, stream); break;
+    case 7: launch_int8<F, 2, 7, 2>(a, stream); break;
+    default: launch_int8<F, 2, 8, 2>(a, stream); break;
   }
 }
 
@@ -226,8 +234,11 @@ void launch_int6_format(const MatvecArgs& a, cudaStream_t stream) {
 
 void launch_matvec_int8(const MatvecArgs& a, cudaStream_t stream) {
   switch (a.w.layout.format) {
-    case PackedFormat::Int8Sym32: launch_int8_format<false>(a, stream); break;
-    case PackedFormat::Int8Affine32: launch_int8_format<true>(a, stream); break;
+    case PackedFormat::Int8Sym32: launch_int8_format<PackedFormat::Int8Sym32>(a, stream); break;
+    case PackedFormat::Int8Affine32:
+      launch_int8_format<PackedFormat::Int8Affine32>(a, stream);
+      break;
+    case PackedFormat::Int8K256: launch_int8_format<PackedFormat::Int8K256>(a, stream); break;
     case PackedFormat::Int6K256: launch_int6_format(a, stream); break;
     default:
       std::fprintf(stderr, "launch_matvec_int8: format %s is not Int8/Int6\n",
