@@ -1,7 +1,202 @@
-// voltad-run: offline generation with the engine alone.
+// voltad-run: offline generation with the engine alone (no daemon).
+//
+//   voltad-run -m MODEL.gguf --info
+//   voltad-run -m MODEL.gguf -p PROMPT [-n N] [--chat] [--temp T] [--seed S] ...
+#include <charconv>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
 
-int main(int, char**) {
-  std::fprintf(stderr, "voltad-run: no engine in this build yet: nothing can be generated\n");
-  return 64;
+#include "engine/backend_cpu.h"
+#include "engine/chat_template.h"
+#include "engine/generate.h"
+#include "engine/model.h"
+#include "engine/model_info.h"
+#include "engine/tokenizer.h"
+
+namespace {
+
+constexpr int kExitUsage = 64, kExitModel = 65, kExitFailure = 1;
+
+constexpr const char* kUsage =
+    "usage: voltad-run -m MODEL.gguf --info\n"
+    "       voltad-run -m MODEL.gguf -p PROMPT [options]\n"
+    "options:\n"
+    "  -n N               tokens to generate (default 128)\n"
+    "  --chat             wrap the prompt in the model's chat template\n"
+    "  --system TEXT      system message (with --chat)\n"
+    "  --template NAME    chat template: auto, llama3, chatml (default auto)\n"
+    "  --temp T           temperature; 0 = greedy (default 0.8)\n"
+    "  --top-k K --top-p P --min-p P --repeat-penalty R\n"
+    "  --seed S           random seed, for reproducible sampling\n"
+    "  --stop TEXT        stop string (repeatable)\n"
+    "  --backend NAME     cpu (default; the CUDA backend is selected with cuda)\n"
+    "  --threads N        CPU threads (default: all)\n"
+    "  --ctx N            context size in tokens (default: prompt + n)\n"
+    "  --dump-logits FILE write each step's logits (float32, little-endian, n_vocab per row)\n"
+    "  --quiet            print only the generated text\n";
+
+struct Args {
+  std::string model, prompt, system, chat_template = "auto", backend = "cpu", dump_logits;
+  std::vector<std::string> stop;
+  bool info = false, chat = false, quiet = false;
+  int32_t n = 128, threads = 0, ctx = 0;
+  voltad::SamplingParams sampling;
+};
+
+template <class T>
+bool parse_number(const std::string& s, T& out) {
+  if constexpr (std::is_floating_point_v<T>) {
+    char* end = nullptr;
+    out = T(std::strtod(s.c_str(), &end));
+    return !s.empty() && end == s.c_str() + s.size();
+  } else {
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+    return ec == std::errc() && p == s.data() + s.size();
+  }
+}
+
+int usage(const std::string& why) {
+  std::fprintf(stderr, "voltad-run: %s\n%s", why.c_str(), kUsage);
+  return kExitUsage;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  a.sampling.temperature = 0.8f;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& f = args[i];
+    auto next = [&](std::string& out) {
+      if (i + 1 >= args.size()) return false;
+      out = args[++i];
+      return true;
+    };
+    std::string v;
+    bool ok = true;
+    if (f == "-h" || f == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else if (f == "-m" || f == "--model") ok = next(a.model);
+    else if (f == "-p" || f == "--prompt") ok = next(a.prompt);
+    else if (f == "--system") ok = next(a.system);
+    else if (f == "--template") ok = next(a.chat_template);
+    else if (f == "--backend") ok = next(a.backend);
+    else if (f == "--dump-logits") ok = next(a.dump_logits);
+    else if (f == "--stop") ok = next(v), a.stop.push_back(v);
+    else if (f == "--info") a.info = true;
+    else if (f == "--chat") a.chat = true;
+    else if (f == "--quiet") a.quiet = true;
+    else if (f == "-n") ok = next(v) && parse_number(v, a.n) && a.n >= 0;
+    else if (f == "--threads") ok = next(v) && parse_number(v, a.threads) && a.threads >= 0;
+    else if (f == "--ctx") ok = next(v) && parse_number(v, a.ctx) && a.ctx > 0;
+    else if (f == "--temp") ok = next(v) && parse_number(v, a.sampling.temperature);
+    else if (f == "--top-k") ok = next(v) && parse_number(v, a.sampling.top_k);
+    else if (f == "--top-p") ok = next(v) && parse_number(v, a.sampling.top_p);
+    else if (f == "--min-p") ok = next(v) && parse_number(v, a.sampling.min_p);
+    else if (f == "--repeat-penalty") ok = next(v) && parse_number(v, a.sampling.repetition_penalty);
+    else if (f == "--seed") {
+      uint64_t s = 0;
+      ok = next(v) && parse_number(v, s);
+      a.sampling.seed = s;
+    } else return usage("unknown argument '" + f + "'");
+    if (!ok) return usage("bad or missing value for " + f);
+  }
+  if (a.model.empty()) return usage("no model: pass -m MODEL.gguf");
+  if (auto st = a.sampling.validate(); !st) return usage(st.error().message);
+
+  auto model = voltad::load_model(a.model);
+  if (!model) {
+    std::fprintf(stderr, "voltad-run: %s\n", model.error().message.c_str());
+    return kExitModel;
+  }
+  const auto& m = *model.value();
+  if (a.info) {
+    std::fputs(voltad::describe_model(*m.file, &m.config).c_str(), stdout);
+    return 0;
+  }
+  if (a.prompt.empty()) return usage("no prompt: pass -p PROMPT (or --info)");
+  if (a.backend != "cpu")
+    return usage("backend '" + a.backend + "' is not available in this build (available: cpu)");
+
+  auto data = voltad::tokenizer_data_from_gguf(*m.file);
+  if (!data) {
+    std::fprintf(stderr, "voltad-run: %s: %s\n", a.model.c_str(), data.error().message.c_str());
+    return kExitModel;
+  }
+  auto tokenizer = voltad::Tokenizer::create(std::move(data).value());
+  if (!tokenizer) {
+    std::fprintf(stderr, "voltad-run: %s: %s\n", a.model.c_str(), tokenizer.error().message.c_str());
+    return kExitModel;
+  }
+  const voltad::Tokenizer& tok = tokenizer.value();
+
+  std::vector<int32_t> prompt;
+  if (a.chat) {
+    auto format = voltad::choose_chat_format(tok.data().chat_template, a.chat_template);
+    if (!format) {
+      std::fprintf(stderr, "voltad-run: %s\n", format.error().message.c_str());
+      return kExitModel;
+    }
+    std::vector<voltad::ChatMessage> messages;
+    if (!a.system.empty()) messages.push_back({"system", a.system});
+    messages.push_back({"user", a.prompt});
+    auto options = voltad::chat_render_options_from_template(format.value(), tok.data().chat_template);
+    // Llama 3's template writes BOS as text; ChatML templates write none.
+    bool bos_as_text = format.value() == voltad::ChatFormat::Llama3 && tok.bos() >= 0;
+    std::string text = voltad::render_chat(format.value(), messages, true,
+                                           bos_as_text ? tok.token_piece(tok.bos()) : "", options);
+    prompt = tok.encode(text, !bos_as_text && tok.data().add_bos, true);
+  } else {
+    prompt = tok.encode(a.prompt, tok.data().add_bos, false);
+  }
+
+  voltad::CpuBackendOptions opts;
+  opts.threads = a.threads;
+  opts.max_context = a.ctx > 0 ? a.ctx : int32_t(prompt.size()) + a.n;
+  opts.max_sequences = 1;
+  auto backend = voltad::CpuBackend::create(model.value(), opts);
+  if (!backend) {
+    std::fprintf(stderr, "voltad-run: %s\n", backend.error().message.c_str());
+    return kExitFailure;
+  }
+
+  std::ofstream dump;
+  if (!a.dump_logits.empty()) {
+    dump.open(a.dump_logits, std::ios::binary);
+    if (!dump) {
+      std::fprintf(stderr, "voltad-run: cannot write %s: %s\n", a.dump_logits.c_str(), std::strerror(errno));
+      return kExitFailure;
+    }
+  }
+  voltad::GenerateOptions gen;
+  gen.max_tokens = a.n;
+  gen.sampling = a.sampling;
+  gen.stop = a.stop;
+  if (dump.is_open())
+    gen.on_logits = [&](std::span<const float> row) {
+      dump.write(reinterpret_cast<const char*>(row.data()), std::streamsize(row.size_bytes()));
+    };
+  auto result = voltad::generate(*backend.value(), tok, prompt, gen, [](std::string_view text) {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+    return true;
+  });
+  std::fputc('\n', stdout);
+  if (!result) {
+    std::fprintf(stderr, "voltad-run: %s\n", result.error().message.c_str());
+    return kExitFailure;
+  }
+  if (!a.quiet) {
+    const auto& r = result.value();
+    std::fprintf(stderr, "voltad-run: %zu prompt tokens in %.2f s (%.1f tok/s), %zu generated in %.2f s (%.1f tok/s), backend %s\n",
+                 prompt.size(), r.prefill_seconds, double(prompt.size()) / std::max(r.prefill_seconds, 1e-9),
+                 r.tokens.size(), r.decode_seconds, double(r.tokens.size()) / std::max(r.decode_seconds, 1e-9),
+                 backend.value()->name().c_str());
+  }
+  return 0;
 }
