@@ -84,7 +84,9 @@ void decode_q4_1(const uint8_t* src, float* dst, int64_t n) {
 }
 
 // The fifth bit of a Q5_0/Q5_1 value: bit i of the 32-bit word qh.
-int fifth_bit(uint32_t qh, int i) { return static_cast<int>((qh >> i) & 1u) << 4; }
+int fifth_bit(uint32_t qh, int i) {
+  return static_cast<int>((qh >> i) & 1u) << 4;
+}
 
 // Q5_0, 22 bytes per 32 values:
 //   [0..2)   d   fp16 scale
@@ -239,18 +241,30 @@ void dequantize_row(GgmlType type, const uint8_t* src, float* dst, int64_t n) {
   VOLTAD_CHECK(info != nullptr && info->supported);
   VOLTAD_CHECK(n >= 0 && n % info->block_elems == 0);
   switch (type) {
-    case GgmlType::F32: return decode_f32(src, dst, n);
-    case GgmlType::F16: return decode_f16(src, dst, n);
-    case GgmlType::BF16: return decode_bf16(src, dst, n);
-    case GgmlType::Q8_0: return decode_q8_0(src, dst, n);
-    case GgmlType::Q4_0: return decode_q4_0(src, dst, n);
-    case GgmlType::Q4_1: return decode_q4_1(src, dst, n);
-    case GgmlType::Q5_0: return decode_q5_0(src, dst, n);
-    case GgmlType::Q5_1: return decode_q5_1(src, dst, n);
-    case GgmlType::Q4_K: return decode_q4_k(src, dst, n);
-    case GgmlType::Q5_K: return decode_q5_k(src, dst, n);
-    case GgmlType::Q6_K: return decode_q6_k(src, dst, n);
-    default: break;
+    case GgmlType::F32:
+      return decode_f32(src, dst, n);
+    case GgmlType::F16:
+      return decode_f16(src, dst, n);
+    case GgmlType::BF16:
+      return decode_bf16(src, dst, n);
+    case GgmlType::Q8_0:
+      return decode_q8_0(src, dst, n);
+    case GgmlType::Q4_0:
+      return decode_q4_0(src, dst, n);
+    case GgmlType::Q4_1:
+      return decode_q4_1(src, dst, n);
+    case GgmlType::Q5_0:
+      return decode_q5_0(src, dst, n);
+    case GgmlType::Q5_1:
+      return decode_q5_1(src, dst, n);
+    case GgmlType::Q4_K:
+      return decode_q4_k(src, dst, n);
+    case GgmlType::Q5_K:
+      return decode_q5_k(src, dst, n);
+    case GgmlType::Q6_K:
+      return decode_q6_k(src, dst, n);
+    default:
+      break;
   }
   VOLTAD_CHECK(!"type marked supported has no decoder");
 }

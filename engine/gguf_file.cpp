@@ -15,10 +15,30 @@
 namespace voltad {
 
 std::string gguf_value_type_name(uint32_t raw) {
-  static constexpr const char* kNames[] = {"u8",  "i8",   "u16",    "i16",   "u32", "i32", "f32",
+  static constexpr const char* kNames[] = {"u8",   "i8",     "u16",   "i16", "u32", "i32", "f32",
                                            "bool", "string", "array", "u64", "i64", "f64"};
   if (raw < std::size(kNames)) return kNames[raw];
   return "type " + std::to_string(raw);
+}
+
+std::string gguf_quoted(std::string_view s) {
+  std::string out = "'";
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i == 96) {
+      out += "...";
+      break;
+    }
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out += static_cast<char>(c);
+    } else {
+      static constexpr char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out + "'";
 }
 
 std::string GgufTensor::shape_string() const {
@@ -92,7 +112,9 @@ const GgufTensor* GgufFile::find_tensor(std::string_view name) const {
   return it == tensor_index_.end() ? nullptr : &tensors_[it->second];
 }
 
-bool GgufFile::has(std::string_view key) const { return kv_index_.count(key) != 0; }
+bool GgufFile::has(std::string_view key) const {
+  return kv_index_.count(key) != 0;
+}
 
 std::vector<std::string> GgufFile::keys() const {
   std::vector<std::string> out;
@@ -134,18 +156,41 @@ T load(const uint8_t* p) {
 Number decode_number(GgufValueType type, const uint8_t* p) {
   Number n;
   switch (type) {
-    case GgufValueType::U8: n.kind = Number::Unsigned, n.u = load<uint8_t>(p); break;
-    case GgufValueType::U16: n.kind = Number::Unsigned, n.u = load<uint16_t>(p); break;
-    case GgufValueType::U32: n.kind = Number::Unsigned, n.u = load<uint32_t>(p); break;
-    case GgufValueType::U64: n.kind = Number::Unsigned, n.u = load<uint64_t>(p); break;
-    case GgufValueType::I8: n.kind = Number::Signed, n.i = load<int8_t>(p); break;
-    case GgufValueType::I16: n.kind = Number::Signed, n.i = load<int16_t>(p); break;
-    case GgufValueType::I32: n.kind = Number::Signed, n.i = load<int32_t>(p); break;
-    case GgufValueType::I64: n.kind = Number::Signed, n.i = load<int64_t>(p); break;
-    case GgufValueType::F32: n.kind = Number::Float, n.f = load<float>(p); break;
-    case GgufValueType::F64: n.kind = Number::Float, n.f = load<double>(p); break;
-    case GgufValueType::Bool: n.kind = Number::Bool, n.u = load<uint8_t>(p) != 0; break;
-    default: break;
+    case GgufValueType::U8:
+      n.kind = Number::Unsigned, n.u = load<uint8_t>(p);
+      break;
+    case GgufValueType::U16:
+      n.kind = Number::Unsigned, n.u = load<uint16_t>(p);
+      break;
+    case GgufValueType::U32:
+      n.kind = Number::Unsigned, n.u = load<uint32_t>(p);
+      break;
+    case GgufValueType::U64:
+      n.kind = Number::Unsigned, n.u = load<uint64_t>(p);
+      break;
+    case GgufValueType::I8:
+      n.kind = Number::Signed, n.i = load<int8_t>(p);
+      break;
+    case GgufValueType::I16:
+      n.kind = Number::Signed, n.i = load<int16_t>(p);
+      break;
+    case GgufValueType::I32:
+      n.kind = Number::Signed, n.i = load<int32_t>(p);
+      break;
+    case GgufValueType::I64:
+      n.kind = Number::Signed, n.i = load<int64_t>(p);
+      break;
+    case GgufValueType::F32:
+      n.kind = Number::Float, n.f = load<float>(p);
+      break;
+    case GgufValueType::F64:
+      n.kind = Number::Float, n.f = load<double>(p);
+      break;
+    case GgufValueType::Bool:
+      n.kind = Number::Bool, n.u = load<uint8_t>(p) != 0;
+      break;
+    default:
+      break;
   }
   return n;
 }
@@ -163,16 +208,21 @@ size_t gguf_scalar_size(GgufValueType type) {
   switch (type) {
     case GgufValueType::U8:
     case GgufValueType::I8:
-    case GgufValueType::Bool: return 1;
+    case GgufValueType::Bool:
+      return 1;
     case GgufValueType::U16:
-    case GgufValueType::I16: return 2;
+    case GgufValueType::I16:
+      return 2;
     case GgufValueType::U32:
     case GgufValueType::I32:
-    case GgufValueType::F32: return 4;
+    case GgufValueType::F32:
+      return 4;
     case GgufValueType::U64:
     case GgufValueType::I64:
-    case GgufValueType::F64: return 8;
-    default: return 0;
+    case GgufValueType::F64:
+      return 8;
+    default:
+      return 0;
   }
 }
 
@@ -266,8 +316,8 @@ std::optional<std::vector<float>> GgufFile::get_float_array(std::string_view key
   std::vector<float> out;
   out.reserve(kv->array_count);
   for (uint64_t i = 0; i < kv->array_count; ++i) {
-    out.push_back(static_cast<float>(
-        decode_number(kv->array_type, bytes_ + kv->value_offset + i * size).f));
+    out.push_back(
+        static_cast<float>(decode_number(kv->array_type, bytes_ + kv->value_offset + i * size).f));
   }
   return out;
 }

@@ -50,6 +50,10 @@ enum class GgufValueType : uint32_t {
 
 // "u32", "string", "array"; "type 77" for ids outside the enum.
 std::string gguf_value_type_name(uint32_t raw);
+// A name or key from a file, quoted for a message: '...' with bytes that are
+// not printable ASCII escaped as \xNN (no terminal escapes from hostile
+// files) and long names cut after 96 characters.
+std::string gguf_quoted(std::string_view s);
 // Bytes of one value of a fixed-size type; 0 for String and Array.
 size_t gguf_scalar_size(GgufValueType type);
 
@@ -135,8 +139,8 @@ class GgufFile {
   std::string path_;
   const uint8_t* bytes_ = nullptr;
   uint64_t size_ = 0;
-  void* mapping_ = nullptr;            // mmap'd region (open), or null
-  std::vector<uint8_t> owned_;         // the bytes (from_bytes)
+  void* mapping_ = nullptr;     // mmap'd region (open), or null
+  std::vector<uint8_t> owned_;  // the bytes (from_bytes)
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
   uint64_t data_offset_ = 0;

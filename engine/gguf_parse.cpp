@@ -31,29 +31,9 @@ constexpr uint32_t kLastValueType = static_cast<uint32_t>(GgufValueType::F64);
 constexpr uint64_t kMinEntryBytes = 8 + 1 + 4 + 1;
 constexpr uint64_t kMinTensorInfoBytes = 8 + 1 + 4 + 8 + 4 + 8;
 
-// Names and keys from the file are quoted in messages: escape what is not
-// printable ASCII (no terminal escapes from hostile files) and cut long ones.
-std::string quoted(std::string_view s) {
-  std::string out = "'";
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (i == 96) {
-      out += "...";
-      break;
-    }
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c < 0x7f && c != '\\') {
-      out += static_cast<char>(c);
-    } else {
-      static constexpr char kHex[] = "0123456789abcdef";
-      out += "\\x";
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    }
-  }
-  return out + "'";
+std::string bytes_str(uint64_t n) {
+  return std::to_string(n) + (n == 1 ? " byte" : " bytes");
 }
-
-std::string bytes_str(uint64_t n) { return std::to_string(n) + (n == 1 ? " byte" : " bytes"); }
 
 // Bounds-checked little-endian reads over the file, with errors that say
 // what was being read and where.
@@ -124,7 +104,7 @@ Status check_magic(const Reader& r, const uint8_t* bytes, uint64_t size) {
     }
   }
   return r.error("not a GGUF file: it starts with " +
-                 quoted(std::string_view(reinterpret_cast<const char*>(bytes), 4)) +
+                 gguf_quoted(std::string_view(reinterpret_cast<const char*>(bytes), 4)) +
                  " instead of 'GGUF'");
 }
 
@@ -136,8 +116,9 @@ Status check_version(const Reader& r, uint32_t version) {
         "model with a current llama.cpp");
   }
   if ((version & 0xffffu) == 0 && (version >> 16) != 0) {
-    return r.error("this looks like a big-endian GGUF file (version bytes are swapped); "
-                   "voltad reads little-endian GGUF only");
+    return r.error(
+        "this looks like a big-endian GGUF file (version bytes are swapped); "
+        "voltad reads little-endian GGUF only");
   }
   return r.error("unsupported GGUF version " + std::to_string(version) +
                  " at byte 4 (voltad reads versions 2 and 3)");
@@ -168,10 +149,10 @@ Status GgufFile::parse() {
     VOLTAD_TRY(r.read_string(key, "the key of " + entry));
     if (key.empty()) return r.error(entry + " at byte " + std::to_string(at) + " has an empty key");
     if (kv_index_.count(key)) {
-      return r.error("metadata key " + quoted(key) + " appears twice (again at byte " +
+      return r.error("metadata key " + gguf_quoted(key) + " appears twice (again at byte " +
                      std::to_string(at) + ")");
     }
-    const std::string what = "metadata key " + quoted(key);
+    const std::string what = "metadata key " + gguf_quoted(key);
     uint32_t type = 0;
     VOLTAD_TRY(r.read(type, "the value type of " + what));
     if (type > kLastValueType) {
@@ -239,8 +220,8 @@ Status GgufFile::parse() {
   }
 
   if (tensor_count > r.remaining() / kMinTensorInfoBytes) {
-    return r.error("the header claims " + std::to_string(tensor_count) +
-                   " tensors, but only " + bytes_str(r.remaining()) +
+    return r.error("the header claims " + std::to_string(tensor_count) + " tensors, but only " +
+                   bytes_str(r.remaining()) +
                    " remain after the metadata: the file is truncated or corrupt");
   }
   uint64_t pos = r.pos();
@@ -260,7 +241,7 @@ Status GgufFile::parse_tensor_infos(uint64_t& pos, uint64_t tensor_count) {
       return r.error("tensor #" + std::to_string(i) + " (info at byte " + std::to_string(at) +
                      ") has an empty name");
     }
-    const std::string what = "tensor " + quoted(name);
+    const std::string what = "tensor " + gguf_quoted(name);
     if (tensor_index_.count(name)) {
       return r.error(what + " appears twice (again at byte " + std::to_string(at) + ")");
     }
@@ -339,7 +320,7 @@ Status GgufFile::place_tensors(uint64_t header_end) {
       const std::string where = __builtin_add_overflow(data_offset_, relative, &absolute)
                                     ? "data section + " + std::to_string(relative)
                                     : std::to_string(absolute);
-      return r.error("tensor " + quoted(t.name) + ": data [offset " + where + ", " +
+      return r.error("tensor " + gguf_quoted(t.name) + ": data [offset " + where + ", " +
                      bytes_str(t.n_bytes) + "] runs past the end of the file (size " +
                      std::to_string(size_) + "): the file is truncated or corrupt");
     }
@@ -355,9 +336,10 @@ Status GgufFile::place_tensors(uint64_t header_end) {
     const GgufTensor& prev = tensors_[order[i - 1]];
     const GgufTensor& cur = tensors_[order[i]];
     if (prev.offset + prev.n_bytes > cur.offset) {
-      return r.error("tensors " + quoted(prev.name) + " [offset " + std::to_string(prev.offset) +
-                     ", " + bytes_str(prev.n_bytes) + "] and " + quoted(cur.name) +
-                     " [offset " + std::to_string(cur.offset) + "] overlap: the file is corrupt");
+      return r.error("tensors " + gguf_quoted(prev.name) + " [offset " +
+                     std::to_string(prev.offset) + ", " + bytes_str(prev.n_bytes) + "] and " +
+                     gguf_quoted(cur.name) + " [offset " + std::to_string(cur.offset) +
+                     "] overlap: the file is corrupt");
     }
   }
   return {};

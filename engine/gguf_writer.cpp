@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <cstring>
 
-
 namespace voltad {
 namespace {
 
@@ -49,16 +48,36 @@ void GgufWriter::add_scalar(std::string key, GgufValueType type, const void* byt
   entries_.push_back({std::move(key), static_cast<uint32_t>(type), {p, p + size}});
 }
 
-void GgufWriter::add_u8(std::string key, uint8_t v) { add_scalar(std::move(key), GgufValueType::U8, &v, 1); }
-void GgufWriter::add_i8(std::string key, int8_t v) { add_scalar(std::move(key), GgufValueType::I8, &v, 1); }
-void GgufWriter::add_u16(std::string key, uint16_t v) { add_scalar(std::move(key), GgufValueType::U16, &v, 2); }
-void GgufWriter::add_i16(std::string key, int16_t v) { add_scalar(std::move(key), GgufValueType::I16, &v, 2); }
-void GgufWriter::add_u32(std::string key, uint32_t v) { add_scalar(std::move(key), GgufValueType::U32, &v, 4); }
-void GgufWriter::add_i32(std::string key, int32_t v) { add_scalar(std::move(key), GgufValueType::I32, &v, 4); }
-void GgufWriter::add_u64(std::string key, uint64_t v) { add_scalar(std::move(key), GgufValueType::U64, &v, 8); }
-void GgufWriter::add_i64(std::string key, int64_t v) { add_scalar(std::move(key), GgufValueType::I64, &v, 8); }
-void GgufWriter::add_f32(std::string key, float v) { add_scalar(std::move(key), GgufValueType::F32, &v, 4); }
-void GgufWriter::add_f64(std::string key, double v) { add_scalar(std::move(key), GgufValueType::F64, &v, 8); }
+void GgufWriter::add_u8(std::string key, uint8_t v) {
+  add_scalar(std::move(key), GgufValueType::U8, &v, 1);
+}
+void GgufWriter::add_i8(std::string key, int8_t v) {
+  add_scalar(std::move(key), GgufValueType::I8, &v, 1);
+}
+void GgufWriter::add_u16(std::string key, uint16_t v) {
+  add_scalar(std::move(key), GgufValueType::U16, &v, 2);
+}
+void GgufWriter::add_i16(std::string key, int16_t v) {
+  add_scalar(std::move(key), GgufValueType::I16, &v, 2);
+}
+void GgufWriter::add_u32(std::string key, uint32_t v) {
+  add_scalar(std::move(key), GgufValueType::U32, &v, 4);
+}
+void GgufWriter::add_i32(std::string key, int32_t v) {
+  add_scalar(std::move(key), GgufValueType::I32, &v, 4);
+}
+void GgufWriter::add_u64(std::string key, uint64_t v) {
+  add_scalar(std::move(key), GgufValueType::U64, &v, 8);
+}
+void GgufWriter::add_i64(std::string key, int64_t v) {
+  add_scalar(std::move(key), GgufValueType::I64, &v, 8);
+}
+void GgufWriter::add_f32(std::string key, float v) {
+  add_scalar(std::move(key), GgufValueType::F32, &v, 4);
+}
+void GgufWriter::add_f64(std::string key, double v) {
+  add_scalar(std::move(key), GgufValueType::F64, &v, 8);
+}
 
 void GgufWriter::add_bool(std::string key, bool v) {
   const uint8_t byte = v ? 1 : 0;
@@ -166,7 +185,8 @@ Status GgufWriter::write_file(const std::string& path) const {
   const bool written = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
   const int write_errno = errno;
   if (std::fclose(f) != 0 || !written) {
-    return make_error("cannot write '" + path + "': " + std::strerror(written ? errno : write_errno));
+    return make_error("cannot write '" + path +
+                      "': " + std::strerror(written ? errno : write_errno));
   }
   return {};
 }

@@ -15,11 +15,13 @@ struct ArchEntry {
   const char* name;
   Arch arch;
 };
-constexpr ArchEntry kArchs[] = {{"llama", Arch::Llama}, {"qwen2", Arch::Qwen2}, {"qwen3", Arch::Qwen3}};
+constexpr ArchEntry kArchs[] = {
+    {"llama", Arch::Llama}, {"qwen2", Arch::Qwen2}, {"qwen3", Arch::Qwen3}};
 
 class ConfigReader {
  public:
-  ConfigReader(const GgufFile& file, std::string prefix) : file_(file), prefix_(std::move(prefix)) {}
+  ConfigReader(const GgufFile& file, std::string prefix)
+      : file_(file), prefix_(std::move(prefix)) {}
 
   Error error(const std::string& message) const {
     return make_error(file_.path() + ": " + message);
@@ -64,7 +66,8 @@ class ConfigReader {
  private:
   Result<int64_t> size_value(const std::string& key) const {
     if (file_.find_key(key)->type == GgufValueType::Array) {
-      return error("metadata key '" + key + "' is an array (per-layer values), which voltad "
+      return error("metadata key '" + key +
+                   "' is an array (per-layer values), which voltad "
                    "does not support: all layers must share one value");
     }
     const std::optional<int64_t> v = file_.get_int(key);
@@ -90,7 +93,9 @@ Status read_rope_scaling(const GgufFile& file, const ConfigReader& r, ModelConfi
   std::string type = "none";
   if (file.has(type_key)) {
     const std::optional<std::string> t = file.get_string(type_key);
-    if (!t) return r.error("metadata key '" + type_key + "' has type " + file.key_type_name(type_key) + "; expected a string");
+    if (!t)
+      return r.error("metadata key '" + type_key + "' has type " + file.key_type_name(type_key) +
+                     "; expected a string");
     type = *t;
   } else if (file.has(r.prefix() + "rope.scale_linear")) {
     type = "linear";  // the older spelling: the factor itself
@@ -106,8 +111,11 @@ Status read_rope_scaling(const GgufFile& file, const ConfigReader& r, ModelConfi
     config.rope_freq_scale = 1.0f / *factor;
     return {};
   }
-  return r.error(type_key + " = '" + type + "' is not supported (voltad supports 'none' and "
-                 "'linear'); " + factor_key + " extends the context in a way voltad cannot "
+  return r.error(type_key + " = '" + type +
+                 "' is not supported (voltad supports 'none' and "
+                 "'linear'); " +
+                 factor_key +
+                 " extends the context in a way voltad cannot "
                  "reproduce");
 }
 
@@ -130,12 +138,11 @@ Result<ModelConfig> read_model_config(const GgufFile& file) {
   const std::string fail = file.path() + ": ";
   const std::optional<std::string> arch = file.get_string("general.architecture");
   if (!arch) {
-    return make_error(fail + "metadata key 'general.architecture' is " +
-                      (file.has("general.architecture")
-                           ? "of type " + file.key_type_name("general.architecture")
-                           : std::string("missing")) +
-                      "; it must name the model architecture (supported: " +
-                      supported_arch_names() + ")");
+    return make_error(
+        fail + "metadata key 'general.architecture' is " +
+        (file.has("general.architecture") ? "of type " + file.key_type_name("general.architecture")
+                                          : std::string("missing")) +
+        "; it must name the model architecture (supported: " + supported_arch_names() + ")");
   }
   ModelConfig c{};
   c.arch_name = *arch;
@@ -143,19 +150,19 @@ Result<ModelConfig> read_model_config(const GgufFile& file) {
   for (const ArchEntry& e : kArchs)
     if (c.arch_name == e.name) entry = &e;
   if (!entry) {
-    return make_error(fail + "architecture '" + c.arch_name + "' is not supported (supported: " +
-                      supported_arch_names() + ")");
+    return make_error(fail + "architecture '" + c.arch_name +
+                      "' is not supported (supported: " + supported_arch_names() + ")");
   }
   c.arch = entry->arch;
   c.name = file.get_string("general.name").value_or("");
 
   ConfigReader r(file, c.arch_name + ".");
   const std::string& p = r.prefix();
-#define VOLTAD_READ(field, expr)        \
-  do {                                  \
-    auto field##_read = (expr);         \
+#define VOLTAD_READ(field, expr)                    \
+  do {                                              \
+    auto field##_read = (expr);                     \
     if (!field##_read) return field##_read.error(); \
-    c.field = *field##_read;            \
+    c.field = *field##_read;                        \
   } while (0)
   VOLTAD_READ(dim, r.size("embedding_length"));
   VOLTAD_READ(n_layers, r.size("block_count"));
@@ -210,8 +217,8 @@ Result<ModelConfig> read_model_config(const GgufFile& file) {
   const GgufTensor* embd = file.find_tensor("token_embd.weight");
   if (!embd) return r.error("tensor 'token_embd.weight' (the token embeddings) is missing");
   if (embd->n_dims != 2 || embd->ne[0] != uint64_t(c.dim)) {
-    return r.error("tensor 'token_embd.weight' has shape " + embd->shape_string() +
-                   ", expected {" + std::to_string(c.dim) + ", n_vocab} (" + p +
+    return r.error("tensor 'token_embd.weight' has shape " + embd->shape_string() + ", expected {" +
+                   std::to_string(c.dim) + ", n_vocab} (" + p +
                    "embedding_length = " + std::to_string(c.dim) + ")");
   }
   c.n_vocab = static_cast<int64_t>(embd->ne[1]);

@@ -38,12 +38,12 @@ struct ModelConfig {
   float rope_theta;        // rope.freq_base (10000 when absent)
   float rope_freq_scale;   // 1 / rope.scaling.factor for linear scaling, else 1
   RopeStyle rope_style;
-  bool tied_embeddings;    // no output.weight: logits use token_embd
-  bool qkv_bias;           // attn_q/k/v.bias present (qwen2)
-  bool qk_norm;            // per-head RMSNorm of q and k before RoPE (qwen3)
-  bool has_rope_freqs;     // rope_freqs.weight present (llama 3.1+): divides each frequency
+  bool tied_embeddings;  // no output.weight: logits use token_embd
+  bool qkv_bias;         // attn_q/k/v.bias present (qwen2)
+  bool qk_norm;          // per-head RMSNorm of q and k before RoPE (qwen3)
+  bool has_rope_freqs;   // rope_freqs.weight present (llama 3.1+): divides each frequency
 
-  int64_t q_dim() const { return n_heads * head_dim; }    // rows of wq
+  int64_t q_dim() const { return n_heads * head_dim; }      // rows of wq
   int64_t kv_dim() const { return n_kv_heads * head_dim; }  // rows of wk, wv
 };
 

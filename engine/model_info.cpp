@@ -50,25 +50,26 @@ std::string chat_template_family(const std::string& chat_template) {
 
 std::string describe_model(const GgufFile& file, const ModelConfig* config) {
   std::string out;
-  line(out, "file:", file.path() + " (" + human_bytes(file.file_size()) + ", GGUF v" +
-                         std::to_string(file.version()) + ", " +
-                         std::to_string(file.tensors().size()) + " tensors, " +
-                         std::to_string(file.keys().size()) + " metadata keys)");
+  line(out, "file:",
+       file.path() + " (" + human_bytes(file.file_size()) + ", GGUF v" +
+           std::to_string(file.version()) + ", " + std::to_string(file.tensors().size()) +
+           " tensors, " + std::to_string(file.keys().size()) + " metadata keys)");
   if (auto name = file.get_string("general.name")) line(out, "name:", clean_line(*name, 80));
 
   if (config) {
     const ModelConfig& c = *config;
     line(out, "architecture:",
-         c.arch_name + " (RoPE " + (c.rope_style == RopeStyle::Normal ? "adjacent pairs" : "NeoX halves") +
+         c.arch_name + " (RoPE " +
+             (c.rope_style == RopeStyle::Normal ? "adjacent pairs" : "NeoX halves") +
              (c.qkv_bias ? ", QKV bias" : "") + (c.qk_norm ? ", q/k norm" : "") +
              (c.has_rope_freqs ? ", rope_freqs" : "") +
              (c.tied_embeddings ? ", tied embeddings" : "") + ")");
     line(out, "sizes:",
          format("vocab %lld, dim %lld, layers %lld, heads %lld (kv %lld, head_dim %lld), "
                 "ffn %lld, context %lld",
-                (long long)c.n_vocab, (long long)c.dim, (long long)c.n_layers,
-                (long long)c.n_heads, (long long)c.n_kv_heads, (long long)c.head_dim,
-                (long long)c.ffn_dim, (long long)c.context_length));
+                (long long)c.n_vocab, (long long)c.dim, (long long)c.n_layers, (long long)c.n_heads,
+                (long long)c.n_kv_heads, (long long)c.head_dim, (long long)c.ffn_dim,
+                (long long)c.context_length));
     line(out, "norm, rope:",
          format("rms_eps %g, rope_theta %g, rope_freq_scale %g", c.rms_eps, c.rope_theta,
                 c.rope_freq_scale));
@@ -101,9 +102,12 @@ std::string describe_model(const GgufFile& file, const ModelConfig* config) {
   }
 
   std::string tokenizer = file.get_string("tokenizer.ggml.model").value_or("(none)");
-  if (auto pre = file.get_string("tokenizer.ggml.pre")) tokenizer += ", pre '" + clean_line(*pre, 40) + "'";
-  if (auto n = file.get_array_size("tokenizer.ggml.tokens")) tokenizer += ", " + std::to_string(*n) + " tokens";
-  if (auto n = file.get_array_size("tokenizer.ggml.merges")) tokenizer += ", " + std::to_string(*n) + " merges";
+  if (auto pre = file.get_string("tokenizer.ggml.pre"))
+    tokenizer += ", pre '" + clean_line(*pre, 40) + "'";
+  if (auto n = file.get_array_size("tokenizer.ggml.tokens"))
+    tokenizer += ", " + std::to_string(*n) + " tokens";
+  if (auto n = file.get_array_size("tokenizer.ggml.merges"))
+    tokenizer += ", " + std::to_string(*n) + " merges";
   line(out, "tokenizer:", clean_line(tokenizer, 200));
 
   const std::optional<std::string> tmpl = file.get_string("tokenizer.chat_template");

@@ -46,7 +46,7 @@ class Binder {
 Status check_supported_type(const GgufFile& file, const GgufTensor& tensor) {
   const GgmlTypeInfo* info = ggml_type_info(tensor.type);
   if (info && info->supported) return {};
-  return make_error(file.path() + ": tensor '" + tensor.name + "' has type " +
+  return make_error(file.path() + ": tensor " + gguf_quoted(tensor.name) + " has type " +
                     ggml_type_name(tensor.type) + ", which voltad does not support (supported: " +
                     supported_ggml_type_names() + "); use a file quantized to one of those");
 }
@@ -54,11 +54,11 @@ Status check_supported_type(const GgufFile& file, const GgufTensor& tensor) {
 Result<ModelWeights> bind_model_weights(const GgufFile& file, const ModelConfig& c) {
   const Binder b(file);
   ModelWeights w{};
-#define VOLTAD_BIND(dst, ...)                   \
-  do {                                          \
-    auto bound_ = b.bind(__VA_ARGS__);          \
-    if (!bound_) return bound_.error();         \
-    dst = *bound_;                              \
+#define VOLTAD_BIND(dst, ...)           \
+  do {                                  \
+    auto bound_ = b.bind(__VA_ARGS__);  \
+    if (!bound_) return bound_.error(); \
+    dst = *bound_;                      \
   } while (0)
   VOLTAD_BIND(w.token_embd, "token_embd.weight", {c.dim, c.n_vocab});
   VOLTAD_BIND(w.output_norm, "output_norm.weight", {c.dim});

@@ -31,10 +31,10 @@ struct LayerWeights {
 };
 
 struct ModelWeights {
-  const GgufTensor* token_embd;   // (n_vocab, dim)  token_embd.weight
-  const GgufTensor* output_norm;  // (dim)           output_norm.weight
-  const GgufTensor* output;       // (n_vocab, dim)  output.weight; == token_embd when tied
-  const GgufTensor* rope_freqs;   // (head_dim/2)    rope_freqs.weight, optional (else null)
+  const GgufTensor* token_embd;      // (n_vocab, dim)  token_embd.weight
+  const GgufTensor* output_norm;     // (dim)           output_norm.weight
+  const GgufTensor* output;          // (n_vocab, dim)  output.weight; == token_embd when tied
+  const GgufTensor* rope_freqs;      // (head_dim/2)    rope_freqs.weight, optional (else null)
   std::vector<LayerWeights> layers;  // n_layers
 };
 

@@ -219,8 +219,10 @@ TEST_CASE("truncation at chosen points names what was cut") {
   expect_error(cut(6), "inside the header's version");
   expect_error(cut(20), "inside the header's metadata count");
   expect_error(cut(30), "the header claims 2 metadata entries, which cannot fit in the 6 bytes");
-  expect_error(cut(24 + 8 + 20 + 2), "inside the value type of metadata key 'general.architecture'");
-  expect_error(cut(infos + 8), "the header claims 2 tensors, but only 8 bytes remain after the metadata");
+  expect_error(cut(24 + 8 + 20 + 2),
+               "inside the value type of metadata key 'general.architecture'");
+  expect_error(cut(infos + 8),
+               "the header claims 2 tensors, but only 8 bytes remain after the metadata");
   // Past the tensor count check (2 x 33 bytes), inside the second info.
   expect_error(cut(infos + 70), "tensor 'b'");
   const std::string end = std::to_string(b.offset + b.n_bytes - 1);
@@ -240,8 +242,10 @@ TEST_CASE("every truncation of a valid file is an error, never a crash") {
   int accepted = 0;
   for (size_t n = 0; n < good.size(); ++n) {
     auto file = GgufFile::from_bytes(std::vector<uint8_t>(good.begin(), good.begin() + long(n)));
-    if (file.ok()) ++accepted;
-    else CHECK_FALSE(file.error().message.empty());
+    if (file.ok())
+      ++accepted;
+    else
+      CHECK_FALSE(file.error().message.empty());
   }
   CHECK(accepted == 0);
 }
@@ -255,7 +259,8 @@ TEST_CASE("bad metadata: strings, arrays, types, duplicates, alignment") {
   {
     GgufWriter w;
     w.add_array_raw("huge", uint32_t(GgufValueType::U32), uint64_t{1} << 61, {});
-    expect_error(w.to_bytes(), "metadata key 'huge' (at byte 24) claims 2305843009213693952 elements");
+    expect_error(w.to_bytes(),
+                 "metadata key 'huge' (at byte 24) claims 2305843009213693952 elements");
   }
   {
     GgufWriter w;
@@ -321,11 +326,14 @@ TEST_CASE("bad tensor infos: dims, overflow, types, block sizes, offsets") {
     return w.to_bytes();
   };
   const uint32_t f32 = uint32_t(GgmlType::F32);
-  expect_error(one(f32, {1, 1, 1, 1, 1}), "tensor 'blk.3.attn_q.weight' (info at byte 24) has 5 dimensions; GGUF tensors have 1 to 4");
+  expect_error(
+      one(f32, {1, 1, 1, 1, 1}),
+      "tensor 'blk.3.attn_q.weight' (info at byte 24) has 5 dimensions; GGUF tensors have 1 to 4");
   expect_error(one(f32, {}), "has 0 dimensions");
   expect_error(one(f32, {4, 0}), "has an empty dimension ne[1] = 0");
   expect_error(one(f32, {uint64_t{1} << 63}), "absurd dimension ne[0] = 9223372036854775808");
-  expect_error(one(f32, {uint64_t{1} << 40, uint64_t{1} << 40}), "whose element count overflows 64 bits");
+  expect_error(one(f32, {uint64_t{1} << 40, uint64_t{1} << 40}),
+               "whose element count overflows 64 bits");
   expect_error(one(f32, {uint64_t{1} << 30, uint64_t{1} << 30}), "runs past the end of the file");
   expect_error(one(f32, {uint64_t{1} << 31, uint64_t{1} << 31}), "would need more than 2^64 bytes");
   expect_error(one(99, {32}), "tensor 'blk.3.attn_q.weight' has unknown type id 99");

@@ -78,8 +78,8 @@ struct TinyModelSpec {
   bool tied = false;
   bool rope_freqs = false;
   GgmlType matrix_type = GgmlType::Q8_0;
-  std::set<std::string> omit;                // keys and tensor names to leave out
-  std::map<std::string, GgmlType> retype;    // tensor name -> type (bytes follow the type)
+  std::set<std::string> omit;              // keys and tensor names to leave out
+  std::map<std::string, GgmlType> retype;  // tensor name -> type (bytes follow the type)
   std::map<std::string, std::vector<uint64_t>> reshape;  // tensor name -> ne
   uint32_t seed = 7;
 };

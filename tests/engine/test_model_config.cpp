@@ -168,7 +168,8 @@ TEST_CASE("missing and inconsistent hyperparameters name the key") {
     spec.n_heads = 5;
     spec.n_kv_heads = 5;
     spec.matrix_type = GgmlType::F32;
-    expect_load_error(spec, "llama.attention.head_count = 5 does not divide llama.embedding_length = 64");
+    expect_load_error(spec,
+                      "llama.attention.head_count = 5 does not divide llama.embedding_length = 64");
   }
   {
     test::TinyModelSpec spec;
@@ -178,7 +179,8 @@ TEST_CASE("missing and inconsistent hyperparameters name the key") {
   {
     test::TinyModelSpec spec;
     spec.arch = "gemma2";
-    expect_load_error(spec, "architecture 'gemma2' is not supported (supported: llama, qwen2, qwen3)");
+    expect_load_error(spec,
+                      "architecture 'gemma2' is not supported (supported: llama, qwen2, qwen3)");
   }
   {
     test::TinyModelSpec spec;
@@ -196,7 +198,9 @@ TEST_CASE("missing and inconsistent hyperparameters name the key") {
     test::TinyModelSpec spec;
     spec.omit = {"llama.attention.head_count_kv"};
     expect_load_error(spec, "'llama.attention.head_count_kv' is an array (per-layer values)",
-                      [](GgufWriter& w) { w.add_i32_array("llama.attention.head_count_kv", {2, 2}); });
+                      [](GgufWriter& w) {
+                        w.add_i32_array("llama.attention.head_count_kv", {2, 2});
+                      });
   }
   {
     test::TinyModelSpec spec;
@@ -249,8 +253,11 @@ TEST_CASE("missing, misshapen and unsupported tensors are named") {
   {
     test::TinyModelSpec spec;
     spec.omit = {"tokenizer.ggml.tokens"};
-    expect_load_error(spec, "token_embd.weight' has 40 rows but tokenizer.ggml.tokens has 3 entries",
-                      [](GgufWriter& w) { w.add_string_array("tokenizer.ggml.tokens", {"a", "b", "c"}); });
+    expect_load_error(spec,
+                      "token_embd.weight' has 40 rows but tokenizer.ggml.tokens has 3 entries",
+                      [](GgufWriter& w) {
+                        w.add_string_array("tokenizer.ggml.tokens", {"a", "b", "c"});
+                      });
   }
   {
     test::TinyModelSpec spec;
@@ -287,7 +294,8 @@ TEST_CASE("describe_model summarises a tiny model") {
 TEST_CASE("the real SmolLM2-135M-Instruct file") {
   const std::string path = test::demo_model_path();
   if (path.empty()) {
-    MESSAGE("SKIPPED: SmolLM2 not found (set VOLTAD_DEMO_MODEL or run scripts/fetch-demo-model.sh)");
+    MESSAGE(
+        "SKIPPED: SmolLM2 not found (set VOLTAD_DEMO_MODEL or run scripts/fetch-demo-model.sh)");
     return;
   }
   auto file = GgufFile::open(path);

@@ -85,11 +85,10 @@ int main(int argc, char** argv) {
             save(dir, "llama_f32_rope_freqs.gguf", test::tiny_model_bytes(f32)) &&
             save(dir, "qwen2.gguf", test::tiny_model_bytes(tiny("qwen2"))) &&
             save(dir, "qwen3_tied.gguf", test::tiny_model_bytes(tied)) &&
-            save(dir, "every_type.gguf", every_type()) &&
-            save(dir, "truncated.gguf", truncated) &&
+            save(dir, "every_type.gguf", every_type()) && save(dir, "truncated.gguf", truncated) &&
             save(dir, "huge_kv_count.gguf", bad_count) &&
-            save(dir, "empty_v2.gguf", {'G', 'G', 'U', 'F', 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                        0, 0, 0, 0, 0, 0, 0, 0});
+            save(dir, "empty_v2.gguf",
+                 {'G', 'G', 'U', 'F', 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0});
   if (!ok) {
     std::fprintf(stderr, "make-gguf-corpus: cannot write into %s\n", dir.c_str());
     return 1;
