@@ -11,81 +11,16 @@
 
 #include "engine/dequantize.h"
 #include "engine/weight_repack.h"
+#include "tests/kernels/random_weights.h"
 
 using namespace voltad;
 using kernels::PackedFormat;
+using test::put_u16;
+using test::random_valid_tensor;
 
 namespace {
 
 bool same_float(float a, float b) { return a == b || (std::isnan(a) && std::isnan(b)); }
-
-// A finite fp16 of either sign with an exponent anywhere from subnormal to
-// 2^4, and now and then an exact zero: scales as real files have them and
-// the corners (subnormal, zero, negative) they may have.
-uint16_t random_scale(std::mt19937& rng) {
-  if (rng() % 16 == 0) return (rng() & 1) ? 0x8000 : 0;
-  const uint16_t sign = uint16_t((rng() & 1) << 15);
-  const uint16_t exponent = uint16_t(rng() % 20);  // 0 (subnormal) .. 19 = 2^4
-  const uint16_t mantissa = uint16_t(rng() & 0x3FF);
-  return uint16_t(sign | (exponent << 10) | mantissa);
-}
-
-void put_u16(std::vector<uint8_t>& bytes, size_t at, uint16_t v) {
-  std::memcpy(bytes.data() + at, &v, 2);
-}
-
-// Random bytes of a rows x cols tensor with every fp16 field made finite:
-// the quant bits take every value, the scales every exponent.
-std::vector<uint8_t> random_valid_tensor(GgmlType type, int64_t rows, int64_t cols,
-                                         std::mt19937& rng) {
-  const uint64_t n = uint64_t(rows * cols);
-  std::vector<uint8_t> bytes(ggml_row_bytes(type, cols) * uint64_t(rows));
-  for (uint8_t& b : bytes) b = uint8_t(rng());
-  auto each_block = [&](size_t block_bytes, auto&& fix) {
-    for (size_t at = 0; at < bytes.size(); at += block_bytes) fix(at);
-  };
-  switch (type) {
-    case GgmlType::Q4_0:
-    case GgmlType::Q5_0:
-    case GgmlType::Q8_0: {
-      const size_t bb = ggml_row_bytes(type, 32);
-      each_block(bb, [&](size_t at) { put_u16(bytes, at, random_scale(rng)); });
-      break;
-    }
-    case GgmlType::Q4_1:
-    case GgmlType::Q5_1:
-    case GgmlType::Q4_K:
-    case GgmlType::Q5_K: {
-      const size_t bb = ggml_row_bytes(type, ggml_type_info(type)->block_elems);
-      each_block(bb, [&](size_t at) {
-        put_u16(bytes, at, random_scale(rng));
-        put_u16(bytes, at + 2, random_scale(rng));
-      });
-      break;
-    }
-    case GgmlType::Q6_K:
-      each_block(210, [&](size_t at) { put_u16(bytes, at + 208, random_scale(rng)); });
-      break;
-    case GgmlType::F16:
-      for (uint64_t i = 0; i < n; ++i) put_u16(bytes, 2 * i, random_scale(rng));
-      break;
-    case GgmlType::BF16:
-      // Within FP16's normal range, where BF16 -> F16 is exact.
-      for (uint64_t i = 0; i < n; ++i) {
-        const float v = std::ldexp(float(int(rng() % 255) - 127), -int(rng() % 12));
-        put_u16(bytes, 2 * i, uint16_t(std::bit_cast<uint32_t>(v) >> 16));
-      }
-      break;
-    case GgmlType::F32:
-      for (uint64_t i = 0; i < n; ++i) {
-        const float v = std::ldexp(float(int32_t(rng())), -int(rng() % 60) - 20);
-        std::memcpy(bytes.data() + 4 * i, &v, 4);
-      }
-      break;
-    default: break;
-  }
-  return bytes;
-}
 
 const GgmlType kTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
                            GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,

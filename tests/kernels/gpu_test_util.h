@@ -1,0 +1,95 @@
+// Helpers of the kernel tests: device buffers, fresh random inputs (the seed
+// is printed so a failure can be replayed with VOLTAD_TEST_SEED), poisoning,
+// and the |out - ref| <= atol + rtol*|ref| comparison that prints the first
+// mismatches.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda_check.h"
+#include "kernels/fill.h"
+
+namespace voltad::test {
+
+template <class T>
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t n) : n_(n) {
+    CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ptr_), (n ? n : 1) * sizeof(T)));
+  }
+  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { upload(host); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { cudaFree(ptr_); }
+
+  T* get() const { return ptr_; }
+  size_t size() const { return n_; }
+  void upload(const std::vector<T>& host) {
+    CUDA_CHECK(cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  std::vector<T> download() const {
+    CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<T> host(n_);
+    CUDA_CHECK(cudaMemcpy(host.data(), ptr_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
+    return host;
+  }
+
+ private:
+  T* ptr_ = nullptr;
+  size_t n_;
+};
+
+// NaN everywhere: an element the kernel fails to write stays NaN and fails.
+inline void poison(DeviceBuffer<float>& b) {
+  kernels::launch_fill_f32(b.get(), b.size(), std::nanf(""), nullptr);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+inline std::mt19937& test_rng() {
+  static std::mt19937 rng = [] {
+    const char* env = std::getenv("VOLTAD_TEST_SEED");
+    const uint32_t seed = env ? uint32_t(std::strtoul(env, nullptr, 10)) : std::random_device{}();
+    std::printf("random seed %u (VOLTAD_TEST_SEED=%u replays it)\n", seed, seed);
+    return std::mt19937(seed);
+  }();
+  return rng;
+}
+
+inline std::vector<float> random_floats(size_t n, float scale = 1.0f) {
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = normal(test_rng());
+  return v;
+}
+
+// Counts elements outside atol[i] + rtol*|ref| (atol per element: the
+// accumulation error of a sum grows with the sum of its absolute terms) and
+// prints the first few. NaN never passes.
+inline int count_mismatches(const std::string& what, const std::vector<float>& got,
+                            const std::vector<double>& ref, const std::vector<double>& atol,
+                            double rtol, int show = 5) {
+  int bad = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double err = std::fabs(double(got[i]) - ref[i]);
+    const bool ok = std::isfinite(got[i]) && err <= atol[i] + rtol * std::fabs(ref[i]);
+    if (!ok && ++bad <= show)
+      MESSAGE(what << " [" << i << "]: got " << got[i] << ", want " << ref[i] << " (|err| "
+                   << err << " > " << atol[i] + rtol * std::fabs(ref[i]) << ")");
+  }
+  return bad;
+}
+
+inline int count_mismatches(const std::string& what, const std::vector<float>& got,
+                            const std::vector<double>& ref, double atol, double rtol) {
+  return count_mismatches(what, got, ref, std::vector<double>(ref.size(), atol), rtol);
+}
+
+}  // namespace voltad::test

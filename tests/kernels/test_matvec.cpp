@@ -1,0 +1,220 @@
+// The decode matvecs against a float64 CPU reference, for every weight type
+// the CUDA backend runs, odd and even shapes (fewer chunks than lanes, more
+// than one round of lanes, rows not a multiple of the rows per warp), batch
+// 1..8 and 11 (sliced), with and without bias and fused residual add.
+//
+// Reference: W decoded by dequantize_packed_row (itself proven equal to the
+// GGUF decoder by tests/engine/test_weight_repack.cpp) times the x the kernel
+// multiplies: for the Int* formats that is the int8-quantized x, whose
+// quantization is checked bit for bit against a CPU copy first.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "engine/weight_repack.h"
+#include "kernels/matvec.h"
+#include "tests/kernels/gpu_test_util.h"
+#include "tests/kernels/random_weights.h"
+
+using namespace voltad;
+using namespace voltad::test;
+using kernels::PackedFormat;
+
+namespace {
+
+struct HostQuantized {
+  std::vector<int8_t> q;      // (batch, cols)
+  std::vector<float> scales;  // (batch, cols/16, 2)
+};
+
+// The CPU copy of kernel_quantize_activations: same operations, same order.
+HostQuantized quantize_reference(const std::vector<float>& x, int64_t ldx, int batch,
+                                 int64_t cols) {
+  HostQuantized h;
+  h.q.resize(size_t(batch * cols));
+  h.scales.resize(size_t(batch * cols / 8));
+  for (int b = 0; b < batch; ++b) {
+    for (int64_t blk = 0; blk < cols / 16; ++blk) {
+      const float* v = x.data() + b * ldx + blk * 16;
+      float amax = 0.0f;
+      for (int j = 0; j < 16; ++j) amax = std::max(amax, std::fabs(v[j]));
+      const float d = amax / 127.0f;
+      const float id = d != 0.0f ? 1.0f / d : 0.0f;
+      int sum = 0;
+      for (int j = 0; j < 16; ++j) {
+        const int q = int(std::nearbyint(v[j] * id));
+        h.q[size_t(b * cols + blk * 16 + j)] = int8_t(q);
+        sum += q;
+      }
+      h.scales[size_t(b * cols / 8 + 2 * blk)] = d;
+      h.scales[size_t(b * cols / 8 + 2 * blk + 1)] = d * float(sum);
+    }
+  }
+  return h;
+}
+
+bool is_quantized(PackedFormat f) { return f != PackedFormat::F16 && f != PackedFormat::F32; }
+
+// One matvec case; returns the largest error of the kernel against an fp32-x
+// matvec, relative to sum |w x| (the price of int8 activations), for notes.
+double run_case(GgmlType type, int64_t rows, int64_t cols, int batch, bool accumulate,
+                bool with_bias) {
+  std::mt19937& rng = test_rng();
+  std::ostringstream name;
+  name << ggml_type_name(type) << " " << rows << "x" << cols << " batch " << batch
+       << (accumulate ? " +=" : "") << (with_bias ? " +bias" : "");
+  CAPTURE(name.str());
+
+  const std::vector<uint8_t> gguf = random_valid_tensor(type, rows, cols, rng, 15);
+  auto packed = repack_matrix(type, gguf.data(), rows, cols);
+  REQUIRE_MESSAGE(packed.ok(), (packed.ok() ? "" : packed.error().message));
+  const PackedFormat format = packed->layout.format;
+
+  // x with a row stride beyond cols and a few outliers, as activations have.
+  const int64_t ldx = (cols + 3) / 4 * 4 + 4;
+  std::vector<float> x = random_floats(size_t(batch * ldx));
+  for (int b = 0; b < batch; ++b) x[size_t(b * ldx + int64_t(rng() % uint64_t(cols)))] *= 30.0f;
+  const int64_t ldy = rows + 3;
+  std::vector<float> y0 = random_floats(size_t(batch * ldy));
+  std::vector<float> bias = random_floats(size_t(rows));
+
+  DeviceBuffer<uint8_t> d_w(packed->bytes);
+  DeviceBuffer<float> d_x(x), d_bias(bias), d_y(size_t(batch * ldy));
+  poison(d_y);
+  if (accumulate) {
+    // y0 in the rows, NaN beyond: the kernel must write exactly rows per row.
+    std::vector<float> init = y0;
+    for (int b = 0; b < batch; ++b)
+      for (int64_t r = rows; r < ldy; ++r) init[size_t(b * ldy + r)] = std::nanf("");
+    d_y.upload(init);
+  }
+
+  kernels::MatvecArgs args;
+  args.w = {packed->layout, d_w.get()};
+  args.batch = batch;
+  args.y = d_y.get();
+  args.ldy = ldy;
+  args.bias = with_bias ? d_bias.get() : nullptr;
+  args.accumulate = accumulate;
+
+  // The x the kernel multiplies, as doubles.
+  std::vector<double> x_eff(size_t(batch * cols));
+  DeviceBuffer<int8_t> d_q(size_t(batch * cols));
+  DeviceBuffer<float> d_scales(size_t(batch * cols / 8 + 2));
+  if (is_quantized(format)) {
+    kernels::QuantizedActivations xq{d_q.get(), d_scales.get()};
+    kernels::launch_quantize_activations(d_x.get(), ldx, batch, cols, xq, nullptr);
+    const HostQuantized want = quantize_reference(x, ldx, batch, cols);
+    const std::vector<int8_t> got_q = d_q.download();
+    std::vector<float> got_s = d_scales.download();
+    got_s.resize(want.scales.size());
+    CHECK_MESSAGE(got_q == want.q, "int8 activations differ from the CPU quantizer");
+    CHECK_MESSAGE(got_s == want.scales, "activation scales differ from the CPU quantizer");
+    for (int b = 0; b < batch; ++b)
+      for (int64_t k = 0; k < cols; ++k)
+        x_eff[size_t(b * cols + k)] = double(want.scales[size_t(b * cols / 8 + 2 * (k / 16))]) *
+                                      double(want.q[size_t(b * cols + k)]);
+    args.xq = xq;
+  } else {
+    for (int b = 0; b < batch; ++b)
+      for (int64_t k = 0; k < cols; ++k) x_eff[size_t(b * cols + k)] = x[size_t(b * ldx + k)];
+    args.x = d_x.get();
+    args.ldx = ldx;
+  }
+  kernels::launch_matvec(args, nullptr);
+  const std::vector<float> got = d_y.download();
+
+  std::vector<double> ref(got.size()), atol(got.size());
+  std::vector<float> w(static_cast<size_t>(cols));
+  double worst_vs_fp32 = 0.0;
+  for (int64_t r = 0; r < rows; ++r) {
+    dequantize_packed_row(*packed, r, w.data());
+    for (int b = 0; b < batch; ++b) {
+      double sum = 0.0, mag = 0.0, exact = 0.0, exact_mag = 0.0;
+      for (int64_t k = 0; k < cols; ++k) {
+        const double t = double(w[size_t(k)]) * x_eff[size_t(b * cols + k)];
+        sum += t;
+        mag += std::fabs(t);
+        const double e = double(w[size_t(k)]) * double(x[size_t(b * ldx + k)]);
+        exact += e;
+        exact_mag += std::fabs(e);
+      }
+      if (with_bias) {
+        sum += bias[size_t(r)];
+        exact += bias[size_t(r)];
+        mag += std::fabs(bias[size_t(r)]);
+      }
+      if (accumulate) {
+        sum += y0[size_t(b * ldy + r)];
+        exact += y0[size_t(b * ldy + r)];
+        mag += std::fabs(y0[size_t(b * ldy + r)]);
+      }
+      const size_t i = size_t(b * ldy + r);
+      ref[i] = sum;
+      atol[i] = 2e-5 * mag;
+      if (exact_mag > 0)
+        worst_vs_fp32 = std::max(worst_vs_fp32, std::fabs(double(got[i]) - exact) / exact_mag);
+    }
+  }
+  // Entries past `rows` in each batch row must be untouched (still NaN).
+  int stray = 0;
+  for (int b = 0; b < batch; ++b)
+    for (int64_t r = rows; r < ldy; ++r) {
+      const size_t i = size_t(b * ldy + r);
+      if (!std::isnan(got[i])) ++stray;
+      ref[i] = 0.0;
+      atol[i] = 1e300;  // skipped by the comparison below
+    }
+  std::vector<float> got_checked = got;
+  for (int b = 0; b < batch; ++b)
+    for (int64_t r = rows; r < ldy; ++r) got_checked[size_t(b * ldy + r)] = 0.0f;
+  CHECK(stray == 0);
+  CHECK(count_mismatches(name.str(), got_checked, ref, atol, 1e-5) == 0);
+  return worst_vs_fp32;
+}
+
+struct Shape {
+  int64_t rows, cols;
+};
+
+std::vector<Shape> shapes_for(GgmlType type) {
+  const int64_t block = ggml_type_info(type)->block_elems;
+  if (block == 1) return {{1, 1}, {7, 77}, {69, 1001}, {33, 4096}};
+  if (block == 32) return {{1, 32}, {7, 96}, {69, 1056}, {33, 4096}};
+  return {{1, 256}, {7, 768}, {69, 2560}, {33, 4096}};
+}
+
+}  // namespace
+
+TEST_CASE("matvec matches the float64 reference for every weight type, shape and batch") {
+  const GgmlType types[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q4_K, GgmlType::Q5_0,
+                            GgmlType::Q5_1, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0,
+                            GgmlType::F16,  GgmlType::BF16, GgmlType::F32};
+  for (GgmlType type : types) {
+    double worst = 0.0;
+    for (const Shape& s : shapes_for(type)) {
+      for (int batch : {1, 2, 3, 4, 5, 6, 7, 8, 11}) {
+        const double e = run_case(type, s.rows, s.cols, batch, batch % 2 == 0, batch % 3 != 1);
+        if (s.cols == 4096) worst = std::max(worst, e);
+      }
+    }
+    // What int8 activations cost against an fp32-x matvec, relative to
+    // sum |w x| (informational: docs/KERNEL-NOTES.md).
+    MESSAGE(ggml_type_name(type) << ": max |y - y(fp32 x)| / sum|w x| at cols 4096 = " << worst);
+    CHECK(worst < 0.02);
+  }
+}
+
+TEST_CASE("quantized activations: NaN in x makes the block's scale NaN") {
+  std::vector<float> x = random_floats(32);
+  x[5] = std::nanf("");
+  DeviceBuffer<float> d_x(x);
+  DeviceBuffer<int8_t> d_q(32);
+  DeviceBuffer<float> d_s(4);
+  kernels::launch_quantize_activations(d_x.get(), 32, 1, 32, {d_q.get(), d_s.get()}, nullptr);
+  const std::vector<float> s = d_s.download();
+  CHECK(std::isnan(s[0]));
+  CHECK(std::isfinite(s[2]));
+}
