@@ -35,10 +35,14 @@ struct ChatRenderOptions {
   // ChatML: system prompt used when the conversation has none (SmolLM2's
   // template adds one; Qwen's does not). Empty: none.
   std::string default_system;
+  // ChatML: Qwen3's reasoning blocks. Assistant turns before the last user
+  // turn lose their <think>...</think> part; those after it keep (or, when
+  // last, get an empty) "<think>\n...\n</think>\n\n" block.
+  bool qwen3_thinking = false;
 };
 
-// The family's defaults as read from its template text (today: SmolLM2's
-// default system prompt, when the template carries one).
+// The family's options as read from its template text: a default system
+// prompt written literally in it (SmolLM2, Qwen2.5), Qwen3's think blocks.
 ChatRenderOptions chat_render_options_from_template(ChatFormat format, const std::string& gguf_template);
 
 // bos_text: the BOS token's text, for families whose template writes it

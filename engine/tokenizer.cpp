@@ -61,7 +61,7 @@ struct Tokenizer::Impl {
   std::vector<TokenType> types;
   std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> ids;  // token text -> first id
   std::unordered_map<uint64_t, MergeResult> merges;                            // (left, right) -> merge
-  std::array<int32_t, 256> byte_token{};                                     // byte -> its symbol's id
+  std::array<int32_t, 256> byte_token{};  // byte -> its symbol's id, -1 if the vocabulary lacks it
   std::vector<std::string> pieces;                                            // id -> bytes
   // Control and user-defined tokens by first byte, longest first.
   std::array<std::vector<int32_t>, 256> specials_by_first_byte;
@@ -132,16 +132,21 @@ Result<Tokenizer> Tokenizer::create(TokenizerData data) {
     std::stable_sort(list.begin(), list.end(),
                      [&](int32_t a, int32_t b) { return data.tokens[a].size() > data.tokens[b].size(); });
   }
+  // A byte whose symbol the vocabulary lacks is dropped from the text, as
+  // Hugging Face's BPE drops unknown characters when there is no unk token
+  // (SmolLM2 has no symbol for 21 bytes, e.g. 0x04 and 0xFF).
+  int present = 0;
   for (int b = 0; b < 256; ++b) {
     auto it = impl->ids.find(alphabet.byte_to_text[b]);
-    if (it == impl->ids.end())
-      return make_error("the vocabulary has no token for byte 0x" + std::string(1, "0123456789ABCDEF"[b >> 4]) +
-                        std::string(1, "0123456789ABCDEF"[b & 15]) +
-                        " (byte-level BPE needs all 256); this is not a GPT-2 style vocabulary");
-    impl->byte_token[b] = it->second;
+    impl->byte_token[b] = it == impl->ids.end() ? -1 : it->second;
+    present += it != impl->ids.end();
   }
+  if (present < 128)
+    return make_error("the vocabulary has symbols for only " + std::to_string(present) +
+                      " of the 256 bytes; it is not a GPT-2 style byte-level vocabulary");
 
   impl->merges.reserve(data.merges.size());
+  std::string joined;
   for (size_t r = 0; r < data.merges.size(); ++r) {
     const std::string& m = data.merges[r];
     size_t space = m.find(' ', 1);
@@ -153,7 +158,9 @@ Result<Tokenizer> Tokenizer::create(TokenizerData data) {
     std::string_view left(m.data(), space), right(m.data() + space + 1, m.size() - space - 1);
     auto l = impl->ids.find(left), rt = impl->ids.find(right);
     if (l == impl->ids.end() || rt == impl->ids.end()) return bad("names a token that is not in the vocabulary");
-    auto merged = impl->ids.find(std::string(left) + std::string(right));
+    joined.assign(left);
+    joined.append(right);
+    auto merged = impl->ids.find(joined);
     if (merged == impl->ids.end()) return bad("makes a token that is not in the vocabulary");
     // The first (highest priority) occurrence of a pair wins.
     impl->merges.emplace(pair_key(l->second, rt->second), MergeResult{int32_t(r), merged->second});
@@ -173,7 +180,7 @@ Result<Tokenizer> Tokenizer::create(TokenizerData data) {
 
 void Tokenizer::Impl::encode_piece(std::string_view piece, std::vector<int32_t>& out) const {
   if (piece.size() == 1) {
-    out.push_back(byte_token[uint8_t(piece[0])]);
+    if (int32_t id = byte_token[uint8_t(piece[0])]; id >= 0) out.push_back(id);
     return;
   }
   const ByteAlphabet& alphabet = byte_alphabet();
@@ -199,10 +206,17 @@ void Tokenizer::Impl::encode_piece(std::string_view piece, std::vector<int32_t>&
     int32_t rank, left, left_id, right_id;
     bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
   };
-  const auto count = int32_t(piece.size());
-  std::vector<Symbol> symbols(static_cast<size_t>(count));
-  for (int32_t i = 0; i < count; ++i)
-    symbols[size_t(i)] = {byte_token[uint8_t(piece[size_t(i)])], i - 1, i + 1 < count ? i + 1 : -1};
+  std::vector<Symbol> symbols;
+  symbols.reserve(piece.size());
+  for (char c : piece) {
+    int32_t id = byte_token[uint8_t(c)];
+    if (id < 0) continue;  // no symbol for this byte: dropped
+    auto i = int32_t(symbols.size());
+    symbols.push_back({id, i - 1, -1});
+    if (i > 0) symbols[size_t(i - 1)].next = i;
+  }
+  if (symbols.empty()) return;
+  const auto count = int32_t(symbols.size());
 
   std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> queue;
   auto consider = [&](int32_t left) {

@@ -4,7 +4,6 @@
 #include <cstdint>
 #include <fstream>
 #include <limits>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -32,17 +31,166 @@ void apply_family_defaults(PreTokenizer pre, TokenizerData& data) {
   data.normalize_nfc = pre == PreTokenizer::Qwen2;
 }
 
-Result<Json> read_json(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
+Result<std::string> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) return make_error("cannot open " + path + " for reading; check the path");
-  std::stringstream buffer;
-  buffer << in.rdbuf();
+  std::string bytes(size_t(in.tellg()), '\0');
+  in.seekg(0);
+  if (!in.read(bytes.data(), std::streamsize(bytes.size()))) return make_error("cannot read " + path);
+  return bytes;
+}
+
+Result<Json> read_json(const std::string& path) {
+  auto bytes = read_file(path);
+  if (!bytes) return bytes.error();
   try {
-    return Json::parse(buffer.str());
+    return Json::parse(bytes.value());
   } catch (const Json::parse_error& e) {
     return make_error(path + ": not valid JSON at byte " + std::to_string(e.byte) + ": " + e.what());
   }
 }
+
+// Reads tokenizer.json in one SAX pass. model.vocab and model.merges, the
+// bulk of the file (about 150K entries each for Qwen), go straight into
+// vectors; everything else becomes a small DOM. A full DOM of the file
+// takes several times longer to build (a std::map node per vocab entry).
+class TokenizerJsonReader final : public nlohmann::json_sax<Json> {
+ public:
+  Json root;
+  std::vector<std::pair<std::string, int64_t>> vocab;
+  std::vector<std::string> merges;
+  bool saw_vocab = false, saw_merges = false;
+  std::string error;  // why the handler stopped the parse
+
+  bool null() override { return value(Json()); }
+  bool boolean(bool v) override { return value(Json(v)); }
+  bool number_integer(number_integer_t v) override { return integer(v); }
+  bool number_unsigned(number_unsigned_t v) override {
+    return integer(v > uint64_t(INT64_MAX) ? INT64_MAX : int64_t(v));
+  }
+  bool number_float(number_float_t v, const string_t&) override { return value(Json(v)); }
+  bool binary(binary_t&) override { return fail("unexpected binary value"); }
+  bool string(string_t& v) override {
+    if (mode_ == Mode::Merges) {
+      merges.push_back(std::move(v));
+      return true;
+    }
+    if (mode_ == Mode::MergePair) {
+      if (++pair_parts_ > 2) return fail("model.merges[" + std::to_string(merges.size()) + "] has more than two parts");
+      if (pair_parts_ == 2) pair_ += ' ';
+      pair_ += v;
+      return true;
+    }
+    return value(Json(std::move(v)));
+  }
+  bool key(string_t& k) override {
+    key_ = std::move(k);
+    return true;
+  }
+  bool start_object(std::size_t) override {
+    if (mode_ == Mode::Dom && dom_.size() == 2 && keys_.back() == "model" && key_ == "vocab") {
+      mode_ = Mode::Vocab;
+      saw_vocab = true;
+      return true;
+    }
+    if (mode_ != Mode::Dom) return fail(where() + " holds an object where a token or an id belongs");
+    return open(Json::object());
+  }
+  bool end_object() override {
+    if (mode_ == Mode::Vocab) {
+      mode_ = Mode::Dom;
+      return true;
+    }
+    return close();
+  }
+  bool start_array(std::size_t) override {
+    if (mode_ == Mode::Dom && dom_.size() == 2 && keys_.back() == "model" && key_ == "merges") {
+      mode_ = Mode::Merges;
+      saw_merges = true;
+      return true;
+    }
+    if (mode_ == Mode::Merges) {
+      mode_ = Mode::MergePair;
+      pair_.clear();
+      pair_parts_ = 0;
+      return true;
+    }
+    if (mode_ != Mode::Dom) return fail(where() + " holds an array where a token belongs");
+    return open(Json::array());
+  }
+  bool end_array() override {
+    if (mode_ == Mode::MergePair) {
+      if (pair_parts_ != 2) return fail("model.merges[" + std::to_string(merges.size()) + "] is not a pair");
+      merges.push_back(std::move(pair_));
+      mode_ = Mode::Merges;
+      return true;
+    }
+    if (mode_ == Mode::Merges) {
+      mode_ = Mode::Dom;
+      return true;
+    }
+    return close();
+  }
+  bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& e) override {
+    return fail("not valid JSON at byte " + std::to_string(position) + ": " + e.what());
+  }
+
+ private:
+  enum class Mode { Dom, Vocab, Merges, MergePair };
+
+  bool fail(std::string why) {
+    if (error.empty()) error = std::move(why);
+    return false;
+  }
+  std::string where() const { return mode_ == Mode::Vocab ? "model.vocab" : "model.merges"; }
+  bool integer(int64_t v) {
+    if (mode_ == Mode::Vocab) {
+      vocab.emplace_back(std::move(key_), v);
+      return true;
+    }
+    return value(Json(v));
+  }
+  // Places a value in the DOM: under the last key in an object, appended in
+  // an array, or as the root.
+  Json* place(Json v) {
+    if (dom_.empty()) {
+      root = std::move(v);
+      return &root;
+    }
+    Json& parent = *dom_.back();
+    if (parent.is_object()) {
+      Json& slot = parent[key_];
+      slot = std::move(v);
+      return &slot;
+    }
+    parent.push_back(std::move(v));
+    return &parent.back();
+  }
+  bool value(Json v) {
+    if (mode_ == Mode::Vocab) return fail("model.vocab[\"" + key_ + "\"] is not an integer id");
+    if (mode_ != Mode::Dom) return fail("model.merges[" + std::to_string(merges.size()) + "] is not a string");
+    place(std::move(v));
+    return true;
+  }
+  bool open(Json container) {
+    std::string key = !dom_.empty() && dom_.back()->is_object() ? key_ : std::string("[]");
+    dom_.push_back(place(std::move(container)));
+    keys_.push_back(std::move(key));
+    return true;
+  }
+  bool close() {
+    dom_.pop_back();
+    keys_.pop_back();
+    return true;
+  }
+
+  Mode mode_ = Mode::Dom;
+  std::vector<Json*> dom_;         // open containers, outermost first
+  std::vector<std::string> keys_;  // the key each open container sits under ("[]" in arrays)
+  std::string key_;
+  std::string pair_;
+  int pair_parts_ = 0;
+};
 
 const Json* member(const Json& j, const char* key) {
   if (!j.is_object()) return nullptr;
@@ -146,16 +294,18 @@ bool post_processor_adds_prefix(const Json& post) {
 Result<TokenizerData> tokenizer_data_from_hf_json(const std::string& tokenizer_json_path,
                                                   const std::string& tokenizer_config_json_path_or_empty) {
   const std::string& path = tokenizer_json_path;
-  auto parsed = read_json(path);
-  if (!parsed) return parsed.error();
-  const Json& root = parsed.value();
+  auto bytes = read_file(path);
+  if (!bytes) return bytes.error();
+  TokenizerJsonReader reader;
+  bool parsed_ok = Json::sax_parse(bytes.value(), &reader);
+  if (!parsed_ok || !reader.error.empty())
+    return make_error(path + ": " + (reader.error.empty() ? "not valid JSON" : reader.error));
+  const Json& root = reader.root;
   const Json* model = member(root, "model");
   if (!model || !is_string(member(*model, "type"), "BPE"))
     return make_error(path + ": model.type is not \"BPE\"; voltad reads byte-level BPE tokenizers only");
-  const Json* vocab = member(*model, "vocab");
-  const Json* merges = member(*model, "merges");
-  if (!vocab || !vocab->is_object()) return make_error(path + ": model.vocab is missing or not an object");
-  if (!merges || !merges->is_array()) return make_error(path + ": model.merges is missing or not an array");
+  if (!reader.saw_vocab) return make_error(path + ": model.vocab is missing or not an object");
+  if (!reader.saw_merges) return make_error(path + ": model.merges is missing or not an array");
 
   TokenizerData data;
   data.model = "gpt2";
@@ -188,10 +338,7 @@ Result<TokenizerData> tokenizer_data_from_hf_json(const std::string& tokenizer_j
     data.token_types[size_t(id)] = int32_t(type);
     return {};
   };
-  for (const auto& [text, id] : vocab->items()) {
-    if (!id.is_number_integer()) return make_error(path + ": model.vocab[\"" + text + "\"] is not an integer id");
-    VOLTAD_TRY(place(id.get<int64_t>(), text, TokenType::Normal));
-  }
+  for (auto& [text, id] : reader.vocab) VOLTAD_TRY(place(id, std::move(text), TokenType::Normal));
   if (const Json* added = member(root, "added_tokens"); added && added->is_array()) {
     for (const Json& token : *added) {
       const Json* id = member(token, "id");
@@ -205,18 +352,8 @@ Result<TokenizerData> tokenizer_data_from_hf_json(const std::string& tokenizer_j
     }
   }
 
-  // Merges: "a b" (older files) or ["a", "b"] (newer ones).
-  data.merges.reserve(merges->size());
-  for (const Json& m : *merges) {
-    if (m.is_string()) {
-      data.merges.push_back(m.get<std::string>());
-    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
-      data.merges.push_back(m[0].get<std::string>() + " " + m[1].get<std::string>());
-    } else {
-      return make_error(path + ": model.merges[" + std::to_string(data.merges.size()) +
-                        "] is neither \"a b\" nor [\"a\", \"b\"]");
-    }
-  }
+  // Merges: "a b" (older files) or ["a", "b"] (newer ones), both joined by the reader.
+  data.merges = std::move(reader.merges);
 
   if (const Json* post = member(root, "post_processor"); post && !post->is_null())
     data.add_bos = post_processor_adds_prefix(*post);

@@ -6,6 +6,8 @@ tests/fixtures/tokenizer/ from the reference implementations:
     tricky strings, with special tokens parsed ("ids") and not ("ids_plain",
     `encode_special_tokens = True`), for the shared Llama 3 and Qwen3
     tokenizer.json files and for SmolLM2's tokenizer rebuilt from its GGUF;
+  - nfc.json: Python's NFC of the corpus and of every decomposable code
+    point (checks engine/utf8.cpp's nfc_normalize);
   - chat_templates.json: jinja2 renders of the real chat templates (Llama 3
     and Qwen3 from tokenizer_config.json, SmolLM2 from the GGUF) for a few
     conversations.
@@ -100,6 +102,8 @@ CORPUS = [
     "\u00a0nbsp\u00a0", "\u3000ideographic\u3000space", "a\u2028b\u2029c",
     "\u200bzero\u200bwidth", "\x0b\x0c vertical tab form feed", "\x1c\x1d\x1e\x1f separators",
     "trailing tabs\t\t", "mixed \t \n \t end",
+    # bytes some vocabularies have no symbol for (SmolLM2: 0x04, 0x06, 0xF1, ...)
+    "ctrl\x04\x06\x13\x14\x16\x1d chars", "a\x04b", "\U00050000 plane 5 \U000a0000",
     # code
     "def foo(x):\n    return x ** 2  # square\n",
     "int main() {\n\tprintf(\"%d\\n\", 42);\n}\n",
@@ -197,6 +201,23 @@ def render(template, messages, add_generation_prompt, bos, eos):
                                             bos_token=bos, eos_token=eos)
 
 
+def nfc_cases():
+    """Inputs and their NFC (Python's unicodedata): the corpus, and every
+    code point with a canonical decomposition, decomposed and followed by
+    combining marks of several classes, in chunks."""
+    import unicodedata
+    cases = [(t, unicodedata.normalize("NFC", t)) for t in CORPUS]
+    decomposable = [chr(c) for c in range(0x110000)
+                    if not 0xD800 <= c < 0xE000 and unicodedata.normalize("NFD", chr(c)) != chr(c)
+                    and not (0xAC00 <= c < 0xD7A4 and c % 97 != 0)]  # a sample of Hangul (by formula)
+    marks = ["", "\u0301", "\u0323\u0307", "\u0307\u0323", "\u05b0", "\u0e38", "\u1161", "\u302a\u0301"]
+    for start in range(0, len(decomposable), 64):
+        chunk = decomposable[start:start + 64]
+        text = "".join(unicodedata.normalize("NFD", ch) + marks[i % len(marks)] for i, ch in enumerate(chunk))
+        cases.append((text, unicodedata.normalize("NFC", text)))
+    return {"unicode_version": unicodedata.unidata_version, "cases": [{"in": a, "nfc": b} for a, b in cases]}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shared", default=os.path.join(os.path.dirname(REPO), "shared"))
@@ -230,6 +251,7 @@ def main():
                     continue
                 renders.append({"family": family, "conversation": conv_name, "add_generation_prompt": gen,
                                 "bos_token": bos, "text": render(template, messages, gen, bos, eos)})
+    write("nfc.json", dict(meta, **nfc_cases()))
     write("chat_templates.json", dict(meta, conversations=CONVERSATIONS, renders=renders,
                                       templates={k: v[0] for k, v in templates.items()}))
 
@@ -237,7 +259,7 @@ def main():
 def write(name, obj):
     path = os.path.join(OUT, name)
     with open(path, "w") as f:
-        json.dump(obj, f, ensure_ascii=True, indent=None, separators=(",", ":"))
+        json.dump(obj, f, ensure_ascii=False, indent=None, separators=(",", ":"))
         f.write("\n")
     print(f"wrote {path} ({os.path.getsize(path)} bytes)", file=sys.stderr)
 
