@@ -1,6 +1,7 @@
 #include "engine/model_config.h"
 
 #include <cmath>
+#include <limits>
 
 #include "engine/gguf_file.h"
 
@@ -55,8 +56,9 @@ class ConfigReader {
       return error("metadata key '" + key + "' has type " + file_.key_type_name(key) +
                    "; expected a float (f32)");
     }
-    if (!std::isfinite(*v) || *v <= 0) {
-      return error(key + " = " + std::to_string(*v) + " must be a positive number");
+    // Checked in double first: a double beyond float range has no float value.
+    if (!(*v > 0 && *v <= std::numeric_limits<float>::max()) || static_cast<float>(*v) == 0) {
+      return error(key + " = " + std::to_string(*v) + " must be a positive (float) number");
     }
     return static_cast<float>(*v);
   }

@@ -204,6 +204,19 @@ TEST_CASE("missing and inconsistent hyperparameters name the key") {
   }
   {
     test::TinyModelSpec spec;
+    spec.omit = {"llama.attention.layer_norm_rms_epsilon"};
+    expect_load_error(
+        spec, "llama.attention.layer_norm_rms_epsilon = -0.001000 must be a positive",
+        [](GgufWriter& w) { w.add_f64("llama.attention.layer_norm_rms_epsilon", -1e-3); });
+  }
+  {
+    test::TinyModelSpec spec;
+    spec.omit = {"llama.rope.freq_base"};
+    expect_load_error(spec, "'llama.rope.freq_base' has type u32; expected a float",
+                      [](GgufWriter& w) { w.add_u32("llama.rope.freq_base", 10000); });
+  }
+  {
+    test::TinyModelSpec spec;
     spec.omit = {"llama.block_count"};
     expect_load_error(spec, "llama.block_count = 1000000, but the file has only",
                       [](GgufWriter& w) { w.add_u32("llama.block_count", 1000000); });
