@@ -77,6 +77,16 @@ class Reader {
     return {};
   }
 
+  // read_string without a message: false (and no move) where it would fail.
+  bool skip_string() {
+    uint64_t len = 0;
+    if (remaining() < 8) return false;
+    std::memcpy(&len, bytes_ + pos_, 8);
+    if (len > remaining() - 8) return false;
+    pos_ += 8 + len;
+    return true;
+  }
+
   Status skip(uint64_t n, const std::string& what) {
     VOLTAD_TRY(need(n, what));
     pos_ += n;
@@ -187,7 +197,9 @@ Status GgufFile::parse() {
       if (element_size) {
         VOLTAD_TRY(r.skip(kv.array_count * element_size, "array " + what));
       } else {
+        // Vocabularies hold ~10^5 strings: build a message only on failure.
         for (uint64_t j = 0; j < kv.array_count; ++j) {
+          if (r.skip_string()) continue;
           std::string_view s;
           VOLTAD_TRY(r.read_string(s, "string #" + std::to_string(j) + " of array " + what));
         }
