@@ -324,6 +324,7 @@ def run(out_dir, log=print):
     tok = tiny_tokenizer.build(VOCAB)
     with open(os.path.join(out_dir, "tiny-bpe.tokenizer.json"), "w", encoding="utf-8") as f:
         f.write(tok.to_str(pretty=False))
+    tokenize_fixture(out_dir, tok)
     written = []
     for spec in MODELS:
         hf_orig = build_hf(spec)
@@ -375,6 +376,39 @@ def run(out_dir, log=print):
             log(f"{fname}: {os.path.getsize(path)} bytes; checks {json.dumps(doc['checks'])}")
             written.append(fname)
     return written
+
+
+TOKENIZE_TEXTS = [
+    "Hello world",
+    "The capital of France is Paris.",
+    "  leading spaces and trailing  ",
+    "line one\nline two\n\n",
+    "it's they're we've I'm you'll he'd",
+    "numbers 1234567890 and 3.14",
+    "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
+    "caf\u00e9 na\u00efve \u65e5\u672c\u8a9e \U0001f600",
+    "tabs\tand\r\nwindows",
+]
+
+
+def tokenize_fixture(out_dir, tok):
+    """text -> ids with the tiny vocab (HF tokenizers), checked against transformers' GGUF tokenizer."""
+    from transformers import AutoTokenizer
+    gguf_path = os.path.join(out_dir, "tiny-llama.F32.gguf")
+    htok = None
+    if os.path.exists(gguf_path):
+        htok = AutoTokenizer.from_pretrained(out_dir, gguf_file="tiny-llama.F32.gguf")
+    cases = []
+    for text in TOKENIZE_TEXTS:
+        ids = tok.encode(text).ids
+        c = {"text": text, "ids": ids, "decoded": tok.decode(ids, skip_special_tokens=False)}
+        if htok is not None:
+            c["transformers_gguf_ids_equal"] = htok(text, add_special_tokens=False)["input_ids"] == ids
+        cases.append(c)
+    dump_json(os.path.join(out_dir, "tiny-bpe.tokenize.json"), {
+        "format": "voltad-reference-tokenize/1",
+        "vocab": "the tokenizer.ggml.* arrays of every tiny-*.gguf (also tiny-bpe.tokenizer.json); pre = gpt2",
+        "special_tokens_parsed": True, "add_bos": False, "cases": cases, "versions": versions()})
 
 
 NOTES = ("logits[i][v] is the logit of vocab id v after tokens[0..i] (positions start at 0 in every case). "
