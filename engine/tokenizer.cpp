@@ -55,6 +55,14 @@ bool is_special_type(TokenType t) { return t == TokenType::Control || t == Token
 
 }  // namespace
 
+std::string byte_level_encode(std::string_view bytes) {
+  const ByteAlphabet& alphabet = byte_alphabet();
+  std::string text;
+  text.reserve(bytes.size() * 2);
+  for (char c : bytes) text += alphabet.byte_to_text[uint8_t(c)];
+  return text;
+}
+
 struct Tokenizer::Impl {
   TokenizerData data;
   PreTokenizer pre = PreTokenizer::Gpt2;
@@ -183,12 +191,8 @@ void Tokenizer::Impl::encode_piece(std::string_view piece, std::vector<int32_t>&
     if (int32_t id = byte_token[uint8_t(piece[0])]; id >= 0) out.push_back(id);
     return;
   }
-  const ByteAlphabet& alphabet = byte_alphabet();
   if (data.ignore_merges) {
-    std::string text;
-    text.reserve(piece.size() * 2);
-    for (char c : piece) text += alphabet.byte_to_text[uint8_t(c)];
-    auto it = ids.find(text);
+    auto it = ids.find(byte_level_encode(piece));
     if (it != ids.end() && !is_special_type(types[size_t(it->second)])) {
       out.push_back(it->second);
       return;

@@ -75,6 +75,10 @@ Result<TokenizerData> tokenizer_data_from_gguf(const GgufFile& file);
 Result<TokenizerData> tokenizer_data_from_hf_json(const std::string& tokenizer_json_path,
                                                   const std::string& tokenizer_config_json_path_or_empty);
 
+// Bytes written in GPT-2's byte-level alphabet, the form normal token texts
+// and merges take ("Hello world" -> "HelloĠworld").
+std::string byte_level_encode(std::string_view bytes);
+
 class Tokenizer {
  public:
   // Validates the data (ids in range, merges made of known tokens, all 256

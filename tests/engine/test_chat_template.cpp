@@ -1,0 +1,112 @@
+// Chat templates: family detection and renders that equal jinja2's output
+// of the real Llama 3, Qwen3 and SmolLM2 templates
+// (tests/fixtures/tokenizer/chat_templates.json).
+#include <doctest/doctest.h>
+
+#include "engine/chat_template.h"
+#include "test_tokenizer_support.h"
+
+using namespace voltad;
+using voltad::test::load_tokenizer_fixture;
+
+namespace {
+
+std::vector<ChatMessage> messages_of(const nlohmann::json& list) {
+  std::vector<ChatMessage> out;
+  for (const auto& m : list) out.push_back({m.at("role"), m.at("content")});
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("each real template is recognised as its family") {
+  nlohmann::json fixture = load_tokenizer_fixture("chat_templates.json");
+  const auto& templates = fixture.at("templates");
+  REQUIRE(templates.size() == 3);
+  auto family = [&](const char* name) {
+    auto f = choose_chat_format(templates.at(name).get<std::string>(), "auto");
+    REQUIRE_MESSAGE(f.ok(), (f.ok() ? "" : f.error().message));
+    return f.value();
+  };
+  CHECK(family("llama3") == ChatFormat::Llama3);
+  CHECK(family("qwen3") == ChatFormat::ChatML);
+  CHECK(family("smollm2") == ChatFormat::ChatML);
+
+  // Options read from the template text.
+  auto smol = chat_render_options_from_template(ChatFormat::ChatML, templates.at("smollm2"));
+  CHECK(smol.default_system == "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
+  CHECK_FALSE(smol.qwen3_thinking);
+  auto qwen = chat_render_options_from_template(ChatFormat::ChatML, templates.at("qwen3"));
+  CHECK(qwen.default_system.empty());  // Qwen3 has no default system prompt
+  CHECK(qwen.qwen3_thinking);
+  // Qwen2.5 writes its default with Jinja's \n escape inside a string literal.
+  auto qwen25 = chat_render_options_from_template(
+      ChatFormat::ChatML,
+      "{%- else %}\n{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud.<|im_end|>\\n' }}");
+  CHECK(qwen25.default_system == "You are Qwen, created by Alibaba Cloud.");
+}
+
+TEST_CASE("renders equal jinja2's output of the real templates") {
+  nlohmann::json fixture = load_tokenizer_fixture("chat_templates.json");
+  const auto& renders = fixture.at("renders");
+  REQUIRE(renders.size() > 20);
+  for (const auto& r : renders) {
+    const std::string family = r.at("family");
+    const std::string tmpl = fixture.at("templates").at(family);
+    auto format = choose_chat_format(tmpl, "auto");
+    REQUIRE(format.ok());
+    ChatRenderOptions options = chat_render_options_from_template(format.value(), tmpl);
+    auto messages = messages_of(fixture.at("conversations").at(r.at("conversation").get<std::string>()));
+    // Llama 3's template writes bos_token itself; ChatML ones do not use it.
+    std::string bos = format.value() == ChatFormat::Llama3 ? r.at("bos_token").get<std::string>() : "";
+    std::string got = render_chat(format.value(), messages, r.at("add_generation_prompt"), bos, options);
+    const std::string expected = r.at("text");
+    CHECK_MESSAGE(got == expected, family << " / " << r.at("conversation") << " / generation prompt "
+                                          << r.at("add_generation_prompt") << "\n  expected: " << nlohmann::json(expected)
+                                          << "\n  got:      " << nlohmann::json(got));
+  }
+}
+
+TEST_CASE("Llama 3 without a generation prompt ends after the last turn") {
+  std::vector<ChatMessage> messages = {{"user", "Hi"}, {"assistant", "Hello"}};
+  std::string with = render_chat(ChatFormat::Llama3, messages, true, "<|begin_of_text|>");
+  std::string without = render_chat(ChatFormat::Llama3, messages, false, "<|begin_of_text|>");
+  const std::string header = "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  CHECK(with == without + header);
+  CHECK(without.ends_with("Hello<|eot_id|>"));
+  CHECK(without.starts_with("<|begin_of_text|>"));
+  CHECK(render_chat(ChatFormat::Llama3, messages, false, "").starts_with("<|start_header_id|>user"));
+}
+
+TEST_CASE("an override wins, and an unrecognised template without one is a clear error") {
+  const std::string llama = "{{ '<|start_header_id|>' + message['role'] }}";
+  const std::string chatml = "{{ '<|im_start|>' + message['role'] }}";
+  CHECK(choose_chat_format(llama, "chatml").value() == ChatFormat::ChatML);
+  CHECK(choose_chat_format(chatml, "llama3").value() == ChatFormat::Llama3);
+  CHECK(choose_chat_format(chatml, "").value() == ChatFormat::ChatML);
+
+  const std::string gemma = "{{ '<start_of_turn>' + role + '\\n' }}";
+  auto unknown = choose_chat_format(gemma, "auto");
+  REQUIRE_FALSE(unknown.ok());
+  CHECK(unknown.error().message.find("<start_of_turn>") != std::string::npos);  // says what it saw
+  CHECK(unknown.error().message.find("chat_template") != std::string::npos);    // and what to set
+  CHECK(choose_chat_format(gemma, "llama3").ok());
+
+  auto none = choose_chat_format("", "auto");
+  REQUIRE_FALSE(none.ok());
+  CHECK(none.error().message.find("no chat template") != std::string::npos);
+
+  auto bad_override = choose_chat_format(chatml, "vicuna");
+  REQUIRE_FALSE(bad_override.ok());
+  CHECK(bad_override.error().message.find("vicuna") != std::string::npos);
+
+  // Invalid UTF-8 in a template must not leak into the message.
+  auto garbage = choose_chat_format(std::string("\xff\xfe{{ x }}"), "auto");
+  REQUIRE_FALSE(garbage.ok());
+  CHECK(garbage.error().message.find('\xff') == std::string::npos);
+}
+
+TEST_CASE("chat_format_name") {
+  CHECK(std::string(chat_format_name(ChatFormat::Llama3)) == "llama3");
+  CHECK(std::string(chat_format_name(ChatFormat::ChatML)) == "chatml");
+}
