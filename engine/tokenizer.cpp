@@ -6,7 +6,6 @@
 #include <array>
 #include <functional>
 #include <queue>
-#include <unordered_map>
 
 #include "engine/pre_tokenizer.h"
 #include "engine/utf8.h"
@@ -39,14 +38,83 @@ const ByteAlphabet& byte_alphabet() {
   return alphabet;
 }
 
-struct StringHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-};
-
 struct MergeResult {
   int32_t rank;
   int32_t token;
+};
+
+// Open-addressing hash tables (linear probing, power-of-two size, at most
+// half full). One contiguous array each builds and probes several times
+// faster than std::unordered_map's node per entry at 150K entries, which is
+// most of the load time of a large vocabulary.
+size_t table_size_for(size_t entries) {
+  size_t size = 16;
+  while (size < entries * 2) size *= 2;
+  return size;
+}
+
+// Token text -> the first id with that text. Texts are not copied: the
+// index points into the token list, which must outlive it.
+class TokenIndex {
+ public:
+  void build(const std::vector<std::string>& tokens) {
+    tokens_ = &tokens;
+    slots_.assign(table_size_for(tokens.size()), Slot{0, -1});
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      uint64_t h = std::hash<std::string_view>{}(tokens[i]);
+      size_t at = probe(tokens[i], h);
+      if (slots_[at].id < 0) slots_[at] = Slot{uint32_t(h), int32_t(i)};
+    }
+  }
+  int32_t find(std::string_view text) const {
+    if (slots_.empty()) return -1;
+    return slots_[probe(text, std::hash<std::string_view>{}(text))].id;
+  }
+
+ private:
+  struct Slot {
+    uint32_t hash;  // low bits of the full hash, compared before the text
+    int32_t id;     // -1: empty
+  };
+  // The slot holding `text`, or the empty slot where it would go.
+  size_t probe(std::string_view text, uint64_t h) const {
+    const size_t mask = slots_.size() - 1;
+    for (size_t at = size_t(h) & mask;; at = (at + 1) & mask) {
+      const Slot& slot = slots_[at];
+      if (slot.id < 0 || (slot.hash == uint32_t(h) && (*tokens_)[size_t(slot.id)] == text)) return at;
+    }
+  }
+  const std::vector<std::string>* tokens_ = nullptr;
+  std::vector<Slot> slots_;
+};
+
+// (left id, right id) -> the merge; the first insertion of a pair wins.
+class MergeIndex {
+ public:
+  void reserve(size_t entries) { slots_.assign(table_size_for(entries), Slot{kEmpty, {}}); }
+  void insert(uint64_t key, MergeResult merge) {
+    size_t at = probe(key);
+    if (slots_[at].key == kEmpty) slots_[at] = Slot{key, merge};
+  }
+  const MergeResult* find(uint64_t key) const {
+    if (slots_.empty()) return nullptr;
+    const Slot& slot = slots_[probe(key)];
+    return slot.key == kEmpty ? nullptr : &slot.merge;
+  }
+
+ private:
+  static constexpr uint64_t kEmpty = ~uint64_t(0);  // ids are never negative in a key
+  struct Slot {
+    uint64_t key;
+    MergeResult merge;
+  };
+  size_t probe(uint64_t key) const {
+    const size_t mask = slots_.size() - 1;
+    uint64_t h = key * 0x9E3779B97F4A7C15ull;  // Fibonacci hashing spreads the id pairs
+    for (size_t at = size_t(h >> 20) & mask;; at = (at + 1) & mask)
+      if (slots_[at].key == key || slots_[at].key == kEmpty) return at;
+  }
+  std::vector<Slot> slots_;
 };
 
 uint64_t pair_key(int32_t left, int32_t right) { return (uint64_t(uint32_t(left)) << 32) | uint32_t(right); }
@@ -67,10 +135,10 @@ struct Tokenizer::Impl {
   TokenizerData data;
   PreTokenizer pre = PreTokenizer::Gpt2;
   std::vector<TokenType> types;
-  std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> ids;  // token text -> first id
-  std::unordered_map<uint64_t, MergeResult> merges;                            // (left, right) -> merge
+  TokenIndex ids;      // token text -> first id (points into data.tokens)
+  MergeIndex merges;   // (left, right) -> merge
   std::array<int32_t, 256> byte_token{};  // byte -> its symbol's id, -1 if the vocabulary lacks it
-  std::vector<std::string> pieces;                                            // id -> bytes
+  std::vector<std::string> pieces;        // id -> bytes
   // Control and user-defined tokens by first byte, longest first.
   std::array<std::vector<int32_t>, 256> specials_by_first_byte;
   std::vector<bool> end_of_generation;
@@ -84,8 +152,10 @@ Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
-Result<Tokenizer> Tokenizer::create(TokenizerData data) {
+Result<Tokenizer> Tokenizer::create(TokenizerData data_in) {
   auto impl = std::make_unique<Impl>();
+  impl->data = std::move(data_in);
+  const TokenizerData& data = impl->data;
   if (data.model != "gpt2")
     return make_error("tokenizer model \"" + data.model +
                       "\" is not supported: voltad implements byte-level BPE (tokenizer.ggml.model = gpt2), "
@@ -110,14 +180,13 @@ Result<Tokenizer> Tokenizer::create(TokenizerData data) {
   const ByteAlphabet& alphabet = byte_alphabet();
   impl->types.resize(n, TokenType::Normal);
   impl->pieces.resize(n);
-  impl->ids.reserve(n);
+  impl->ids.build(data.tokens);
   for (size_t i = 0; i < n; ++i) {
     if (!data.token_types.empty()) {
       int32_t t = data.token_types[i];
       impl->types[i] = (t >= 0 && t <= 6) ? TokenType(t) : TokenType::Undefined;
     }
     const std::string& text = data.tokens[i];
-    impl->ids.emplace(text, int32_t(i));
     if (is_special_type(impl->types[i])) {
       impl->pieces[i] = text;  // added tokens are stored as plain text
       if (!text.empty()) impl->specials_by_first_byte[uint8_t(text[0])].push_back(int32_t(i));
@@ -145,9 +214,8 @@ Result<Tokenizer> Tokenizer::create(TokenizerData data) {
   // (SmolLM2 has no symbol for 21 bytes, e.g. 0x04 and 0xFF).
   int present = 0;
   for (int b = 0; b < 256; ++b) {
-    auto it = impl->ids.find(alphabet.byte_to_text[b]);
-    impl->byte_token[b] = it == impl->ids.end() ? -1 : it->second;
-    present += it != impl->ids.end();
+    impl->byte_token[b] = impl->ids.find(alphabet.byte_to_text[b]);
+    present += impl->byte_token[b] >= 0;
   }
   if (present < 128)
     return make_error("the vocabulary has symbols for only " + std::to_string(present) +
@@ -164,25 +232,23 @@ Result<Tokenizer> Tokenizer::create(TokenizerData data) {
     };
     if (space == std::string::npos || space + 1 >= m.size()) return bad("is not two tokens separated by a space");
     std::string_view left(m.data(), space), right(m.data() + space + 1, m.size() - space - 1);
-    auto l = impl->ids.find(left), rt = impl->ids.find(right);
-    if (l == impl->ids.end() || rt == impl->ids.end()) return bad("names a token that is not in the vocabulary");
+    int32_t l = impl->ids.find(left), rt = impl->ids.find(right);
+    if (l < 0 || rt < 0) return bad("names a token that is not in the vocabulary");
     joined.assign(left);
     joined.append(right);
-    auto merged = impl->ids.find(joined);
-    if (merged == impl->ids.end()) return bad("makes a token that is not in the vocabulary");
+    int32_t merged = impl->ids.find(joined);
+    if (merged < 0) return bad("makes a token that is not in the vocabulary");
     // The first (highest priority) occurrence of a pair wins.
-    impl->merges.emplace(pair_key(l->second, rt->second), MergeResult{int32_t(r), merged->second});
+    impl->merges.insert(pair_key(l, rt), MergeResult{int32_t(r), merged});
   }
 
   impl->end_of_generation.assign(n, false);
   for (int32_t id : {data.eos_id, data.eot_id})
     if (id >= 0) impl->end_of_generation[size_t(id)] = true;
   for (const char* name : {"<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|end_of_text|>", "<|endoftext|>"}) {
-    auto it = impl->ids.find(std::string_view(name));
-    if (it != impl->ids.end()) impl->end_of_generation[size_t(it->second)] = true;
+    if (int32_t id = impl->ids.find(name); id >= 0) impl->end_of_generation[size_t(id)] = true;
   }
 
-  impl->data = std::move(data);
   return Tokenizer(std::move(impl));
 }
 
@@ -192,9 +258,9 @@ void Tokenizer::Impl::encode_piece(std::string_view piece, std::vector<int32_t>&
     return;
   }
   if (data.ignore_merges) {
-    auto it = ids.find(byte_level_encode(piece));
-    if (it != ids.end() && !is_special_type(types[size_t(it->second)])) {
-      out.push_back(it->second);
+    int32_t id = ids.find(byte_level_encode(piece));
+    if (id >= 0 && !is_special_type(types[size_t(id)])) {
+      out.push_back(id);
       return;
     }
   }
@@ -228,8 +294,7 @@ void Tokenizer::Impl::encode_piece(std::string_view piece, std::vector<int32_t>&
     int32_t right = symbols[size_t(left)].next;
     if (right < 0) return;
     int32_t a = symbols[size_t(left)].id, b = symbols[size_t(right)].id;
-    auto it = merges.find(pair_key(a, b));
-    if (it != merges.end()) queue.push({it->second.rank, left, a, b});
+    if (const MergeResult* m = merges.find(pair_key(a, b))) queue.push({m->rank, left, a, b});
   };
   for (int32_t i = 0; i + 1 < count; ++i) consider(i);
 
@@ -240,7 +305,7 @@ void Tokenizer::Impl::encode_piece(std::string_view piece, std::vector<int32_t>&
     if (left.id != c.left_id || left.next < 0) continue;
     Symbol& right = symbols[size_t(left.next)];
     if (right.id != c.right_id) continue;
-    left.id = merges.at(pair_key(c.left_id, c.right_id)).token;
+    left.id = merges.find(pair_key(c.left_id, c.right_id))->token;
     right.id = -1;
     left.next = right.next;
     if (left.next >= 0) symbols[size_t(left.next)].prev = c.left;
@@ -315,9 +380,9 @@ bool Tokenizer::is_end_of_generation(int32_t token) const {
 size_t Tokenizer::vocab_size() const { return impl_->data.tokens.size(); }
 
 std::optional<int32_t> Tokenizer::find_token(std::string_view text) const {
-  auto it = impl_->ids.find(text);
-  if (it == impl_->ids.end()) return std::nullopt;
-  return it->second;
+  int32_t id = impl_->ids.find(text);
+  if (id < 0) return std::nullopt;
+  return id;
 }
 
 TokenType Tokenizer::token_type(int32_t token) const {
