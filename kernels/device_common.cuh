@@ -42,8 +42,18 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
 // ---- loads ---------------------------------------------------------------
 
 // Weights are read once per step: read-only path, 16 bytes per lane.
+// VOLTAD_WEIGHTS_NO_L1 (experiment, kernels/dev/bench_matvec.cu) skips L1
+// allocation for them so the activations, re-read by every warp, stay in L1.
 __device__ __forceinline__ uint4 load_weights_16(const uint8_t* p) {
+#if defined(VOLTAD_WEIGHTS_NO_L1) && VOLTAD_WEIGHTS_NO_L1
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+#else
   return __ldg(reinterpret_cast<const uint4*>(p));
+#endif
 }
 __device__ __forceinline__ uint2 load_weights_8(const uint8_t* p) {
   return __ldg(reinterpret_cast<const uint2*>(p));
@@ -120,7 +130,15 @@ __device__ __forceinline__ uint32_t int6_assemble(uint32_t nibbles, uint32_t cru
   return ((nibbles << 2) & 0x3C3C3C3Cu) | ((crumbs << (6 - 2 * t)) & 0xC0C0C0C0u);
 }
 
-// ---- matvec epilogue -------------------------------------------------------
+// ---- matvec launch shape and epilogue -------------------------------------
+// Every matvec runs blocks of 4 warps, each warp owning R consecutive rows.
+constexpr int kMatvecWarpsPerBlock = 4;
+
+inline unsigned matvec_grid(int64_t rows, int rows_per_warp) {
+  const int64_t warps = (rows + rows_per_warp - 1) / rows_per_warp;
+  return unsigned((warps + kMatvecWarpsPerBlock - 1) / kMatvecWarpsPerBlock);
+}
+
 // Each lane of a warp holds partial sums acc[r][b] for rows row0+r and batch
 // row b; the warp reduces them and one lane per value writes
 // y[b][row] = sum + bias[row] (+ y[b][row] when accumulating).

@@ -10,8 +10,6 @@
 namespace voltad::kernels {
 
 namespace {
-constexpr int kWarpsPerBlock = 4;
-
 // Piece p of a row as E floats.
 template <class T>
 struct FloatPiece;
@@ -51,12 +49,12 @@ struct FloatPiece<float> {
 }  // namespace
 
 template <class T, int R, int B, int U>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32) kernel_matvec_float(MatvecArgs a) {
+__global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_float(MatvecArgs a) {
   using Piece = FloatPiece<T>;
   constexpr int E = Piece::E;
   const PackedLayout& l = a.w.layout;
   const int lane = threadIdx.x & 31;
-  const int64_t row0 = (int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5)) * R;
+  const int64_t row0 = (int64_t(blockIdx.x) * kMatvecWarpsPerBlock + (threadIdx.x >> 5)) * R;
   if (row0 >= l.rows) return;
   const int pieces = int(l.cols / E);
 
@@ -124,9 +122,7 @@ namespace {
 
 template <class T, int R, int B, int U>
 void launch_float(const MatvecArgs& a, cudaStream_t stream) {
-  const int64_t warps = (a.w.layout.rows + R - 1) / R;
-  const int64_t blocks = (warps + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  kernel_matvec_float<T, R, B, U><<<unsigned(blocks), kWarpsPerBlock * 32, 0, stream>>>(a);
+  kernel_matvec_float<T, R, B, U><<<matvec_grid(a.w.layout.rows, R), kMatvecWarpsPerBlock * 32, 0, stream>>>(a);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -17,8 +17,6 @@ namespace voltad::kernels {
 
 namespace {
 
-constexpr int kWarpsPerBlock = 4;
-
 // Per-format scale records: what one lane loads for chunk c, and how it
 // becomes the (a, b) of value = a*q + b.
 template <PackedFormat F>
@@ -67,11 +65,11 @@ struct Int4Scales<PackedFormat::Int4K256> {
 
 // R rows per warp, B activation rows, U chunks per lane in flight per row.
 template <PackedFormat F, int R, int B, int U>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32) kernel_matvec_int4(MatvecArgs a) {
+__global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_int4(MatvecArgs a) {
   using Scales = Int4Scales<F>;
   const PackedLayout& l = a.w.layout;
   const int lane = threadIdx.x & 31;
-  const int64_t row0 = (int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5)) * R;
+  const int64_t row0 = (int64_t(blockIdx.x) * kMatvecWarpsPerBlock + (threadIdx.x >> 5)) * R;
   if (row0 >= l.rows) return;
   const int chunks = int(l.cols / 32);
   const int64_t x_scale_ld = l.cols / 8;  // floats per batch row: 2 per 16 values
@@ -149,9 +147,7 @@ namespace {
 
 template <PackedFormat F, int R, int B, int U>
 void launch_int4(const MatvecArgs& a, cudaStream_t stream) {
-  const int64_t warps = (a.w.layout.rows + R - 1) / R;
-  const int64_t blocks = (warps + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  kernel_matvec_int4<F, R, B, U><<<unsigned(blocks), kWarpsPerBlock * 32, 0, stream>>>(a);
+  kernel_matvec_int4<F, R, B, U><<<matvec_grid(a.w.layout.rows, R), kMatvecWarpsPerBlock * 32, 0, stream>>>(a);
   CUDA_CHECK(cudaGetLastError());
 }
 

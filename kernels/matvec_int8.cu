@@ -12,16 +12,12 @@
 
 namespace voltad::kernels {
 
-namespace {
-constexpr int kWarpsPerBlock = 4;
-}
-
 // Int8*: w = a*q + b with (a, b) per group of 32 (two pieces).
 template <PackedFormat F, int R, int B, int U>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32) kernel_matvec_int8(MatvecArgs a) {
+__global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_int8(MatvecArgs a) {
   const PackedLayout& l = a.w.layout;
   const int lane = threadIdx.x & 31;
-  const int64_t row0 = (int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5)) * R;
+  const int64_t row0 = (int64_t(blockIdx.x) * kMatvecWarpsPerBlock + (threadIdx.x >> 5)) * R;
   if (row0 >= l.rows) return;
   const int pieces = int(l.cols / 16);
   const int64_t x_scale_ld = l.cols / 8;
@@ -92,10 +88,10 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) kernel_matvec_int8(Matvec
 
 // Int6K256: w = d*sc*(q-32); assembled bytes hold 4*(q-32).
 template <int R, int B, int U>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32) kernel_matvec_int6(MatvecArgs a) {
+__global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_int6(MatvecArgs a) {
   const PackedLayout& l = a.w.layout;
   const int lane = threadIdx.x & 31;
-  const int64_t row0 = (int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5)) * R;
+  const int64_t row0 = (int64_t(blockIdx.x) * kMatvecWarpsPerBlock + (threadIdx.x >> 5)) * R;
   if (row0 >= l.rows) return;
   const int chunks = int(l.cols / 32);
   const int64_t x_scale_ld = l.cols / 8;
@@ -184,22 +180,16 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) kernel_matvec_int6(Matvec
 
 namespace {
 
-template <int R>
-unsigned grid_for(int64_t rows) {
-  const int64_t warps = (rows + R - 1) / R;
-  return unsigned((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
-}
-
 template <PackedFormat F, int R, int B, int U>
 void launch_int8(const MatvecArgs& a, cudaStream_t stream) {
   kernel_matvec_int8<F, R, B, U>
-      <<<grid_for<R>(a.w.layout.rows), kWarpsPerBlock * 32, 0, stream>>>(a);
+      <<<matvec_grid(a.w.layout.rows, R), kMatvecWarpsPerBlock * 32, 0, stream>>>(a);
   CUDA_CHECK(cudaGetLastError());
 }
 
 template <int R, int B, int U>
 void launch_int6(const MatvecArgs& a, cudaStream_t stream) {
-  kernel_matvec_int6<R, B, U><<<grid_for<R>(a.w.layout.rows), kWarpsPerBlock * 32, 0, stream>>>(a);
+  kernel_matvec_int6<R, B, U><<<matvec_grid(a.w.layout.rows, R), kMatvecWarpsPerBlock * 32, 0, stream>>>(a);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -1,0 +1,321 @@
+// Matvec bandwidth harness (not part of the build; scripts/device-test.sh
+// --bench compiles it with nvcc): times the quantized matvecs at Llama-3-8B
+// shapes for several (rows per warp R, chunks in flight U) variants and the
+// production dispatch, against the device-to-device copy bandwidth measured
+// in the same run, then one whole layer's matvecs (Q4_K_M: Q4_K + Q6_K)
+// launched plainly and replayed from a CUDA graph.
+//
+// Every matrix is one of many copies spread over ~2 GB and used in turn, so
+// no launch finds its weights in the 50-60 MB L2. The weight bytes are
+// random (scales made finite fp16). Times are medians of 7 rounds, each the
+// mean over a pass through all copies, from CUDA events.
+//
+// It includes the kernel sources so it can launch any template variant.
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/matvec_dispatch.cu"
+#include "kernels/matvec_float.cu"
+#include "kernels/matvec_int4.cu"
+#include "kernels/matvec_int8.cu"
+
+namespace bench {
+
+using namespace voltad::kernels;
+
+constexpr size_t kPoolBytes = size_t(2) << 30;
+
+__global__ void kernel_random_bytes(uint32_t* p, size_t n_words, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n_words;
+       i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t h = uint32_t(i) * 0x9E3779B1u ^ seed;
+    h ^= h >> 15;
+    h *= 0x85EBCA77u;
+    h ^= h >> 13;
+    h *= 0xC2B2AE3Du;
+    h ^= h >> 16;
+    p[i] = h;
+  }
+}
+
+// fp16 words in [2^-4, 2^-1) of either sign: finite scales.
+__global__ void kernel_finite_halves(uint16_t* p, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x)
+  {
+    const uint16_t exponent = uint16_t(11 + ((p[i] >> 10) & 3));
+    p[i] = uint16_t((p[i] & 0x83FF) | (exponent << 10));
+  }
+}
+
+float median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+template <class F>
+float time_ms(F&& body, cudaStream_t stream = nullptr, int rounds = 7) {
+  cudaEvent_t a, b;
+  CUDA_CHECK(cudaEventCreate(&a));
+  CUDA_CHECK(cudaEventCreate(&b));
+  body();  // warm-up
+  std::vector<float> t;
+  for (int r = 0; r < rounds; ++r) {
+    CUDA_CHECK(cudaEventRecord(a, stream));
+    body();
+    CUDA_CHECK(cudaEventRecord(b, stream));
+    CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms);
+  }
+  CUDA_CHECK(cudaEventDestroy(a));
+  CUDA_CHECK(cudaEventDestroy(b));
+  return median(t);
+}
+
+struct Pool {
+  uint8_t* base = nullptr;
+  Pool() {
+    CUDA_CHECK(cudaMalloc(&base, kPoolBytes));
+    kernel_random_bytes<<<4096, 256>>>(reinterpret_cast<uint32_t*>(base), kPoolBytes / 4, 12345);
+    CUDA_CHECK(cudaGetLastError());
+  }
+};
+
+// A matrix of layout l at byte `at` of the pool, its scales made finite.
+// (Int4K256: the sc/mn bytes become fp16 patterns too: still valid six-bit
+// fields.)
+PackedMatrixView view_at(const Pool& pool, const PackedLayout& l, size_t at) {
+  PackedMatrixView v{l, pool.base + at};
+  auto halves = [&](uint64_t off, int64_t row_bytes) {
+    if (row_bytes == 0) return;
+    kernel_finite_halves<<<1024, 256>>>(reinterpret_cast<uint16_t*>(pool.base + at + off),
+                                        size_t(row_bytes) * l.rows / 2);
+    CUDA_CHECK(cudaGetLastError());
+  };
+  halves(l.scales_offset, l.scale_row_bytes);
+  halves(l.super_offset, l.super_row_bytes);
+  return v;
+}
+
+// Copies of one layout laid end to end over the pool.
+std::vector<PackedMatrixView> copies_of(const Pool& pool, const PackedLayout& l) {
+  std::vector<PackedMatrixView> out;
+  const size_t stride = packed_align256(l.total_bytes);
+  for (size_t at = 0; at + stride <= kPoolBytes; at += stride) out.push_back(view_at(pool, l, at));
+  CUDA_CHECK(cudaDeviceSynchronize());
+  return out;
+}
+
+struct Activations {
+  float* x = nullptr;
+  QuantizedActivations q;
+  float* y = nullptr;
+  explicit Activations(int64_t max_cols, int64_t max_rows, int batch) {
+    CUDA_CHECK(cudaMalloc(&x, sizeof(float) * max_cols * batch));
+    CUDA_CHECK(cudaMalloc(&q.q, max_cols * batch));
+    CUDA_CHECK(cudaMalloc(&q.scales, sizeof(float) * max_cols / 8 * batch));
+    CUDA_CHECK(cudaMalloc(&y, sizeof(float) * max_rows * batch));
+    std::vector<float> h(size_t(max_cols * batch));
+    for (size_t i = 0; i < h.size(); ++i) h[i] = float(int((i * 2654435761u) % 2001) - 1000) / 1000.f;
+    CUDA_CHECK(cudaMemcpy(x, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice));
+  }
+};
+
+using Launcher = void (*)(const MatvecArgs&, cudaStream_t);
+
+struct Variant {
+  const char* name;
+  Launcher launch;
+};
+
+struct Row {
+  std::string what;
+  double us, gbs, frac;
+};
+std::vector<Row> g_rows;
+
+void report(const std::string& what, double bytes, float ms_per_launch, double copy_gbs) {
+  const double gbs = bytes / (ms_per_launch * 1e-3) / 1e9;
+  g_rows.push_back({what, ms_per_launch * 1e3, gbs, gbs / copy_gbs});
+  std::printf("%-44s %9.2f us %8.0f GB/s %5.1f%%\n", what.c_str(), ms_per_launch * 1e3, gbs,
+              100.0 * gbs / copy_gbs);
+  std::fflush(stdout);
+}
+
+float time_matvec(const std::vector<PackedMatrixView>& mats, Activations& act, int batch,
+                  Launcher launch) {
+  const int n = int(mats.size());
+  const int iters = std::max(n, 64);
+  MatvecArgs a;
+  a.batch = batch;
+  a.xq = act.q;
+  a.x = act.x;
+  a.ldx = mats[0].layout.cols;
+  a.y = act.y;
+  a.ldy = mats[0].layout.rows;
+  const float ms = time_ms([&] {
+    for (int i = 0; i < iters; ++i) {
+      a.w = mats[size_t(i % n)];
+      launch(a, nullptr);
+    }
+  });
+  return ms / float(iters);
+}
+
+template <PackedFormat F, int R, int B, int U>
+void int4_variant(const MatvecArgs& a, cudaStream_t s) {
+  launch_int4<F, R, B, U>(a, s);
+}
+template <int R, int B, int U>
+void int6_variant(const MatvecArgs& a, cudaStream_t s) {
+  launch_int6<R, B, U>(a, s);
+}
+
+}  // namespace bench
+
+int main() {
+  using namespace bench;
+  cudaDeviceProp prop;
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount,
+              prop.l2CacheSize >> 20);
+
+  // Copy bandwidth: bytes read + bytes written per second, 1 GiB buffers.
+  const size_t copy_bytes = size_t(1) << 30;
+  void *src, *dst;
+  CUDA_CHECK(cudaMalloc(&src, copy_bytes));
+  CUDA_CHECK(cudaMalloc(&dst, copy_bytes));
+  CUDA_CHECK(cudaMemset(src, 1, copy_bytes));
+  const float copy_ms =
+      time_ms([&] { CUDA_CHECK(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice)); });
+  const double copy_gbs = 2.0 * copy_bytes / (copy_ms * 1e-3) / 1e9;
+  std::printf("device-to-device copy: %.0f GB/s (read + write)\n", copy_gbs);
+  CUDA_CHECK(cudaFree(src));
+  CUDA_CHECK(cudaFree(dst));
+
+  Pool pool;
+  Activations act(14336, 14336, 8);
+  {
+    // Quantize once per batch size actually used (contents don't change timing).
+    launch_quantize_activations(act.x, 14336, 8, 14336, act.q, nullptr);
+  }
+
+  struct Shape {
+    int64_t rows, cols;
+    const char* name;
+  };
+  const Shape shapes[] = {{4096, 4096, "4096x4096 (wq/wo)"},
+                          {14336, 4096, "14336x4096 (w_gate/w_up)"},
+                          {4096, 14336, "4096x14336 (w_down)"}};
+
+  constexpr auto Q40 = PackedFormat::Int4Sym32;
+  constexpr auto Q4K = PackedFormat::Int4K256;
+  const Variant q40_b1[] = {{"R1 U2", int4_variant<Q40, 1, 1, 2>}, {"R1 U4", int4_variant<Q40, 1, 1, 4>},
+                            {"R1 U8", int4_variant<Q40, 1, 1, 8>}, {"R2 U2", int4_variant<Q40, 2, 1, 2>},
+                            {"R2 U4", int4_variant<Q40, 2, 1, 4>}, {"dispatch", launch_matvec}};
+  const Variant q4k_b1[] = {{"R1 U2", int4_variant<Q4K, 1, 1, 2>}, {"R1 U4", int4_variant<Q4K, 1, 1, 4>},
+                            {"R1 U8", int4_variant<Q4K, 1, 1, 8>}, {"R2 U2", int4_variant<Q4K, 2, 1, 2>},
+                            {"R2 U4", int4_variant<Q4K, 2, 1, 4>}, {"dispatch", launch_matvec}};
+  const Variant q40_b8[] = {{"R1 U2", int4_variant<Q40, 1, 8, 2>}, {"R2 U1", int4_variant<Q40, 2, 8, 1>},
+                            {"R2 U2", int4_variant<Q40, 2, 8, 2>}, {"R4 U1", int4_variant<Q40, 4, 8, 1>},
+                            {"R4 U2", int4_variant<Q40, 4, 8, 2>}, {"dispatch", launch_matvec}};
+  const Variant q4k_b8[] = {{"R1 U2", int4_variant<Q4K, 1, 8, 2>}, {"R2 U1", int4_variant<Q4K, 2, 8, 1>},
+                            {"R2 U2", int4_variant<Q4K, 2, 8, 2>}, {"R4 U1", int4_variant<Q4K, 4, 8, 1>},
+                            {"R4 U2", int4_variant<Q4K, 4, 8, 2>}, {"dispatch", launch_matvec}};
+  const Variant q6k_b1[] = {{"R1 U2", int6_variant<1, 1, 2>}, {"R1 U4", int6_variant<1, 1, 4>},
+                            {"R2 U2", int6_variant<2, 1, 2>}, {"dispatch", launch_matvec}};
+  const Variant q6k_b8[] = {{"R2 U1", int6_variant<2, 8, 1>}, {"R2 U2", int6_variant<2, 8, 2>},
+                            {"R4 U1", int6_variant<4, 8, 1>}, {"dispatch", launch_matvec}};
+
+  auto run = [&](PackedFormat f, const char* fname, const Shape& s, int batch,
+                 const Variant* variants, size_t n_variants) {
+    const PackedLayout l = make_packed_layout(f, s.rows, s.cols);
+    const auto mats = copies_of(pool, l);
+    const double bytes = double(packed_payload_bytes(l));
+    for (size_t v = 0; v < n_variants; ++v) {
+      const float ms = time_matvec(mats, act, batch, variants[v].launch);
+      report(std::string(fname) + " " + s.name + " b" + std::to_string(batch) + " " +
+                 variants[v].name,
+             bytes, ms, copy_gbs);
+    }
+  };
+  for (const Shape& s : shapes) {
+    run(Q40, "Q4_0", s, 1, q40_b1, std::size(q40_b1));
+    run(Q4K, "Q4_K", s, 1, q4k_b1, std::size(q4k_b1));
+    run(Q40, "Q4_0", s, 8, q40_b8, std::size(q40_b8));
+    run(Q4K, "Q4_K", s, 8, q4k_b8, std::size(q4k_b8));
+  }
+  run(PackedFormat::Int6K256, "Q6_K", shapes[2], 1, q6k_b1, std::size(q6k_b1));
+  run(PackedFormat::Int6K256, "Q6_K", shapes[2], 8, q6k_b8, std::size(q6k_b8));
+
+  // One Llama-3-8B Q4_K_M layer's matvecs (w_v, w_down in Q6_K as in the
+  // Q6_K layers) plus the three activation quantizations, through
+  // launch_matvec, over 14 layer copies; plain launches and a graph.
+  for (int batch : {1, 8}) {
+    struct M {
+      PackedFormat f;
+      int64_t rows, cols;
+    };
+    const M layer[] = {{Q4K, 4096, 4096},  {Q4K, 1024, 4096},  {PackedFormat::Int6K256, 1024, 4096},
+                       {Q4K, 4096, 4096},  {Q4K, 14336, 4096}, {Q4K, 14336, 4096},
+                       {PackedFormat::Int6K256, 4096, 14336}};
+    std::vector<std::vector<PackedMatrixView>> per_layer;
+    double layer_bytes = 0;
+    size_t at = 0, layer_stride = 0;
+    for (const M& m : layer) layer_stride += packed_align256(make_packed_layout(m.f, m.rows, m.cols).total_bytes);
+    const int n_layers = int(kPoolBytes / layer_stride);
+    for (int L = 0; L < n_layers; ++L) {
+      std::vector<PackedMatrixView> mats;
+      for (const M& m : layer) {
+        const PackedLayout l = make_packed_layout(m.f, m.rows, m.cols);
+        mats.push_back(view_at(pool, l, at));
+        at += packed_align256(l.total_bytes);
+        if (L == 0) layer_bytes += double(packed_payload_bytes(l));
+      }
+      per_layer.push_back(mats);
+    }
+    auto step = [&](cudaStream_t stream) {
+      for (int L = 0; L < n_layers; ++L) {
+        for (size_t i = 0; i < std::size(layer); ++i) {
+          if (i == 0 || i == 3 || i == 6)
+            launch_quantize_activations(act.x, 14336, batch, layer[i].cols, act.q, stream);
+          MatvecArgs a;
+          a.w = per_layer[size_t(L)][i];
+          a.batch = batch;
+          a.xq = act.q;
+          a.y = act.y;
+          a.ldy = 14336;
+          launch_matvec(a, stream);
+        }
+      }
+    };
+    const float ms = time_ms([&] { step(nullptr); });
+    report("layer Q4_K_M b" + std::to_string(batch) + " launches", layer_bytes, ms / n_layers,
+           copy_gbs);
+    cudaStream_t stream;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    step(stream);
+    CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    const float gms = time_ms([&] { CUDA_CHECK(cudaGraphLaunch(exec, stream)); }, stream);
+    report("layer Q4_K_M b" + std::to_string(batch) + " graph", layer_bytes, gms / n_layers,
+           copy_gbs);
+    CUDA_CHECK(cudaGraphExecDestroy(exec));
+    CUDA_CHECK(cudaGraphDestroy(graph));
+    CUDA_CHECK(cudaStreamDestroy(stream));
+  }
+
+  std::printf("\n== summary (copy %.0f GB/s) ==\n", copy_gbs);
+  for (const Row& r : g_rows)
+    if (r.what.find("dispatch") != std::string::npos || r.what.find("layer") == 0)
+      std::printf("%-44s %9.2f us %8.0f GB/s %5.1f%%\n", r.what.c_str(), r.us, r.gbs, 100 * r.frac);
+  return 0;
+}

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Builds engine + kernels on the GPU machine and runs the `gpu` tests; with
+# --bench also times the matvecs (kernels/dev/bench_matvec.cu). The summary
+# is printed last. Logs go to $OUT (the device tool's folder) when set.
+#
+# The GPU machine has no Debian -dev packages, so doctest and nlohmann-json
+# travel in .deps/ (git-ignored). Once, here:
+#   bash scripts/device-test.sh --prepare-deps
+# then, as the device tool's command with carry [".deps"]:
+#   bash scripts/device-test.sh [--bench] [--arch=90]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+deps=$root/.deps
+
+if [[ ${1:-} == --prepare-deps ]]; then
+  mkdir -p "$deps/include" "$deps/share/cmake"
+  cp -r /usr/include/doctest "$deps/include/"
+  cp -r /usr/include/nlohmann "$deps/include/"
+  cp -r /usr/share/cmake/nlohmann_json "$deps/share/cmake/"
+  echo "device-test: .deps/ ready ($(du -sh "$deps" | cut -f1)); pass carry [\".deps\"]"
+  exit 0
+fi
+
+arch=90
+bench=0
+for arg in "$@"; do
+  case $arg in
+    --bench) bench=1 ;;
+    --arch=*) arch=${arg#--arch=} ;;
+    *) echo "usage: $0 [--prepare-deps | [--bench] [--arch=NN]]" >&2; exit 2 ;;
+  esac
+done
+[[ -f $deps/include/doctest/doctest.h ]] || {
+  echo "device-test: no .deps/ (run --prepare-deps here and carry .deps)" >&2; exit 1; }
+
+out=${OUT:-$root/build-device/out}
+build=$root/build-device
+mkdir -p "$out" "$build"
+jobs=$(nproc)
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem \
+  --format=csv,noheader | tee "$out/gpu.txt"
+
+t0=$SECONDS
+if ! cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+     -DVOLTAD_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" -DVOLTAD_DAEMON=OFF \
+     -DVOLTAD_DOCTEST_DIR="$deps/include" -DCMAKE_PREFIX_PATH="$deps" \
+     >"$out/configure.log" 2>&1; then
+  tail -30 "$out/configure.log"
+  echo "device-test: configure FAILED"
+  exit 1
+fi
+# Only the gpu tests and what they link: the rest of the tree is CI's job.
+targets=()
+for f in tests/kernels/test_*.cpp; do targets+=("kernels_$(basename "$f" .cpp)"); done
+ninja -C "$build" -k 0 -j "$jobs" "${targets[@]}" >"$out/build.log" 2>&1
+build_rc=$?
+((build_rc == 0)) || grep -E "error|FAILED" "$out/build.log" | head -30
+build_s=$((SECONDS - t0))
+
+(cd "$build" && ctest -L gpu -V --timeout 300) >"$out/ctest.log" 2>&1
+test_rc=$?
+grep -E "MESSAGE|Test +#|tests passed|Skipped|FAILED|ERROR|got .* want|test cases:" \
+  "$out/ctest.log" | sed 's/^[0-9]*: //' | head -80
+
+bench_line="bench: not run"
+if ((bench)); then
+  # Two builds: as shipped, and with weight loads that skip L1 (experiment).
+  bench_build() {
+    nvcc -std=c++17 -O3 -I"$root" -arch="sm_$arch" --expt-relaxed-constexpr -lineinfo "$@" \
+      kernels/dev/bench_matvec.cu
+  }
+  bench_build -o "$build/bench_matvec" >"$out/bench-build.log" 2>&1 &
+  bench_build -DVOLTAD_WEIGHTS_NO_L1=1 -o "$build/bench_matvec_nol1" >"$out/bench-build-nol1.log" 2>&1 &
+  wait
+  bench_line="bench:"
+  for b in bench_matvec bench_matvec_nol1; do
+    if [[ -x $build/$b ]]; then
+      echo "== $b =="
+      "$build/$b" >"$out/$b.txt" 2>&1
+      rc=$?
+      sed -n "1,3p;/== summary/,\$p" "$out/$b.txt"
+      bench_line+=" $b $([[ $rc == 0 ]] && echo ok || echo FAILED)"
+    else
+      tail -20 "$out/bench-build.log" "$out/bench-build-nol1.log"
+      bench_line+=" $b build FAILED"
+    fi
+  done
+fi
+
+echo
+echo "== device-test summary =="
+echo "gpu: $(head -1 "$out/gpu.txt")"
+echo "commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)$(
+  git -C "$root" diff --quiet 2>/dev/null || echo ' (+ local changes)')"
+echo "build: $([[ $build_rc == 0 ]] && echo ok || echo FAILED) in ${build_s}s (sm_$arch)"
+echo "ctest -L gpu: $(grep -E 'tests passed' "$out/ctest.log" || echo 'no result')$(
+  n=$(grep -c '\*\*\*Skipped' "$out/ctest.log"); ((n)) && echo ", $n SKIPPED (no device?)")"
+echo "$bench_line"
+((build_rc == 0 && test_rc == 0))
