@@ -50,6 +50,17 @@ if ! cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   echo "device-test: configure FAILED"
   exit 1
 fi
+# The bench (one nvcc call each, independent of CMake) builds alongside:
+# as shipped, and with weight loads that skip L1 (an experiment).
+if ((bench)); then
+  bench_build() {
+    nvcc -std=c++17 -O3 -I"$root" -arch="sm_$arch" --expt-relaxed-constexpr -lineinfo "$@" \
+      kernels/dev/bench_matvec.cu
+  }
+  bench_build -o "$build/bench_matvec" >"$out/bench-build.log" 2>&1 &
+  bench_build -DVOLTAD_WEIGHTS_NO_L1=1 -o "$build/bench_matvec_nol1" \
+    >"$out/bench-build-nol1.log" 2>&1 &
+fi
 # Only the gpu tests and what they link: the rest of the tree is CI's job.
 targets=()
 for f in tests/kernels/test_*.cpp; do targets+=("kernels_$(basename "$f" .cpp)"); done
@@ -65,20 +76,13 @@ grep -E "MESSAGE|Test +#|tests passed|Skipped|FAILED|ERROR|got .* want|test case
 
 bench_line="bench: not run"
 if ((bench)); then
-  # Two builds: as shipped, and with weight loads that skip L1 (experiment).
-  bench_build() {
-    nvcc -std=c++17 -O3 -I"$root" -arch="sm_$arch" --expt-relaxed-constexpr -lineinfo "$@" \
-      kernels/dev/bench_matvec.cu
-  }
-  bench_build -o "$build/bench_matvec" >"$out/bench-build.log" 2>&1 &
-  bench_build -DVOLTAD_WEIGHTS_NO_L1=1 -o "$build/bench_matvec_nol1" >"$out/bench-build-nol1.log" 2>&1 &
-  wait
+  wait  # the bench builds started before the CMake build
   bench_line="bench:"
   for b in bench_matvec bench_matvec_nol1; do
     if [[ -x $build/$b ]]; then
-      echo "== $b =="
       "$build/$b" >"$out/$b.txt" 2>&1
       rc=$?
+      echo "== $b =="
       sed -n "1,3p;/== summary/,\$p" "$out/$b.txt"
       bench_line+=" $b $([[ $rc == 0 ]] && echo ok || echo FAILED)"
     else
