@@ -11,8 +11,9 @@ namespace {
 // What Python's str.isspace() accepts, since the templates' `trim` filter is
 // str.strip(): White_Space plus the information separators U+001C..U+001F.
 bool is_python_space(char32_t c) {
-  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
+         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
+         c == 0x205F || c == 0x3000;
 }
 
 // Jinja's `trim`: strips leading and trailing Unicode whitespace.
@@ -47,7 +48,8 @@ bool contains(std::string_view haystack, std::string_view needle) {
 
 // Qwen3's template on an assistant turn: the answer and, when the text has
 // a </think>, the reasoning before it (its Jinja split/strip calls).
-void split_reasoning(std::string_view text, std::string_view& content, std::string_view& reasoning) {
+void split_reasoning(std::string_view text, std::string_view& content,
+                     std::string_view& reasoning) {
   content = text;
   reasoning = {};
   size_t first_close = text.find("</think>");
@@ -64,7 +66,8 @@ std::string render_llama3(const std::vector<ChatMessage>& messages, bool add_gen
                           const std::string& bos_text) {
   std::string out = bos_text;
   for (const ChatMessage& m : messages)
-    out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + python_strip(m.content) + "<|eot_id|>";
+    out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + python_strip(m.content) +
+           "<|eot_id|>";
   if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
   return out;
 }
@@ -114,33 +117,41 @@ std::string render_chatml(const std::vector<ChatMessage>& messages, bool add_gen
 
 const char* chat_format_name(ChatFormat format) {
   switch (format) {
-    case ChatFormat::Llama3: return "llama3";
-    case ChatFormat::ChatML: return "chatml";
+    case ChatFormat::Llama3:
+      return "llama3";
+    case ChatFormat::ChatML:
+      return "chatml";
   }
   return "?";
 }
 
-Result<ChatFormat> choose_chat_format(const std::string& gguf_template, const std::string& override_name) {
+Result<ChatFormat> choose_chat_format(const std::string& gguf_template,
+                                      const std::string& override_name) {
   if (override_name == "llama3") return ChatFormat::Llama3;
   if (override_name == "chatml") return ChatFormat::ChatML;
   if (!override_name.empty() && override_name != "auto")
-    return make_error("unknown chat template \"" + override_name + "\"; use auto, llama3 or chatml");
+    return make_error("unknown chat template \"" + override_name +
+                      "\"; use auto, llama3 or chatml");
   if (contains(gguf_template, "<|start_header_id|>")) return ChatFormat::Llama3;
   if (contains(gguf_template, "<|im_start|>")) return ChatFormat::ChatML;
   if (gguf_template.empty())
     return make_error(
-        "the model has no chat template (tokenizer.chat_template); set chat_template to llama3 or chatml in the "
+        "the model has no chat template (tokenizer.chat_template); set chat_template to llama3 or "
+        "chatml in the "
         "configuration to choose one");
   std::string start = utf8_sanitize(std::string_view(gguf_template).substr(0, 60));
-  return make_error("the model's chat template (starting \"" + start +
-                    "\") is neither Llama 3 nor ChatML style; set chat_template to llama3 or chatml in the "
-                    "configuration if one of them fits the model");
+  return make_error(
+      "the model's chat template (starting \"" + start +
+      "\") is neither Llama 3 nor ChatML style; set chat_template to llama3 or chatml in the "
+      "configuration if one of them fits the model");
 }
 
-ChatRenderOptions chat_render_options_from_template(ChatFormat format, const std::string& gguf_template) {
+ChatRenderOptions chat_render_options_from_template(ChatFormat format,
+                                                    const std::string& gguf_template) {
   ChatRenderOptions options;
   if (format != ChatFormat::ChatML) return options;
-  options.qwen3_thinking = contains(gguf_template, "reasoning_content") && contains(gguf_template, "<think>");
+  options.qwen3_thinking =
+      contains(gguf_template, "reasoning_content") && contains(gguf_template, "<think>");
 
   // A default system prompt is a literal "<|im_start|>system\n...<|im_end|>"
   // in the template (the newline as a character or as Jinja's \n escape).
@@ -167,11 +178,14 @@ ChatRenderOptions chat_render_options_from_template(ChatFormat format, const std
   return options;
 }
 
-std::string render_chat(ChatFormat format, const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-                        const std::string& bos_text, const ChatRenderOptions& options) {
+std::string render_chat(ChatFormat format, const std::vector<ChatMessage>& messages,
+                        bool add_generation_prompt, const std::string& bos_text,
+                        const ChatRenderOptions& options) {
   switch (format) {
-    case ChatFormat::Llama3: return render_llama3(messages, add_generation_prompt, bos_text);
-    case ChatFormat::ChatML: return render_chatml(messages, add_generation_prompt, options);
+    case ChatFormat::Llama3:
+      return render_llama3(messages, add_generation_prompt, bos_text);
+    case ChatFormat::ChatML:
+      return render_chatml(messages, add_generation_prompt, options);
   }
   return {};
 }

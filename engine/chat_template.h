@@ -23,10 +23,11 @@ const char* chat_format_name(ChatFormat format);
 // override_name: "auto" (or empty) recognises the family from the model's
 // template text; "llama3" / "chatml" force one. An unrecognised template
 // without an override is an error that says how to configure one.
-Result<ChatFormat> choose_chat_format(const std::string& gguf_template, const std::string& override_name);
+Result<ChatFormat> choose_chat_format(const std::string& gguf_template,
+                                      const std::string& override_name);
 
 struct ChatMessage {
-  std::string role;     // "system", "user", "assistant", ...
+  std::string role;  // "system", "user", "assistant", ...
   std::string content;
 };
 
@@ -43,11 +44,13 @@ struct ChatRenderOptions {
 
 // The family's options as read from its template text: a default system
 // prompt written literally in it (SmolLM2, Qwen2.5), Qwen3's think blocks.
-ChatRenderOptions chat_render_options_from_template(ChatFormat format, const std::string& gguf_template);
+ChatRenderOptions chat_render_options_from_template(ChatFormat format,
+                                                    const std::string& gguf_template);
 
 // bos_text: the BOS token's text, for families whose template writes it
 // (Llama 3); pass "" when BOS is added as a token id instead.
-std::string render_chat(ChatFormat format, const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-                        const std::string& bos_text, const ChatRenderOptions& options = {});
+std::string render_chat(ChatFormat format, const std::vector<ChatMessage>& messages,
+                        bool add_generation_prompt, const std::string& bos_text,
+                        const ChatRenderOptions& options = {});
 
 }  // namespace voltad

@@ -61,11 +61,15 @@ CodePoints decode(std::string_view text) {
   return out;
 }
 
-bool is_other(uint8_t cls) { return (cls & (kLetter | kNumber | kSpace)) == 0; }
+bool is_other(uint8_t cls) {
+  return (cls & (kLetter | kNumber | kSpace)) == 0;
+}
 
 // ASCII case folding only: the reference regex engine does not fold
 // U+017F LONG S into s for (?i:'s) (checked against Hugging Face tokenizers).
-char32_t fold_contraction_letter(char32_t c) { return (c >= 'A' && c <= 'Z') ? c + ('a' - 'A') : c; }
+char32_t fold_contraction_letter(char32_t c) {
+  return (c >= 'A' && c <= 'Z') ? c + ('a' - 'A') : c;
+}
 
 // 's 't 're 've 'm 'll 'd at i: the match length, or 0.
 size_t match_contraction(const CodePoints& t, size_t i, bool ignore_case) {
@@ -104,7 +108,8 @@ size_t next_llama3(const CodePoints& t, size_t i, size_t max_digits) {
   uint8_t c = t.cls[i];
   // [^\r\n\p{L}\p{N}]?\p{L}+
   if (c & kLetter) return run_end(t, i, kLetter);
-  if (!(c & (kNewline | kNumber)) && i + 1 < n && (t.cls[i + 1] & kLetter)) return run_end(t, i + 1, kLetter);
+  if (!(c & (kNewline | kNumber)) && i + 1 < n && (t.cls[i + 1] & kLetter))
+    return run_end(t, i + 1, kLetter);
   // \p{N}{1,max_digits}
   if (c & kNumber) {
     size_t j = i;
@@ -146,7 +151,8 @@ size_t next_gpt2(const CodePoints& t, size_t i, size_t end) {
   return j;
 }
 
-void emit(std::string_view text, const CodePoints& t, size_t i, size_t j, std::vector<std::string_view>& pieces) {
+void emit(std::string_view text, const CodePoints& t, size_t i, size_t j,
+          std::vector<std::string_view>& pieces) {
   pieces.push_back(text.substr(t.offset[i], t.offset[j] - t.offset[i]));
 }
 
@@ -157,17 +163,22 @@ Result<PreTokenizer> pre_tokenizer_from_name(std::string_view name) {
   if (name == "qwen2" || name == "qwen3" || name == "deepseek-r1-qwen") return PreTokenizer::Qwen2;
   if (name == "smollm" || name == "starcoder") return PreTokenizer::SmolLM;
   if (name == "gpt2" || name == "mpt" || name == "olmo") return PreTokenizer::Gpt2;
-  return make_error("unsupported pre-tokenizer \"" + std::string(name) +
-                    "\" (tokenizer.ggml.pre); voltad knows llama-bpe (Llama 3), qwen2 (Qwen2/Qwen3), smollm "
-                    "(SmolLM2, StarCoder) and gpt2");
+  return make_error(
+      "unsupported pre-tokenizer \"" + std::string(name) +
+      "\" (tokenizer.ggml.pre); voltad knows llama-bpe (Llama 3), qwen2 (Qwen2/Qwen3), smollm "
+      "(SmolLM2, StarCoder) and gpt2");
 }
 
 const char* pre_tokenizer_name(PreTokenizer kind) {
   switch (kind) {
-    case PreTokenizer::Llama3: return "llama-bpe";
-    case PreTokenizer::Qwen2: return "qwen2";
-    case PreTokenizer::SmolLM: return "smollm";
-    case PreTokenizer::Gpt2: return "gpt2";
+    case PreTokenizer::Llama3:
+      return "llama-bpe";
+    case PreTokenizer::Qwen2:
+      return "qwen2";
+    case PreTokenizer::SmolLM:
+      return "smollm";
+    case PreTokenizer::Gpt2:
+      return "gpt2";
   }
   return "?";
 }

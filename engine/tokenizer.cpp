@@ -25,7 +25,8 @@ struct ByteAlphabet {
     char_to_byte.fill(-1);
     char32_t next = 256;
     for (int b = 0; b < 256; ++b) {
-      bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+      bool printable =
+          (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
       char32_t c = printable ? char32_t(b) : next++;
       utf8_append(byte_to_text[b], c);
       char_to_byte[c] = int16_t(b);
@@ -81,7 +82,8 @@ class TokenIndex {
     const size_t mask = slots_.size() - 1;
     for (size_t at = size_t(h) & mask;; at = (at + 1) & mask) {
       const Slot& slot = slots_[at];
-      if (slot.id < 0 || (slot.hash == uint32_t(h) && (*tokens_)[size_t(slot.id)] == text)) return at;
+      if (slot.id < 0 || (slot.hash == uint32_t(h) && (*tokens_)[size_t(slot.id)] == text))
+        return at;
     }
   }
   const std::vector<std::string>* tokens_ = nullptr;
@@ -117,9 +119,13 @@ class MergeIndex {
   std::vector<Slot> slots_;
 };
 
-uint64_t pair_key(int32_t left, int32_t right) { return (uint64_t(uint32_t(left)) << 32) | uint32_t(right); }
+uint64_t pair_key(int32_t left, int32_t right) {
+  return (uint64_t(uint32_t(left)) << 32) | uint32_t(right);
+}
 
-bool is_special_type(TokenType t) { return t == TokenType::Control || t == TokenType::UserDefined; }
+bool is_special_type(TokenType t) {
+  return t == TokenType::Control || t == TokenType::UserDefined;
+}
 
 }  // namespace
 
@@ -135,8 +141,8 @@ struct Tokenizer::Impl {
   TokenizerData data;
   PreTokenizer pre = PreTokenizer::Gpt2;
   std::vector<TokenType> types;
-  TokenIndex ids;      // token text -> first id (points into data.tokens)
-  MergeIndex merges;   // (left, right) -> merge
+  TokenIndex ids;                         // token text -> first id (points into data.tokens)
+  MergeIndex merges;                      // (left, right) -> merge
   std::array<int32_t, 256> byte_token{};  // byte -> its symbol's id, -1 if the vocabulary lacks it
   std::vector<std::string> pieces;        // id -> bytes
   // Control and user-defined tokens by first byte, longest first.
@@ -157,9 +163,10 @@ Result<Tokenizer> Tokenizer::create(TokenizerData data_in) {
   impl->data = std::move(data_in);
   const TokenizerData& data = impl->data;
   if (data.model != "gpt2")
-    return make_error("tokenizer model \"" + data.model +
-                      "\" is not supported: voltad implements byte-level BPE (tokenizer.ggml.model = gpt2), "
-                      "as Llama 3, Qwen2/3 and SmolLM2 use");
+    return make_error(
+        "tokenizer model \"" + data.model +
+        "\" is not supported: voltad implements byte-level BPE (tokenizer.ggml.model = gpt2), "
+        "as Llama 3, Qwen2/3 and SmolLM2 use");
   auto pre = pre_tokenizer_from_name(data.pre);
   if (!pre) return pre.error();
   impl->pre = pre.value();
@@ -169,12 +176,13 @@ Result<Tokenizer> Tokenizer::create(TokenizerData data_in) {
   if (n > size_t(INT32_MAX)) return make_error("the tokenizer has too many tokens");
   if (!data.token_types.empty() && data.token_types.size() != n)
     return make_error("the tokenizer has " + std::to_string(n) + " tokens but " +
-                      std::to_string(data.token_types.size()) + " token types; the file is inconsistent");
+                      std::to_string(data.token_types.size()) +
+                      " token types; the file is inconsistent");
   for (auto [name, id] : {std::pair{"bos", data.bos_id}, std::pair{"eos", data.eos_id},
                           std::pair{"eot", data.eot_id}, std::pair{"padding", data.pad_id}}) {
     if (id < -1 || id >= int64_t(n))
-      return make_error(std::string(name) + " token id " + std::to_string(id) + " is outside the vocabulary of " +
-                        std::to_string(n) + " tokens");
+      return make_error(std::string(name) + " token id " + std::to_string(id) +
+                        " is outside the vocabulary of " + std::to_string(n) + " tokens");
   }
 
   const ByteAlphabet& alphabet = byte_alphabet();
@@ -206,8 +214,9 @@ Result<Tokenizer> Tokenizer::create(TokenizerData data_in) {
     }
   }
   for (auto& list : impl->specials_by_first_byte) {
-    std::stable_sort(list.begin(), list.end(),
-                     [&](int32_t a, int32_t b) { return data.tokens[a].size() > data.tokens[b].size(); });
+    std::stable_sort(list.begin(), list.end(), [&](int32_t a, int32_t b) {
+      return data.tokens[a].size() > data.tokens[b].size();
+    });
   }
   // A byte whose symbol the vocabulary lacks is dropped from the text, as
   // Hugging Face's BPE drops unknown characters when there is no unk token
@@ -227,10 +236,11 @@ Result<Tokenizer> Tokenizer::create(TokenizerData data_in) {
     const std::string& m = data.merges[r];
     size_t space = m.find(' ', 1);
     auto bad = [&](const std::string& why) {
-      return make_error("merge " + std::to_string(r) + " \"" + utf8_sanitize(m.substr(0, 80)) + "\" " + why +
-                        "; the tokenizer's merges are corrupt");
+      return make_error("merge " + std::to_string(r) + " \"" + utf8_sanitize(m.substr(0, 80)) +
+                        "\" " + why + "; the tokenizer's merges are corrupt");
     };
-    if (space == std::string::npos || space + 1 >= m.size()) return bad("is not two tokens separated by a space");
+    if (space == std::string::npos || space + 1 >= m.size())
+      return bad("is not two tokens separated by a space");
     std::string_view left(m.data(), space), right(m.data() + space + 1, m.size() - space - 1);
     int32_t l = impl->ids.find(left), rt = impl->ids.find(right);
     if (l < 0 || rt < 0) return bad("names a token that is not in the vocabulary");
@@ -245,7 +255,8 @@ Result<Tokenizer> Tokenizer::create(TokenizerData data_in) {
   impl->end_of_generation.assign(n, false);
   for (int32_t id : {data.eos_id, data.eot_id})
     if (id >= 0) impl->end_of_generation[size_t(id)] = true;
-  for (const char* name : {"<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|end_of_text|>", "<|endoftext|>"}) {
+  for (const char* name :
+       {"<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|end_of_text|>", "<|endoftext|>"}) {
     if (int32_t id = impl->ids.find(name); id >= 0) impl->end_of_generation[size_t(id)] = true;
   }
 
@@ -274,7 +285,9 @@ void Tokenizer::Impl::encode_piece(std::string_view piece, std::vector<int32_t>&
   };
   struct Candidate {
     int32_t rank, left, left_id, right_id;
-    bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
+    bool operator>(const Candidate& o) const {
+      return rank != o.rank ? rank > o.rank : left > o.left;
+    }
   };
   std::vector<Symbol> symbols;
   symbols.reserve(piece.size());
@@ -327,7 +340,8 @@ void Tokenizer::Impl::encode_text(std::string_view text, std::vector<int32_t>& o
   for (std::string_view piece : pieces) encode_piece(piece, out);
 }
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool parse_special) const {
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos,
+                                       bool parse_special) const {
   const Impl& m = *impl_;
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 2);
@@ -370,14 +384,21 @@ std::string Tokenizer::token_piece(int32_t token) const {
   return impl_->pieces[size_t(token)];
 }
 
-int32_t Tokenizer::bos() const { return impl_->data.bos_id; }
-int32_t Tokenizer::eos() const { return impl_->data.eos_id; }
-
-bool Tokenizer::is_end_of_generation(int32_t token) const {
-  return token >= 0 && size_t(token) < impl_->end_of_generation.size() && impl_->end_of_generation[size_t(token)];
+int32_t Tokenizer::bos() const {
+  return impl_->data.bos_id;
+}
+int32_t Tokenizer::eos() const {
+  return impl_->data.eos_id;
 }
 
-size_t Tokenizer::vocab_size() const { return impl_->data.tokens.size(); }
+bool Tokenizer::is_end_of_generation(int32_t token) const {
+  return token >= 0 && size_t(token) < impl_->end_of_generation.size() &&
+         impl_->end_of_generation[size_t(token)];
+}
+
+size_t Tokenizer::vocab_size() const {
+  return impl_->data.tokens.size();
+}
 
 std::optional<int32_t> Tokenizer::find_token(std::string_view text) const {
   int32_t id = impl_->ids.find(text);
@@ -390,7 +411,9 @@ TokenType Tokenizer::token_type(int32_t token) const {
   return impl_->types[size_t(token)];
 }
 
-const TokenizerData& Tokenizer::data() const { return impl_->data; }
+const TokenizerData& Tokenizer::data() const {
+  return impl_->data;
+}
 
 StreamDecoder::StreamDecoder(const Tokenizer& tokenizer) : tokenizer_(&tokenizer) {}
 

@@ -72,8 +72,8 @@ Result<TokenizerData> tokenizer_data_from_gguf(const GgufFile& file);
 // Reads a Hugging Face tokenizer.json (BPE model with byte-level
 // pre-tokenizer) and, when the second path is not empty, its
 // tokenizer_config.json (bos/eos/pad tokens, add_bos_token, chat_template).
-Result<TokenizerData> tokenizer_data_from_hf_json(const std::string& tokenizer_json_path,
-                                                  const std::string& tokenizer_config_json_path_or_empty);
+Result<TokenizerData> tokenizer_data_from_hf_json(
+    const std::string& tokenizer_json_path, const std::string& tokenizer_config_json_path_or_empty);
 
 // Bytes written in GPT-2's byte-level alphabet, the form normal token texts
 // and merges take ("Hello world" -> "HelloĠworld").

@@ -36,7 +36,8 @@ Result<std::string> read_file(const std::string& path) {
   if (!in) return make_error("cannot open " + path + " for reading; check the path");
   std::string bytes(size_t(in.tellg()), '\0');
   in.seekg(0);
-  if (!in.read(bytes.data(), std::streamsize(bytes.size()))) return make_error("cannot read " + path);
+  if (!in.read(bytes.data(), std::streamsize(bytes.size())))
+    return make_error("cannot read " + path);
   return bytes;
 }
 
@@ -46,7 +47,8 @@ Result<Json> read_json(const std::string& path) {
   try {
     return Json::parse(bytes.value());
   } catch (const Json::parse_error& e) {
-    return make_error(path + ": not valid JSON at byte " + std::to_string(e.byte) + ": " + e.what());
+    return make_error(path + ": not valid JSON at byte " + std::to_string(e.byte) + ": " +
+                      e.what());
   }
 }
 
@@ -76,7 +78,8 @@ class TokenizerJsonReader final : public nlohmann::json_sax<Json> {
       return true;
     }
     if (mode_ == Mode::MergePair) {
-      if (++pair_parts_ > 2) return fail("model.merges[" + std::to_string(merges.size()) + "] has more than two parts");
+      if (++pair_parts_ > 2)
+        return fail("model.merges[" + std::to_string(merges.size()) + "] has more than two parts");
       if (pair_parts_ == 2) pair_ += ' ';
       pair_ += v;
       return true;
@@ -93,7 +96,8 @@ class TokenizerJsonReader final : public nlohmann::json_sax<Json> {
       saw_vocab = true;
       return true;
     }
-    if (mode_ != Mode::Dom) return fail(where() + " holds an object where a token or an id belongs");
+    if (mode_ != Mode::Dom)
+      return fail(where() + " holds an object where a token or an id belongs");
     return open(Json::object());
   }
   bool end_object() override {
@@ -120,7 +124,8 @@ class TokenizerJsonReader final : public nlohmann::json_sax<Json> {
   }
   bool end_array() override {
     if (mode_ == Mode::MergePair) {
-      if (pair_parts_ != 2) return fail("model.merges[" + std::to_string(merges.size()) + "] is not a pair");
+      if (pair_parts_ != 2)
+        return fail("model.merges[" + std::to_string(merges.size()) + "] is not a pair");
       merges.push_back(std::move(pair_));
       mode_ = Mode::Merges;
       return true;
@@ -131,7 +136,8 @@ class TokenizerJsonReader final : public nlohmann::json_sax<Json> {
     }
     return close();
   }
-  bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& e) override {
+  bool parse_error(std::size_t position, const std::string&,
+                   const nlohmann::detail::exception& e) override {
     return fail("not valid JSON at byte " + std::to_string(position) + ": " + e.what());
   }
 
@@ -168,7 +174,8 @@ class TokenizerJsonReader final : public nlohmann::json_sax<Json> {
   }
   bool value(Json v) {
     if (mode_ == Mode::Vocab) return fail("model.vocab[\"" + key_ + "\"] is not an integer id");
-    if (mode_ != Mode::Dom) return fail("model.merges[" + std::to_string(merges.size()) + "] is not a string");
+    if (mode_ != Mode::Dom)
+      return fail("model.merges[" + std::to_string(merges.size()) + "] is not a string");
     place(std::move(v));
     return true;
   }
@@ -198,8 +205,12 @@ const Json* member(const Json& j, const char* key) {
   return it == j.end() ? nullptr : &*it;
 }
 
-bool is_string(const Json* j, const char* text) { return j && j->is_string() && j->get<std::string>() == text; }
-bool is_true(const Json* j) { return j && j->is_boolean() && j->get<bool>(); }
+bool is_string(const Json* j, const char* text) {
+  return j && j->is_string() && j->get<std::string>() == text;
+}
+bool is_true(const Json* j) {
+  return j && j->is_boolean() && j->get<bool>();
+}
 
 // Names the family of a tokenizer.json pre_tokenizer, or says what it is.
 Result<std::string> family_of(const Json& pre, const std::string& path) {
@@ -209,7 +220,8 @@ Result<std::string> family_of(const Json& pre, const std::string& path) {
   };
   if (byte_level(pre, true)) return std::string("gpt2");
   const Json* steps = member(pre, "pretokenizers");
-  if (is_string(member(pre, "type"), "Sequence") && steps && steps->is_array() && steps->size() == 2) {
+  if (is_string(member(pre, "type"), "Sequence") && steps && steps->is_array() &&
+      steps->size() == 2) {
     const Json& first = (*steps)[0];
     const Json& second = (*steps)[1];
     if (is_string(member(first, "type"), "Digits") && is_true(member(first, "individual_digits")) &&
@@ -217,14 +229,16 @@ Result<std::string> family_of(const Json& pre, const std::string& path) {
       return std::string("smollm");
     const Json* pattern = member(first, "pattern");
     const Json* regex = pattern ? member(*pattern, "Regex") : nullptr;
-    if (is_string(member(first, "type"), "Split") && is_string(member(first, "behavior"), "Isolated") &&
-        !is_true(member(first, "invert")) && byte_level(second, false)) {
+    if (is_string(member(first, "type"), "Split") &&
+        is_string(member(first, "behavior"), "Isolated") && !is_true(member(first, "invert")) &&
+        byte_level(second, false)) {
       if (is_string(regex, kLlama3Regex)) return std::string("llama-bpe");
       if (is_string(regex, kQwen2Regex)) return std::string("qwen2");
     }
   }
   return make_error(path + ": unsupported pre_tokenizer " + pre.dump().substr(0, 300) +
-                    "; voltad knows the Llama 3, Qwen2/3, SmolLM2 (Digits + ByteLevel) and GPT-2 (ByteLevel) ones");
+                    "; voltad knows the Llama 3, Qwen2/3, SmolLM2 (Digits + ByteLevel) and GPT-2 "
+                    "(ByteLevel) ones");
 }
 
 // A special token in tokenizer_config.json: "text", {"content": "text"} or null.
@@ -232,7 +246,8 @@ std::string config_token_text(const Json& config, const char* key) {
   const Json* j = member(config, key);
   if (!j) return {};
   if (j->is_string()) return j->get<std::string>();
-  if (const Json* content = member(*j, "content"); content && content->is_string()) return content->get<std::string>();
+  if (const Json* content = member(*j, "content"); content && content->is_string())
+    return content->get<std::string>();
   return {};
 }
 
@@ -285,14 +300,15 @@ bool post_processor_adds_prefix(const Json& post) {
     return false;
   }
   const Json* single = member(post, "single");
-  return is_string(member(post, "type"), "TemplateProcessing") && single && single->is_array() && !single->empty() &&
-         member((*single)[0], "SpecialToken") != nullptr;
+  return is_string(member(post, "type"), "TemplateProcessing") && single && single->is_array() &&
+         !single->empty() && member((*single)[0], "SpecialToken") != nullptr;
 }
 
 }  // namespace
 
-Result<TokenizerData> tokenizer_data_from_hf_json(const std::string& tokenizer_json_path,
-                                                  const std::string& tokenizer_config_json_path_or_empty) {
+Result<TokenizerData> tokenizer_data_from_hf_json(
+    const std::string& tokenizer_json_path,
+    const std::string& tokenizer_config_json_path_or_empty) {
   const std::string& path = tokenizer_json_path;
   auto bytes = read_file(path);
   if (!bytes) return bytes.error();
@@ -303,7 +319,8 @@ Result<TokenizerData> tokenizer_data_from_hf_json(const std::string& tokenizer_j
   const Json& root = reader.root;
   const Json* model = member(root, "model");
   if (!model || !is_string(member(*model, "type"), "BPE"))
-    return make_error(path + ": model.type is not \"BPE\"; voltad reads byte-level BPE tokenizers only");
+    return make_error(path +
+                      ": model.type is not \"BPE\"; voltad reads byte-level BPE tokenizers only");
   if (!reader.saw_vocab) return make_error(path + ": model.vocab is missing or not an object");
   if (!reader.saw_merges) return make_error(path + ": model.merges is missing or not an array");
 
@@ -328,8 +345,8 @@ Result<TokenizerData> tokenizer_data_from_hf_json(const std::string& tokenizer_j
   constexpr int64_t kMaxTokens = 1 << 24;
   auto place = [&](int64_t id, std::string text, TokenType type) -> Status {
     if (id < 0 || id >= kMaxTokens)
-      return make_error(path + ": token \"" + text + "\" has id " + std::to_string(id) + ", outside 0.." +
-                        std::to_string(kMaxTokens - 1));
+      return make_error(path + ": token \"" + text + "\" has id " + std::to_string(id) +
+                        ", outside 0.." + std::to_string(kMaxTokens - 1));
     if (size_t(id) >= data.tokens.size()) {
       data.tokens.resize(size_t(id) + 1);
       data.token_types.resize(size_t(id) + 1, int32_t(TokenType::Unused));
@@ -344,7 +361,8 @@ Result<TokenizerData> tokenizer_data_from_hf_json(const std::string& tokenizer_j
       const Json* id = member(token, "id");
       const Json* content = member(token, "content");
       if (!id || !id->is_number_integer() || !content || !content->is_string())
-        return make_error(path + ": an added_tokens entry lacks an integer id or a string content: " +
+        return make_error(path +
+                          ": an added_tokens entry lacks an integer id or a string content: " +
                           token.dump().substr(0, 200));
       bool special = is_true(member(token, "special"));
       VOLTAD_TRY(place(id->get<int64_t>(), content->get<std::string>(),
@@ -357,7 +375,8 @@ Result<TokenizerData> tokenizer_data_from_hf_json(const std::string& tokenizer_j
 
   if (const Json* post = member(root, "post_processor"); post && !post->is_null())
     data.add_bos = post_processor_adds_prefix(*post);
-  if (!tokenizer_config_json_path_or_empty.empty()) VOLTAD_TRY(read_hf_config(tokenizer_config_json_path_or_empty, data));
+  if (!tokenizer_config_json_path_or_empty.empty())
+    VOLTAD_TRY(read_hf_config(tokenizer_config_json_path_or_empty, data));
   return data;
 }
 
@@ -373,13 +392,15 @@ Result<TokenizerData> tokenizer_data_from_gguf(const GgufFile& file) {
   if (!model) return wrong_type("tokenizer.ggml.model", "a string such as \"gpt2\"");
   data.model = *model;
   if (data.model != "gpt2")
-    return make_error(where("tokenizer.ggml.model") + " is \"" + data.model +
-                      "\": voltad implements byte-level BPE (gpt2) only (Llama 3, Qwen2/3, SmolLM2)");
+    return make_error(
+        where("tokenizer.ggml.model") + " is \"" + data.model +
+        "\": voltad implements byte-level BPE (gpt2) only (Llama 3, Qwen2/3, SmolLM2)");
   auto pre_name = file.get_string("tokenizer.ggml.pre");
   if (!pre_name)
-    return make_error(where("tokenizer.ggml.pre") + " is " + file.key_type_name("tokenizer.ggml.pre") +
-                      "; files without it predate llama.cpp's pre-tokenizer support: convert the model again "
-                      "with a current convert_hf_to_gguf.py");
+    return make_error(
+        where("tokenizer.ggml.pre") + " is " + file.key_type_name("tokenizer.ggml.pre") +
+        "; files without it predate llama.cpp's pre-tokenizer support: convert the model again "
+        "with a current convert_hf_to_gguf.py");
   data.pre = *pre_name;
   auto pre = pre_tokenizer_from_name(data.pre);
   if (!pre) return make_error(where("tokenizer.ggml.pre") + ": " + pre.error().message);
@@ -401,7 +422,8 @@ Result<TokenizerData> tokenizer_data_from_gguf(const GgufFile& file) {
     const char* key;
     int32_t* id;
   };
-  for (IdKey k : {IdKey{"tokenizer.ggml.bos_token_id", &data.bos_id}, IdKey{"tokenizer.ggml.eos_token_id", &data.eos_id},
+  for (IdKey k : {IdKey{"tokenizer.ggml.bos_token_id", &data.bos_id},
+                  IdKey{"tokenizer.ggml.eos_token_id", &data.eos_id},
                   IdKey{"tokenizer.ggml.eot_token_id", &data.eot_id},
                   IdKey{"tokenizer.ggml.padding_token_id", &data.pad_id}}) {
     if (!file.has(k.key)) continue;

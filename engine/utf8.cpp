@@ -29,7 +29,9 @@ LeadInfo lead_info(uint8_t b) {
   return {0, 0, 0};
 }
 
-bool is_continuation(uint8_t b) { return (b & 0xC0) == 0x80; }
+bool is_continuation(uint8_t b) {
+  return (b & 0xC0) == 0x80;
+}
 
 // Hangul syllables decompose and compose by formula (Unicode 3.12).
 constexpr char32_t kHangulBase = 0xAC00, kJamoL = 0x1100, kJamoV = 0x1161, kJamoT = 0x11A7;
@@ -39,7 +41,9 @@ constexpr char32_t kCountL = 19, kCountV = 21, kCountT = 28, kCountN = kCountV *
 // Invalid input bytes travel through normalisation as values past Unicode.
 constexpr char32_t kRawByteBase = 0x110000;
 
-uint8_t combining_class(char32_t c) { return c >= kRawByteBase ? 0 : unicode_combining_class(c); }
+uint8_t combining_class(char32_t c) {
+  return c >= kRawByteBase ? 0 : unicode_combining_class(c);
+}
 
 void decompose_into(char32_t cp, std::vector<char32_t>& out) {
   if (cp >= kHangulBase && cp < kHangulBase + kCountSyllables) {
@@ -60,8 +64,8 @@ void decompose_into(char32_t cp, std::vector<char32_t>& out) {
 char32_t compose(char32_t a, char32_t b) {
   if (a >= kJamoL && a < kJamoL + kCountL && b >= kJamoV && b < kJamoV + kCountV)
     return kHangulBase + ((a - kJamoL) * kCountV + (b - kJamoV)) * kCountT;
-  if (a >= kHangulBase && a < kHangulBase + kCountSyllables && (a - kHangulBase) % kCountT == 0 && b > kJamoT &&
-      b < kJamoT + kCountT)
+  if (a >= kHangulBase && a < kHangulBase + kCountSyllables && (a - kHangulBase) % kCountT == 0 &&
+      b > kJamoT && b < kJamoT + kCountT)
     return a + (b - kJamoT);
   if (a >= kRawByteBase || b >= kRawByteBase) return 0;
   return unicode_canonical_composition(a, b);
@@ -81,11 +85,15 @@ Utf8Char utf8_decode(std::string_view s, size_t pos) {
     if (i >= left || !is_continuation(p[i])) return {0xFFFD, i, false};
   char32_t cp;
   switch (info.length) {
-    case 2: cp = (char32_t(b0 & 0x1F) << 6) | (p[1] & 0x3F); break;
-    case 3: cp = (char32_t(b0 & 0x0F) << 12) | (char32_t(p[1] & 0x3F) << 6) | (p[2] & 0x3F); break;
+    case 2:
+      cp = (char32_t(b0 & 0x1F) << 6) | (p[1] & 0x3F);
+      break;
+    case 3:
+      cp = (char32_t(b0 & 0x0F) << 12) | (char32_t(p[1] & 0x3F) << 6) | (p[2] & 0x3F);
+      break;
     default:
-      cp = (char32_t(b0 & 0x07) << 18) | (char32_t(p[1] & 0x3F) << 12) | (char32_t(p[2] & 0x3F) << 6) |
-           (p[3] & 0x3F);
+      cp = (char32_t(b0 & 0x07) << 18) | (char32_t(p[1] & 0x3F) << 12) |
+           (char32_t(p[2] & 0x3F) << 6) | (p[3] & 0x3F);
   }
   return {cp, info.length, true};
 }
@@ -151,7 +159,8 @@ std::string utf8_sanitize(std::string_view s) {
 }
 
 std::string nfc_normalize(std::string_view s) {
-  if (std::all_of(s.begin(), s.end(), [](char c) { return uint8_t(c) < 0x80; })) return std::string(s);
+  if (std::all_of(s.begin(), s.end(), [](char c) { return uint8_t(c) < 0x80; }))
+    return std::string(s);
 
   // 1. Full canonical decomposition.
   std::vector<char32_t> chars;
@@ -174,8 +183,9 @@ std::string nfc_normalize(std::string_view s) {
     }
     size_t j = i;
     while (j < chars.size() && combining_class(chars[j]) != 0) ++j;
-    std::stable_sort(chars.begin() + long(i), chars.begin() + long(j),
-                     [](char32_t a, char32_t b) { return combining_class(a) < combining_class(b); });
+    std::stable_sort(chars.begin() + long(i), chars.begin() + long(j), [](char32_t a, char32_t b) {
+      return combining_class(a) < combining_class(b);
+    });
     i = j;
   }
 

@@ -34,15 +34,17 @@ TEST_CASE("each real template is recognised as its family") {
 
   // Options read from the template text.
   auto smol = chat_render_options_from_template(ChatFormat::ChatML, templates.at("smollm2"));
-  CHECK(smol.default_system == "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
+  CHECK(smol.default_system ==
+        "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
   CHECK_FALSE(smol.qwen3_thinking);
   auto qwen = chat_render_options_from_template(ChatFormat::ChatML, templates.at("qwen3"));
   CHECK(qwen.default_system.empty());  // Qwen3 has no default system prompt
   CHECK(qwen.qwen3_thinking);
   // Qwen2.5 writes its default with Jinja's \n escape inside a string literal.
-  auto qwen25 = chat_render_options_from_template(
-      ChatFormat::ChatML,
-      "{%- else %}\n{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud.<|im_end|>\\n' }}");
+  auto qwen25 =
+      chat_render_options_from_template(ChatFormat::ChatML,
+                                        "{%- else %}\n{{- '<|im_start|>system\\nYou are Qwen, "
+                                        "created by Alibaba Cloud.<|im_end|>\\n' }}");
   CHECK(qwen25.default_system == "You are Qwen, created by Alibaba Cloud.");
 }
 
@@ -56,14 +58,18 @@ TEST_CASE("renders equal jinja2's output of the real templates") {
     auto format = choose_chat_format(tmpl, "auto");
     REQUIRE(format.ok());
     ChatRenderOptions options = chat_render_options_from_template(format.value(), tmpl);
-    auto messages = messages_of(fixture.at("conversations").at(r.at("conversation").get<std::string>()));
+    auto messages =
+        messages_of(fixture.at("conversations").at(r.at("conversation").get<std::string>()));
     // Llama 3's template writes bos_token itself; ChatML ones do not use it.
-    std::string bos = format.value() == ChatFormat::Llama3 ? r.at("bos_token").get<std::string>() : "";
-    std::string got = render_chat(format.value(), messages, r.at("add_generation_prompt"), bos, options);
+    std::string bos =
+        format.value() == ChatFormat::Llama3 ? r.at("bos_token").get<std::string>() : "";
+    std::string got =
+        render_chat(format.value(), messages, r.at("add_generation_prompt"), bos, options);
     const std::string expected = r.at("text");
-    CHECK_MESSAGE(got == expected, family << " / " << r.at("conversation") << " / generation prompt "
-                                          << r.at("add_generation_prompt") << "\n  expected: " << nlohmann::json(expected)
-                                          << "\n  got:      " << nlohmann::json(got));
+    CHECK_MESSAGE(got == expected,
+                  family << " / " << r.at("conversation") << " / generation prompt "
+                         << r.at("add_generation_prompt") << "\n  expected: "
+                         << nlohmann::json(expected) << "\n  got:      " << nlohmann::json(got));
   }
 }
 
@@ -75,7 +81,8 @@ TEST_CASE("Llama 3 without a generation prompt ends after the last turn") {
   CHECK(with == without + header);
   CHECK(without.ends_with("Hello<|eot_id|>"));
   CHECK(without.starts_with("<|begin_of_text|>"));
-  CHECK(render_chat(ChatFormat::Llama3, messages, false, "").starts_with("<|start_header_id|>user"));
+  CHECK(
+      render_chat(ChatFormat::Llama3, messages, false, "").starts_with("<|start_header_id|>user"));
 }
 
 TEST_CASE("an override wins, and an unrecognised template without one is a clear error") {

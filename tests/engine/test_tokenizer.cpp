@@ -27,7 +27,10 @@ std::string ids_string(const std::vector<int32_t>& ids) {
 void check_conformance(const std::string& name) {
   const Tokenizer* tok = shared_tokenizer(name);
   if (!tok) {
-    MESSAGE("SmolLM2 GGUF not found (set VOLTAD_DEMO_MODEL or run scripts/fetch-demo-model.sh): skipping " << name);
+    MESSAGE(
+        "SmolLM2 GGUF not found (set VOLTAD_DEMO_MODEL or run scripts/fetch-demo-model.sh): "
+        "skipping "
+        << name);
     return;
   }
   nlohmann::json fixture = load_tokenizer_fixture(name + "_encode.json");
@@ -41,7 +44,8 @@ void check_conformance(const std::string& name) {
       const auto got = tok->encode(text, /*add_bos=*/false, parse_special);
       if (got != expected) {
         ++mismatches;
-        CHECK_MESSAGE(got == expected, name << " parse_special=" << parse_special << " text=" << nlohmann::json(text)
+        CHECK_MESSAGE(got == expected, name << " parse_special=" << parse_special
+                                            << " text=" << nlohmann::json(text)
                                             << "\n  expected: " << ids_string(expected)
                                             << "\n  got:      " << ids_string(got));
       }
@@ -68,9 +72,15 @@ std::string without(const std::string& s, const std::string& dropped) {
 
 }  // namespace
 
-TEST_CASE("Llama 3 tokenizer.json matches Hugging Face tokenizers") { check_conformance("llama3"); }
-TEST_CASE("Qwen3 tokenizer.json matches Hugging Face tokenizers") { check_conformance("qwen3"); }
-TEST_CASE("SmolLM2 GGUF tokenizer matches Hugging Face tokenizers") { check_conformance("smollm2"); }
+TEST_CASE("Llama 3 tokenizer.json matches Hugging Face tokenizers") {
+  check_conformance("llama3");
+}
+TEST_CASE("Qwen3 tokenizer.json matches Hugging Face tokenizers") {
+  check_conformance("qwen3");
+}
+TEST_CASE("SmolLM2 GGUF tokenizer matches Hugging Face tokenizers") {
+  check_conformance("smollm2");
+}
 
 TEST_CASE("decode(encode(s)) gives s back for every corpus string") {
   nlohmann::json fixture = load_tokenizer_fixture("llama3_encode.json");
@@ -81,7 +91,8 @@ TEST_CASE("decode(encode(s)) gives s back for every corpus string") {
     for (const auto& c : fixture.at("cases")) {
       const std::string text = c.at("text");
       // Qwen normalises to NFC first, so NFC text is what comes back.
-      const std::string expected = without(tok->data().normalize_nfc ? nfc_normalize(text) : text, dropped);
+      const std::string expected =
+          without(tok->data().normalize_nfc ? nfc_normalize(text) : text, dropped);
       for (bool parse_special : {true, false}) {
         auto ids = tok->encode(text, false, parse_special);
         CHECK_MESSAGE(tok->decode(ids) == expected, name << " " << nlohmann::json(text));
@@ -93,11 +104,18 @@ TEST_CASE("decode(encode(s)) gives s back for every corpus string") {
 TEST_CASE("invalid UTF-8 is encoded through the byte tokens and decoded back unchanged") {
   // Stray continuation bytes, overlong forms, surrogates, truncated
   // sequences at the end and in the middle, bytes never used in UTF-8.
-  const std::vector<std::string> inputs = {
-      std::string("\x80"), std::string("abc\xff"), std::string("\xc0\xaf slash"),
-      std::string("\xed\xa0\x80 surrogate"), std::string("tail \xf0\x9f\x98"), std::string("mid\xe4\xbd word"),
-      std::string("\xfe\xfe\xff\xff"), std::string("ok \xc3\xa9 \xc3 bad"), std::string("12\x80" "34"),
-      std::string("<|im_end|>\x80<|eot_id|>\xf4\x90\x80\x80"), std::string(" \x85\xa0 ")};
+  const std::vector<std::string> inputs = {std::string("\x80"),
+                                           std::string("abc\xff"),
+                                           std::string("\xc0\xaf slash"),
+                                           std::string("\xed\xa0\x80 surrogate"),
+                                           std::string("tail \xf0\x9f\x98"),
+                                           std::string("mid\xe4\xbd word"),
+                                           std::string("\xfe\xfe\xff\xff"),
+                                           std::string("ok \xc3\xa9 \xc3 bad"),
+                                           std::string("12\x80"
+                                                       "34"),
+                                           std::string("<|im_end|>\x80<|eot_id|>\xf4\x90\x80\x80"),
+                                           std::string(" \x85\xa0 ")};
   for (const std::string name : {"llama3", "qwen3", "smollm2"}) {
     const Tokenizer* tok = shared_tokenizer(name);
     if (!tok) continue;
@@ -122,7 +140,10 @@ TEST_CASE("invalid UTF-8 is encoded through the byte tokens and decoded back unc
     size_t len = rng() % 40;
     for (size_t i = 0; i < len; ++i) {
       uint32_t r = rng() % 4;
-      s.push_back(char(r == 0 ? 0x80 + rng() % 64 : r == 1 ? 0xC0 + rng() % 64 : r == 2 ? rng() % 128 : rng() % 256));
+      s.push_back(char(r == 0   ? 0x80 + rng() % 64
+                       : r == 1 ? 0xC0 + rng() % 64
+                       : r == 2 ? rng() % 128
+                                : rng() % 256));
     }
     auto ids = tok->encode(s, false, true);
     CHECK(tok->decode(ids) == s);
@@ -169,8 +190,10 @@ TEST_CASE("StreamDecoder never emits part of a character") {
   // Text whose characters are split across byte-level tokens: emoji and
   // ZWJ sequences, rare CJK, combining marks.
   const std::string text =
-      "\xF0\x9F\x91\xA8\xE2\x80\x8D\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x91\xA7 ok \xF0\x9F\xA6\x80\xF0\x9F\xAB\xA0 "
-      "\xE9\xBE\x98\xE9\xBD\x89 \xF0\xA0\x80\x80 e\xCC\x81\xCC\xB2 \xF0\x9F\x87\xAF\xF0\x9F\x87\xB5";
+      "\xF0\x9F\x91\xA8\xE2\x80\x8D\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x91\xA7 ok "
+      "\xF0\x9F\xA6\x80\xF0\x9F\xAB\xA0 "
+      "\xE9\xBE\x98\xE9\xBD\x89 \xF0\xA0\x80\x80 e\xCC\x81\xCC\xB2 "
+      "\xF0\x9F\x87\xAF\xF0\x9F\x87\xB5";
   for (const std::string name : {"llama3", "qwen3", "smollm2"}) {
     const Tokenizer* tok = shared_tokenizer(name);
     if (!tok) continue;
@@ -195,11 +218,15 @@ TEST_CASE("StreamDecoder never emits part of a character") {
 
 TEST_CASE("StreamDecoder replaces bytes that can never form a character") {
   const Tokenizer* tok = shared_tokenizer("llama3");
-  auto ids = tok->encode(std::string("a\xff" "b\xf0\x9f"), false, false);
+  auto ids = tok->encode(std::string("a\xff"
+                                     "b\xf0\x9f"),
+                         false, false);
   StreamDecoder stream(*tok);
   std::string out;
   for (int32_t id : ids) out += stream.push(id);
-  CHECK(out == "a\xEF\xBF\xBD" "b");   // 0xFF -> U+FFFD, the emoji start held back
+  CHECK(out ==
+        "a\xEF\xBF\xBD"
+        "b");                               // 0xFF -> U+FFFD, the emoji start held back
   CHECK(stream.flush() == "\xEF\xBF\xBD");  // ...and replaced when the stream ends
   CHECK(stream.flush().empty());
   CHECK(stream.push(-5).empty());  // an id out of range adds nothing
@@ -222,8 +249,8 @@ TEST_CASE("loading a 150K vocabulary and encoding a few KB are fast") {
   auto t2 = std::chrono::steady_clock::now();
   double load_s = std::chrono::duration<double>(t1 - t0).count();
   double encode_ms = std::chrono::duration<double, std::milli>(t2 - t1).count() / 10;
-  MESSAGE("qwen3 (" << tok->vocab_size() << " tokens): load " << load_s << " s, encode " << text.size()
-                    << " bytes in " << encode_ms << " ms");
+  MESSAGE("qwen3 (" << tok->vocab_size() << " tokens): load " << load_s << " s, encode "
+                    << text.size() << " bytes in " << encode_ms << " ms");
   // Generous bounds for a loaded 2-core CI machine; typical is several times less.
   CHECK(load_s < 3.0);
   CHECK(encode_ms < 50.0);

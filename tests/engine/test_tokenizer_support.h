@@ -32,7 +32,8 @@ inline std::filesystem::path tok_shared_dir() {
 inline nlohmann::json load_tokenizer_fixture(const std::string& name) {
   std::filesystem::path path = tok_source_dir() / "tests" / "fixtures" / "tokenizer" / name;
   std::ifstream in(path, std::ios::binary);
-  REQUIRE_MESSAGE(in.good(), "missing fixture " << path << " (scripts/gen_tokenizer_fixtures.py writes it)");
+  REQUIRE_MESSAGE(in.good(),
+                  "missing fixture " << path << " (scripts/gen_tokenizer_fixtures.py writes it)");
   std::stringstream s;
   s << in.rdbuf();
   return nlohmann::json::parse(s.str());
@@ -69,7 +70,8 @@ inline const Tokenizer* shared_tokenizer(const std::string& name) {
     data = tokenizer_data_from_gguf(*file.value());
   } else {
     std::filesystem::path dir = tok_shared_dir() / "tokenizers" / name;
-    data = tokenizer_data_from_hf_json((dir / "tokenizer.json").string(), (dir / "tokenizer_config.json").string());
+    data = tokenizer_data_from_hf_json((dir / "tokenizer.json").string(),
+                                       (dir / "tokenizer_config.json").string());
   }
   REQUIRE_MESSAGE(data.ok(), (data.ok() ? "" : data.error().message));
   auto tok = Tokenizer::create(std::move(data.value()));

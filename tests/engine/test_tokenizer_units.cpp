@@ -8,8 +8,8 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <random>
 
 #include "engine/gguf_writer.h"
@@ -21,7 +21,8 @@ using namespace voltad;
 namespace {
 
 // The 256 byte symbols plus `extra` tokens (in byte-level text), with merges.
-TokenizerData small_vocab(const std::vector<std::string>& extra, const std::vector<std::string>& merges) {
+TokenizerData small_vocab(const std::vector<std::string>& extra,
+                          const std::vector<std::string>& merges) {
   TokenizerData d;
   d.model = "gpt2";
   d.pre = "gpt2";
@@ -82,7 +83,8 @@ TEST_CASE("special tokens: longest match, control only when parsing specials") {
   data.token_types[257] = int32_t(TokenType::Control);
   data.token_types[258] = int32_t(TokenType::UserDefined);
   auto t = make(data);
-  CHECK(t.encode("<|c|>xy", false, true) == std::vector<int32_t>{257, t.encode("y", false, false)[0]});
+  CHECK(t.encode("<|c|>xy", false, true) ==
+        std::vector<int32_t>{257, t.encode("y", false, false)[0]});
   CHECK(t.encode("a<|c|>", false, true).back() == 256);
   auto plain = t.encode("<|c|><u>", false, false);
   CHECK(plain.back() == 258);  // user-defined: always parsed
@@ -110,8 +112,10 @@ TEST_CASE("Tokenizer::create refuses inconsistent data with a message saying wha
   bad_pre.pre = "falcon";
   CHECK(error_of(Tokenizer::create(bad_pre)).find("falcon") != std::string::npos);
 
-  CHECK(error_of(Tokenizer::create(small_vocab({}, {"a zz"}))).find("merge 0") != std::string::npos);
-  CHECK(error_of(Tokenizer::create(small_vocab({}, {"a b"}))).find("not in the vocabulary") != std::string::npos);
+  CHECK(error_of(Tokenizer::create(small_vocab({}, {"a zz"}))).find("merge 0") !=
+        std::string::npos);
+  CHECK(error_of(Tokenizer::create(small_vocab({}, {"a b"}))).find("not in the vocabulary") !=
+        std::string::npos);
   CHECK(error_of(Tokenizer::create(small_vocab({}, {"ab"}))).find("space") != std::string::npos);
 
   auto bad_types = small_vocab({}, {});
@@ -133,10 +137,32 @@ TEST_CASE("Tokenizer::create refuses inconsistent data with a message saying wha
 
 TEST_CASE("pre-tokenizers cut any bytes into non-empty pieces that add up to the text") {
   std::mt19937 rng(99);
-  const std::string alphabet[] = {"a", "Z", "1", "7", " ", "  ", "\t", "\n", "\r\n", "'", "'s", "'LL", "!", ".",
-                                  "\xc3\xa9", "\xe4\xb8\xad", "\xf0\x9f\x98\x80", "\xd9\xa3", "\xcc\x81",
-                                  "\xc2\xa0", "\xe3\x80\x80", "\x80", "\xff", "\xe2\x82"};
-  for (PreTokenizer kind : {PreTokenizer::Llama3, PreTokenizer::Qwen2, PreTokenizer::SmolLM, PreTokenizer::Gpt2}) {
+  const std::string alphabet[] = {"a",
+                                  "Z",
+                                  "1",
+                                  "7",
+                                  " ",
+                                  "  ",
+                                  "\t",
+                                  "\n",
+                                  "\r\n",
+                                  "'",
+                                  "'s",
+                                  "'LL",
+                                  "!",
+                                  ".",
+                                  "\xc3\xa9",
+                                  "\xe4\xb8\xad",
+                                  "\xf0\x9f\x98\x80",
+                                  "\xd9\xa3",
+                                  "\xcc\x81",
+                                  "\xc2\xa0",
+                                  "\xe3\x80\x80",
+                                  "\x80",
+                                  "\xff",
+                                  "\xe2\x82"};
+  for (PreTokenizer kind :
+       {PreTokenizer::Llama3, PreTokenizer::Qwen2, PreTokenizer::SmolLM, PreTokenizer::Gpt2}) {
     for (int round = 0; round < 500; ++round) {
       std::string text;
       for (size_t n = rng() % 16; n > 0; --n) text += alphabet[rng() % std::size(alphabet)];
@@ -214,9 +240,11 @@ TEST_CASE("bad GGUF tokenizer metadata is an error naming the key") {
   };
   const std::vector<std::string> tokens = {"a", "b", "ab"};
   CHECK(load([](GgufWriter&) {}).find("tokenizer.ggml.model") != std::string::npos);
-  CHECK(load([](GgufWriter& w) { w.add_string("tokenizer.ggml.model", "llama"); }).find("gpt2") != std::string::npos);
-  CHECK(load([](GgufWriter& w) { w.add_string("tokenizer.ggml.model", "gpt2"); }).find("tokenizer.ggml.pre") !=
+  CHECK(load([](GgufWriter& w) { w.add_string("tokenizer.ggml.model", "llama"); }).find("gpt2") !=
         std::string::npos);
+  CHECK(load([](GgufWriter& w) {
+          w.add_string("tokenizer.ggml.model", "gpt2");
+        }).find("tokenizer.ggml.pre") != std::string::npos);
   CHECK(load([](GgufWriter& w) {
           w.add_string("tokenizer.ggml.model", "gpt2");
           w.add_string("tokenizer.ggml.pre", "qwen2");
@@ -232,7 +260,8 @@ TEST_CASE("bad GGUF tokenizer metadata is an error naming the key") {
 }
 
 TEST_CASE("bad tokenizer.json files are errors naming the file and the problem") {
-  const auto dir = std::filesystem::temp_directory_path() / ("voltad-tok-" + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("voltad-tok-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   auto load = [&](const std::string& json) {
     const std::string path = (dir / "tokenizer.json").string();
@@ -242,19 +271,24 @@ TEST_CASE("bad tokenizer.json files are errors naming the file and the problem")
     CHECK(r.error().message.find(path) != std::string::npos);
     return r.error().message;
   };
-  const std::string bytelevel = R"("pre_tokenizer":{"type":"ByteLevel","add_prefix_space":false,"use_regex":true})";
+  const std::string bytelevel =
+      R"("pre_tokenizer":{"type":"ByteLevel","add_prefix_space":false,"use_regex":true})";
   CHECK(load("{\"model\": ").find("byte") != std::string::npos);
   CHECK(load(R"({"model":{"type":"Unigram"}})").find("BPE") != std::string::npos);
-  CHECK(load(R"({"model":{"type":"BPE","merges":[]},)" + bytelevel + "}").find("model.vocab") != std::string::npos);
-  CHECK(load(R"({"model":{"type":"BPE","vocab":{"a":"x"},"merges":[]},)" + bytelevel + "}").find("integer") !=
+  CHECK(load(R"({"model":{"type":"BPE","merges":[]},)" + bytelevel + "}").find("model.vocab") !=
         std::string::npos);
-  CHECK(load(R"({"model":{"type":"BPE","vocab":{"a":0},"merges":[["a"]]},)" + bytelevel + "}").find("merges[0]") !=
-        std::string::npos);
-  CHECK(load(R"({"model":{"type":"BPE","vocab":{"a":0},"merges":[]},"pre_tokenizer":{"type":"Metaspace"}})")
-            .find("Metaspace") != std::string::npos);
-  CHECK(load(R"({"model":{"type":"BPE","vocab":{"a":-4},"merges":[]},)" + bytelevel + "}").find("-4") !=
-        std::string::npos);
-  CHECK(load(R"({"normalizer":{"type":"NFKC"},"model":{"type":"BPE","vocab":{},"merges":[]},)" + bytelevel + "}")
+  CHECK(load(R"({"model":{"type":"BPE","vocab":{"a":"x"},"merges":[]},)" + bytelevel + "}")
+            .find("integer") != std::string::npos);
+  CHECK(load(R"({"model":{"type":"BPE","vocab":{"a":0},"merges":[["a"]]},)" + bytelevel + "}")
+            .find("merges[0]") != std::string::npos);
+  CHECK(
+      load(
+          R"({"model":{"type":"BPE","vocab":{"a":0},"merges":[]},"pre_tokenizer":{"type":"Metaspace"}})")
+          .find("Metaspace") != std::string::npos);
+  CHECK(load(R"({"model":{"type":"BPE","vocab":{"a":-4},"merges":[]},)" + bytelevel + "}")
+            .find("-4") != std::string::npos);
+  CHECK(load(R"({"normalizer":{"type":"NFKC"},"model":{"type":"BPE","vocab":{},"merges":[]},)" +
+             bytelevel + "}")
             .find("NFKC") != std::string::npos);
 
   auto missing = tokenizer_data_from_hf_json((dir / "absent.json").string(), "");

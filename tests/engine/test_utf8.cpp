@@ -71,8 +71,10 @@ TEST_CASE("sanitize replaces each invalid unit with U+FFFD and keeps the rest") 
 
 TEST_CASE("incomplete tail: only a valid, unfinished prefix is held back") {
   const std::string euro = "\xe2\x82\xac", emoji = "\xf0\x9f\x98\x80";
-  for (size_t cut = 0; cut < euro.size(); ++cut) CHECK(utf8_incomplete_tail("ab" + euro.substr(0, cut)) == cut);
-  for (size_t cut = 0; cut < emoji.size(); ++cut) CHECK(utf8_incomplete_tail(emoji.substr(0, cut)) == cut);
+  for (size_t cut = 0; cut < euro.size(); ++cut)
+    CHECK(utf8_incomplete_tail("ab" + euro.substr(0, cut)) == cut);
+  for (size_t cut = 0; cut < emoji.size(); ++cut)
+    CHECK(utf8_incomplete_tail(emoji.substr(0, cut)) == cut);
   CHECK(utf8_incomplete_tail("ab" + euro) == 0);
   CHECK(utf8_incomplete_tail(emoji) == 0);
   CHECK(utf8_incomplete_tail("\xff") == 0);      // can never complete
@@ -84,8 +86,8 @@ TEST_CASE("incomplete tail: only a valid, unfinished prefix is held back") {
 
 TEST_CASE("NFC equals Python's unicodedata on the corpus and every decomposable character") {
   nlohmann::json fixture = voltad::test::load_tokenizer_fixture("nfc.json");
-  MESSAGE("fixture from Unicode " << fixture.at("unicode_version").get<std::string>() << ", tables from "
-                                  << std::string(kUnicodeVersion));
+  MESSAGE("fixture from Unicode " << fixture.at("unicode_version").get<std::string>()
+                                  << ", tables from " << std::string(kUnicodeVersion));
   CHECK(fixture.at("unicode_version").get<std::string>() == kUnicodeVersion);
   const auto& cases = fixture.at("cases");
   REQUIRE(cases.size() > 100);
@@ -94,8 +96,9 @@ TEST_CASE("NFC equals Python's unicodedata on the corpus and every decomposable 
     const std::string in = c.at("in"), expected = c.at("nfc");
     std::string got = nfc_normalize(in);
     if (got != expected && ++failures <= 5)
-      CHECK_MESSAGE(got == expected, "in " << nlohmann::json(in) << "\n  expected " << nlohmann::json(expected)
-                                           << "\n  got      " << nlohmann::json(got));
+      CHECK_MESSAGE(got == expected, "in " << nlohmann::json(in) << "\n  expected "
+                                           << nlohmann::json(expected) << "\n  got      "
+                                           << nlohmann::json(got));
     CHECK(nfc_normalize(expected) == expected);  // NFC is idempotent
   }
   CHECK(failures == 0);
@@ -110,9 +113,11 @@ TEST_CASE("NFC carries invalid bytes through unchanged") {
 TEST_CASE("the class table agrees with the definitions it was generated from") {
   for (char32_t c = 'a'; c <= 'z'; ++c) CHECK(unicode_class(c) == kUnicodeLetter);
   for (char32_t c = '0'; c <= '9'; ++c) CHECK(unicode_class(c) == kUnicodeNumber);
-  for (char32_t c : {U'\t', U'\n', U'\v', U'\f', U'\r', U' ', U'\u0085', U'\u00a0', U'\u2028', U'\u3000'})
+  for (char32_t c :
+       {U'\t', U'\n', U'\v', U'\f', U'\r', U' ', U'\u0085', U'\u00a0', U'\u2028', U'\u3000'})
     CHECK(unicode_class(c) == kUnicodeWhitespace);
-  for (char32_t c : {U'!', U'_', U'\u200b', U'\u0301', U'\U0001F600', char32_t(0x1C)}) CHECK(unicode_class(c) == 0);
+  for (char32_t c : {U'!', U'_', U'\u200b', U'\u0301', U'\U0001F600', char32_t(0x1C)})
+    CHECK(unicode_class(c) == 0);
   CHECK(unicode_class(U'\u4e2d') == kUnicodeLetter);  // CJK: Lo
   CHECK(unicode_class(U'\u216b') == kUnicodeNumber);  // Roman numeral twelve: Nl
   CHECK(unicode_class(U'\u00bd') == kUnicodeNumber);  // one half: No
