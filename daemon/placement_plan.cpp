@@ -289,9 +289,16 @@ Result<PlacementPlan> plan_placement(const Topology& t, const config::PlacementS
                                      : "placement.gpu: " + cfg.gpu;
     if (cfg.gpu == "auto" && p.gpu->index > 0)
       p.gpu_choice += " that CUDA lists (boards before it have no CUDA device)";
-    if (t.cuda_inventory_known && !p.gpu->cuda_listed)
-      p.warnings.push_back("GPU " + p.gpu->pci.bus_id + " has no CUDA/NVML device in " + t.source +
-                           " while other GPUs do: the driver may not support it, and CUDA may not see it");
+    // CUDA numbers only the boards it lists, so no CUDA_VISIBLE_DEVICES
+    // value could show this one, and any number would show another.
+    if (t.cuda_inventory_known && !p.gpu->cuda_listed) {
+      std::string listed;
+      for (auto& g : t.gpus)
+        if (g.cuda_listed) listed += (listed.empty() ? "" : ", ") + g.pci.bus_id + " " + g.model;
+      return make_error("placement.gpu: " + cfg.gpu + " is " + p.gpu->pci.bus_id + " (" + p.gpu->model +
+                        "), which has no CUDA device in " + t.source +
+                        ": the NVIDIA driver does not list it, so CUDA cannot use it. GPUs CUDA lists: " + listed);
+    }
   } else {
     p.gpu_choice = "none (no NVIDIA GPU; engine.backend needs none)";
   }
