@@ -16,7 +16,12 @@
 //
 // Text is bytes: invalid UTF-8 is never an error. Its bytes pass through the
 // pre-tokenizer as "other" characters and are encoded with the byte tokens,
-// so decode(encode(s)) == s for any input without special-token text.
+// so decode(encode(s)) == s for any input (NFC-normalised first where the
+// model normalises). The one loss is Hugging Face's: a byte whose symbol the
+// vocabulary lacks is dropped (SmolLM2 lacks 21, e.g. 0x04 and 0xFF).
+//
+// A Tokenizer is immutable after create(): encode/decode may run on any
+// number of threads at once. A StreamDecoder belongs to one stream.
 #pragma once
 
 #include <cstddef>
