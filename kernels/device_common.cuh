@@ -65,12 +65,14 @@ __device__ __forceinline__ float2 load_half2(const uint8_t* p) {
   return __half22float2(__ldg(reinterpret_cast<const __half2*>(p)));
 }
 
-// ---- quantized activations -------------------------------------------------
-// The quantized matvecs take x as int8 in blocks of 16 values with an fp32
-// scale: x[k] ~= d * q[k]; each block's record is float2 {d, d * sum(q)} (the
-// sum serves the formats with a zero point, whose dot product has a
-// min * sum(x) term). Produced by kernel_quantize_activations.
-constexpr int kActBlock = 16;
+// ---- integer dot products to float ---------------------------------------
+// I2F runs at a quarter of the FP32 rate or less; for |i| < 2^22 adding i to
+// the bits of 1.5*2^23 and subtracting 1.5*2^23 again is exact and costs an
+// integer add and a float add (full rate). dp4a sums of one 32-value chunk
+// stay far below: |sum| <= 32 * 128 * 127 < 2^20.
+__device__ __forceinline__ float small_int_to_float(int i) {
+  return __int_as_float(0x4B400000 + i) - 12582912.0f;
+}
 
 // ---- Int4 decode (Int4Sym32, Int4Affine32, Int4K256) ----------------------
 // quants: 16 bytes per chunk of 32 values; byte i = value i (bits 0-3) |

@@ -3,11 +3,10 @@
 // whole batch. Host-side declarations only (plain C++).
 //
 // Activations: the quantized formats (Int4*, Int6*, Int8*) multiply int8
-// activations with dp4a: x is first quantized in blocks of 16 values with an
+// activations with dp4a: x is first quantized in blocks of 32 values with an
 // fp32 scale (launch_quantize_activations), so the integer products and their
-// sums are exact and only that quantization (relative error ~0.4% on a dot
-// product of Gaussian-like data; docs/KERNEL-NOTES.md) separates the result
-// from an fp32 matvec. F16 and F32 weights multiply the fp32 x directly.
+// sums are exact and only that quantization (docs/KERNEL-NOTES.md has its
+// measured cost) separates the result from an fp32 matvec. F16 and F32 weights multiply the fp32 x directly.
 // Accumulation is fp32 throughout.
 #pragma once
 
@@ -21,12 +20,15 @@ namespace voltad::kernels {
 
 constexpr int kMatvecMaxBatch = 8;
 
-// x quantized for the Int* formats: q[b][c] int8 (row stride = cols) and, per
-// block of 16 values, a record {d, d*sum(q)} (2 floats; row stride = cols/8
-// floats). x[b][c] ~= d * q[b][c].
+// x quantized for the Int* formats, in blocks of 32 values (one weight chunk):
+// d = max|x|/127, q = rint(x/d), and per block a record {d, d*sum(q)} (the
+// sum serves the formats with a zero point: sum (a q_w + b) x = a sum q_w x +
+// b sum x). q[b][c] int8 with row stride cols; records with row stride
+// cols/16 floats. x[b][c] ~= d * q[b][c].
+constexpr int kActivationBlock = 32;
 struct QuantizedActivations {
   int8_t* q = nullptr;         // (batch, cols)
-  float* scales = nullptr;     // (batch, cols/16, 2)
+  float* scales = nullptr;     // (batch, cols/32, 2)
 };
 
 // Bytes of device memory QuantizedActivations needs for batch x cols.
@@ -34,10 +36,10 @@ inline size_t quantized_activation_q_bytes(int batch, int64_t cols) {
   return size_t(batch) * size_t(cols);
 }
 inline size_t quantized_activation_scale_bytes(int batch, int64_t cols) {
-  return size_t(batch) * size_t(cols / 16) * 2 * sizeof(float);
+  return size_t(batch) * size_t(cols / kActivationBlock) * 2 * sizeof(float);
 }
 
-// x (batch, cols) fp32 with row stride ldx -> out. cols % 16 == 0.
+// x (batch, cols) fp32 with row stride ldx -> out. cols % 32 == 0.
 void launch_quantize_activations(const float* x, int64_t ldx, int batch, int64_t cols,
                                  QuantizedActivations out, cudaStream_t stream);
 

@@ -9,13 +9,14 @@
 
 namespace voltad::kernels {
 
-// One thread per block of 16 values: amax -> d = amax/127, q = rint(x/d)
+// One thread per block of 32 values: amax -> d = amax/127, q = rint(x/d)
 // (as x * (1/d), in that order, so the CPU reference can match it bit for
 // bit), record {d, d*sum(q)}. A non-finite value makes d NaN so that the
 // matvec's output is NaN too rather than silently finite.
 __global__ void kernel_quantize_activations(const float* __restrict__ x, int64_t ldx, int batch,
                                             int64_t cols, int8_t* __restrict__ q,
                                             float* __restrict__ scales) {
+  constexpr int kActBlock = kActivationBlock;
   const int64_t blocks_per_row = cols / kActBlock;
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= blocks_per_row * batch) return;
@@ -39,7 +40,7 @@ __global__ void kernel_quantize_activations(const float* __restrict__ x, int64_t
   }
   const float d = finite ? amax / 127.0f : __int_as_float(0x7fc00000);
   const float id = (finite && d != 0.0f) ? 1.0f / d : 0.0f;
-  uint32_t words[4] = {0, 0, 0, 0};
+  uint32_t words[kActBlock / 4] = {};
   int sum = 0;
 #pragma unroll
   for (int j = 0; j < kActBlock; ++j) {
@@ -47,23 +48,24 @@ __global__ void kernel_quantize_activations(const float* __restrict__ x, int64_t
     sum += qj;
     words[j / 4] |= uint32_t(qj & 0xFF) << (8 * (j % 4));
   }
-  *reinterpret_cast<uint4*>(q + b * cols + blk * kActBlock) =
-      make_uint4(words[0], words[1], words[2], words[3]);
-  *reinterpret_cast<float2*>(scales + b * (cols / 8) + 2 * blk) = make_float2(d, d * float(sum));
+  uint4* dst = reinterpret_cast<uint4*>(q + b * cols + blk * kActBlock);
+  dst[0] = make_uint4(words[0], words[1], words[2], words[3]);
+  dst[1] = make_uint4(words[4], words[5], words[6], words[7]);
+  *reinterpret_cast<float2*>(scales + b * (cols / 16) + 2 * blk) = make_float2(d, d * float(sum));
 }
 
 void launch_quantize_activations(const float* x, int64_t ldx, int batch, int64_t cols,
                                  QuantizedActivations out, cudaStream_t stream) {
-  if (cols % kActBlock != 0 || ldx % 4 != 0 || ldx < cols ||
+  if (cols % kActivationBlock != 0 || ldx % 4 != 0 || ldx < cols ||
       reinterpret_cast<uintptr_t>(x) % 16 != 0 || reinterpret_cast<uintptr_t>(out.q) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(out.scales) % 16 != 0) {
     std::fprintf(stderr,
-                 "launch_quantize_activations: need cols %% 16 == 0, ldx %% 4 == 0, ldx >= cols "
+                 "launch_quantize_activations: need cols %% 32 == 0, ldx %% 4 == 0, ldx >= cols "
                  "and 16-byte aligned buffers (cols=%lld ldx=%lld)\n",
                  (long long)cols, (long long)ldx);
     std::abort();
   }
-  const int64_t n = int64_t(batch) * (cols / kActBlock);
+  const int64_t n = int64_t(batch) * (cols / kActivationBlock);
   if (n == 0) return;
   const int threads = 128;
   kernel_quantize_activations<<<unsigned((n + threads - 1) / threads), threads, 0, stream>>>(
@@ -108,7 +110,7 @@ void launch_matvec(const MatvecArgs& args, cudaStream_t stream) {
     if (args.x) a.x = args.x + b0 * args.ldx;
     if (args.xq.q) {
       a.xq.q = args.xq.q + b0 * l.cols;
-      a.xq.scales = args.xq.scales + b0 * (l.cols / 8);
+      a.xq.scales = args.xq.scales + b0 * (l.cols / 16);
     }
     switch (l.format) {
       case PackedFormat::Int4Sym32:

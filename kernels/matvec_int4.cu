@@ -7,7 +7,8 @@
 // every load instruction of the warp covers 512 contiguous bytes of a row.
 // Per step a lane first issues U x R weight loads (and their scale loads),
 // then decodes: nibbles -> bytes once per chunk, then for each of the B
-// activation rows 8 dp4a against the int8 x and one scale FMA. x (a few KB)
+// activation rows 8 dp4a against the int8 x (one block of 32 = one chunk)
+// and two FMAs. x (a few KB)
 // stays in L1; R > 1 lets one x load serve several rows.
 #include "kernels/cuda_check.h"
 #include "kernels/device_common.cuh"
@@ -72,7 +73,7 @@ __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_int4(
   const int64_t row0 = (int64_t(blockIdx.x) * kMatvecWarpsPerBlock + (threadIdx.x >> 5)) * R;
   if (row0 >= l.rows) return;
   const int chunks = int(l.cols / 32);
-  const int64_t x_scale_ld = l.cols / 8;  // floats per batch row: 2 per 16 values
+  const int64_t x_scale_ld = l.cols / 16;  // floats per batch row: 2 per 32 values
 
   const uint8_t* qrow[R];
   const uint8_t* srow[R];
@@ -122,20 +123,20 @@ __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_int4(
         const int8_t* xq = a.xq.q + b * l.cols + 32 * c;
         const uint4 x0 = __ldg(reinterpret_cast<const uint4*>(xq));
         const uint4 x1 = __ldg(reinterpret_cast<const uint4*>(xq + 16));
-        // Two blocks of 16: {d0, d0*sum0, d1, d1*sum1}.
-        const float4 xs = __ldg(reinterpret_cast<const float4*>(a.xq.scales + b * x_scale_ld) + c);
+        // {d, d * sum(q)} of the chunk's 32 activations.
+        const float2 xs = __ldg(reinterpret_cast<const float2*>(a.xq.scales + b * x_scale_ld) + c);
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-          int d0 = __dp4a(int(lo[r][0]), int(x0.x), 0);
-          d0 = __dp4a(int(lo[r][1]), int(x0.y), d0);
-          d0 = __dp4a(int(lo[r][2]), int(x0.z), d0);
-          d0 = __dp4a(int(lo[r][3]), int(x0.w), d0);
-          int d1 = __dp4a(int(hi[r][0]), int(x1.x), 0);
-          d1 = __dp4a(int(hi[r][1]), int(x1.y), d1);
-          d1 = __dp4a(int(hi[r][2]), int(x1.z), d1);
-          d1 = __dp4a(int(hi[r][3]), int(x1.w), d1);
+          int d = __dp4a(int(lo[r][0]), int(x0.x), 0);
+          d = __dp4a(int(lo[r][1]), int(x0.y), d);
+          d = __dp4a(int(lo[r][2]), int(x0.z), d);
+          d = __dp4a(int(lo[r][3]), int(x0.w), d);
+          d = __dp4a(int(hi[r][0]), int(x1.x), d);
+          d = __dp4a(int(hi[r][1]), int(x1.y), d);
+          d = __dp4a(int(hi[r][2]), int(x1.z), d);
+          d = __dp4a(int(hi[r][3]), int(x1.w), d);
           // sum_i (a*q_i + b) * x_i = a * sum_i q_i x_i + b * sum_i x_i
-          acc[r][b] += ca[r] * (xs.x * float(d0) + xs.z * float(d1)) + cb[r] * (xs.y + xs.w);
+          acc[r][b] += ca[r] * (xs.x * small_int_to_float(d)) + cb[r] * xs.y;
         }
       }
     }
@@ -156,14 +157,14 @@ void launch_int4(const MatvecArgs& a, cudaStream_t stream) {
 template <PackedFormat F>
 void launch_int4_format(const MatvecArgs& a, cudaStream_t stream) {
   switch (a.batch) {
-    case 1: launch_int4<F, 1, 1, 4>(a, stream); break;
-    case 2: launch_int4<F, 1, 2, 4>(a, stream); break;
-    case 3: launch_int4<F, 2, 3, 2>(a, stream); break;
-    case 4: launch_int4<F, 2, 4, 2>(a, stream); break;
-    case 5: launch_int4<F, 2, 5, 2>(a, stream); break;
-    case 6: launch_int4<F, 2, 6, 2>(a, stream); break;
-    case 7: launch_int4<F, 2, 7, 2>(a, stream); break;
-    default: launch_int4<F, 2, 8, 2>(a, stream); break;
+    case 1: launch_int4<F, 1, 1, 2>(a, stream); break;
+    case 2: launch_int4<F, 2, 2, 2>(a, stream); break;
+    case 3: launch_int4<F, 4, 3, 1>(a, stream); break;
+    case 4: launch_int4<F, 4, 4, 1>(a, stream); break;
+    case 5: launch_int4<F, 4, 5, 1>(a, stream); break;
+    case 6: launch_int4<F, 4, 6, 1>(a, stream); break;
+    case 7: launch_int4<F, 4, 7, 1>(a, stream); break;
+    default: launch_int4<F, 4, 8, 1>(a, stream); break;
   }
 }
 

@@ -20,7 +20,7 @@ __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_int8(
   const int64_t row0 = (int64_t(blockIdx.x) * kMatvecWarpsPerBlock + (threadIdx.x >> 5)) * R;
   if (row0 >= l.rows) return;
   const int pieces = int(l.cols / 16);
-  const int64_t x_scale_ld = l.cols / 8;
+  const int64_t x_scale_ld = l.cols / 16;  // a record per 32 = per two pieces
 
   const uint8_t* qrow[R];
   const uint8_t* srow[R];
@@ -69,15 +69,24 @@ __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_int8(
 #pragma unroll
       for (int b = 0; b < B; ++b) {
         const uint4 x = __ldg(reinterpret_cast<const uint4*>(a.xq.q + b * l.cols + 16 * p));
-        const float2 xs = __ldg(reinterpret_cast<const float2*>(a.xq.scales + b * x_scale_ld) + p);
+        const float xd = __ldg(a.xq.scales + b * x_scale_ld + 2 * (p >> 1));
+        // The zero-point formats need sum(x) over this half block: 4 more dp4a.
+        float xsum = 0.0f;
+        if constexpr (F != PackedFormat::Int8Sym32) {
+          int s = __dp4a(int(x.x), 0x01010101, 0);
+          s = __dp4a(int(x.y), 0x01010101, s);
+          s = __dp4a(int(x.z), 0x01010101, s);
+          s = __dp4a(int(x.w), 0x01010101, s);
+          xsum = xd * small_int_to_float(s);
+        }
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           int d = __dp4a(int(w[u][r].x), int(x.x), 0);
           d = __dp4a(int(w[u][r].y), int(x.y), d);
           d = __dp4a(int(w[u][r].z), int(x.z), d);
           d = __dp4a(int(w[u][r].w), int(x.w), d);
-          float v = dm[u][r].x * (xs.x * float(d));
-          if constexpr (F != PackedFormat::Int8Sym32) v += dm[u][r].y * xs.y;
+          float v = dm[u][r].x * (xd * small_int_to_float(d));
+          if constexpr (F != PackedFormat::Int8Sym32) v += dm[u][r].y * xsum;
           acc[r][b] += v;
         }
       }
@@ -94,7 +103,7 @@ __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_int6(
   const int64_t row0 = (int64_t(blockIdx.x) * kMatvecWarpsPerBlock + (threadIdx.x >> 5)) * R;
   if (row0 >= l.rows) return;
   const int chunks = int(l.cols / 32);
-  const int64_t x_scale_ld = l.cols / 8;
+  const int64_t x_scale_ld = l.cols / 16;
 
   const uint8_t* qrow[R];
   const uint8_t* hrow[R];
@@ -137,7 +146,8 @@ __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_int6(
       const int c = c0 + 32 * u;
       if (c >= chunks) break;
       uint32_t lo[R][4], hi[R][4];
-      float f0[R], f1[R];  // d*sc/4 for each half
+      float dq[R];     // d/4
+      int s0[R], s1[R];  // sc of each half
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         const uint4 q = w[u][r];
@@ -150,16 +160,16 @@ __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_int6(
         hi[r][1] = int6_assemble<1>(q.y >> 4, cr.y);
         hi[r][2] = int6_assemble<2>(q.z >> 4, cr.y);
         hi[r][3] = int6_assemble<3>(q.w >> 4, cr.y);
-        const float dq = 0.25f * d[u][r];
-        f0[r] = dq * float(int8_t(sc[u][r] & 0xFF));
-        f1[r] = dq * float(int8_t(sc[u][r] >> 8));
+        dq[r] = 0.25f * d[u][r];
+        s0[r] = int8_t(sc[u][r] & 0xFF);
+        s1[r] = int8_t(sc[u][r] >> 8);
       }
 #pragma unroll
       for (int b = 0; b < B; ++b) {
         const int8_t* xq = a.xq.q + b * l.cols + 32 * c;
         const uint4 x0 = __ldg(reinterpret_cast<const uint4*>(xq));
         const uint4 x1 = __ldg(reinterpret_cast<const uint4*>(xq + 16));
-        const float4 xs = __ldg(reinterpret_cast<const float4*>(a.xq.scales + b * x_scale_ld) + c);
+        const float xd = __ldg(a.xq.scales + b * x_scale_ld + 2 * c);
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           int d0 = __dp4a(int(lo[r][0]), int(x0.x), 0);
@@ -170,7 +180,8 @@ __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_int6(
           d1 = __dp4a(int(hi[r][1]), int(x1.y), d1);
           d1 = __dp4a(int(hi[r][2]), int(x1.z), d1);
           d1 = __dp4a(int(hi[r][3]), int(x1.w), d1);
-          acc[r][b] += f0[r] * (xs.x * float(d0)) + f1[r] * (xs.z * float(d1));
+          // |s0*d0 + s1*d1| < 2^26: past small_int_to_float's range.
+          acc[r][b] += dq[r] * (xd * float(s0[r] * d0 + s1[r] * d1));
         }
       }
     }
@@ -196,27 +207,27 @@ void launch_int6(const MatvecArgs& a, cudaStream_t stream) {
 template <PackedFormat F>
 void launch_int8_format(const MatvecArgs& a, cudaStream_t stream) {
   switch (a.batch) {
-    case 1: launch_int8<F, 1, 1, 4>(a, stream); break;
-    case 2: launch_int8<F, 1, 2, 4>(a, stream); break;
-    case 3: launch_int8<F, 2, 3, 2>(a, stream); break;
-    case 4: launch_int8<F, 2, 4, 2>(a, stream); break;
-    case 5: launch_int8<F, 2, 5, 2>(a, stream); break;
-    case 6: launch_int8<F, 2, 6, 2>(a, stream); break;
-    case 7: launch_int8<F, 2, 7, 2>(a, stream); break;
-    default: launch_int8<F, 2, 8, 2>(a, stream); break;
+    case 1: launch_int8<F, 1, 1, 2>(a, stream); break;
+    case 2: launch_int8<F, 2, 2, 2>(a, stream); break;
+    case 3: launch_int8<F, 4, 3, 1>(a, stream); break;
+    case 4: launch_int8<F, 4, 4, 1>(a, stream); break;
+    case 5: launch_int8<F, 4, 5, 1>(a, stream); break;
+    case 6: launch_int8<F, 4, 6, 1>(a, stream); break;
+    case 7: launch_int8<F, 4, 7, 1>(a, stream); break;
+    default: launch_int8<F, 4, 8, 1>(a, stream); break;
   }
 }
 
 void launch_int6_format(const MatvecArgs& a, cudaStream_t stream) {
   switch (a.batch) {
-    case 1: launch_int6<1, 1, 4>(a, stream); break;
-    case 2: launch_int6<1, 2, 4>(a, stream); break;
-    case 3: launch_int6<2, 3, 2>(a, stream); break;
-    case 4: launch_int6<2, 4, 2>(a, stream); break;
-    case 5: launch_int6<2, 5, 2>(a, stream); break;
-    case 6: launch_int6<2, 6, 2>(a, stream); break;
-    case 7: launch_int6<2, 7, 2>(a, stream); break;
-    default: launch_int6<2, 8, 2>(a, stream); break;
+    case 1: launch_int6<1, 1, 2>(a, stream); break;
+    case 2: launch_int6<2, 2, 2>(a, stream); break;
+    case 3: launch_int6<4, 3, 1>(a, stream); break;
+    case 4: launch_int6<4, 4, 1>(a, stream); break;
+    case 5: launch_int6<4, 5, 1>(a, stream); break;
+    case 6: launch_int6<4, 6, 1>(a, stream); break;
+    case 7: launch_int6<4, 7, 1>(a, stream); break;
+    default: launch_int6<4, 8, 1>(a, stream); break;
   }
 }
 

@@ -118,7 +118,7 @@ struct Activations {
   explicit Activations(int64_t max_cols, int64_t max_rows, int batch) {
     CUDA_CHECK(cudaMalloc(&x, sizeof(float) * max_cols * batch));
     CUDA_CHECK(cudaMalloc(&q.q, max_cols * batch));
-    CUDA_CHECK(cudaMalloc(&q.scales, sizeof(float) * max_cols / 8 * batch));
+    CUDA_CHECK(cudaMalloc(&q.scales, sizeof(float) * max_cols / 16 * batch));
     CUDA_CHECK(cudaMalloc(&y, sizeof(float) * max_rows * batch));
     std::vector<float> h(size_t(max_cols * batch));
     for (size_t i = 0; i < h.size(); ++i) h[i] = float(int((i * 2654435761u) % 2001) - 1000) / 1000.f;
@@ -131,7 +131,36 @@ using Launcher = void (*)(const MatvecArgs&, cudaStream_t);
 struct Variant {
   const char* name;
   Launcher launch;
+  const void* kernel;  // for the register / occupancy report; null: dispatch
 };
+
+// "regs 56, 9 blocks/SM" for a matvec kernel of kMatvecWarpsPerBlock warps.
+std::string occupancy(const void* kernel) {
+  if (!kernel) return "";
+  cudaFuncAttributes attr;
+  CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+  int blocks = 0;
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel,
+                                                           kMatvecWarpsPerBlock * 32, 0));
+  return "  regs " + std::to_string(attr.numRegs) + ", " + std::to_string(blocks) + " blk/SM";
+}
+
+// The roofline of one kernel that only streams the same bytes: 16-byte
+// loads, 4 in flight per thread, a full grid, a sum so nothing is elided.
+__global__ void kernel_read_only(const uint4* p, size_t n, uint32_t* sink) {
+  uint32_t acc = 0;
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  for (; i + 3 * stride < n; i += 4 * stride) {
+    const uint4 a = __ldg(p + i), b = __ldg(p + i + stride), c = __ldg(p + i + 2 * stride),
+                d = __ldg(p + i + 3 * stride);
+    acc ^= a.x ^ a.w ^ b.y ^ b.z ^ c.x ^ c.w ^ d.y ^ d.z;
+  }
+  for (; i < n; i += stride) acc ^= __ldg(p + i).x;
+  if (acc == 0x12345678u) *sink = acc;
+}
+
+__global__ void kernel_empty() {}
 
 struct Row {
   std::string what;
@@ -139,11 +168,12 @@ struct Row {
 };
 std::vector<Row> g_rows;
 
-void report(const std::string& what, double bytes, float ms_per_launch, double copy_gbs) {
+void report(const std::string& what, double bytes, float ms_per_launch, double copy_gbs,
+            const std::string& note = "") {
   const double gbs = bytes / (ms_per_launch * 1e-3) / 1e9;
   g_rows.push_back({what, ms_per_launch * 1e3, gbs, gbs / copy_gbs});
-  std::printf("%-44s %9.2f us %8.0f GB/s %5.1f%%\n", what.c_str(), ms_per_launch * 1e3, gbs,
-              100.0 * gbs / copy_gbs);
+  std::printf("%-44s %9.2f us %8.0f GB/s %5.1f%%%s\n", what.c_str(), ms_per_launch * 1e3, gbs,
+              100.0 * gbs / copy_gbs, note.c_str());
   std::fflush(stdout);
 }
 
@@ -168,12 +198,21 @@ float time_matvec(const std::vector<PackedMatrixView>& mats, Activations& act, i
 }
 
 template <PackedFormat F, int R, int B, int U>
-void int4_variant(const MatvecArgs& a, cudaStream_t s) {
+void int4_launch(const MatvecArgs& a, cudaStream_t s) {
   launch_int4<F, R, B, U>(a, s);
 }
 template <int R, int B, int U>
-void int6_variant(const MatvecArgs& a, cudaStream_t s) {
+void int6_launch(const MatvecArgs& a, cudaStream_t s) {
   launch_int6<R, B, U>(a, s);
+}
+template <PackedFormat F, int R, int B, int U>
+Variant int4_variant(const char* name) {
+  return {name, int4_launch<F, R, B, U>,
+          reinterpret_cast<const void*>(kernel_matvec_int4<F, R, B, U>)};
+}
+template <int R, int B, int U>
+Variant int6_variant(const char* name) {
+  return {name, int6_launch<R, B, U>, reinterpret_cast<const void*>(kernel_matvec_int6<R, B, U>)};
 }
 
 }  // namespace bench
@@ -215,33 +254,57 @@ int main() {
 
   constexpr auto Q40 = PackedFormat::Int4Sym32;
   constexpr auto Q4K = PackedFormat::Int4K256;
-  const Variant q40_b1[] = {{"R1 U2", int4_variant<Q40, 1, 1, 2>}, {"R1 U4", int4_variant<Q40, 1, 1, 4>},
-                            {"R1 U8", int4_variant<Q40, 1, 1, 8>}, {"R2 U2", int4_variant<Q40, 2, 1, 2>},
-                            {"R2 U4", int4_variant<Q40, 2, 1, 4>}, {"dispatch", launch_matvec}};
-  const Variant q4k_b1[] = {{"R1 U2", int4_variant<Q4K, 1, 1, 2>}, {"R1 U4", int4_variant<Q4K, 1, 1, 4>},
-                            {"R1 U8", int4_variant<Q4K, 1, 1, 8>}, {"R2 U2", int4_variant<Q4K, 2, 1, 2>},
-                            {"R2 U4", int4_variant<Q4K, 2, 1, 4>}, {"dispatch", launch_matvec}};
-  const Variant q40_b8[] = {{"R1 U2", int4_variant<Q40, 1, 8, 2>}, {"R2 U1", int4_variant<Q40, 2, 8, 1>},
-                            {"R2 U2", int4_variant<Q40, 2, 8, 2>}, {"R4 U1", int4_variant<Q40, 4, 8, 1>},
-                            {"R4 U2", int4_variant<Q40, 4, 8, 2>}, {"dispatch", launch_matvec}};
-  const Variant q4k_b8[] = {{"R1 U2", int4_variant<Q4K, 1, 8, 2>}, {"R2 U1", int4_variant<Q4K, 2, 8, 1>},
-                            {"R2 U2", int4_variant<Q4K, 2, 8, 2>}, {"R4 U1", int4_variant<Q4K, 4, 8, 1>},
-                            {"R4 U2", int4_variant<Q4K, 4, 8, 2>}, {"dispatch", launch_matvec}};
-  const Variant q6k_b1[] = {{"R1 U2", int6_variant<1, 1, 2>}, {"R1 U4", int6_variant<1, 1, 4>},
-                            {"R2 U2", int6_variant<2, 1, 2>}, {"dispatch", launch_matvec}};
-  const Variant q6k_b8[] = {{"R2 U1", int6_variant<2, 8, 1>}, {"R2 U2", int6_variant<2, 8, 2>},
-                            {"R4 U1", int6_variant<4, 8, 1>}, {"dispatch", launch_matvec}};
+  const Variant dispatch{"dispatch", launch_matvec, nullptr};
+  const Variant q40_b1[] = {int4_variant<Q40, 1, 1, 2>("R1 U2"), int4_variant<Q40, 1, 1, 4>("R1 U4"),
+                            int4_variant<Q40, 2, 1, 2>("R2 U2"), int4_variant<Q40, 2, 1, 4>("R2 U4"),
+                            int4_variant<Q40, 4, 1, 1>("R4 U1"), dispatch};
+  const Variant q4k_b1[] = {int4_variant<Q4K, 1, 1, 2>("R1 U2"), int4_variant<Q4K, 1, 1, 4>("R1 U4"),
+                            int4_variant<Q4K, 2, 1, 2>("R2 U2"), int4_variant<Q4K, 2, 1, 4>("R2 U4"),
+                            int4_variant<Q4K, 4, 1, 1>("R4 U1"), dispatch};
+  const Variant q40_b8[] = {int4_variant<Q40, 2, 8, 1>("R2 U1"), int4_variant<Q40, 4, 8, 1>("R4 U1"),
+                            int4_variant<Q40, 4, 8, 2>("R4 U2"), int4_variant<Q40, 8, 8, 1>("R8 U1"),
+                            dispatch};
+  const Variant q4k_b8[] = {int4_variant<Q4K, 2, 8, 1>("R2 U1"), int4_variant<Q4K, 4, 8, 1>("R4 U1"),
+                            int4_variant<Q4K, 4, 8, 2>("R4 U2"), int4_variant<Q4K, 8, 8, 1>("R8 U1"),
+                            dispatch};
+  const Variant q6k_b1[] = {int6_variant<1, 1, 2>("R1 U2"), int6_variant<1, 1, 4>("R1 U4"),
+                            int6_variant<2, 1, 2>("R2 U2"), dispatch};
+  const Variant q6k_b8[] = {int6_variant<2, 8, 1>("R2 U1"), int6_variant<4, 8, 1>("R4 U1"),
+                            int6_variant<8, 8, 1>("R8 U1"), dispatch};
+
+  // Launch-to-launch floor: back-to-back empty kernels.
+  {
+    const int n = 1000;
+    const float ms = time_ms([&] {
+      for (int i = 0; i < n; ++i) kernel_empty<<<132, 128>>>();
+    });
+    std::printf("empty kernel, back to back: %.2f us per launch\n", ms * 1e3 / n);
+  }
+  uint32_t* sink;
+  CUDA_CHECK(cudaMalloc(&sink, 4));
+  int read_blocks = 0;
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&read_blocks, kernel_read_only, 256, 0));
 
   auto run = [&](PackedFormat f, const char* fname, const Shape& s, int batch,
                  const Variant* variants, size_t n_variants) {
     const PackedLayout l = make_packed_layout(f, s.rows, s.cols);
     const auto mats = copies_of(pool, l);
     const double bytes = double(packed_payload_bytes(l));
+    if (batch == 1) {
+      // The same bytes streamed by a kernel that does nothing else.
+      const int n = int(mats.size()), iters = std::max(n, 64);
+      const float ms = time_ms([&] {
+        for (int i = 0; i < iters; ++i)
+          kernel_read_only<<<read_blocks * prop.multiProcessorCount, 256>>>(
+              reinterpret_cast<const uint4*>(mats[size_t(i % n)].data), size_t(bytes) / 16, sink);
+      });
+      report(std::string(fname) + " " + s.name + " read-only", bytes, ms / float(iters), copy_gbs);
+    }
     for (size_t v = 0; v < n_variants; ++v) {
       const float ms = time_matvec(mats, act, batch, variants[v].launch);
       report(std::string(fname) + " " + s.name + " b" + std::to_string(batch) + " " +
                  variants[v].name,
-             bytes, ms, copy_gbs);
+             bytes, ms, copy_gbs, occupancy(variants[v].kernel));
     }
   };
   for (const Shape& s : shapes) {
@@ -315,7 +378,8 @@ int main() {
 
   std::printf("\n== summary (copy %.0f GB/s) ==\n", copy_gbs);
   for (const Row& r : g_rows)
-    if (r.what.find("dispatch") != std::string::npos || r.what.find("layer") == 0)
+    if (r.what.find("dispatch") != std::string::npos || r.what.find("layer") == 0 ||
+        r.what.find("read-only") != std::string::npos)
       std::printf("%-44s %9.2f us %8.0f GB/s %5.1f%%\n", r.what.c_str(), r.us, r.gbs, 100 * r.frac);
   return 0;
 }

@@ -26,7 +26,7 @@ namespace {
 
 struct HostQuantized {
   std::vector<int8_t> q;      // (batch, cols)
-  std::vector<float> scales;  // (batch, cols/16, 2)
+  std::vector<float> scales;  // (batch, cols/32, 2)
 };
 
 // The CPU copy of kernel_quantize_activations: same operations, same order.
@@ -34,22 +34,22 @@ HostQuantized quantize_reference(const std::vector<float>& x, int64_t ldx, int b
                                  int64_t cols) {
   HostQuantized h;
   h.q.resize(size_t(batch * cols));
-  h.scales.resize(size_t(batch * cols / 8));
+  h.scales.resize(size_t(batch * cols / 16));
   for (int b = 0; b < batch; ++b) {
-    for (int64_t blk = 0; blk < cols / 16; ++blk) {
-      const float* v = x.data() + b * ldx + blk * 16;
+    for (int64_t blk = 0; blk < cols / 32; ++blk) {
+      const float* v = x.data() + b * ldx + blk * 32;
       float amax = 0.0f;
-      for (int j = 0; j < 16; ++j) amax = std::max(amax, std::fabs(v[j]));
+      for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(v[j]));
       const float d = amax / 127.0f;
       const float id = d != 0.0f ? 1.0f / d : 0.0f;
       int sum = 0;
-      for (int j = 0; j < 16; ++j) {
+      for (int j = 0; j < 32; ++j) {
         const int q = int(std::nearbyint(v[j] * id));
-        h.q[size_t(b * cols + blk * 16 + j)] = int8_t(q);
+        h.q[size_t(b * cols + blk * 32 + j)] = int8_t(q);
         sum += q;
       }
-      h.scales[size_t(b * cols / 8 + 2 * blk)] = d;
-      h.scales[size_t(b * cols / 8 + 2 * blk + 1)] = d * float(sum);
+      h.scales[size_t(b * cols / 16 + 2 * blk)] = d;
+      h.scales[size_t(b * cols / 16 + 2 * blk + 1)] = d * float(sum);
     }
   }
   return h;
@@ -102,7 +102,7 @@ double run_case(GgmlType type, int64_t rows, int64_t cols, int batch, bool accum
   // The x the kernel multiplies, as doubles.
   std::vector<double> x_eff(size_t(batch * cols));
   DeviceBuffer<int8_t> d_q(size_t(batch * cols));
-  DeviceBuffer<float> d_scales(size_t(batch * cols / 8 + 2));
+  DeviceBuffer<float> d_scales(size_t(batch * cols / 16 + 2));
   if (is_quantized(format)) {
     kernels::QuantizedActivations xq{d_q.get(), d_scales.get()};
     kernels::launch_quantize_activations(d_x.get(), ldx, batch, cols, xq, nullptr);
@@ -114,7 +114,7 @@ double run_case(GgmlType type, int64_t rows, int64_t cols, int batch, bool accum
     CHECK_MESSAGE(got_s == want.scales, "activation scales differ from the CPU quantizer");
     for (int b = 0; b < batch; ++b)
       for (int64_t k = 0; k < cols; ++k)
-        x_eff[size_t(b * cols + k)] = double(want.scales[size_t(b * cols / 8 + 2 * (k / 16))]) *
+        x_eff[size_t(b * cols + k)] = double(want.scales[size_t(b * cols / 16 + 2 * (k / 32))]) *
                                       double(want.q[size_t(b * cols + k)]);
     args.xq = xq;
   } else {
@@ -208,12 +208,12 @@ TEST_CASE("matvec matches the float64 reference for every weight type, shape and
 }
 
 TEST_CASE("quantized activations: NaN in x makes the block's scale NaN") {
-  std::vector<float> x = random_floats(32);
+  std::vector<float> x = random_floats(64);
   x[5] = std::nanf("");
   DeviceBuffer<float> d_x(x);
-  DeviceBuffer<int8_t> d_q(32);
+  DeviceBuffer<int8_t> d_q(64);
   DeviceBuffer<float> d_s(4);
-  kernels::launch_quantize_activations(d_x.get(), 32, 1, 32, {d_q.get(), d_s.get()}, nullptr);
+  kernels::launch_quantize_activations(d_x.get(), 64, 1, 64, {d_q.get(), d_s.get()}, nullptr);
   const std::vector<float> s = d_s.download();
   CHECK(std::isnan(s[0]));
   CHECK(std::isfinite(s[2]));
