@@ -1,9 +1,11 @@
 #include "engine/gguf_writer.h"
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 
 namespace voltad {
 namespace {
@@ -125,24 +127,64 @@ void GgufWriter::add_value_raw(std::string key, uint32_t value_type, std::vector
   entries_.push_back({std::move(key), value_type, std::move(payload)});
 }
 
-void GgufWriter::add_tensor(std::string name, GgmlType type, std::vector<uint64_t> ne,
-                            std::vector<uint8_t> data) {
+namespace {
+
+// Checks a tensor of a known type and returns the bytes of one row.
+uint64_t checked_row_bytes(GgmlType type, const std::vector<uint64_t>& ne, uint64_t& n_bytes) {
   VOLTAD_CHECK(!ne.empty() && ne.size() <= 4);
   uint64_t n_elements = 1;
   for (uint64_t d : ne) n_elements *= d;
   const GgmlTypeInfo* info = ggml_type_info(type);
   VOLTAD_CHECK(info != nullptr && ne[0] % info->block_elems == 0);
-  VOLTAD_CHECK(data.size() == n_elements / info->block_elems * info->block_bytes);
+  n_bytes = n_elements / info->block_elems * info->block_bytes;
+  return ne[0] / info->block_elems * info->block_bytes;
+}
+
+// Generated data is produced in pieces of whole rows, about this many bytes.
+constexpr uint64_t kPieceBytes = 8u << 20;
+
+uint64_t piece_bytes(uint64_t n_bytes, uint64_t row_bytes) {
+  return std::min(n_bytes, std::max<uint64_t>(1, kPieceBytes / row_bytes) * row_bytes);
+}
+
+}  // namespace
+
+void GgufWriter::add_tensor(std::string name, GgmlType type, std::vector<uint64_t> ne,
+                            std::vector<uint8_t> data) {
+  uint64_t n_bytes = 0;
+  checked_row_bytes(type, ne, n_bytes);
+  VOLTAD_CHECK(data.size() == n_bytes);
   add_tensor_raw(std::move(name), static_cast<uint32_t>(type), std::move(ne), std::move(data));
+}
+
+void GgufWriter::add_tensor_generated(std::string name, GgmlType type, std::vector<uint64_t> ne,
+                                      TensorFill fill) {
+  VOLTAD_CHECK(fill != nullptr);
+  Tensor t;
+  t.row_bytes = checked_row_bytes(type, ne, t.n_bytes);
+  VOLTAD_CHECK(t.row_bytes > 0);
+  t.name = std::move(name);
+  t.type = static_cast<uint32_t>(type);
+  t.ne = std::move(ne);
+  t.fill = std::move(fill);
+  tensors_.push_back(std::move(t));
 }
 
 void GgufWriter::add_tensor_raw(std::string name, uint32_t type, std::vector<uint64_t> ne,
                                 std::vector<uint8_t> data, std::optional<uint64_t> offset) {
-  tensors_.push_back({std::move(name), type, std::move(ne), std::move(data), offset});
+  Tensor t;
+  t.name = std::move(name);
+  t.type = type;
+  t.ne = std::move(ne);
+  t.n_bytes = data.size();
+  t.data = std::move(data);
+  t.offset = offset;
+  tensors_.push_back(std::move(t));
 }
 
-std::vector<uint8_t> GgufWriter::to_bytes() const {
-  std::vector<uint8_t> out;
+GgufWriter::Layout GgufWriter::layout() const {
+  Layout l;
+  std::vector<uint8_t>& out = l.header;
   out.insert(out.end(), {'G', 'G', 'U', 'F'});
   put<uint32_t>(out, version_);
   put<uint64_t>(out, tensors_.size());
@@ -154,11 +196,10 @@ std::vector<uint8_t> GgufWriter::to_bytes() const {
   }
   // Tensor data is laid out in order, each start aligned; an explicit offset
   // (tests) is written as given and does not move the others.
-  std::vector<uint64_t> offsets;
   uint64_t next = 0;
   for (const Tensor& t : tensors_) {
-    offsets.push_back(next);
-    next = align_up(next + t.data.size(), alignment_);
+    l.offsets.push_back(next);
+    next = align_up(next + t.n_bytes, alignment_);
   }
   for (size_t i = 0; i < tensors_.size(); ++i) {
     const Tensor& t = tensors_[i];
@@ -166,29 +207,94 @@ std::vector<uint8_t> GgufWriter::to_bytes() const {
     put<uint32_t>(out, static_cast<uint32_t>(t.ne.size()));
     for (uint64_t d : t.ne) put<uint64_t>(out, d);
     put<uint32_t>(out, t.type);
-    put<uint64_t>(out, t.offset.value_or(offsets[i]));
+    put<uint64_t>(out, t.offset.value_or(l.offsets[i]));
   }
-  if (tensors_.empty()) return out;
-  const uint64_t data_start = align_up(out.size(), alignment_);
-  out.resize(data_start + next, 0);
+  // A file without tensors ends right after its header (no padding).
+  l.data_start = tensors_.empty() ? out.size() : align_up(out.size(), alignment_);
+  l.data_size = next;
+  return l;
+}
+
+uint64_t GgufWriter::file_size() const {
+  const Layout l = layout();
+  return l.data_start + l.data_size;
+}
+
+uint64_t GgufWriter::data_offset() const {
+  return layout().data_start;
+}
+
+std::vector<uint8_t> GgufWriter::to_bytes() const {
+  Layout l = layout();
+  std::vector<uint8_t> out = std::move(l.header);
+  out.resize(l.data_start + l.data_size, 0);
   for (size_t i = 0; i < tensors_.size(); ++i) {
-    std::memcpy(out.data() + data_start + offsets[i], tensors_[i].data.data(),
-                tensors_[i].data.size());
+    const Tensor& t = tensors_[i];
+    uint8_t* dst = out.data() + l.data_start + l.offsets[i];
+    if (!t.fill) {
+      std::memcpy(dst, t.data.data(), t.data.size());
+      continue;
+    }
+    const uint64_t piece = piece_bytes(t.n_bytes, t.row_bytes);
+    for (uint64_t at = 0; at < t.n_bytes; at += piece)
+      t.fill(dst + at, at, std::min(piece, t.n_bytes - at));
   }
   return out;
 }
 
-Status GgufWriter::write_file(const std::string& path) const {
-  const std::vector<uint8_t> bytes = to_bytes();
+Status GgufWriter::write_file(const std::string& path, const WriteProgress& progress) const {
+  Layout l = layout();
+  const uint64_t total = l.data_start + l.data_size;
   std::FILE* f = std::fopen(path.c_str(), "wb");
   if (!f) return make_error("cannot create '" + path + "': " + std::strerror(errno));
-  const bool written = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+
+  uint64_t written = 0;
+  std::string writing = "the header";
+  std::vector<uint8_t> buffer;
+  auto put_bytes = [&](const uint8_t* p, uint64_t n) {
+    if (n == 0) return true;
+    if (std::fwrite(p, 1, n, f) != n) return false;
+    written += n;
+    if (progress) progress(written, total);
+    return true;
+  };
+  auto pad_to = [&](uint64_t at) {
+    buffer.assign(at - written, 0);
+    return put_bytes(buffer.data(), buffer.size());
+  };
+  // Writes everything; false at the first failed write, with errno set.
+  auto write_all = [&]() {
+    if (!put_bytes(l.header.data(), l.header.size())) return false;
+    for (size_t i = 0; i < tensors_.size(); ++i) {
+      const Tensor& t = tensors_[i];
+      writing = "tensor " + gguf_quoted(t.name);
+      if (!pad_to(l.data_start + l.offsets[i])) return false;
+      if (!t.fill) {
+        if (!put_bytes(t.data.data(), t.data.size())) return false;
+        continue;
+      }
+      const uint64_t piece = piece_bytes(t.n_bytes, t.row_bytes);
+      buffer.resize(piece);
+      for (uint64_t at = 0; at < t.n_bytes; at += piece) {
+        const uint64_t n = std::min(piece, t.n_bytes - at);
+        t.fill(buffer.data(), at, n);
+        if (!put_bytes(buffer.data(), n)) return false;
+      }
+    }
+    writing = "the final padding";
+    return pad_to(total);
+  };
+  const bool ok = write_all();
   const int write_errno = errno;
-  if (std::fclose(f) != 0 || !written) {
-    return make_error("cannot write '" + path +
-                      "': " + std::strerror(written ? errno : write_errno));
-  }
-  return {};
+  const bool closed = std::fclose(f) == 0;
+  if (ok && closed) return {};
+  std::error_code ec;  // never remove what is not a plain file (e.g. /dev/full)
+  const bool removed =
+      std::filesystem::is_regular_file(path, ec) && std::filesystem::remove(path, ec);
+  return make_error(
+      "cannot write '" + path + "' (" + writing + ", at byte " + std::to_string(written) + " of " +
+      std::to_string(total) + "): " + std::strerror(ok ? errno : write_errno) +
+      "; check free space and permissions" + (removed ? " (the partial file was removed)" : ""));
 }
 
 }  // namespace voltad

@@ -2,9 +2,15 @@
 // given as raw bytes, data aligned as the reader expects. Used by tests (to
 // build good and deliberately bad files), model generators and the fuzz
 // seed corpus. Keys and tensors are written in the order they were added.
+//
+// Tensors given as bytes are held in memory. Generated tensors
+// (add_tensor_generated) are not: write_file() streams the header, then each
+// tensor's data through one bounded buffer, asking the generator for a piece
+// of rows at a time, so multi-GB model files are written in a few MB of RAM.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -54,8 +60,31 @@ class GgufWriter {
   void add_tensor_raw(std::string name, uint32_t type, std::vector<uint64_t> ne,
                       std::vector<uint8_t> data, std::optional<uint64_t> offset = std::nullopt);
 
+  // Fills `n_bytes` bytes at `dst`: the piece of a generated tensor's data
+  // that starts `offset` bytes into it. Pieces hold whole rows (ne[0] values)
+  // and come in order, but a tensor may be generated more than once (by
+  // to_bytes() and by write_file()), so the bytes must depend only on where
+  // they are, not on how the data was cut into pieces.
+  using TensorFill = std::function<void(uint8_t* dst, uint64_t offset, uint64_t n_bytes)>;
+
+  // A tensor whose data is produced by `fill` while the file is written
+  // (VOLTAD_CHECK as add_tensor: known type, ne[0] a whole number of blocks).
+  void add_tensor_generated(std::string name, GgmlType type, std::vector<uint64_t> ne,
+                            TensorFill fill);
+
+  // Called after every piece write_file() writes: bytes written so far and
+  // the file's total size (the last call has written == total).
+  using WriteProgress = std::function<void(uint64_t written, uint64_t total)>;
+
+  // Size of the file to_bytes()/write_file() produce, without producing it.
+  uint64_t file_size() const;
+  // Where the data section starts in the file (a multiple of the alignment).
+  uint64_t data_offset() const;
+
   std::vector<uint8_t> to_bytes() const;
-  Status write_file(const std::string& path) const;
+  // Streams the file to `path`; on failure the partial file is removed and
+  // the error names the path, the byte offset and the tensor being written.
+  Status write_file(const std::string& path, const WriteProgress& progress = {}) const;
 
  private:
   struct Entry {
@@ -67,9 +96,21 @@ class GgufWriter {
     std::string name;
     uint32_t type;
     std::vector<uint64_t> ne;
-    std::vector<uint8_t> data;
+    std::vector<uint8_t> data;  // empty for generated tensors
     std::optional<uint64_t> offset;
+    TensorFill fill;         // generated tensors only
+    uint64_t n_bytes = 0;    // size of the data (data.size() unless generated)
+    uint64_t row_bytes = 0;  // bytes of one row of ne[0] values (generated tensors)
   };
+  // The header (magic, metadata, tensor infos), where each tensor's data
+  // lies relative to the data section, and the data section's size.
+  struct Layout {
+    std::vector<uint8_t> header;
+    std::vector<uint64_t> offsets;
+    uint64_t data_start = 0;  // header.size() rounded up to the alignment (if any tensor)
+    uint64_t data_size = 0;   // including the padding after the last tensor
+  };
+  Layout layout() const;
   void add_scalar(std::string key, GgufValueType type, const void* bytes, size_t size);
 
   uint32_t version_ = 3;
