@@ -112,8 +112,7 @@ std::string machine_text(const Topology& t) {
 
 std::string plan_text(const PlacementPlan& p) {
   std::string out = "Plan for " + p.topology_source +
-                    (p.for_this_system ? " (printed only; nothing is bound by --print-placement):\n"
-                                       : " (another machine's topology: nothing is bound):\n");
+                    (p.for_this_system ? ":\n" : " (another machine's topology: nothing can be bound):\n");
   if (p.gpu)
     field(out, "GPU", {"#" + std::to_string(p.gpu->index) + " " + p.gpu->pci.bus_id + " " + gpu_model(*p.gpu) +
                            (p.gpu->uuid.empty() ? "" : ", " + p.gpu->uuid),
@@ -254,6 +253,8 @@ PrintPlacementOutput render_placement(const PrintPlacementRequest& req) {
     r.out = j.dump(2) + "\n";
   } else {
     r.out = machine_text(*topology) + "\n" + (plan ? plan_text(*plan) : "Plan: none (see the error)\n");
+    if (plan && plan->for_this_system)
+      r.out += "(--print-placement binds nothing; voltad applies this plan when it starts)\n";
   }
   return r;
 }

@@ -60,7 +60,7 @@ TEST_CASE("text: the machine (packages, nodes, GPUs, devices never used) and the
   CHECK(contains(r.out, "#0  0000:03:00.0"));
   CHECK(contains(r.out, "[no CUDA device]"));
   CHECK(contains(r.out, "Never used (not NVIDIA): 0000:84:00.1 Advanced Micro Devices"));
-  CHECK(contains(r.out, "another machine's topology: nothing is bound"));
+  CHECK(contains(r.out, "another machine's topology: nothing can be bound"));
   CHECK(contains(r.out, "GPU:          #2 0000:84:00.0 Tesla K40m"));
   CHECK(contains(r.out, "NUMA node:    node 1 (the GPU's node)"));
   CHECK(contains(r.out, "CPUs:         8-15 (one per physical core of node 1)"));

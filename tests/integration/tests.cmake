@@ -10,3 +10,4 @@ function(voltad_integration_test name script)
 endfunction()
 
 voltad_integration_test(cli_config cli_config.sh)
+include(${CMAKE_CURRENT_LIST_DIR}/placement.cmake)

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# voltad --print-placement through the real binary (machines read from XML,
+# and this one), and placement_probe --pid against another process.
+set -uo pipefail
+bin=${VOLTAD_BIN_DIR:?}
+src=${VOLTAD_SOURCE_DIR:?}
+topo=$src/tests/fixtures/topologies
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"; [[ -n ${sleeper:-} ]] && kill "$sleeper" 2>/dev/null' EXIT
+fails=0
+check() {  # check DESCRIPTION CONDITION...
+  local what=$1; shift
+  if "$@"; then echo "ok   $what"; else echo "FAIL $what"; fails=$((fails + 1)); fi
+}
+json_get() {  # json_get FILE PYTHON-EXPRESSION-ON-j
+  python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print($2)" "$1"
+}
+
+out=$("$bin/voltad" --print-placement --topology-xml "$topo/nvidiaDGX2.xml" --gpu 0000:b7:00.0 2>&1); rc=$?
+check "DGX-2 by bus id: exit 0" test "$rc" -eq 0
+check "DGX-2: lists 16 GPUs" test "$(grep -c '^    #[0-9]' <<<"$out")" -eq 16
+check "DGX-2: the GPU's node and cores" grep -q "NUMA node:    node 1 (the GPU's node)" <<<"$out"
+check "DGX-2: CUDA sees it by UUID" grep -q "CUDA_VISIBLE_DEVICES=GPU-27ce06e8-97e8-a3d3-f1e7-f81e0dff7929" <<<"$out"
+check "an XML plan binds nothing" grep -q "nothing can be bound" <<<"$out"
+
+"$bin/voltad" --print-placement --topology-xml "$topo/32em64t-2n8c2t-pci-normalio.xml" --json >"$tmp/box.json"
+check "2-socket JSON: exit 0" test $? -eq 0
+check "2-socket JSON: auto picks the CUDA K40m" test "$(json_get "$tmp/box.json" "j['plan']['gpu']['bus_id']")" = 0000:84:00.0
+check "2-socket JSON: node 1" test "$(json_get "$tmp/box.json" "j['plan']['nodes']")" = "[1]"
+check "2-socket JSON: AMD listed as never used" \
+  test "$(json_get "$tmp/box.json" "[d['bus_id'] for d in j['machine']['ignored_display_devices']]")" = "['0000:05:03.0', '0000:84:00.1']"
+
+err=$("$bin/voltad" --print-placement --topology-xml "$topo/32em64t-2n8c2t-pci-normalio.xml" --gpu 0000:84:00.1 2>&1 >/dev/null); rc=$?
+check "the AMD device: exit 74" test "$rc" -eq 74
+check "the AMD device: not an NVIDIA GPU" grep -q "0000:84:00.1 is not an NVIDIA GPU" <<<"$err"
+"$bin/voltad" --print-placement --gpu banana >/dev/null 2>&1
+check "bad --gpu: exit 64" test $? -eq 64
+"$bin/voltad" --json >/dev/null 2>&1
+check "--json without --print-placement: exit 64" test $? -eq 64
+printf 'placement:\n  numa: 7\n' >"$tmp/node7.yaml"
+err=$("$bin/voltad" --print-placement --config "$tmp/node7.yaml" --topology-xml "$topo/h200-1socket.xml" 2>&1 >/dev/null); rc=$?
+check "node out of range: exit 74" test "$rc" -eq 74
+check "node out of range: says which nodes exist" grep -q "NUMA node 7 does not exist in .*h200-1socket.xml (its nodes: 0)" <<<"$err"
+
+# This machine, planned for the CPU backend so that it needs no GPU.
+printf 'engine:\n  backend: cpu\nplacement:\n  numa: 0\n' >"$tmp/cpu.yaml"
+"$bin/voltad" --print-placement --config "$tmp/cpu.yaml" --json >"$tmp/here.json"
+check "this machine: exit 0" test $? -eq 0
+check "this machine: the plan is for it" test "$(json_get "$tmp/here.json" "j['plan']['for_this_system']")" = True
+
+# --pid: another process, bound from outside with taskset, checked from /proc.
+cpu=$(json_get "$tmp/here.json" "j['plan']['cpus'].split(',')[0].split('-')[0]")
+taskset -c "$cpu" sleep 60 &
+sleeper=$!
+sleep 0.2
+"$bin/placement_probe" --pid "$sleeper" --cpus "$cpu" --nodes 0
+check "probe --pid: a process on CPU $cpu is seen there" test $? -eq 0
+"$bin/placement_probe" --pid "$sleeper" --cpus "$cpu,999" >/dev/null
+check "probe --pid: a different CPU list is a mismatch" test $? -eq 1
+
+((fails == 0)) || { echo "$fails check(s) failed"; exit 1; }
