@@ -27,8 +27,12 @@ uint32_t load_u32(const uint8_t* p) {
   std::memcpy(&v, p, 4);
   return v;
 }
-void store_u16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, 2); }
-void store_u32(uint8_t* p, uint32_t v) { std::memcpy(p, &v, 4); }
+void store_u16(uint8_t* p, uint16_t v) {
+  std::memcpy(p, &v, 2);
+}
+void store_u32(uint8_t* p, uint32_t v) {
+  std::memcpy(p, &v, 4);
+}
 
 // GGUF block geometry of the types we repack (bytes per block of 32 or 256).
 constexpr int kQ4_0Bytes = 18, kQ4_1Bytes = 20, kQ5_0Bytes = 22, kQ5_1Bytes = 24;
@@ -198,9 +202,14 @@ void repack_row(GgmlType type, const uint8_t* in, int64_t cols, const RowOut& ou
         for (int i = 0; i < 32; ++i) out.quants[32 * b + i] = uint8_t(q[i]);
       }
       break;
-    case GgmlType::F16: std::memcpy(out.quants, in, size_t(cols) * 2); break;
-    case GgmlType::F32: std::memcpy(out.quants, in, size_t(cols) * 4); break;
-    default: break;  // BF16 is handled by the caller; others were refused
+    case GgmlType::F16:
+      std::memcpy(out.quants, in, size_t(cols) * 2);
+      break;
+    case GgmlType::F32:
+      std::memcpy(out.quants, in, size_t(cols) * 4);
+      break;
+    default:
+      break;  // BF16 is handled by the caller; others were refused
   }
 }
 
@@ -208,22 +217,33 @@ void repack_row(GgmlType type, const uint8_t* in, int64_t cols, const RowOut& ou
 
 Result<PackedFormat> packed_format_for(GgmlType type) {
   switch (type) {
-    case GgmlType::Q4_0: return PackedFormat::Int4Sym32;
-    case GgmlType::Q4_1: return PackedFormat::Int4Affine32;
-    case GgmlType::Q4_K: return PackedFormat::Int4K256;
-    case GgmlType::Q6_K: return PackedFormat::Int6K256;
+    case GgmlType::Q4_0:
+      return PackedFormat::Int4Sym32;
+    case GgmlType::Q4_1:
+      return PackedFormat::Int4Affine32;
+    case GgmlType::Q4_K:
+      return PackedFormat::Int4K256;
+    case GgmlType::Q6_K:
+      return PackedFormat::Int6K256;
     case GgmlType::Q8_0:
-    case GgmlType::Q5_0: return PackedFormat::Int8Sym32;
-    case GgmlType::Q5_1: return PackedFormat::Int8Affine32;
-    case GgmlType::Q5_K: return PackedFormat::Int8K256;
+    case GgmlType::Q5_0:
+      return PackedFormat::Int8Sym32;
+    case GgmlType::Q5_1:
+      return PackedFormat::Int8Affine32;
+    case GgmlType::Q5_K:
+      return PackedFormat::Int8K256;
     case GgmlType::F16:
-    case GgmlType::BF16: return PackedFormat::F16;
-    case GgmlType::F32: return PackedFormat::F32;
-    default: break;
+    case GgmlType::BF16:
+      return PackedFormat::F16;
+    case GgmlType::F32:
+      return PackedFormat::F32;
+    default:
+      break;
   }
-  return make_error("tensor type " + ggml_type_name(type) +
-                    " has no CUDA weight layout (the CUDA backend runs F32, F16, BF16, Q4_0, "
-                    "Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K; use the CPU backend for this model)");
+  return make_error(
+      "tensor type " + ggml_type_name(type) +
+      " has no CUDA weight layout (the CUDA backend runs F32, F16, BF16, Q4_0, "
+      "Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K; use the CPU backend for this model)");
 }
 
 Result<PackedLayout> packed_layout_for(GgmlType type, int64_t rows, int64_t cols) {
@@ -242,16 +262,26 @@ Status repack_rows(GgmlType type, const uint8_t* gguf_data, const PackedLayout& 
   const int64_t cols = layout.cols;
   const int64_t row_bytes = [&]() -> int64_t {
     switch (type) {
-      case GgmlType::Q4_0: return cols / 32 * kQ4_0Bytes;
-      case GgmlType::Q4_1: return cols / 32 * kQ4_1Bytes;
-      case GgmlType::Q5_0: return cols / 32 * kQ5_0Bytes;
-      case GgmlType::Q5_1: return cols / 32 * kQ5_1Bytes;
-      case GgmlType::Q8_0: return cols / 32 * kQ8_0Bytes;
-      case GgmlType::Q4_K: return cols / 256 * kQ4_KBytes;
-      case GgmlType::Q5_K: return cols / 256 * kQ5_KBytes;
-      case GgmlType::Q6_K: return cols / 256 * kQ6_KBytes;
-      case GgmlType::F32: return cols * 4;
-      default: return cols * 2;  // F16, BF16
+      case GgmlType::Q4_0:
+        return cols / 32 * kQ4_0Bytes;
+      case GgmlType::Q4_1:
+        return cols / 32 * kQ4_1Bytes;
+      case GgmlType::Q5_0:
+        return cols / 32 * kQ5_0Bytes;
+      case GgmlType::Q5_1:
+        return cols / 32 * kQ5_1Bytes;
+      case GgmlType::Q8_0:
+        return cols / 32 * kQ8_0Bytes;
+      case GgmlType::Q4_K:
+        return cols / 256 * kQ4_KBytes;
+      case GgmlType::Q5_K:
+        return cols / 256 * kQ5_KBytes;
+      case GgmlType::Q6_K:
+        return cols / 256 * kQ6_KBytes;
+      case GgmlType::F32:
+        return cols * 4;
+      default:
+        return cols * 2;  // F16, BF16
     }
   }();
   for (int64_t r = first_row; r < first_row + n_rows; ++r) {
@@ -290,8 +320,7 @@ Result<PackedMatrix> repack_matrix(GgmlType type, const uint8_t* gguf_data, int6
 // factors (FP16 scales times small integers fit FP32's 24 bits) with at most
 // one rounded subtraction or addition, so it rounds exactly as the GGUF
 // reference decoder does.
-void dequantize_packed_row(const PackedLayout& l, const uint8_t* packed, int64_t row,
-                           float* out) {
+void dequantize_packed_row(const PackedLayout& l, const uint8_t* packed, int64_t row, float* out) {
   const RowIn in = row_in(l, packed, row);
   const int64_t cols = l.cols;
   auto nibble = [&](int64_t k) {
@@ -327,7 +356,7 @@ void dequantize_packed_row(const PackedLayout& l, const uint8_t* packed, int64_t
         const int i = int(k % 32);
         const uint32_t h = load_u32(in.high + (k / 32) * 8 + 4 * (i / 16));
         const int crumb = int(h >> (8 * (i % 4) + 2 * ((i % 16) / 4))) & 3;
-        const int v6 = nibble(k) | (crumb << 4);   // (q-32) as 6-bit two's complement
+        const int v6 = nibble(k) | (crumb << 4);    // (q-32) as 6-bit two's complement
         const int value = v6 >= 32 ? v6 - 64 : v6;  // q - 32
         const float d = fp16_to_fp32(load_u16(in.super + 2 * (k / 256)));
         const float sc = float(int8_t(in.scales[k / 16]));
@@ -360,7 +389,9 @@ void dequantize_packed_row(const PackedLayout& l, const uint8_t* packed, int64_t
     case PackedFormat::F16:
       for (int64_t k = 0; k < cols; ++k) out[k] = fp16_to_fp32(load_u16(in.quants + 2 * k));
       break;
-    case PackedFormat::F32: std::memcpy(out, in.quants, size_t(cols) * 4); break;
+    case PackedFormat::F32:
+      std::memcpy(out, in.quants, size_t(cols) * 4);
+      break;
   }
 }
 

@@ -56,8 +56,8 @@ Result<PackedMatrix> repack_matrix(GgmlType type, const uint8_t* gguf_data, int6
 
 // One row decoded to floats by the packed layout: the CPU reference of what
 // the kernels decode (out has layout.cols floats).
-void dequantize_packed_row(const kernels::PackedLayout& layout, const uint8_t* packed,
-                           int64_t row, float* out);
+void dequantize_packed_row(const kernels::PackedLayout& layout, const uint8_t* packed, int64_t row,
+                           float* out);
 inline void dequantize_packed_row(const PackedMatrix& m, int64_t row, float* out) {
   dequantize_packed_row(m.layout, m.bytes.data(), row, out);
 }

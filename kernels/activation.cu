@@ -34,15 +34,15 @@ unsigned grid_for(int64_t total, int threads) {
 }
 }  // namespace
 
-void launch_swiglu(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up,
-                   float* out, int64_t ld_out, int rows, int n, cudaStream_t stream) {
+void launch_swiglu(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up, float* out,
+                   int64_t ld_out, int rows, int n, cudaStream_t stream) {
   if (rows < 0 || n < 0 || ld_gate < n || ld_up < n || ld_out < n) {
     std::fprintf(stderr, "launch_swiglu: bad shape rows=%d n=%d\n", rows, n);
     std::abort();
   }
   if (int64_t(rows) * n == 0) return;
-  kernel_swiglu<<<grid_for(int64_t(rows) * n, 256), 256, 0, stream>>>(gate, ld_gate, up, ld_up,
-                                                                       out, ld_out, rows, n);
+  kernel_swiglu<<<grid_for(int64_t(rows) * n, 256), 256, 0, stream>>>(gate, ld_gate, up, ld_up, out,
+                                                                      ld_out, rows, n);
   CUDA_CHECK(cudaGetLastError());
 }
 

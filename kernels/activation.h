@@ -11,8 +11,8 @@ namespace voltad::kernels {
 // out[b][i] = silu(gate[b][i]) * up[b][i], silu(g) = g / (1 + exp(-g)).
 // Each operand has its own row stride, so gate and up may be the two halves
 // of one fused matvec output.
-void launch_swiglu(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up,
-                   float* out, int64_t ld_out, int rows, int n, cudaStream_t stream);
+void launch_swiglu(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up, float* out,
+                   int64_t ld_out, int rows, int n, cudaStream_t stream);
 
 // y[b][i] += bias[i] (Qwen2's q/k/v biases when not fused into the matvec).
 void launch_add_bias(float* y, int64_t ldy, const float* bias, int rows, int n,

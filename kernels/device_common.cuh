@@ -41,22 +41,30 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
 
 // ---- loads ---------------------------------------------------------------
 
-// Weights are read once per step: read-only path, 16 bytes per lane.
-// VOLTAD_WEIGHTS_NO_L1 (experiment, kernels/dev/bench_matvec.cu) skips L1
-// allocation for them so the activations, re-read by every warp, stay in L1.
+// Weights are read once per step: read-only path, 16 (or 8) bytes per lane,
+// and no L1 allocation, so the activations, which every warp of the SM
+// re-reads, stay in L1 (measured on the H200: 3-15% faster matvecs;
+// docs/KERNEL-NOTES.md). VOLTAD_WEIGHTS_VIA_L1=1 restores plain __ldg for
+// comparison. L1::no_allocate is PTX ISA 7.4 and sm_70+.
 __device__ __forceinline__ uint4 load_weights_16(const uint8_t* p) {
-#if defined(VOLTAD_WEIGHTS_NO_L1) && VOLTAD_WEIGHTS_NO_L1
+#if defined(VOLTAD_WEIGHTS_VIA_L1) && VOLTAD_WEIGHTS_VIA_L1
+  return __ldg(reinterpret_cast<const uint4*>(p));
+#else
   uint4 v;
   asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
       : "l"(p));
   return v;
-#else
-  return __ldg(reinterpret_cast<const uint4*>(p));
 #endif
 }
 __device__ __forceinline__ uint2 load_weights_8(const uint8_t* p) {
+#if defined(VOLTAD_WEIGHTS_VIA_L1) && VOLTAD_WEIGHTS_VIA_L1
   return __ldg(reinterpret_cast<const uint2*>(p));
+#else
+  uint2 v;
+  asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return v;
+#endif
 }
 __device__ __forceinline__ float load_half(const uint8_t* p) {
   return __half2float(__ldg(reinterpret_cast<const __half*>(p)));
@@ -176,7 +184,8 @@ __device__ __forceinline__ float packed_value(const PackedMatrixView& m, int64_t
   const int i = int(k & 31);
   const int nib = (q[(k >> 5) * 16 + (i & 15)] >> (i < 16 ? 0 : 4)) & 0x0F;
   switch (l.format) {
-    case PackedFormat::Int4Sym32: return float(nib - 8) * load_half(s + 2 * (k >> 5));
+    case PackedFormat::Int4Sym32:
+      return float(nib - 8) * load_half(s + 2 * (k >> 5));
     case PackedFormat::Int4Affine32: {
       const float2 dm = load_half2(s + 4 * (k >> 5));
       return float(nib) * dm.x + dm.y;
@@ -198,7 +207,8 @@ __device__ __forceinline__ float packed_value(const PackedMatrixView& m, int64_t
       const int value = v6 >= 32 ? v6 - 64 : v6;
       return (load_half(sup + 2 * (k >> 8)) * float(int8_t(s[k >> 4]))) * float(value);
     }
-    case PackedFormat::Int8Sym32: return float(int8_t(q[k])) * load_half(s + 2 * (k >> 5));
+    case PackedFormat::Int8Sym32:
+      return float(int8_t(q[k])) * load_half(s + 2 * (k >> 5));
     case PackedFormat::Int8Affine32: {
       const float2 dm = load_half2(s + 4 * (k >> 5));
       return float(int8_t(q[k])) * dm.x + dm.y;
@@ -211,8 +221,10 @@ __device__ __forceinline__ float packed_value(const PackedMatrixView& m, int64_t
                      *reinterpret_cast<const uint32_t*>(h + 12), int(k >> 5) & 7, sc, mn);
       return load_half(h) * float(sc) * float(q[k]) - load_half(h + 2) * float(mn);
     }
-    case PackedFormat::F16: return load_half(q + 2 * k);
-    case PackedFormat::F32: return reinterpret_cast<const float*>(q)[k];
+    case PackedFormat::F16:
+      return load_half(q + 2 * k);
+    case PackedFormat::F32:
+      return reinterpret_cast<const float*>(q)[k];
   }
   return 0.0f;
 }

@@ -10,8 +10,8 @@
 
 namespace voltad::kernels {
 
-__global__ void kernel_embedding_gather(PackedMatrixView table, const int32_t* tokens,
-                                        float* out, int64_t ldo) {
+__global__ void kernel_embedding_gather(PackedMatrixView table, const int32_t* tokens, float* out,
+                                        int64_t ldo) {
   const int32_t token = tokens[blockIdx.x];
   float* dst = out + blockIdx.x * ldo;
   const bool valid = token >= 0 && token < table.layout.rows;

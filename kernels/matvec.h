@@ -6,8 +6,8 @@
 // activations with dp4a: x is first quantized in blocks of 32 values with an
 // fp32 scale (launch_quantize_activations), so the integer products and their
 // sums are exact and only that quantization (docs/KERNEL-NOTES.md has its
-// measured cost) separates the result from an fp32 matvec. F16 and F32 weights multiply the fp32 x directly.
-// Accumulation is fp32 throughout.
+// measured cost) separates the result from an fp32 matvec. F16 and F32 weights multiply the fp32 x
+// directly. Accumulation is fp32 throughout.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -27,8 +27,8 @@ constexpr int kMatvecMaxBatch = 8;
 // cols/16 floats. x[b][c] ~= d * q[b][c].
 constexpr int kActivationBlock = 32;
 struct QuantizedActivations {
-  int8_t* q = nullptr;         // (batch, cols)
-  float* scales = nullptr;     // (batch, cols/32, 2)
+  int8_t* q = nullptr;      // (batch, cols)
+  float* scales = nullptr;  // (batch, cols/32, 2)
 };
 
 // Bytes of device memory QuantizedActivations needs for batch x cols.
@@ -44,12 +44,12 @@ void launch_quantize_activations(const float* x, int64_t ldx, int batch, int64_t
                                  QuantizedActivations out, cudaStream_t stream);
 
 struct MatvecArgs {
-  PackedMatrixView w;           // (rows, cols), on the device
-  int batch = 1;                // 1..kMatvecMaxBatch rows of x and y
-  const float* x = nullptr;     // (batch, ldx) fp32: F16/F32 weights
+  PackedMatrixView w;        // (rows, cols), on the device
+  int batch = 1;             // 1..kMatvecMaxBatch rows of x and y
+  const float* x = nullptr;  // (batch, ldx) fp32: F16/F32 weights
   int64_t ldx = 0;
-  QuantizedActivations xq;      // Int* weights
-  float* y = nullptr;           // (batch, ldy): y[b][0..rows)
+  QuantizedActivations xq;  // Int* weights
+  float* y = nullptr;       // (batch, ldy): y[b][0..rows)
   int64_t ldy = 0;
   const float* bias = nullptr;  // (rows) or null
   bool accumulate = false;      // y += W x (fused residual add)
@@ -61,7 +61,7 @@ void launch_matvec(const MatvecArgs& args, cudaStream_t stream);
 
 // The per-format launchers launch_matvec dispatches to.
 void launch_matvec_int4(const MatvecArgs& args, cudaStream_t stream);
-void launch_matvec_int8(const MatvecArgs& args, cudaStream_t stream);  // Int8*, Int6K256
+void launch_matvec_int8(const MatvecArgs& args, cudaStream_t stream);   // Int8*, Int6K256
 void launch_matvec_float(const MatvecArgs& args, cudaStream_t stream);  // F16, F32
 
 }  // namespace voltad::kernels

@@ -82,7 +82,9 @@ namespace {
   std::abort();
 }
 
-bool is_quantized(PackedFormat f) { return f != PackedFormat::F16 && f != PackedFormat::F32; }
+bool is_quantized(PackedFormat f) {
+  return f != PackedFormat::F16 && f != PackedFormat::F32;
+}
 
 }  // namespace
 
@@ -115,13 +117,19 @@ void launch_matvec(const MatvecArgs& args, cudaStream_t stream) {
     switch (l.format) {
       case PackedFormat::Int4Sym32:
       case PackedFormat::Int4Affine32:
-      case PackedFormat::Int4K256: launch_matvec_int4(a, stream); break;
+      case PackedFormat::Int4K256:
+        launch_matvec_int4(a, stream);
+        break;
       case PackedFormat::Int6K256:
       case PackedFormat::Int8Sym32:
       case PackedFormat::Int8Affine32:
-      case PackedFormat::Int8K256: launch_matvec_int8(a, stream); break;
+      case PackedFormat::Int8K256:
+        launch_matvec_int8(a, stream);
+        break;
       case PackedFormat::F16:
-      case PackedFormat::F32: launch_matvec_float(a, stream); break;
+      case PackedFormat::F32:
+        launch_matvec_float(a, stream);
+        break;
     }
   }
 }

@@ -122,21 +122,38 @@ namespace {
 
 template <class T, int R, int B, int U>
 void launch_float(const MatvecArgs& a, cudaStream_t stream) {
-  kernel_matvec_float<T, R, B, U><<<matvec_grid(a.w.layout.rows, R), kMatvecWarpsPerBlock * 32, 0, stream>>>(a);
+  kernel_matvec_float<T, R, B, U>
+      <<<matvec_grid(a.w.layout.rows, R), kMatvecWarpsPerBlock * 32, 0, stream>>>(a);
   CUDA_CHECK(cudaGetLastError());
 }
 
 template <class T>
 void launch_float_type(const MatvecArgs& a, cudaStream_t stream) {
   switch (a.batch) {
-    case 1: launch_float<T, 1, 1, 4>(a, stream); break;
-    case 2: launch_float<T, 1, 2, 4>(a, stream); break;
-    case 3: launch_float<T, 2, 3, 2>(a, stream); break;
-    case 4: launch_float<T, 2, 4, 2>(a, stream); break;
-    case 5: launch_float<T, 2, 5, 1>(a, stream); break;
-    case 6: launch_float<T, 2, 6, 1>(a, stream); break;
-    case 7: launch_float<T, 2, 7, 1>(a, stream); break;
-    default: launch_float<T, 2, 8, 1>(a, stream); break;
+    case 1:
+      launch_float<T, 1, 1, 4>(a, stream);
+      break;
+    case 2:
+      launch_float<T, 1, 2, 4>(a, stream);
+      break;
+    case 3:
+      launch_float<T, 2, 3, 2>(a, stream);
+      break;
+    case 4:
+      launch_float<T, 2, 4, 2>(a, stream);
+      break;
+    case 5:
+      launch_float<T, 2, 5, 1>(a, stream);
+      break;
+    case 6:
+      launch_float<T, 2, 6, 1>(a, stream);
+      break;
+    case 7:
+      launch_float<T, 2, 7, 1>(a, stream);
+      break;
+    default:
+      launch_float<T, 2, 8, 1>(a, stream);
+      break;
   }
 }
 
@@ -148,8 +165,12 @@ void launch_matvec_float(const MatvecArgs& a, cudaStream_t stream) {
     std::abort();
   }
   switch (a.w.layout.format) {
-    case PackedFormat::F16: launch_float_type<__half>(a, stream); break;
-    case PackedFormat::F32: launch_float_type<float>(a, stream); break;
+    case PackedFormat::F16:
+      launch_float_type<__half>(a, stream);
+      break;
+    case PackedFormat::F32:
+      launch_float_type<float>(a, stream);
+      break;
     default:
       std::fprintf(stderr, "launch_matvec_float: format %s is not F16/F32\n",
                    packed_format_name(a.w.layout.format));

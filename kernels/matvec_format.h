@@ -37,15 +37,24 @@ enum class PackedFormat : uint8_t {
 
 inline const char* packed_format_name(PackedFormat f) {
   switch (f) {
-    case PackedFormat::Int4Sym32: return "int4-sym32";
-    case PackedFormat::Int4Affine32: return "int4-affine32";
-    case PackedFormat::Int4K256: return "int4-k256";
-    case PackedFormat::Int6K256: return "int6-k256";
-    case PackedFormat::Int8Sym32: return "int8-sym32";
-    case PackedFormat::Int8Affine32: return "int8-affine32";
-    case PackedFormat::Int8K256: return "int8-k256";
-    case PackedFormat::F16: return "f16";
-    case PackedFormat::F32: return "f32";
+    case PackedFormat::Int4Sym32:
+      return "int4-sym32";
+    case PackedFormat::Int4Affine32:
+      return "int4-affine32";
+    case PackedFormat::Int4K256:
+      return "int4-k256";
+    case PackedFormat::Int6K256:
+      return "int6-k256";
+    case PackedFormat::Int8Sym32:
+      return "int8-sym32";
+    case PackedFormat::Int8Affine32:
+      return "int8-affine32";
+    case PackedFormat::Int8K256:
+      return "int8-k256";
+    case PackedFormat::F16:
+      return "f16";
+    case PackedFormat::F32:
+      return "f32";
   }
   return "?";
 }
@@ -55,10 +64,13 @@ inline int64_t packed_block_elems(PackedFormat f) {
   switch (f) {
     case PackedFormat::Int4K256:
     case PackedFormat::Int6K256:
-    case PackedFormat::Int8K256: return 256;
+    case PackedFormat::Int8K256:
+      return 256;
     case PackedFormat::F16:
-    case PackedFormat::F32: return 1;
-    default: return 32;
+    case PackedFormat::F32:
+      return 1;
+    default:
+      return 32;
   }
 }
 
@@ -79,7 +91,9 @@ struct PackedLayout {
   uint64_t total_bytes = 0;
 };
 
-inline uint64_t packed_align256(uint64_t n) { return (n + 255) & ~uint64_t(255); }
+inline uint64_t packed_align256(uint64_t n) {
+  return (n + 255) & ~uint64_t(255);
+}
 
 // The layout of a rows x cols matrix. cols must be a multiple of
 // packed_block_elems(format) (the caller checks; GGUF block sizes ensure it).
@@ -119,8 +133,12 @@ inline PackedLayout make_packed_layout(PackedFormat format, int64_t rows, int64_
       l.quant_row_bytes = cols;
       l.scale_row_bytes = cols / 256 * 16;
       break;
-    case PackedFormat::F16: l.quant_row_bytes = (cols * 2 + 15) / 16 * 16; break;
-    case PackedFormat::F32: l.quant_row_bytes = (cols * 4 + 15) / 16 * 16; break;
+    case PackedFormat::F16:
+      l.quant_row_bytes = (cols * 2 + 15) / 16 * 16;
+      break;
+    case PackedFormat::F32:
+      l.quant_row_bytes = (cols * 4 + 15) / 16 * 16;
+      break;
   }
   uint64_t at = 0;
   auto place = [&](uint64_t& offset, int64_t row_bytes) {

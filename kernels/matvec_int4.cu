@@ -148,7 +148,8 @@ namespace {
 
 template <PackedFormat F, int R, int B, int U>
 void launch_int4(const MatvecArgs& a, cudaStream_t stream) {
-  kernel_matvec_int4<F, R, B, U><<<matvec_grid(a.w.layout.rows, R), kMatvecWarpsPerBlock * 32, 0, stream>>>(a);
+  kernel_matvec_int4<F, R, B, U>
+      <<<matvec_grid(a.w.layout.rows, R), kMatvecWarpsPerBlock * 32, 0, stream>>>(a);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -157,14 +158,30 @@ void launch_int4(const MatvecArgs& a, cudaStream_t stream) {
 template <PackedFormat F>
 void launch_int4_format(const MatvecArgs& a, cudaStream_t stream) {
   switch (a.batch) {
-    case 1: launch_int4<F, 1, 1, 2>(a, stream); break;
-    case 2: launch_int4<F, 2, 2, 2>(a, stream); break;
-    case 3: launch_int4<F, 4, 3, 1>(a, stream); break;
-    case 4: launch_int4<F, 4, 4, 1>(a, stream); break;
-    case 5: launch_int4<F, 4, 5, 1>(a, stream); break;
-    case 6: launch_int4<F, 4, 6, 1>(a, stream); break;
-    case 7: launch_int4<F, 4, 7, 1>(a, stream); break;
-    default: launch_int4<F, 4, 8, 1>(a, stream); break;
+    case 1:
+      launch_int4<F, 1, 1, 2>(a, stream);
+      break;
+    case 2:
+      launch_int4<F, 2, 2, 2>(a, stream);
+      break;
+    case 3:
+      launch_int4<F, 4, 3, 1>(a, stream);
+      break;
+    case 4:
+      launch_int4<F, 4, 4, 1>(a, stream);
+      break;
+    case 5:
+      launch_int4<F, 4, 5, 1>(a, stream);
+      break;
+    case 6:
+      launch_int4<F, 4, 6, 1>(a, stream);
+      break;
+    case 7:
+      launch_int4<F, 4, 7, 1>(a, stream);
+      break;
+    default:
+      launch_int4<F, 4, 8, 1>(a, stream);
+      break;
   }
 }
 
@@ -172,11 +189,15 @@ void launch_int4_format(const MatvecArgs& a, cudaStream_t stream) {
 
 void launch_matvec_int4(const MatvecArgs& a, cudaStream_t stream) {
   switch (a.w.layout.format) {
-    case PackedFormat::Int4Sym32: launch_int4_format<PackedFormat::Int4Sym32>(a, stream); break;
+    case PackedFormat::Int4Sym32:
+      launch_int4_format<PackedFormat::Int4Sym32>(a, stream);
+      break;
     case PackedFormat::Int4Affine32:
       launch_int4_format<PackedFormat::Int4Affine32>(a, stream);
       break;
-    case PackedFormat::Int4K256: launch_int4_format<PackedFormat::Int4K256>(a, stream); break;
+    case PackedFormat::Int4K256:
+      launch_int4_format<PackedFormat::Int4K256>(a, stream);
+      break;
     default:
       std::fprintf(stderr, "launch_matvec_int4: format %s is not Int4\n",
                    packed_format_name(a.w.layout.format));

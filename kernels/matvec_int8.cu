@@ -146,7 +146,7 @@ __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_int6(
       const int c = c0 + 32 * u;
       if (c >= chunks) break;
       uint32_t lo[R][4], hi[R][4];
-      float dq[R];     // d/4
+      float dq[R];       // d/4
       int s0[R], s1[R];  // sc of each half
 #pragma unroll
       for (int r = 0; r < R; ++r) {
@@ -200,34 +200,67 @@ void launch_int8(const MatvecArgs& a, cudaStream_t stream) {
 
 template <int R, int B, int U>
 void launch_int6(const MatvecArgs& a, cudaStream_t stream) {
-  kernel_matvec_int6<R, B, U><<<matvec_grid(a.w.layout.rows, R), kMatvecWarpsPerBlock * 32, 0, stream>>>(a);
+  kernel_matvec_int6<R, B, U>
+      <<<matvec_grid(a.w.layout.rows, R), kMatvecWarpsPerBlock * 32, 0, stream>>>(a);
   CUDA_CHECK(cudaGetLastError());
 }
 
 template <PackedFormat F>
 void launch_int8_format(const MatvecArgs& a, cudaStream_t stream) {
   switch (a.batch) {
-    case 1: launch_int8<F, 1, 1, 2>(a, stream); break;
-    case 2: launch_int8<F, 2, 2, 2>(a, stream); break;
-    case 3: launch_int8<F, 4, 3, 1>(a, stream); break;
-    case 4: launch_int8<F, 4, 4, 1>(a, stream); break;
-    case 5: launch_int8<F, 4, 5, 1>(a, stream); break;
-    case 6: launch_int8<F, 4, 6, 1>(a, stream); break;
-    case 7: launch_int8<F, 4, 7, 1>(a, stream); break;
-    default: launch_int8<F, 4, 8, 1>(a, stream); break;
+    case 1:
+      launch_int8<F, 1, 1, 2>(a, stream);
+      break;
+    case 2:
+      launch_int8<F, 2, 2, 2>(a, stream);
+      break;
+    case 3:
+      launch_int8<F, 4, 3, 1>(a, stream);
+      break;
+    case 4:
+      launch_int8<F, 4, 4, 1>(a, stream);
+      break;
+    case 5:
+      launch_int8<F, 4, 5, 1>(a, stream);
+      break;
+    case 6:
+      launch_int8<F, 4, 6, 1>(a, stream);
+      break;
+    case 7:
+      launch_int8<F, 4, 7, 1>(a, stream);
+      break;
+    default:
+      launch_int8<F, 4, 8, 1>(a, stream);
+      break;
   }
 }
 
 void launch_int6_format(const MatvecArgs& a, cudaStream_t stream) {
   switch (a.batch) {
-    case 1: launch_int6<1, 1, 2>(a, stream); break;
-    case 2: launch_int6<2, 2, 2>(a, stream); break;
-    case 3: launch_int6<4, 3, 1>(a, stream); break;
-    case 4: launch_int6<4, 4, 1>(a, stream); break;
-    case 5: launch_int6<4, 5, 1>(a, stream); break;
-    case 6: launch_int6<4, 6, 1>(a, stream); break;
-    case 7: launch_int6<4, 7, 1>(a, stream); break;
-    default: launch_int6<4, 8, 1>(a, stream); break;
+    case 1:
+      launch_int6<1, 1, 2>(a, stream);
+      break;
+    case 2:
+      launch_int6<2, 2, 2>(a, stream);
+      break;
+    case 3:
+      launch_int6<4, 3, 1>(a, stream);
+      break;
+    case 4:
+      launch_int6<4, 4, 1>(a, stream);
+      break;
+    case 5:
+      launch_int6<4, 5, 1>(a, stream);
+      break;
+    case 6:
+      launch_int6<4, 6, 1>(a, stream);
+      break;
+    case 7:
+      launch_int6<4, 7, 1>(a, stream);
+      break;
+    default:
+      launch_int6<4, 8, 1>(a, stream);
+      break;
   }
 }
 
@@ -235,12 +268,18 @@ void launch_int6_format(const MatvecArgs& a, cudaStream_t stream) {
 
 void launch_matvec_int8(const MatvecArgs& a, cudaStream_t stream) {
   switch (a.w.layout.format) {
-    case PackedFormat::Int8Sym32: launch_int8_format<PackedFormat::Int8Sym32>(a, stream); break;
+    case PackedFormat::Int8Sym32:
+      launch_int8_format<PackedFormat::Int8Sym32>(a, stream);
+      break;
     case PackedFormat::Int8Affine32:
       launch_int8_format<PackedFormat::Int8Affine32>(a, stream);
       break;
-    case PackedFormat::Int8K256: launch_int8_format<PackedFormat::Int8K256>(a, stream); break;
-    case PackedFormat::Int6K256: launch_int6_format(a, stream); break;
+    case PackedFormat::Int8K256:
+      launch_int8_format<PackedFormat::Int8K256>(a, stream);
+      break;
+    case PackedFormat::Int6K256:
+      launch_int6_format(a, stream);
+      break;
     default:
       std::fprintf(stderr, "launch_matvec_int8: format %s is not Int8/Int6\n",
                    packed_format_name(a.w.layout.format));

@@ -66,8 +66,8 @@ void launch_rmsnorm(const float* x, int64_t ldx, const float* weight, float* out
   check_args("launch_rmsnorm", rows, dim, ldx, ldo);
   if (rows == 0) return;
   // x is only written when delta is given; the cast keeps one kernel.
-  kernel_rmsnorm<<<rows, threads_for(dim), 0, stream>>>(const_cast<float*>(x), nullptr, ldx,
-                                                        weight, out, ldo, dim, eps);
+  kernel_rmsnorm<<<rows, threads_for(dim), 0, stream>>>(const_cast<float*>(x), nullptr, ldx, weight,
+                                                        out, ldo, dim, eps);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -76,8 +76,8 @@ void launch_add_rmsnorm(float* residual, const float* delta, int64_t ld, const f
                         cudaStream_t stream) {
   check_args("launch_add_rmsnorm", rows, dim, ld, ldo);
   if (rows == 0) return;
-  kernel_rmsnorm<<<rows, threads_for(dim), 0, stream>>>(residual, delta, ld, weight, out, ldo,
-                                                        dim, eps);
+  kernel_rmsnorm<<<rows, threads_for(dim), 0, stream>>>(residual, delta, ld, weight, out, ldo, dim,
+                                                        eps);
   CUDA_CHECK(cudaGetLastError());
 }
 

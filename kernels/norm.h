@@ -16,8 +16,7 @@ void launch_rmsnorm(const float* x, int64_t ldx, const float* weight, float* out
 // residual += delta, then out = rmsnorm(residual) * weight. residual and
 // delta share the stride ld; out has ldo.
 void launch_add_rmsnorm(float* residual, const float* delta, int64_t ld, const float* weight,
-                        float* out, int64_t ldo, int rows, int dim, float eps,
-                        cudaStream_t stream);
+                        float* out, int64_t ldo, int rows, int dim, float eps, cudaStream_t stream);
 
 // Per-head RMSNorm (Qwen3's q_norm/k_norm), in place: x holds rows of
 // n_heads * head_dim (stride ld), each head normalized with the same

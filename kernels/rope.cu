@@ -9,9 +9,8 @@
 
 namespace voltad::kernels {
 
-__global__ void kernel_rope(float* x, int64_t ld, int rows, int n_heads, int head_dim,
-                            int rot_dims, const int32_t* positions, const float* inv_freq,
-                            bool neox) {
+__global__ void kernel_rope(float* x, int64_t ld, int rows, int n_heads, int head_dim, int rot_dims,
+                            const int32_t* positions, const float* inv_freq, bool neox) {
   const int half = rot_dims / 2;
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= int64_t(rows) * n_heads * half) return;

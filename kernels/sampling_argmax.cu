@@ -67,8 +67,8 @@ __global__ void kernel_argmax(const float* logits, int64_t ld, int64_t n, int32_
 void launch_argmax(const float* logits, int64_t ld, int rows, int64_t n, int32_t* out,
                    cudaStream_t stream) {
   if (rows < 0 || n <= 0 || ld < n || n > INT32_MAX) {
-    std::fprintf(stderr, "launch_argmax: bad shape rows=%d n=%lld ld=%lld\n", rows,
-                 (long long)n, (long long)ld);
+    std::fprintf(stderr, "launch_argmax: bad shape rows=%d n=%lld ld=%lld\n", rows, (long long)n,
+                 (long long)ld);
     std::abort();
   }
   if (rows == 0) return;

@@ -10,7 +10,8 @@
 // random (scales made finite fp16). Times are medians of 7 rounds, each the
 // mean over a pass through all copies, from CUDA events.
 //
-// It includes the kernel sources so it can launch any template variant.
+// It includes the kernel sources so it can launch any template variant;
+// -DVOLTAD_WEIGHTS_VIA_L1=1 builds it with weight loads through L1.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -44,8 +45,7 @@ __global__ void kernel_random_bytes(uint32_t* p, size_t n_words, uint32_t seed) 
 // fp16 words in [2^-4, 2^-1) of either sign: finite scales.
 __global__ void kernel_finite_halves(uint16_t* p, size_t n) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
-       i += size_t(gridDim.x) * blockDim.x)
-  {
+       i += size_t(gridDim.x) * blockDim.x) {
     const uint16_t exponent = uint16_t(11 + ((p[i] >> 10) & 3));
     p[i] = uint16_t((p[i] & 0x83FF) | (exponent << 10));
   }
@@ -121,7 +121,8 @@ struct Activations {
     CUDA_CHECK(cudaMalloc(&q.scales, sizeof(float) * max_cols / 16 * batch));
     CUDA_CHECK(cudaMalloc(&y, sizeof(float) * max_rows * batch));
     std::vector<float> h(size_t(max_cols * batch));
-    for (size_t i = 0; i < h.size(); ++i) h[i] = float(int((i * 2654435761u) % 2001) - 1000) / 1000.f;
+    for (size_t i = 0; i < h.size(); ++i)
+      h[i] = float(int((i * 2654435761u) % 2001) - 1000) / 1000.f;
     CUDA_CHECK(cudaMemcpy(x, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice));
   }
 };
@@ -140,8 +141,8 @@ std::string occupancy(const void* kernel) {
   cudaFuncAttributes attr;
   CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
   int blocks = 0;
-  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel,
-                                                           kMatvecWarpsPerBlock * 32, 0));
+  CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kMatvecWarpsPerBlock * 32, 0));
   return "  regs " + std::to_string(attr.numRegs) + ", " + std::to_string(blocks) + " blk/SM";
 }
 
@@ -255,18 +256,20 @@ int main() {
   constexpr auto Q40 = PackedFormat::Int4Sym32;
   constexpr auto Q4K = PackedFormat::Int4K256;
   const Variant dispatch{"dispatch", launch_matvec, nullptr};
-  const Variant q40_b1[] = {int4_variant<Q40, 1, 1, 2>("R1 U2"), int4_variant<Q40, 1, 1, 4>("R1 U4"),
-                            int4_variant<Q40, 2, 1, 2>("R2 U2"), int4_variant<Q40, 2, 1, 4>("R2 U4"),
-                            int4_variant<Q40, 4, 1, 1>("R4 U1"), dispatch};
-  const Variant q4k_b1[] = {int4_variant<Q4K, 1, 1, 2>("R1 U2"), int4_variant<Q4K, 1, 1, 4>("R1 U4"),
-                            int4_variant<Q4K, 2, 1, 2>("R2 U2"), int4_variant<Q4K, 2, 1, 4>("R2 U4"),
-                            int4_variant<Q4K, 4, 1, 1>("R4 U1"), dispatch};
-  const Variant q40_b8[] = {int4_variant<Q40, 2, 8, 1>("R2 U1"), int4_variant<Q40, 4, 8, 1>("R4 U1"),
-                            int4_variant<Q40, 4, 8, 2>("R4 U2"), int4_variant<Q40, 8, 8, 1>("R8 U1"),
-                            dispatch};
-  const Variant q4k_b8[] = {int4_variant<Q4K, 2, 8, 1>("R2 U1"), int4_variant<Q4K, 4, 8, 1>("R4 U1"),
-                            int4_variant<Q4K, 4, 8, 2>("R4 U2"), int4_variant<Q4K, 8, 8, 1>("R8 U1"),
-                            dispatch};
+  const Variant q40_b1[] = {
+      int4_variant<Q40, 1, 1, 2>("R1 U2"), int4_variant<Q40, 1, 1, 4>("R1 U4"),
+      int4_variant<Q40, 2, 1, 2>("R2 U2"), int4_variant<Q40, 2, 1, 4>("R2 U4"),
+      int4_variant<Q40, 4, 1, 1>("R4 U1"), dispatch};
+  const Variant q4k_b1[] = {
+      int4_variant<Q4K, 1, 1, 2>("R1 U2"), int4_variant<Q4K, 1, 1, 4>("R1 U4"),
+      int4_variant<Q4K, 2, 1, 2>("R2 U2"), int4_variant<Q4K, 2, 1, 4>("R2 U4"),
+      int4_variant<Q4K, 4, 1, 1>("R4 U1"), dispatch};
+  const Variant q40_b8[] = {
+      int4_variant<Q40, 2, 8, 1>("R2 U1"), int4_variant<Q40, 4, 8, 1>("R4 U1"),
+      int4_variant<Q40, 4, 8, 2>("R4 U2"), int4_variant<Q40, 8, 8, 1>("R8 U1"), dispatch};
+  const Variant q4k_b8[] = {
+      int4_variant<Q4K, 2, 8, 1>("R2 U1"), int4_variant<Q4K, 4, 8, 1>("R4 U1"),
+      int4_variant<Q4K, 4, 8, 2>("R4 U2"), int4_variant<Q4K, 8, 8, 1>("R8 U1"), dispatch};
   const Variant q6k_b1[] = {int6_variant<1, 1, 2>("R1 U2"), int6_variant<1, 1, 4>("R1 U4"),
                             int6_variant<2, 1, 2>("R2 U2"), dispatch};
   const Variant q6k_b8[] = {int6_variant<2, 8, 1>("R2 U1"), int6_variant<4, 8, 1>("R4 U1"),
@@ -302,9 +305,9 @@ int main() {
     }
     for (size_t v = 0; v < n_variants; ++v) {
       const float ms = time_matvec(mats, act, batch, variants[v].launch);
-      report(std::string(fname) + " " + s.name + " b" + std::to_string(batch) + " " +
-                 variants[v].name,
-             bytes, ms, copy_gbs, occupancy(variants[v].kernel));
+      report(
+          std::string(fname) + " " + s.name + " b" + std::to_string(batch) + " " + variants[v].name,
+          bytes, ms, copy_gbs, occupancy(variants[v].kernel));
     }
   };
   for (const Shape& s : shapes) {
@@ -324,13 +327,18 @@ int main() {
       PackedFormat f;
       int64_t rows, cols;
     };
-    const M layer[] = {{Q4K, 4096, 4096},  {Q4K, 1024, 4096},  {PackedFormat::Int6K256, 1024, 4096},
-                       {Q4K, 4096, 4096},  {Q4K, 14336, 4096}, {Q4K, 14336, 4096},
+    const M layer[] = {{Q4K, 4096, 4096},
+                       {Q4K, 1024, 4096},
+                       {PackedFormat::Int6K256, 1024, 4096},
+                       {Q4K, 4096, 4096},
+                       {Q4K, 14336, 4096},
+                       {Q4K, 14336, 4096},
                        {PackedFormat::Int6K256, 4096, 14336}};
     std::vector<std::vector<PackedMatrixView>> per_layer;
     double layer_bytes = 0;
     size_t at = 0, layer_stride = 0;
-    for (const M& m : layer) layer_stride += packed_align256(make_packed_layout(m.f, m.rows, m.cols).total_bytes);
+    for (const M& m : layer)
+      layer_stride += packed_align256(make_packed_layout(m.f, m.rows, m.cols).total_bytes);
     const int n_layers = int(kPoolBytes / layer_stride);
     for (int L = 0; L < n_layers; ++L) {
       std::vector<PackedMatrixView> mats;

@@ -20,7 +20,9 @@ using test::random_valid_tensor;
 
 namespace {
 
-bool same_float(float a, float b) { return a == b || (std::isnan(a) && std::isnan(b)); }
+bool same_float(float a, float b) {
+  return a == b || (std::isnan(a) && std::isnan(b));
+}
 
 const GgmlType kTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
                            GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,
@@ -31,9 +33,8 @@ const GgmlType kTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlT
 TEST_CASE("repack is lossless for random valid blocks of every type") {
   std::mt19937 rng(std::random_device{}());
   for (GgmlType type : kTypes) {
-    const int64_t block = ggml_type_info(type)->block_elems == 1
-                              ? 8
-                              : int64_t(ggml_type_info(type)->block_elems);
+    const int64_t block =
+        ggml_type_info(type)->block_elems == 1 ? 8 : int64_t(ggml_type_info(type)->block_elems);
     for (int64_t rows : {1, 3, 6}) {
       for (int64_t blocks : {1, 2, 5}) {
         const int64_t cols = block * blocks + (block == 8 ? 1 : 0);  // odd for plain types
@@ -52,8 +53,7 @@ TEST_CASE("repack is lossless for random valid blocks of every type") {
           dequantize_packed_row(*packed, r, got.data());
           for (int64_t k = 0; k < cols; ++k) {
             if (!same_float(got[k], want[k]) && ++mismatches <= 5)
-              MESSAGE("row " << r << " col " << k << ": packed " << got[k] << ", GGUF "
-                             << want[k]);
+              MESSAGE("row " << r << " col " << k << ": packed " << got[k] << ", GGUF " << want[k]);
           }
         }
         CHECK(mismatches == 0);

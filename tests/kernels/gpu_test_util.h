@@ -81,8 +81,8 @@ inline int count_mismatches(const std::string& what, const std::vector<float>& g
     const double err = std::fabs(double(got[i]) - ref[i]);
     const bool ok = std::isfinite(got[i]) && err <= atol[i] + rtol * std::fabs(ref[i]);
     if (!ok && ++bad <= show)
-      MESSAGE(what << " [" << i << "]: got " << got[i] << ", want " << ref[i] << " (|err| "
-                   << err << " > " << atol[i] + rtol * std::fabs(ref[i]) << ")");
+      MESSAGE(what << " [" << i << "]: got " << got[i] << ", want " << ref[i] << " (|err| " << err
+                   << " > " << atol[i] + rtol * std::fabs(ref[i]) << ")");
   }
   return bad;
 }

@@ -74,7 +74,8 @@ inline std::vector<uint8_t> random_valid_tensor(GgmlType type, int64_t rows, int
         std::memcpy(bytes.data() + 4 * i, &v, 4);
       }
       break;
-    default: break;
+    default:
+      break;
   }
   return bytes;
 }

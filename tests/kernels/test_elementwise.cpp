@@ -28,7 +28,8 @@ std::vector<double> rmsnorm_reference(const std::vector<float>& x, int64_t ld,
     double ss = 0;
     for (int k = 0; k < dim; ++k) ss += double(x[size_t(r * ld + k)]) * x[size_t(r * ld + k)];
     const double inv = 1.0 / std::sqrt(ss / dim + eps);
-    for (int k = 0; k < dim; ++k) out[size_t(r * ldo + k)] = x[size_t(r * ld + k)] * inv * w[size_t(k)];
+    for (int k = 0; k < dim; ++k)
+      out[size_t(r * ldo + k)] = x[size_t(r * ld + k)] * inv * w[size_t(k)];
   }
   return out;
 }
@@ -66,8 +67,8 @@ TEST_CASE("rmsnorm and add_rmsnorm") {
 
       // Fused: residual += delta (written back), out = norm(residual).
       poison(d_out);
-      kernels::launch_add_rmsnorm(d_x.get(), d_delta.get(), ld, d_w.get(), d_out.get(), ldo,
-                                  rows, dim, eps, nullptr);
+      kernels::launch_add_rmsnorm(d_x.get(), d_delta.get(), ld, d_w.get(), d_out.get(), ldo, rows,
+                                  dim, eps, nullptr);
       std::vector<float> sum(x.size());
       for (size_t i = 0; i < x.size(); ++i) sum[i] = x[i] + delta[i];
       std::vector<float> got_res = d_x.download();
@@ -107,8 +108,7 @@ TEST_CASE("rmsnorm in place and per head (Qwen3 q/k norm)") {
   const std::vector<float> w2 = d_w2.download();
   kernels::launch_rmsnorm(d_y.get(), ld, d_w2.get(), d_y.get(), ld, rows, int(ld), 1e-5f, nullptr);
   CHECK(count_mismatches("rmsnorm in place", d_y.download(),
-                         rmsnorm_reference(x, ld, w2, ld, rows, int(ld), 1e-5f), 1e-5,
-                         1e-5) == 0);
+                         rmsnorm_reference(x, ld, w2, ld, rows, int(ld), 1e-5f), 1e-5, 1e-5) == 0);
 }
 
 TEST_CASE("rope: normal and NeoX orderings, partial rotation, frequency factors") {
@@ -144,7 +144,8 @@ TEST_CASE("rope: normal and NeoX orderings, partial rotation, frequency factors"
             const double c = std::cos(theta), s = std::sin(theta);
             ref[i0] = x[i0] * c - x[i1] * s;
             ref[i1] = x[i0] * s + x[i1] * c;
-            const double slack = 1e-6 + 4e-7 * std::fabs(theta) * (std::fabs(x[i0]) + std::fabs(x[i1]));
+            const double slack =
+                1e-6 + 4e-7 * std::fabs(theta) * (std::fabs(x[i0]) + std::fabs(x[i1]));
             atol[i0] = slack;
             atol[i1] = slack;
           }
@@ -162,8 +163,8 @@ TEST_CASE("swiglu and bias add") {
     std::vector<float> in = random_floats(size_t(rows * ld_in), 4.0f);
     DeviceBuffer<float> d_in(in), d_out(size_t(rows * ld_out));
     poison(d_out);
-    kernels::launch_swiglu(d_in.get(), ld_in, d_in.get() + n, ld_in, d_out.get(), ld_out, rows,
-                           n, nullptr);
+    kernels::launch_swiglu(d_in.get(), ld_in, d_in.get() + n, ld_in, d_out.get(), ld_out, rows, n,
+                           nullptr);
     std::vector<float> got = d_out.download();
     std::vector<double> ref(got.size(), 0.0);
     for (int r = 0; r < rows; ++r)

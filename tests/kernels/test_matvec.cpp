@@ -55,7 +55,9 @@ HostQuantized quantize_reference(const std::vector<float>& x, int64_t ldx, int b
   return h;
 }
 
-bool is_quantized(PackedFormat f) { return f != PackedFormat::F16 && f != PackedFormat::F32; }
+bool is_quantized(PackedFormat f) {
+  return f != PackedFormat::F16 && f != PackedFormat::F32;
+}
 
 // One matvec case; returns the largest error of the kernel against an fp32-x
 // matvec, relative to sum |w x| (the price of int8 activations), for notes.
