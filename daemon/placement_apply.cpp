@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -228,7 +229,10 @@ Result<HostBuffer> allocate_node_local(size_t bytes, const PlacementPlan& plan) 
       std::string why = "could not bind a " + std::to_string(buf.size_) + "-byte staging buffer to node(s) " +
                         format_index_list(plan.nodes) + ": " + errno_text(errno);
       if (plan.strict) return make_error("placement.strict is true and " + why);
-      spdlog::warn("placement: {}; it is placed by first touch instead", why);
+      // Every later buffer would fail the same way: say it once.
+      static std::atomic<bool> warned{false};
+      if (!warned.exchange(true))
+        spdlog::warn("placement: {}; staging buffers are placed by first touch instead", why);
     }
   }
   auto* bytes_ptr = static_cast<volatile unsigned char*>(p);

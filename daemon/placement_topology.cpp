@@ -265,8 +265,8 @@ Result<Topology> load_topology_xml_text(const std::string& xml, const std::strin
   if (!topo) return topo.error();
   if (hwloc_topology_set_xmlbuffer(topo->get(), text->c_str(), static_cast<int>(text->size() + 1)) != 0 ||
       hwloc_topology_load(topo->get()) != 0)
-    return make_error(name + ": hwloc " + version_string() +
-                      " could not read this topology XML (save one with lstopo FILE.xml)");
+    return make_error(name + ": hwloc could not read this topology XML (save one with lstopo FILE.xml; "
+                      "HWLOC_XML_VERBOSE=1 makes hwloc say why)");
   if (hwloc_topology_is_thissystem(topo->get()))  // HWLOC_THISSYSTEM=1 in the environment
     return make_error(name + ": hwloc treats this XML as this machine (HWLOC_THISSYSTEM is set); unset it");
   return extract(topo->get(), name);

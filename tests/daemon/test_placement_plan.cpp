@@ -283,3 +283,53 @@ TEST_CASE("a plan made from another machine's XML is never applied") {
   auto buffer = allocate_node_local(0, p);
   CHECK_FALSE(buffer.ok());
 }
+
+TEST_CASE("kernel refusals: a warning and what was done instead, or under strict an error") {
+  auto live = load_system_topology();
+  REQUIRE_MESSAGE(live.ok(), (live.ok() ? "" : live.error().message));
+  PlanOptions cpu_only;
+  cpu_only.gpu_required = false;
+  PlacementSection s = section("auto", std::to_string(live->nodes.front().os_index));
+  PlacementPlan p = plan_ok(*live, s, cpu_only);
+  REQUIRE(p.for_this_system);
+  // Keep the CPUs this process already has, so that applying changes nothing
+  // else in this test process; ask for a memory node no machine here has.
+  p.cpus = live->allowed_cpus;
+  p.nodes = {1000};
+
+  auto strict = apply_placement(p, true);
+  REQUIRE_FALSE(strict.ok());
+  CHECK(strict.error().message.find("placement.strict is true") == 0);
+  CHECK(strict.error().message.find("could not set memory policy bind on node(s) 1000") != std::string::npos);
+
+  auto lenient = apply_placement(p, false);
+  REQUIRE(lenient.ok());
+  CHECK(has(lenient->warnings, "could not set memory policy bind on node(s) 1000"));
+  CHECK(has(lenient->warnings, "memory follows the kernel's default"));
+  CHECK(lenient->policy == MemoryPolicy::off);
+  CHECK(lenient->cpus_bound);
+  CHECK(lenient->cpus == live->allowed_cpus);
+
+  auto unbound = allocate_node_local(3 * 4096 + 1, p);  // rounded up to whole pages
+  REQUIRE(unbound.ok());
+  CHECK(unbound->nodes().empty());
+  CHECK(unbound->size() % 4096 == 0);
+  CHECK(unbound->size() >= 3 * 4096 + 1);
+  p.strict = true;
+  auto refused = allocate_node_local(4096, p);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().message.find("could not bind a 4096-byte staging buffer to node(s) 1000") !=
+        std::string::npos);
+
+  // A buffer on a real node: bound, touched, every page there; moves keep it.
+  p.nodes = {live->nodes.front().os_index};
+  auto real = allocate_node_local(1 << 20, p);
+  REQUIRE(real.ok());
+  CHECK(real->nodes() == p.nodes);
+  CHECK(real->pages_off_node() == 0);
+  void* data = real->data();
+  HostBuffer moved = std::move(*real);
+  CHECK(moved.data() == data);
+  CHECK(real->data() == nullptr);
+  static_cast<volatile char*>(moved.data())[moved.size() - 1] = 1;  // still mapped and writable
+}
