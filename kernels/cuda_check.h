@@ -17,3 +17,13 @@
       std::abort();                                                                 \
     }                                                                               \
   } while (0)
+
+// Launcher preconditions: a caller bug, reported with file:line.
+#define VOLTAD_KERNEL_REQUIRE(cond, what)                                              \
+  do {                                                                                 \
+    if (!(cond)) {                                                                     \
+      std::fprintf(stderr, "%s:%d: kernel precondition failed: %s (%s)\n", __FILE__, \
+                   __LINE__, what, #cond);                                             \
+      std::abort();                                                                    \
+    }                                                                                  \
+  } while (0)

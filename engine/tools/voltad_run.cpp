@@ -10,6 +10,9 @@
 #include <vector>
 
 #include "engine/backend_cpu.h"
+#ifdef VOLTAD_HAVE_CUDA
+#include "engine/backend_cuda.h"
+#endif
 #include "engine/chat_template.h"
 #include "engine/generate.h"
 #include "engine/model.h"
@@ -32,7 +35,7 @@ constexpr const char* kUsage =
     "  --top-k K --top-p P --min-p P --repeat-penalty R\n"
     "  --seed S           random seed, for reproducible sampling\n"
     "  --stop TEXT        stop string (repeatable)\n"
-    "  --backend NAME     cpu (default; the CUDA backend is selected with cuda)\n"
+    "  --backend NAME     cpu (default) or cuda (never chosen on its own)\n"
     "  --threads N        CPU threads (default: all)\n"
     "  --ctx N            context size in tokens (default: prompt + n)\n"
     "  --dump-logits FILE write each step's logits (float32, little-endian, n_vocab per row)\n"
@@ -120,8 +123,12 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (a.prompt.empty()) return usage("no prompt: pass -p PROMPT (or --info)");
+#ifdef VOLTAD_HAVE_CUDA
+  if (a.backend != "cpu" && a.backend != "cuda") return usage("--backend must be cpu or cuda");
+#else
   if (a.backend != "cpu")
-    return usage("backend '" + a.backend + "' is not available in this build (available: cpu)");
+    return usage("backend '" + a.backend + "' is not available in this build (built without CUDA; available: cpu)");
+#endif
 
   auto data = voltad::tokenizer_data_from_gguf(*m.file);
   if (!data) {
@@ -155,13 +162,34 @@ int main(int argc, char** argv) {
     prompt = tok.encode(a.prompt, tok.data().add_bos, false);
   }
 
-  voltad::CpuBackendOptions opts;
-  opts.threads = a.threads;
-  opts.max_context = a.ctx > 0 ? a.ctx : int32_t(prompt.size()) + a.n;
-  opts.max_sequences = 1;
-  auto backend = voltad::CpuBackend::create(model.value(), opts);
+  const int32_t ctx = a.ctx > 0 ? a.ctx : int32_t(prompt.size()) + a.n;
+  voltad::Result<std::unique_ptr<voltad::Backend>> backend = voltad::make_error("no backend");
+  if (a.backend == "cpu") {
+    voltad::CpuBackendOptions opts;
+    opts.threads = a.threads;
+    opts.max_context = ctx;
+    opts.max_sequences = 1;
+    auto b = voltad::CpuBackend::create(model.value(), opts);
+    if (b) backend = std::unique_ptr<voltad::Backend>(std::move(b).value());
+    else backend = b.error();
+  }
+#ifdef VOLTAD_HAVE_CUDA
+  if (a.backend == "cuda") {
+    voltad::CudaBackendOptions opts;
+    opts.max_context = ctx;
+    opts.max_sequences = 1;
+    opts.max_batch_tokens = 512;
+    opts.on_progress = [quiet = a.quiet](uint64_t done, uint64_t total, const std::string&) {
+      if (!quiet) std::fprintf(stderr, "\rvoltad-run: loading weights %3d%%", int(100.0 * double(done) / double(total)));
+    };
+    auto b = voltad::CudaBackend::create(model.value(), opts);
+    if (!a.quiet) std::fprintf(stderr, "\n");
+    if (b) backend = std::unique_ptr<voltad::Backend>(std::move(b).value());
+    else backend = b.error();
+  }
+#endif
   if (!backend) {
-    std::fprintf(stderr, "voltad-run: %s\n", backend.error().message.c_str());
+    std::fprintf(stderr, "voltad-run: %s backend: %s\n", a.backend.c_str(), backend.error().message.c_str());
     return kExitFailure;
   }
 

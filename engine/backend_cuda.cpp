@@ -1,0 +1,418 @@
+#include "engine/backend_cuda.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+
+#include "engine/dequantize.h"
+#include "engine/thread_pool.h"
+#include "engine/weight_repack.h"
+#include "kernels/activation.h"
+#include "kernels/attention.h"
+#include "kernels/cuda_check.h"
+#include "kernels/embedding.h"
+#include "kernels/gather.h"
+#include "kernels/matvec.h"
+#include "kernels/norm.h"
+#include "kernels/rope.h"
+
+namespace voltad {
+
+namespace {
+
+Error cuda_error(const std::string& what, cudaError_t e) {
+  return make_error(what + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+}
+
+std::string gib(uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", double(bytes) / double(1ull << 30));
+  return buf;
+}
+
+}  // namespace
+
+Result<std::string> describe_cuda_device(int device) {
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e == cudaErrorNoDevice || (e == cudaSuccess && count == 0))
+    return make_error("no CUDA device is visible (check the driver, nvidia-smi, and CUDA_VISIBLE_DEVICES)");
+  if (e != cudaSuccess) return cuda_error("the CUDA driver cannot be used", e);
+  if (device >= count)
+    return make_error("CUDA device " + std::to_string(device) + " does not exist (" + std::to_string(count) +
+                      " visible)");
+  cudaDeviceProp p{};
+  if ((e = cudaGetDeviceProperties(&p, device)) != cudaSuccess) return cuda_error("cudaGetDeviceProperties", e);
+  std::string s = std::string(p.name) + " (sm_" + std::to_string(p.major) + std::to_string(p.minor) + ", " +
+                  gib(p.totalGlobalMem) + ")";
+  if (p.major < 7)
+    return make_error(s + ": voltad needs compute capability 7.0 (V100) or newer");
+  return s;
+}
+
+struct CudaBackend::Impl {
+  std::shared_ptr<const Model> model;
+  CudaBackendOptions options;
+  KvBlockPool pool;
+  cudaStream_t stream = nullptr;
+  std::string device_name;
+  CudaMemoryUse memory;
+  std::vector<void*> allocations;
+
+  struct Layer {
+    kernels::PackedMatrixView wq, wk, wv, wo, w_gate, w_up, w_down;
+    float *attn_norm = nullptr, *ffn_norm = nullptr, *bq = nullptr, *bk = nullptr, *bv = nullptr,
+          *q_norm = nullptr, *k_norm = nullptr;
+    kernels::KvLayerView kv;
+  };
+  std::vector<Layer> layers;
+  kernels::PackedMatrixView token_embd, output;
+  float* output_norm = nullptr;
+  float* inv_freq = nullptr;
+
+  // Step buffers, sized for max_batch_tokens tokens (T).
+  float *x = nullptr, *xn = nullptr, *q = nullptr, *k = nullptr, *v = nullptr, *attn = nullptr;
+  float *gate = nullptr, *up = nullptr, *selected = nullptr, *logits = nullptr, *partials = nullptr;
+  size_t partial_floats = 0;
+  kernels::QuantizedActivations xq;
+  int32_t *d_ints = nullptr;  // tokens, positions, slots, token_tables, logit_rows, block tables
+  std::vector<int32_t> h_ints;
+  float* h_logits = nullptr;  // pinned
+  int32_t table_stride = 0;
+
+  Impl(std::shared_ptr<const Model> m, const CudaBackendOptions& o, int32_t n_blocks)
+      : model(std::move(m)), options(o), pool(n_blocks, o.max_context) {}
+  ~Impl() {
+    if (stream) cudaStreamSynchronize(stream);
+    for (void* p : allocations) cudaFree(p);
+    if (h_logits) cudaFreeHost(h_logits);
+    if (stream) cudaStreamDestroy(stream);
+  }
+
+  template <class T>
+  Result<T*> alloc(size_t count, const char* what, uint64_t& counter) {
+    void* p = nullptr;
+    size_t bytes = std::max<size_t>(count * sizeof(T), 256);
+    cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess)
+      return cuda_error(std::string("allocating ") + what + " (" + gib(bytes) + ") on " + device_name, e);
+    allocations.push_back(p);
+    counter += bytes;
+    return static_cast<T*>(p);
+  }
+
+  Status upload_vector(const GgufTensor* t, float*& dst);
+  Status upload_matrix(const GgufTensor& t, kernels::PackedMatrixView& dst, ThreadPool& threads,
+                       std::vector<uint8_t>& staging, uint64_t& done, uint64_t total);
+  Status load_weights();
+  Status allocate_workspace();
+  void attention(const Layer& layer, int n_tokens, int max_position, const int32_t* positions,
+                 const int32_t* token_tables);
+};
+
+Status CudaBackend::Impl::upload_vector(const GgufTensor* t, float*& dst) {
+  if (!t) return {};
+  std::vector<float> host(t->n_elements);
+  dequantize_rows(*t, 0, t->n_rows(), host.data());
+  auto p = alloc<float>(host.size(), t->name.c_str(), memory.weights);
+  if (!p) return p.error();
+  dst = p.value();
+  CUDA_CHECK(cudaMemcpy(dst, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+  return {};
+}
+
+Status CudaBackend::Impl::upload_matrix(const GgufTensor& t, kernels::PackedMatrixView& dst, ThreadPool& threads,
+                                        std::vector<uint8_t>& staging, uint64_t& done, uint64_t total) {
+  const int64_t rows = int64_t(t.n_rows()), cols = int64_t(t.ne[0]);
+  auto layout = packed_layout_for(t.type, rows, cols);
+  if (!layout) return make_error("tensor '" + t.name + "': " + layout.error().message);
+  staging.assign(layout->total_bytes, 0);
+  Status failed;
+  std::mutex mu;
+  threads.parallel_for(rows, [&](int64_t begin, int64_t end) {
+    Status s = repack_rows(t.type, t.data, layout.value(), begin, end - begin, staging.data());
+    if (!s) {
+      std::lock_guard<std::mutex> lock(mu);
+      failed = s;
+    }
+  });
+  if (!failed) return make_error("tensor '" + t.name + "': " + failed.error().message);
+  auto p = alloc<uint8_t>(layout->total_bytes, t.name.c_str(), memory.weights);
+  if (!p) return p.error();
+  CUDA_CHECK(cudaMemcpy(p.value(), staging.data(), layout->total_bytes, cudaMemcpyHostToDevice));
+  dst.layout = layout.value();
+  dst.data = p.value();
+  done += t.n_bytes;
+  if (options.on_progress) options.on_progress(done, total, t.name);
+  return {};
+}
+
+Status CudaBackend::Impl::load_weights() {
+  const ModelWeights& w = model->weights;
+  uint64_t total = 0, done = 0;
+  for (const auto& t : model->file->tensors()) total += t.n_bytes;
+  ThreadPool threads(0);
+  std::vector<uint8_t> staging;
+  auto matrix = [&](const GgufTensor* t, kernels::PackedMatrixView& dst) {
+    return upload_matrix(*t, dst, threads, staging, done, total);
+  };
+  VOLTAD_TRY(matrix(w.token_embd, token_embd));
+  if (w.output == w.token_embd) output = token_embd;
+  else VOLTAD_TRY(matrix(w.output, output));
+  VOLTAD_TRY(upload_vector(w.output_norm, output_norm));
+  layers.resize(w.layers.size());
+  for (size_t i = 0; i < w.layers.size(); ++i) {
+    const LayerWeights& lw = w.layers[i];
+    Layer& l = layers[i];
+    VOLTAD_TRY(matrix(lw.wq, l.wq));
+    VOLTAD_TRY(matrix(lw.wk, l.wk));
+    VOLTAD_TRY(matrix(lw.wv, l.wv));
+    VOLTAD_TRY(matrix(lw.wo, l.wo));
+    VOLTAD_TRY(matrix(lw.w_gate, l.w_gate));
+    VOLTAD_TRY(matrix(lw.w_up, l.w_up));
+    VOLTAD_TRY(matrix(lw.w_down, l.w_down));
+    VOLTAD_TRY(upload_vector(lw.attn_norm, l.attn_norm));
+    VOLTAD_TRY(upload_vector(lw.ffn_norm, l.ffn_norm));
+    VOLTAD_TRY(upload_vector(lw.bq, l.bq));
+    VOLTAD_TRY(upload_vector(lw.bk, l.bk));
+    VOLTAD_TRY(upload_vector(lw.bv, l.bv));
+    VOLTAD_TRY(upload_vector(lw.q_norm, l.q_norm));
+    VOLTAD_TRY(upload_vector(lw.k_norm, l.k_norm));
+  }
+  // RoPE frequencies, with Llama 3's per-dimension factors folded in.
+  const ModelConfig& c = model->config;
+  std::vector<float> factors;
+  if (w.rope_freqs) factors = dequantize_tensor(*w.rope_freqs);
+  std::vector<float> inv = kernels::rope_inverse_frequencies(int(c.head_dim), c.rope_theta, c.rope_freq_scale,
+                                                             factors.empty() ? nullptr : factors.data());
+  auto p = alloc<float>(inv.size(), "rope frequencies", memory.weights);
+  if (!p) return p.error();
+  inv_freq = p.value();
+  CUDA_CHECK(cudaMemcpy(inv_freq, inv.data(), inv.size() * sizeof(float), cudaMemcpyHostToDevice));
+  return {};
+}
+
+Status CudaBackend::Impl::allocate_workspace() {
+  const ModelConfig& c = model->config;
+  const size_t T = size_t(options.max_batch_tokens), S = size_t(options.max_sequences);
+  const size_t widest = size_t(std::max({c.dim, c.ffn_dim, c.q_dim()}));
+  auto f = [&](size_t n, const char* what, float*& dst) -> Status {
+    auto p = alloc<float>(n, what, memory.workspace);
+    if (!p) return p.error();
+    dst = p.value();
+    return {};
+  };
+  VOLTAD_TRY(f(T * size_t(c.dim), "residual stream", x));
+  VOLTAD_TRY(f(T * size_t(c.dim), "normed activations", xn));
+  VOLTAD_TRY(f(T * size_t(c.q_dim()), "queries", q));
+  VOLTAD_TRY(f(T * size_t(c.kv_dim()), "keys", k));
+  VOLTAD_TRY(f(T * size_t(c.kv_dim()), "values", v));
+  VOLTAD_TRY(f(T * size_t(c.q_dim()), "attention output", attn));
+  VOLTAD_TRY(f(T * size_t(c.ffn_dim), "ffn gate", gate));
+  VOLTAD_TRY(f(T * size_t(c.ffn_dim), "ffn up", up));
+  VOLTAD_TRY(f(S * size_t(c.dim), "final activations", selected));
+  VOLTAD_TRY(f(S * size_t(c.n_vocab), "logits", logits));
+  partial_floats = kernels::attention_partial_floats(int(S), int(c.n_heads), int(c.head_dim), options.max_context - 1);
+  VOLTAD_TRY(f(partial_floats, "attention partials", partials));
+  auto qx = alloc<int8_t>(T * widest, "quantized activations", memory.workspace);
+  if (!qx) return qx.error();
+  xq.q = qx.value();
+  VOLTAD_TRY(f(T * widest / 8, "activation scales", xq.scales));
+  table_stride = KvBlockPool::blocks_for(options.max_context);
+  h_ints.resize(5 * T + S + S * size_t(table_stride));
+  auto ints = alloc<int32_t>(h_ints.size(), "step indices", memory.workspace);
+  if (!ints) return ints.error();
+  d_ints = ints.value();
+  cudaError_t e = cudaMallocHost(&h_logits, S * size_t(c.n_vocab) * sizeof(float));
+  if (e != cudaSuccess) return cuda_error("allocating pinned host memory for logits", e);
+
+  // The KV cache: per layer, K and V of every block.
+  const size_t per_layer = size_t(pool.n_blocks()) * KvBlockPool::kBlockTokens * size_t(c.kv_dim());
+  for (Layer& l : layers) {
+    auto kc = alloc<uint16_t>(per_layer, "KV cache (keys)", memory.kv_cache);
+    if (!kc) return kc.error();
+    auto vc = alloc<uint16_t>(per_layer, "KV cache (values)", memory.kv_cache);
+    if (!vc) return vc.error();
+    l.kv = {kc.value(), vc.value()};
+  }
+  return {};
+}
+
+Result<std::unique_ptr<CudaBackend>> CudaBackend::create(std::shared_ptr<const Model> model,
+                                                         const CudaBackendOptions& options) {
+  auto device = describe_cuda_device(options.device);
+  if (!device) return device.error();
+  if (options.max_context <= 0 || options.max_sequences <= 0 || options.max_batch_tokens < options.max_sequences)
+    return make_error("cuda backend: max_context and max_sequences must be positive and max_batch_tokens >= max_sequences");
+  const ModelConfig& c = model->config;
+  if (c.n_heads / c.n_kv_heads > kernels::kAttentionMaxGroup)
+    return make_error("cuda backend: " + std::to_string(c.n_heads / c.n_kv_heads) +
+                      " query heads per KV head; the attention kernel handles at most 8");
+  if (c.head_dim != 16 && c.head_dim != 32 && c.head_dim != 64 && c.head_dim != 128 && c.head_dim != 256)
+    return make_error("cuda backend: head_dim " + std::to_string(c.head_dim) + " is not supported (16, 32, 64, 128, 256)");
+  int64_t blocks = options.kv_blocks > 0 ? options.kv_blocks
+                                         : int64_t(KvBlockPool::blocks_for(options.max_context)) * options.max_sequences;
+  auto impl = std::make_unique<Impl>(std::move(model), options, int32_t(blocks));
+  impl->device_name = device.value();
+  cudaError_t e = cudaSetDevice(options.device);
+  if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking);
+  if (e != cudaSuccess) return cuda_error("creating a CUDA stream on " + impl->device_name, e);
+  VOLTAD_TRY(impl->load_weights());
+  VOLTAD_TRY(impl->allocate_workspace());
+  return std::unique_ptr<CudaBackend>(new CudaBackend(std::move(impl)));
+}
+
+CudaBackend::CudaBackend(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CudaBackend::~CudaBackend() = default;
+KvBlockPool& CudaBackend::kv_pool() { return impl_->pool; }
+const CudaMemoryUse& CudaBackend::memory_use() const { return impl_->memory; }
+std::string CudaBackend::device_name() const { return impl_->device_name; }
+
+void CudaBackend::Impl::attention(const Layer& layer, int n_tokens, int max_position, const int32_t* positions,
+                                  const int32_t* token_tables) {
+  const ModelConfig& c = model->config;
+  // Tokens go in groups small enough for the split-K scratch.
+  const size_t per_token = kernels::attention_partial_floats(1, int(c.n_heads), int(c.head_dim), max_position);
+  const int group = int(std::max<size_t>(1, partial_floats / per_token));
+  for (int t0 = 0; t0 < n_tokens; t0 += group) {
+    kernels::AttentionArgs a;
+    a.n_tokens = std::min(group, n_tokens - t0);
+    a.q = q + int64_t(t0) * c.q_dim();
+    a.ldq = c.q_dim();
+    a.out = attn + int64_t(t0) * c.q_dim();
+    a.ldo = c.q_dim();
+    a.cache = layer.kv;
+    a.positions = positions + t0;
+    a.token_tables = token_tables + t0;
+    a.block_tables = d_ints + 5 * options.max_batch_tokens + options.max_sequences;
+    a.table_stride = table_stride;
+    a.n_heads = int(c.n_heads);
+    a.n_kv_heads = int(c.n_kv_heads);
+    a.head_dim = int(c.head_dim);
+    a.max_position = max_position;
+    a.scale = float(1.0 / std::sqrt(double(c.head_dim)));
+    a.partials = partials;
+    kernels::launch_attention(a, stream);
+  }
+}
+
+Status CudaBackend::forward(std::span<const BatchChunk> chunks, ForwardOutput& out) {
+  Impl& m = *impl_;
+  const ModelConfig& c = m.model->config;
+  VOLTAD_TRY(validate_chunks(chunks, c.n_vocab, m.pool));
+  if (int64_t(chunks.size()) > m.options.max_sequences)
+    return make_error("a step of " + std::to_string(chunks.size()) + " sequences exceeds max_sequences (" +
+                      std::to_string(m.options.max_sequences) + ")");
+  int n = 0;
+  for (auto& ch : chunks) n += int(ch.tokens.size());
+  if (n > m.options.max_batch_tokens)
+    return make_error("a step of " + std::to_string(n) + " tokens exceeds max_batch_tokens (" +
+                      std::to_string(m.options.max_batch_tokens) + ")");
+
+  // Host-side indices, uploaded in one copy: tokens, positions, KV slots,
+  // each token's block-table row, the rows whose logits are wanted, tables.
+  const int T = m.options.max_batch_tokens, S = m.options.max_sequences;
+  int32_t* tokens = m.h_ints.data();
+  int32_t* positions = tokens + T;
+  int32_t* slots = positions + T;
+  int32_t* token_tables = slots + T;
+  int32_t* logit_rows = token_tables + T;
+  int32_t* tables = tokens + 5 * T + S;
+  int n_out = 0, t = 0, max_position = 0;
+  for (size_t s = 0; s < chunks.size(); ++s) {
+    const BatchChunk& ch = chunks[s];
+    const auto& table = m.pool.block_table(ch.seq_id);
+    std::copy(table.begin(), table.end(), tables + s * size_t(m.table_stride));
+    for (size_t i = 0; i < ch.tokens.size(); ++i, ++t) {
+      const int32_t pos = ch.start_pos + int32_t(i);
+      tokens[t] = ch.tokens[i];
+      positions[t] = pos;
+      slots[t] = table[size_t(pos / KvBlockPool::kBlockTokens)] * KvBlockPool::kBlockTokens + pos % KvBlockPool::kBlockTokens;
+      token_tables[t] = int32_t(s);
+      max_position = std::max(max_position, pos);
+      bool want = ch.logits == BatchChunk::Logits::All ||
+                  (ch.logits == BatchChunk::Logits::Last && i + 1 == ch.tokens.size());
+      if (want) logit_rows[n_out++] = t;
+    }
+  }
+  if (n_out > S)
+    return make_error("logits for " + std::to_string(n_out) + " tokens requested; at most max_sequences (" +
+                      std::to_string(S) + ") per step");
+  cudaStream_t st = m.stream;
+  CUDA_CHECK(cudaMemcpyAsync(m.d_ints, m.h_ints.data(), m.h_ints.size() * sizeof(int32_t), cudaMemcpyHostToDevice, st));
+  const int32_t* d_tokens = m.d_ints;
+  const int32_t* d_positions = d_tokens + T;
+  const int32_t* d_slots = d_positions + T;
+  const int32_t* d_token_tables = d_slots + T;
+  const int32_t* d_logit_rows = d_token_tables + T;
+
+  const int dim = int(c.dim), ffn = int(c.ffn_dim), qd = int(c.q_dim()), kvd = int(c.kv_dim());
+  auto matvec = [&](const kernels::PackedMatrixView& w, const float* xin, int64_t ldx, int rows, float* y,
+                    int64_t ldy, const float* bias, bool accumulate) {
+    kernels::MatvecArgs a;
+    a.w = w;
+    a.batch = rows;
+    a.x = xin;
+    a.ldx = ldx;
+    a.xq = m.xq;
+    a.y = y;
+    a.ldy = ldy;
+    a.bias = bias;
+    a.accumulate = accumulate;
+    kernels::launch_matvec(a, st);
+  };
+  auto quantize = [&](const float* xin, int64_t ld, int cols) {
+    kernels::launch_quantize_activations(xin, ld, n, cols, m.xq, st);
+  };
+
+  kernels::launch_embedding_gather(m.token_embd, d_tokens, n, m.x, dim, st);
+  const auto ordering = c.rope_style == RopeStyle::Neox ? kernels::RopeOrdering::NeoX : kernels::RopeOrdering::Normal;
+  for (size_t li = 0; li < m.layers.size(); ++li) {
+    const Impl::Layer& l = m.layers[li];
+    kernels::launch_rmsnorm(m.x, dim, l.attn_norm, m.xn, dim, n, dim, c.rms_eps, st);
+    quantize(m.xn, dim, dim);
+    matvec(l.wq, m.xn, dim, n, m.q, qd, l.bq, false);
+    matvec(l.wk, m.xn, dim, n, m.k, kvd, l.bk, false);
+    matvec(l.wv, m.xn, dim, n, m.v, kvd, l.bv, false);
+    if (c.qk_norm) {
+      kernels::launch_head_rmsnorm(m.q, qd, n, int(c.n_heads), int(c.head_dim), l.q_norm, c.rms_eps, st);
+      kernels::launch_head_rmsnorm(m.k, kvd, n, int(c.n_kv_heads), int(c.head_dim), l.k_norm, c.rms_eps, st);
+    }
+    kernels::launch_rope(m.q, qd, n, int(c.n_heads), int(c.head_dim), int(c.head_dim), d_positions, m.inv_freq,
+                         ordering, st);
+    kernels::launch_rope(m.k, kvd, n, int(c.n_kv_heads), int(c.head_dim), int(c.head_dim), d_positions, m.inv_freq,
+                         ordering, st);
+    kernels::launch_kv_write(m.k, m.v, kvd, n, kvd, d_slots, l.kv, st);
+    m.attention(l, n, max_position, d_positions, d_token_tables);
+    quantize(m.attn, qd, qd);
+    matvec(l.wo, m.attn, qd, n, m.x, dim, nullptr, true);  // residual add fused
+
+    kernels::launch_rmsnorm(m.x, dim, l.ffn_norm, m.xn, dim, n, dim, c.rms_eps, st);
+    quantize(m.xn, dim, dim);
+    matvec(l.w_gate, m.xn, dim, n, m.gate, ffn, nullptr, false);
+    matvec(l.w_up, m.xn, dim, n, m.up, ffn, nullptr, false);
+    kernels::launch_swiglu(m.gate, ffn, m.up, ffn, m.gate, ffn, n, ffn, st);
+    quantize(m.gate, ffn, ffn);
+    matvec(l.w_down, m.gate, ffn, n, m.x, dim, nullptr, true);
+  }
+
+  out.n_rows = n_out;
+  out.n_vocab = c.n_vocab;
+  out.logits.resize(size_t(n_out) * size_t(c.n_vocab));
+  if (n_out > 0) {
+    kernels::launch_gather_rows(m.x, dim, d_logit_rows, n_out, dim, m.selected, dim, st);
+    kernels::launch_rmsnorm(m.selected, dim, m.output_norm, m.selected, dim, n_out, dim, c.rms_eps, st);
+    kernels::launch_quantize_activations(m.selected, dim, n_out, dim, m.xq, st);
+    matvec(m.output, m.selected, dim, n_out, m.logits, c.n_vocab, nullptr, false);
+    CUDA_CHECK(cudaMemcpyAsync(m.h_logits, m.logits, out.logits.size() * sizeof(float), cudaMemcpyDeviceToHost, st));
+  }
+  cudaError_t e = cudaStreamSynchronize(st);
+  if (e != cudaSuccess) return cuda_error("the forward step failed on " + m.device_name, e);
+  std::memcpy(out.logits.data(), m.h_logits, out.logits.size() * sizeof(float));
+  return {};
+}
+
+}  // namespace voltad

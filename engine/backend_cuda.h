@@ -1,0 +1,58 @@
+// The CUDA backend: weights repacked once at load into the kernels' layouts
+// (docs/FORMAT.md), every device buffer allocated at creation, one stream.
+// The request path allocates nothing on the device.
+//
+// Built only with CUDA (engine/CMakeLists.txt compiles backend_cuda*.cpp
+// when VOLTAD_CUDA is on). Not thread-safe: the engine thread owns it.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "engine/backend.h"
+#include "engine/model.h"
+
+namespace voltad {
+
+struct CudaBackendOptions {
+  int device = 0;                  // index among the visible devices
+  int32_t max_context = 4096;      // longest sequence, tokens
+  int32_t max_sequences = 16;      // sequences per step
+  int32_t max_batch_tokens = 512;  // tokens per step (prefill chunks + decodes)
+  int32_t kv_blocks = 0;           // KV pool size in 16-token blocks; 0: max_context x max_sequences
+  // Called while weights load: (bytes done, bytes total, tensor name).
+  std::function<void(uint64_t, uint64_t, const std::string&)> on_progress;
+};
+
+// Device memory the backend holds, by component.
+struct CudaMemoryUse {
+  uint64_t weights = 0, kv_cache = 0, workspace = 0;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  // Errors: no driver or device, an architecture below sm_70, a weight type
+  // the kernels cannot run, not enough device memory.
+  static Result<std::unique_ptr<CudaBackend>> create(std::shared_ptr<const Model> model,
+                                                     const CudaBackendOptions& options);
+  ~CudaBackend() override;
+
+  std::string name() const override { return "cuda"; }
+  Status forward(std::span<const BatchChunk> chunks, ForwardOutput& out) override;
+  KvBlockPool& kv_pool() override;
+
+  const CudaMemoryUse& memory_use() const;
+  std::string device_name() const;
+
+ private:
+  struct Impl;
+  explicit CudaBackend(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// "NVIDIA H200 (sm_90, 139.8 GiB)": the device the backend would use, or an
+// error saying why there is none.
+Result<std::string> describe_cuda_device(int device);
+
+}  // namespace voltad

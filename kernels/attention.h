@@ -1,0 +1,60 @@
+// Attention over the paged KV cache, for decode and prefill alike: each
+// query token attends to positions [0, pos] of its own sequence, whose keys
+// and values live in 16-token blocks named by the sequence's block table.
+// Grouped-query attention: a block of the kernel loads each K/V row once for
+// all query heads that share it. Long contexts are split over several
+// blocks (split-K) whose partial softmax sums a second pass combines.
+// Host declarations only.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace voltad::kernels {
+
+constexpr int kKvBlockTokens = 16;
+constexpr int kAttentionMaxGroup = 8;      // query heads per KV head
+constexpr int kAttentionSplitTokens = 256;  // positions per split-K piece
+
+// KV cache of one layer: [n_blocks][16][kv_dim] halves for K, same for V.
+struct KvLayerView {
+  uint16_t* k = nullptr;  // fp16 bits
+  uint16_t* v = nullptr;
+};
+
+// Writes each token's K and V (fp32, rows of kv_dim with stride ld) into its
+// cache slot: slots[t] = block * 16 + position % 16.
+void launch_kv_write(const float* k, const float* v, int64_t ld, int n_tokens, int kv_dim,
+                     const int32_t* slots, KvLayerView cache, cudaStream_t stream);
+
+struct AttentionArgs {
+  const float* q = nullptr;  // (n_tokens, n_heads * head_dim), stride ldq
+  int64_t ldq = 0;
+  float* out = nullptr;      // (n_tokens, n_heads * head_dim), stride ldo
+  int64_t ldo = 0;
+  KvLayerView cache;
+  const int32_t* positions = nullptr;     // (n_tokens): attend to [0, pos]
+  const int32_t* token_tables = nullptr;  // (n_tokens): row of block_tables for the token's sequence
+  const int32_t* block_tables = nullptr;  // (n_sequences, table_stride) block numbers
+  int table_stride = 0;
+  int n_tokens = 0;
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;      // 32, 64, 128 or 256
+  int max_position = 0;  // the largest position of any token in the step (sizes split-K)
+  float scale = 1.0f;    // 1/sqrt(head_dim)
+  // Split-K scratch: n_tokens * n_heads * splits * (head_dim + 2) floats,
+  // with splits = ceil((max_position + 1) / kAttentionSplitTokens).
+  float* partials = nullptr;
+};
+
+// Floats of split-K scratch a step needs.
+inline size_t attention_partial_floats(int n_tokens, int n_heads, int head_dim, int max_position) {
+  size_t splits = size_t((max_position + kAttentionSplitTokens) / kAttentionSplitTokens);
+  return size_t(n_tokens) * size_t(n_heads) * splits * size_t(head_dim + 2);
+}
+
+void launch_attention(const AttentionArgs& args, cudaStream_t stream);
+
+}  // namespace voltad::kernels

@@ -1,0 +1,157 @@
+// Paged attention (decode and prefill shapes, GQA, split-K) against a scalar
+// float64 reference over the same fp16 cache contents.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include <cuda_fp16.h>
+
+#include "kernels/attention.h"
+#include "tests/kernels/gpu_test_util.h"
+
+using namespace voltad;
+using namespace voltad::test;
+
+namespace {
+
+struct Shape {
+  int n_heads, n_kv_heads, head_dim;
+};
+
+float round_half(float x) {
+  __half h = __float2half_rn(x);
+  return __half2float(h);
+}
+
+// Runs one step: `seqs` sequences, each with `lens[s]` tokens already cached
+// plus `new_tokens[s]` tokens in the step, and checks every head of every
+// step token.
+void check_attention(Shape sh, const std::vector<int>& cached, const std::vector<int>& new_tokens) {
+  const int kv_dim = sh.n_kv_heads * sh.head_dim, q_dim = sh.n_heads * sh.head_dim;
+  const int n_seqs = int(cached.size());
+  int max_len = 0, n_tokens = 0;
+  for (int s = 0; s < n_seqs; ++s) max_len = std::max(max_len, cached[s] + new_tokens[s]), n_tokens += new_tokens[s];
+  const int blocks_per_seq = (max_len + 15) / 16;
+  const int n_blocks = blocks_per_seq * n_seqs + 3;
+
+  // Blocks handed out shuffled, as a pool does after some traffic.
+  std::vector<int32_t> free_blocks(static_cast<size_t>(n_blocks));
+  std::iota(free_blocks.begin(), free_blocks.end(), 0);
+  std::shuffle(free_blocks.begin(), free_blocks.end(), test_rng());
+  std::vector<int32_t> tables(size_t(n_seqs * blocks_per_seq));
+  for (size_t i = 0; i < tables.size(); ++i) tables[i] = free_blocks[i];
+
+  // Cache contents for every position of every sequence (fp16-rounded).
+  std::vector<float> k_all = random_floats(size_t(n_blocks) * 16 * size_t(kv_dim));
+  std::vector<float> v_all = random_floats(size_t(n_blocks) * 16 * size_t(kv_dim));
+  for (auto& x : k_all) x = round_half(x);
+  for (auto& x : v_all) x = round_half(x);
+  std::vector<uint16_t> k_bits(k_all.size()), v_bits(v_all.size());
+  for (size_t i = 0; i < k_all.size(); ++i) {
+    __half hk = __float2half_rn(k_all[i]), hv = __float2half_rn(v_all[i]);
+    k_bits[i] = *reinterpret_cast<uint16_t*>(&hk);
+    v_bits[i] = *reinterpret_cast<uint16_t*>(&hv);
+  }
+
+  std::vector<int32_t> positions, token_tables;
+  for (int s = 0; s < n_seqs; ++s)
+    for (int i = 0; i < new_tokens[s]; ++i) positions.push_back(cached[s] + i), token_tables.push_back(s);
+  std::vector<float> q = random_floats(size_t(n_tokens) * size_t(q_dim));
+  const float scale = 1.0f / std::sqrt(float(sh.head_dim));
+
+  DeviceBuffer<uint16_t> dk(k_bits), dv(v_bits);
+  DeviceBuffer<int32_t> dpos(positions), dtt(token_tables), dtab(tables);
+  DeviceBuffer<float> dq(q), dout(size_t(n_tokens) * size_t(q_dim));
+  poison(dout);
+  DeviceBuffer<float> dpart(kernels::attention_partial_floats(n_tokens, sh.n_heads, sh.head_dim, max_len - 1));
+  kernels::AttentionArgs a;
+  a.q = dq.get();
+  a.ldq = q_dim;
+  a.out = dout.get();
+  a.ldo = q_dim;
+  a.cache = {dk.get(), dv.get()};
+  a.positions = dpos.get();
+  a.token_tables = dtt.get();
+  a.block_tables = dtab.get();
+  a.table_stride = blocks_per_seq;
+  a.n_tokens = n_tokens;
+  a.n_heads = sh.n_heads;
+  a.n_kv_heads = sh.n_kv_heads;
+  a.head_dim = sh.head_dim;
+  a.max_position = max_len - 1;
+  a.scale = scale;
+  a.partials = dpart.get();
+  kernels::launch_attention(a, nullptr);
+  std::vector<float> got = dout.download();
+
+  std::vector<double> ref(got.size());
+  const int group = sh.n_heads / sh.n_kv_heads;
+  for (int t = 0; t < n_tokens; ++t) {
+    const int seq = token_tables[size_t(t)], pos = positions[size_t(t)];
+    for (int h = 0; h < sh.n_heads; ++h) {
+      const int kvh = h / group;
+      std::vector<double> scores(size_t(pos) + 1);
+      double mx = -1e300;
+      for (int p = 0; p <= pos; ++p) {
+        size_t row = (size_t(tables[size_t(seq * blocks_per_seq + p / 16)]) * 16 + size_t(p % 16)) * size_t(kv_dim) +
+                     size_t(kvh * sh.head_dim);
+        double s = 0;
+        for (int e = 0; e < sh.head_dim; ++e) s += double(q[size_t(t * q_dim + h * sh.head_dim + e)]) * k_all[row + size_t(e)];
+        scores[size_t(p)] = s * scale;
+        mx = std::max(mx, scores[size_t(p)]);
+      }
+      double sum = 0;
+      for (auto& s : scores) sum += (s = std::exp(s - mx));
+      for (int e = 0; e < sh.head_dim; ++e) {
+        double acc = 0;
+        for (int p = 0; p <= pos; ++p) {
+          size_t row = (size_t(tables[size_t(seq * blocks_per_seq + p / 16)]) * 16 + size_t(p % 16)) * size_t(kv_dim) +
+                       size_t(kvh * sh.head_dim);
+          acc += scores[size_t(p)] / sum * v_all[row + size_t(e)];
+        }
+        ref[size_t(t * q_dim + h * sh.head_dim + e)] = acc;
+      }
+    }
+  }
+  CHECK(count_mismatches("attention", got, ref, 2e-4, 1e-3) == 0);
+}
+
+}  // namespace
+
+TEST_CASE("decode: one token per sequence, GQA shapes of real models") {
+  check_attention({32, 8, 128}, {511, 37, 4095}, {1, 1, 1});   // Llama-3-8B, split-K at 4096
+  check_attention({9, 3, 64}, {100, 1}, {1, 1});                // SmolLM2
+  check_attention({64, 8, 128}, {700}, {1});                    // Qwen3-32B: 8 heads per KV head
+  check_attention({4, 4, 32}, {0, 16, 17}, {1, 1, 1});          // no GQA, block edges
+  check_attention({4, 2, 16}, {40}, {1});                       // tiny test models: half the lanes idle
+}
+
+TEST_CASE("prefill: many tokens of one sequence attend causally, also after cached ones") {
+  check_attention({8, 2, 64}, {0}, {77});
+  check_attention({8, 2, 128}, {300}, {33});
+  check_attention({16, 4, 256}, {5, 0}, {20, 9});
+}
+
+TEST_CASE("kv_write stores fp16 rows in their slots") {
+  const int n = 7, kv_dim = 96;
+  std::vector<float> k = random_floats(size_t(n * kv_dim)), v = random_floats(size_t(n * kv_dim));
+  std::vector<int32_t> slots = {5, 0, 31, 16, 2, 47, 9};
+  DeviceBuffer<float> dk(k), dv(v);
+  DeviceBuffer<int32_t> ds(slots);
+  DeviceBuffer<uint16_t> ck(size_t(48 * kv_dim)), cv(size_t(48 * kv_dim));
+  kernels::launch_fill_u16(ck.get(), ck.size(), 0x7E00, nullptr);
+  kernels::launch_fill_u16(cv.get(), cv.size(), 0x7E00, nullptr);
+  kernels::launch_kv_write(dk.get(), dv.get(), kv_dim, n, kv_dim, ds.get(), {ck.get(), cv.get()}, nullptr);
+  auto hk = ck.download(), hv = cv.download();
+  int bad = 0;
+  for (int t = 0; t < n; ++t)
+    for (int i = 0; i < kv_dim; ++i) {
+      uint16_t bk = hk[size_t(slots[size_t(t)] * kv_dim + i)], bv = hv[size_t(slots[size_t(t)] * kv_dim + i)];
+      __half h1 = *reinterpret_cast<__half*>(&bk), h2 = *reinterpret_cast<__half*>(&bv);
+      bad += __half2float(h1) != round_half(k[size_t(t * kv_dim + i)]);
+      bad += __half2float(h2) != round_half(v[size_t(t * kv_dim + i)]);
+    }
+  CHECK(bad == 0);
+}
