@@ -22,7 +22,9 @@ namespace voltad::placement {
 
 namespace {
 
-std::string errno_text(int e) { return std::strerror(e); }
+std::string errno_text(int e) {
+  return std::strerror(e);
+}
 
 std::string join(const std::vector<std::string>& items, const char* sep) {
   std::string out;
@@ -53,20 +55,28 @@ struct NodeMask {
 
 int kernel_mode(MemoryPolicy p) {
   switch (p) {
-    case MemoryPolicy::bind: return MPOL_BIND;
-    case MemoryPolicy::preferred: return MPOL_PREFERRED;
-    case MemoryPolicy::interleave: return MPOL_INTERLEAVE;
-    case MemoryPolicy::off: break;
+    case MemoryPolicy::bind:
+      return MPOL_BIND;
+    case MemoryPolicy::preferred:
+      return MPOL_PREFERRED;
+    case MemoryPolicy::interleave:
+      return MPOL_INTERLEAVE;
+    case MemoryPolicy::off:
+      break;
   }
   return MPOL_DEFAULT;
 }
 
 MemoryPolicy from_kernel_mode(int mode) {
   switch (mode & 0xff) {  // high bits are MPOL_F_* flags
-    case MPOL_BIND: return MemoryPolicy::bind;
-    case MPOL_PREFERRED: return MemoryPolicy::preferred;
-    case MPOL_INTERLEAVE: return MemoryPolicy::interleave;
-    default: return MemoryPolicy::off;
+    case MPOL_BIND:
+      return MemoryPolicy::bind;
+    case MPOL_PREFERRED:
+      return MemoryPolicy::preferred;
+    case MPOL_INTERLEAVE:
+      return MemoryPolicy::interleave;
+    default:
+      return MemoryPolicy::off;
   }
 }
 
@@ -99,12 +109,14 @@ std::string bind_cpus(const IndexList& cpus, IndexList& bound) {
   if (hwloc_topology_init(&raw) != 0) return "hwloc could not start: " + errno_text(errno);
   std::unique_ptr<hwloc_topology, TopologyDeleter> topo(raw);
   // Binding needs no devices; the plain CPU topology loads in a millisecond.
-  if (hwloc_topology_load(raw) != 0) return "hwloc could not read this machine: " + errno_text(errno);
+  if (hwloc_topology_load(raw) != 0)
+    return "hwloc could not read this machine: " + errno_text(errno);
   Bitmap want(hwloc_bitmap_alloc()), got(hwloc_bitmap_alloc());
   for (unsigned c : cpus) hwloc_bitmap_set(want.get(), c);
   std::string problem;
   if (hwloc_set_cpubind(raw, want.get(), HWLOC_CPUBIND_PROCESS) != 0)
-    problem = "could not bind the process to CPUs " + format_index_list(cpus) + ": " + errno_text(errno);
+    problem =
+        "could not bind the process to CPUs " + format_index_list(cpus) + ": " + errno_text(errno);
   if (hwloc_get_cpubind(raw, got.get(), HWLOC_CPUBIND_PROCESS) == 0)
     for (int i = hwloc_bitmap_first(got.get()); i >= 0; i = hwloc_bitmap_next(got.get(), i))
       bound.push_back(static_cast<unsigned>(i));
@@ -132,10 +144,11 @@ std::string bind_memory(MemoryPolicy policy, const IndexList& nodes, AppliedPlac
 }
 
 void log_summary(const AppliedPlacement& a) {
-  std::string gpu = a.gpu_bus_id.empty() ? "no GPU" : "GPU " + a.gpu_bus_id + " (" + a.gpu_model + ")";
-  std::string mem = a.policy == MemoryPolicy::off
-                        ? "memory: kernel default"
-                        : "memory: " + std::string(to_string(a.policy)) + " to node(s) " + format_index_list(a.nodes);
+  std::string gpu =
+      a.gpu_bus_id.empty() ? "no GPU" : "GPU " + a.gpu_bus_id + " (" + a.gpu_model + ")";
+  std::string mem = a.policy == MemoryPolicy::off ? "memory: kernel default"
+                                                  : "memory: " + std::string(to_string(a.policy)) +
+                                                        " to node(s) " + format_index_list(a.nodes);
   spdlog::info("placement: {}; CPUs {}{}; {}; {} worker threads", gpu, format_index_list(a.cpus),
                a.cpus_bound ? "" : " (not bound)", mem, a.threads);
 }
@@ -148,11 +161,13 @@ Result<AppliedPlacement> apply_placement(const PlacementPlan& plan, bool strict)
                       ", not for this machine; plan with the system topology to apply it");
   std::vector<std::string> problems = plan.shortfalls;
   if (int n = thread_count(); n > 1 && plan.policy != MemoryPolicy::off)
-    problems.push_back(std::to_string(n) + " threads already run: the memory policy covers only the "
+    problems.push_back(std::to_string(n) +
+                       " threads already run: the memory policy covers only the "
                        "calling thread and the threads it starts from now on");
   auto refuse = [&](const std::vector<std::string>& why) {
-    return make_error("placement.strict is true and the placement cannot be applied as configured: " +
-                      join(why, "; "));
+    return make_error(
+        "placement.strict is true and the placement cannot be applied as configured: " +
+        join(why, "; "));
   };
   // Refuse before changing anything when the plan already falls short.
   if (strict && !problems.empty()) return refuse(problems);
@@ -169,8 +184,8 @@ Result<AppliedPlacement> apply_placement(const PlacementPlan& plan, bool strict)
   for (auto& [key, value] : plan.environment) {
     const char* old = std::getenv(key.c_str());
     if (old && value != old)
-      a.warnings.push_back(key + " was '" + old + "' in the environment; voltad set it to '" + value +
-                           "' so that CUDA shows exactly the chosen GPU");
+      a.warnings.push_back(key + " was '" + old + "' in the environment; voltad set it to '" +
+                           value + "' so that CUDA shows exactly the chosen GPU");
     if (setenv(key.c_str(), value.c_str(), 1) != 0)
       runtime.push_back("could not set " + key + ": " + errno_text(errno));
     a.environment.emplace_back(key, value);
@@ -189,7 +204,9 @@ Result<AppliedPlacement> apply_placement(const PlacementPlan& plan, bool strict)
   return a;
 }
 
-HostBuffer::HostBuffer(HostBuffer&& o) noexcept { *this = std::move(o); }
+HostBuffer::HostBuffer(HostBuffer&& o) noexcept {
+  *this = std::move(o);
+}
 
 HostBuffer& HostBuffer::operator=(HostBuffer&& o) noexcept {
   if (this != &o) {
@@ -206,17 +223,21 @@ HostBuffer::~HostBuffer() {
   if (data_) munmap(data_, size_);
 }
 
-size_t HostBuffer::pages() const { return size_ / static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
+size_t HostBuffer::pages() const {
+  return size_ / static_cast<size_t>(sysconf(_SC_PAGESIZE));
+}
 
 Result<HostBuffer> allocate_node_local(size_t bytes, const PlacementPlan& plan) {
   if (bytes == 0) return make_error("a staging buffer of 0 bytes was asked for");
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  if (bytes > SIZE_MAX - page) return make_error("a staging buffer of " + std::to_string(bytes) + " bytes is too large");
+  if (bytes > SIZE_MAX - page)
+    return make_error("a staging buffer of " + std::to_string(bytes) + " bytes is too large");
   HostBuffer buf;
   buf.size_ = (bytes + page - 1) / page * page;
   void* p = mmap(nullptr, buf.size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED)
-    return make_error("cannot map " + std::to_string(buf.size_) + " bytes for a staging buffer: " + errno_text(errno));
+    return make_error("cannot map " + std::to_string(buf.size_) +
+                      " bytes for a staging buffer: " + errno_text(errno));
   buf.data_ = p;
 
   // Bind before the first touch: pages are placed when they are first written.
@@ -226,8 +247,9 @@ Result<HostBuffer> allocate_node_local(size_t bytes, const PlacementPlan& plan) 
     if (mbind(p, buf.size_, mode, mask.words.data(), mask.maxnode, 0) == 0) {
       buf.nodes_ = plan.nodes;
     } else {
-      std::string why = "could not bind a " + std::to_string(buf.size_) + "-byte staging buffer to node(s) " +
-                        format_index_list(plan.nodes) + ": " + errno_text(errno);
+      std::string why = "could not bind a " + std::to_string(buf.size_) +
+                        "-byte staging buffer to node(s) " + format_index_list(plan.nodes) + ": " +
+                        errno_text(errno);
       if (plan.strict) return make_error("placement.strict is true and " + why);
       // Every later buffer would fail the same way: say it once.
       static std::atomic<bool> warned{false};
@@ -253,8 +275,9 @@ Result<HostBuffer> allocate_node_local(size_t bytes, const PlacementPlan& plan) 
         if (s < 0 || !contains_all(buf.nodes_, {static_cast<unsigned>(s)})) ++buf.pages_off_node_;
     }
     if (buf.pages_off_node_)
-      spdlog::warn("placement: {} of {} staging pages are not on node(s) {} (the node is short of memory?)",
-                   buf.pages_off_node_, buf.pages(), format_index_list(buf.nodes_));
+      spdlog::warn(
+          "placement: {} of {} staging pages are not on node(s) {} (the node is short of memory?)",
+          buf.pages_off_node_, buf.pages(), format_index_list(buf.nodes_));
   }
   return buf;
 }

@@ -24,9 +24,9 @@ struct AppliedPlacement {
   std::string gpu_bus_id;  // empty without a GPU
   std::string gpu_uuid;
   std::string gpu_model;
-  IndexList cpus;          // the process's CPU affinity
+  IndexList cpus;  // the process's CPU affinity
   bool cpus_bound = false;
-  IndexList nodes;         // the main thread's memory policy nodes
+  IndexList nodes;  // the main thread's memory policy nodes
   MemoryPolicy policy = MemoryPolicy::off;
   unsigned threads = 0;
   std::vector<std::pair<std::string, std::string>> environment;
@@ -58,7 +58,7 @@ class HostBuffer {
   ~HostBuffer();
 
   void* data() const { return data_; }
-  size_t size() const { return size_; }  // the request rounded up to whole pages
+  size_t size() const { return size_; }              // the request rounded up to whole pages
   const IndexList& nodes() const { return nodes_; }  // bound to; empty: not bound
   size_t pages() const;
   size_t pages_off_node() const { return pages_off_node_; }  // found elsewhere after touching

@@ -44,7 +44,8 @@ Result<IndexList> parse_index_list(const std::string& text, const std::string& w
     std::string_view item = rest.substr(0, comma);
     rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
     if (item.empty() && comma != std::string_view::npos)
-      return make_error(what + ": '" + text + "' has an empty item (two commas, or a trailing comma)");
+      return make_error(what + ": '" + text +
+                        "' has an empty item (two commas, or a trailing comma)");
     size_t dash = item.find('-');
     auto lo = parse_number(item.substr(0, dash));
     auto hi = dash == std::string_view::npos ? lo : parse_number(item.substr(dash + 1));
@@ -54,7 +55,8 @@ Result<IndexList> parse_index_list(const std::string& text, const std::string& w
     if (*hi < *lo)
       return make_error(what + ": the range '" + std::string(item) + "' runs backwards");
     if (*hi > kMaxIndex)
-      return make_error(what + ": " + std::to_string(*hi) + " is far beyond any machine's CPU numbers");
+      return make_error(what + ": " + std::to_string(*hi) +
+                        " is far beyond any machine's CPU numbers");
     for (unsigned v = *lo; v <= *hi; ++v) out.push_back(v);
   }
   if (out.empty()) return make_error(what + ": the list is empty");

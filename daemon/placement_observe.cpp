@@ -85,7 +85,8 @@ Result<NumaMapsEntry> parse_numa_maps_line(const std::string& line) {
     size_t eq = field.find('=');
     if (field.size() < 3 || field[0] != 'N' || eq == std::string::npos) continue;
     try {
-      e.pages_on_node[static_cast<unsigned>(std::stoul(field.substr(1, eq - 1)))] = std::stoull(field.substr(eq + 1));
+      e.pages_on_node[static_cast<unsigned>(std::stoul(field.substr(1, eq - 1)))] =
+          std::stoull(field.substr(eq + 1));
     } catch (...) {
       // A field we do not know that starts with N: not a node count.
     }
@@ -96,7 +97,9 @@ Result<NumaMapsEntry> parse_numa_maps_line(const std::string& line) {
 Result<std::vector<NumaMapsEntry>> read_numa_maps(int pid, const std::string& proc_root) {
   std::string path = pid_dir(pid, proc_root) + "/numa_maps";
   std::ifstream in(path);
-  if (!in) return make_error(path + ": " + std::strerror(errno) + " (a kernel without NUMA support has none)");
+  if (!in)
+    return make_error(path + ": " + std::strerror(errno) +
+                      " (a kernel without NUMA support has none)");
   std::vector<NumaMapsEntry> out;
   std::string line;
   while (std::getline(in, line)) {
@@ -108,14 +111,14 @@ Result<std::vector<NumaMapsEntry>> read_numa_maps(int pid, const std::string& pr
   return out;
 }
 
-std::vector<std::string> check_tasks_against(const std::vector<TaskPlacement>& tasks, const IndexList& cpus,
-                                             const IndexList& nodes) {
+std::vector<std::string> check_tasks_against(const std::vector<TaskPlacement>& tasks,
+                                             const IndexList& cpus, const IndexList& nodes) {
   std::vector<std::string> out;
   for (auto& t : tasks) {
     std::string who = "thread " + std::to_string(t.tid) + " (" + t.name + ")";
     if (t.cpus_allowed != cpus)
-      out.push_back(who + " runs on CPUs " + format_index_list(t.cpus_allowed) + ", the plan says " +
-                    format_index_list(cpus));
+      out.push_back(who + " runs on CPUs " + format_index_list(t.cpus_allowed) +
+                    ", the plan says " + format_index_list(cpus));
     if (!contains_all(t.mems_allowed, nodes))
       out.push_back(who + " may use memory nodes " + format_index_list(t.mems_allowed) +
                     " only, the plan needs " + format_index_list(nodes));
@@ -123,8 +126,9 @@ std::vector<std::string> check_tasks_against(const std::vector<TaskPlacement>& t
   return out;
 }
 
-std::vector<std::string> check_mapping_against(const std::vector<NumaMapsEntry>& maps, const void* start,
-                                               MemoryPolicy policy, const IndexList& nodes) {
+std::vector<std::string> check_mapping_against(const std::vector<NumaMapsEntry>& maps,
+                                               const void* start, MemoryPolicy policy,
+                                               const IndexList& nodes) {
   auto addr = reinterpret_cast<uint64_t>(start);
   const NumaMapsEntry* e = nullptr;
   for (auto& m : maps)
@@ -135,11 +139,12 @@ std::vector<std::string> check_mapping_against(const std::vector<NumaMapsEntry>&
   if (policy != MemoryPolicy::off && (e->policy != want || e->policy_nodes != nodes))
     out.push_back("the buffer's policy is " + e->policy + ":" + format_index_list(e->policy_nodes) +
                   ", the plan says " + want + ":" + format_index_list(nodes));
-  if (e->pages_on_node.empty()) out.push_back("numa_maps shows no pages for the buffer (was it touched?)");
+  if (e->pages_on_node.empty())
+    out.push_back("numa_maps shows no pages for the buffer (was it touched?)");
   for (auto& [node, pages] : e->pages_on_node)
     if (!contains_all(nodes, {node}))
-      out.push_back(std::to_string(pages) + " of the buffer's pages are on node " + std::to_string(node) +
-                    ", the plan says " + format_index_list(nodes));
+      out.push_back(std::to_string(pages) + " of the buffer's pages are on node " +
+                    std::to_string(node) + ", the plan says " + format_index_list(nodes));
   return out;
 }
 

@@ -9,10 +9,14 @@ namespace voltad::placement {
 
 const char* to_string(MemoryPolicy p) {
   switch (p) {
-    case MemoryPolicy::off: return "off";
-    case MemoryPolicy::bind: return "bind";
-    case MemoryPolicy::preferred: return "preferred";
-    case MemoryPolicy::interleave: return "interleave";
+    case MemoryPolicy::off:
+      return "off";
+    case MemoryPolicy::bind:
+      return "bind";
+    case MemoryPolicy::preferred:
+      return "preferred";
+    case MemoryPolicy::interleave:
+      return "interleave";
   }
   return "?";
 }
@@ -20,7 +24,8 @@ const char* to_string(MemoryPolicy p) {
 namespace {
 
 bool all_digits(const std::string& s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
+  return !s.empty() &&
+         std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
 }
 
 std::string lower(std::string s) {
@@ -49,15 +54,19 @@ std::string gpu_roster(const Topology& t) {
 std::string describe_pci(const PciDevice& d) {
   std::string who = d.vendor_name.empty() ? "vendor 0x" + hex4(d.vendor_id) : d.vendor_name;
   if (!d.device_name.empty()) who += " " + d.device_name;
-  return who + " [" + hex4(d.vendor_id) + ":" + hex4(d.device_id) + "], PCI class " + hex4(d.class_id);
+  return who + " [" + hex4(d.vendor_id) + ":" + hex4(d.device_id) + "], PCI class " +
+         hex4(d.class_id);
 }
 
 std::string no_gpu_message(const Topology& t) {
-  std::string m = "no NVIDIA GPU in " + t.source +
-                  ": hwloc found no PCI device of vendor 0x10de with class 0300 (VGA) or 0302 (3D controller)";
+  std::string m =
+      "no NVIDIA GPU in " + t.source +
+      ": hwloc found no PCI device of vendor 0x10de with class 0300 (VGA) or 0302 (3D controller)";
   if (t.pci_devices.empty())
-    m += "; it saw no PCI devices at all, so it may lack PCI access here (no /sys/bus/pci in a container?)";
-  for (auto& d : t.other_displays) m += "; " + d.bus_id + " is " + describe_pci(d) + ", which voltad never uses";
+    m += "; it saw no PCI devices at all, so it may lack PCI access here (no /sys/bus/pci in a "
+         "container?)";
+  for (auto& d : t.other_displays)
+    m += "; " + d.bus_id + " is " + describe_pci(d) + ", which voltad never uses";
   return m + ". To serve without a GPU set engine.backend: cpu";
 }
 
@@ -74,16 +83,18 @@ Result<std::optional<Gpu>> by_index(const Topology& t, const std::string& spec) 
   return std::optional<Gpu>(t.gpus[i]);
 }
 
-Result<std::optional<Gpu>> by_bus_id(const Topology& t, const std::string& spec, const std::string& bus_id) {
+Result<std::optional<Gpu>> by_bus_id(const Topology& t, const std::string& spec,
+                                     const std::string& bus_id) {
   for (auto& g : t.gpus)
     if (g.pci.bus_id == bus_id) return std::optional<Gpu>(g);
   for (auto& d : t.pci_devices)
     if (d.bus_id == bus_id)
-      return make_error("placement.gpu: " + spec + " is not an NVIDIA GPU: it is " + describe_pci(d) +
-                        ". voltad serves only NVIDIA GPUs (vendor 0x10de, class 0300 or 0302); NVIDIA GPUs in " +
-                        t.source + ": " + gpu_roster(t));
-  return make_error("placement.gpu: no PCI device at " + spec + " in " + t.source + "; its NVIDIA GPUs: " +
-                    gpu_roster(t));
+      return make_error(
+          "placement.gpu: " + spec + " is not an NVIDIA GPU: it is " + describe_pci(d) +
+          ". voltad serves only NVIDIA GPUs (vendor 0x10de, class 0300 or 0302); NVIDIA GPUs in " +
+          t.source + ": " + gpu_roster(t));
+  return make_error("placement.gpu: no PCI device at " + spec + " in " + t.source +
+                    "; its NVIDIA GPUs: " + gpu_roster(t));
 }
 
 Result<std::optional<Gpu>> by_uuid(const Topology& t, const std::string& spec) {
@@ -94,11 +105,13 @@ Result<std::optional<Gpu>> by_uuid(const Topology& t, const std::string& spec) {
     known += (known.empty() ? "" : ", ") + g.uuid + " (" + g.pci.bus_id + ")";
   }
   if (known.empty())
-    return make_error("placement.gpu: cannot find " + spec + ": no GPU UUID is known in " + t.source +
+    return make_error("placement.gpu: cannot find " + spec + ": no GPU UUID is known in " +
+                      t.source +
                       " (hwloc has no NVML/CUDA device with one and the NVIDIA driver's "
                       "/proc/driver/nvidia/gpus gave none); name the GPU by index or PCI bus id: " +
                       gpu_roster(t));
-  return make_error("placement.gpu: no NVIDIA GPU has UUID " + spec + " in " + t.source + "; known: " + known);
+  return make_error("placement.gpu: no NVIDIA GPU has UUID " + spec + " in " + t.source +
+                    "; known: " + known);
 }
 
 // Union of the nodes' CPUs.
@@ -138,7 +151,8 @@ Result<MemoryPolicy> parse_policy(const std::string& s) {
   if (s == "preferred") return MemoryPolicy::preferred;
   if (s == "interleave") return MemoryPolicy::interleave;
   if (s == "off") return MemoryPolicy::off;
-  return make_error("placement.membind: invalid policy '" + s + "' (bind, preferred, interleave or off)");
+  return make_error("placement.membind: invalid policy '" + s +
+                    "' (bind, preferred, interleave or off)");
 }
 
 // Memory nodes from placement.numa.
@@ -166,7 +180,8 @@ Status choose_nodes(const Topology& t, const config::PlacementSection& cfg, Plac
     return {};
   }
   if (!all_digits(cfg.numa))
-    return make_error("placement.numa: invalid value '" + cfg.numa + "' (auto, off or a node number)");
+    return make_error("placement.numa: invalid value '" + cfg.numa +
+                      "' (auto, off or a node number)");
   unsigned long n = cfg.numa.size() > 6 ? ~0ul : std::stoul(cfg.numa);
   if (n > ~0u || !t.node(static_cast<unsigned>(n)))
     return make_error("placement.numa: NUMA node " + cfg.numa + " does not exist in " + t.source +
@@ -190,14 +205,16 @@ Status choose_cpus(const Topology& t, const config::PlacementSection& cfg, Place
   }
   if (scope.empty()) {
     if (!p.nodes.empty())
-      p.warnings.push_back(node_words(p.nodes) + " has no CPUs of its own (a memory-only node); "
+      p.warnings.push_back(node_words(p.nodes) +
+                           " has no CPUs of its own (a memory-only node); "
                            "the CPUs are chosen from the whole machine");
     scope = t.cpus;
     scope_name = "the machine";
   }
   IndexList allowed = t.allowed_cpus.empty() ? t.cpus : t.allowed_cpus;
   auto fall_back = [&](const std::string& why) {
-    p.shortfalls.push_back(why + "; the process stays on its allowed CPUs " + format_index_list(allowed));
+    p.shortfalls.push_back(why + "; the process stays on its allowed CPUs " +
+                           format_index_list(allowed));
     p.cpus = allowed;
     p.cpus_choice = "the allowed CPUs (see shortfalls)";
   };
@@ -210,9 +227,10 @@ Status choose_cpus(const Topology& t, const config::PlacementSection& cfg, Place
       return {};
     }
     if (IndexList hidden = subtract(scope, allowed); !hidden.empty())
-      p.shortfalls.push_back("CPUs " + format_index_list(hidden) + " of " + scope_name +
-                             " are outside this process's allowed CPUs (a cgroup cpuset limits them); "
-                             "the plan uses the rest");
+      p.shortfalls.push_back(
+          "CPUs " + format_index_list(hidden) + " of " + scope_name +
+          " are outside this process's allowed CPUs (a cgroup cpuset limits them); "
+          "the plan uses the rest");
     bool all = cfg.cpus == "all-threads";
     p.cpus = all ? usable : one_per_core(t, usable);
     p.cpus_choice = (all ? "every hardware thread of " : "one per physical core of ") + scope_name;
@@ -223,8 +241,8 @@ Status choose_cpus(const Topology& t, const config::PlacementSection& cfg, Place
   if (!wanted) return wanted.error();
   if (IndexList unknown = subtract(*wanted, t.cpus); !unknown.empty())
     return make_error("placement.cpus: CPU" + std::string(unknown.size() == 1 ? " " : "s ") +
-                      format_index_list(unknown) + " not in " + t.source + " (its CPUs: " +
-                      format_index_list(t.cpus) + ")");
+                      format_index_list(unknown) + " not in " + t.source +
+                      " (its CPUs: " + format_index_list(t.cpus) + ")");
   IndexList usable = intersect(*wanted, allowed);
   if (usable.empty()) {
     fall_back("placement.cpus " + cfg.cpus + " lies entirely outside this process's allowed CPUs");
@@ -236,8 +254,8 @@ Status choose_cpus(const Topology& t, const config::PlacementSection& cfg, Place
                            format_index_list(usable));
   if (scope_name != "the machine")
     if (IndexList far = subtract(usable, scope); !far.empty())
-      p.warnings.push_back("placement.cpus lists CPUs " + format_index_list(far) + " that are not on " +
-                           scope_name + " (" + format_index_list(scope) +
+      p.warnings.push_back("placement.cpus lists CPUs " + format_index_list(far) +
+                           " that are not on " + scope_name + " (" + format_index_list(scope) +
                            "): threads there reach the memory and the GPU across the socket link");
   p.cpus = usable;
   p.cpus_choice = "placement.cpus: " + cfg.cpus;
@@ -258,8 +276,9 @@ Result<std::optional<Gpu>> find_gpu(const Topology& t, const std::string& spec, 
   if (all_digits(spec)) return by_index(t, spec);
   if (auto bus = normalize_bus_id(spec)) return by_bus_id(t, spec, *bus);
   if (lower(spec).rfind("gpu-", 0) == 0) return by_uuid(t, spec);
-  return make_error("placement.gpu: invalid GPU '" + spec +
-                    "' (auto, an index such as 0, a PCI bus id such as 0000:b7:00.0, or GPU-<uuid>)");
+  return make_error(
+      "placement.gpu: invalid GPU '" + spec +
+      "' (auto, an index such as 0, a PCI bus id such as 0000:b7:00.0, or GPU-<uuid>)");
 }
 
 std::string cuda_visible_devices(const Topology& t, const Gpu& gpu) {
@@ -295,9 +314,11 @@ Result<PlacementPlan> plan_placement(const Topology& t, const config::PlacementS
       std::string listed;
       for (auto& g : t.gpus)
         if (g.cuda_listed) listed += (listed.empty() ? "" : ", ") + g.pci.bus_id + " " + g.model;
-      return make_error("placement.gpu: " + cfg.gpu + " is " + p.gpu->pci.bus_id + " (" + p.gpu->model +
-                        "), which has no CUDA device in " + t.source +
-                        ": the NVIDIA driver does not list it, so CUDA cannot use it. GPUs CUDA lists: " + listed);
+      return make_error(
+          "placement.gpu: " + cfg.gpu + " is " + p.gpu->pci.bus_id + " (" + p.gpu->model +
+          "), which has no CUDA device in " + t.source +
+          ": the NVIDIA driver does not list it, so CUDA cannot use it. GPUs CUDA lists: " +
+          listed);
     }
   } else {
     p.gpu_choice = "none (no NVIDIA GPU; engine.backend needs none)";
@@ -306,10 +327,12 @@ Result<PlacementPlan> plan_placement(const Topology& t, const config::PlacementS
   auto policy = parse_policy(cfg.membind);
   if (!policy) return policy.error();
   if (Status s = choose_nodes(t, cfg, p); !s) return s.error();
-  if (IndexList hidden = subtract(p.nodes, t.allowed_nodes); !hidden.empty() && !t.allowed_nodes.empty()) {
-    p.shortfalls.push_back(node_words(hidden) + " outside this process's allowed memory nodes (" +
-                           format_index_list(t.allowed_nodes) + "; a cgroup cpuset limits them)" +
-                           (hidden.size() == p.nodes.size() ? ": memory is not bound" : ": using the rest"));
+  if (IndexList hidden = subtract(p.nodes, t.allowed_nodes);
+      !hidden.empty() && !t.allowed_nodes.empty()) {
+    p.shortfalls.push_back(
+        node_words(hidden) + " outside this process's allowed memory nodes (" +
+        format_index_list(t.allowed_nodes) + "; a cgroup cpuset limits them)" +
+        (hidden.size() == p.nodes.size() ? ": memory is not bound" : ": using the rest"));
     p.nodes = intersect(p.nodes, t.allowed_nodes);
   }
   p.policy = p.nodes.empty() ? MemoryPolicy::off : *policy;
@@ -326,7 +349,8 @@ Result<PlacementPlan> plan_placement(const Topology& t, const config::PlacementS
                          std::to_string(p.physical_cores) + " physical cores of CPUs " +
                          format_index_list(p.cpus) + ": threads will share cores");
 
-  if (p.gpu && !p.nodes.empty() && !p.gpu->nodes.empty() && intersect(p.nodes, p.gpu->nodes).empty())
+  if (p.gpu && !p.nodes.empty() && !p.gpu->nodes.empty() &&
+      intersect(p.nodes, p.gpu->nodes).empty())
     p.warnings.push_back("GPU " + p.gpu->pci.bus_id + " sits on " + node_words(p.gpu->nodes) +
                          " but memory goes to " + node_words(p.nodes) + " (" + p.nodes_choice +
                          "): every copy between host and GPU crosses the socket link");

@@ -29,15 +29,15 @@ struct PlacementPlan {
   bool for_this_system = false;  // only such a plan may be applied
   bool strict = false;           // placement.strict
 
-  std::optional<Gpu> gpu;        // none only when !gpu_required
-  std::string gpu_choice;        // why this GPU: "placement.gpu auto: first NVIDIA GPU in PCI bus order"
+  std::optional<Gpu> gpu;  // none only when !gpu_required
+  std::string gpu_choice;  // why this GPU: "placement.gpu auto: first NVIDIA GPU in PCI bus order"
 
-  IndexList nodes;               // memory goes here; empty: no NUMA binding
-  std::string nodes_choice;      // "the GPU's node", "placement.numa: 0", ...
-  IndexList cpus;                // the process is bound to these; never empty
-  std::string cpus_choice;       // "one per physical core of node 1", ...
-  unsigned physical_cores = 0;   // distinct cores among `cpus`
-  unsigned threads = 0;          // worker threads
+  IndexList nodes;              // memory goes here; empty: no NUMA binding
+  std::string nodes_choice;     // "the GPU's node", "placement.numa: 0", ...
+  IndexList cpus;               // the process is bound to these; never empty
+  std::string cpus_choice;      // "one per physical core of node 1", ...
+  unsigned physical_cores = 0;  // distinct cores among `cpus`
+  unsigned threads = 0;         // worker threads
   MemoryPolicy policy = MemoryPolicy::off;
 
   // Set before CUDA starts: CUDA_DEVICE_ORDER, CUDA_VISIBLE_DEVICES.
@@ -52,13 +52,15 @@ struct PlacementPlan {
   std::vector<std::string> shortfalls;
 };
 
-Result<PlacementPlan> plan_placement(const Topology& topology, const config::PlacementSection& placement,
+Result<PlacementPlan> plan_placement(const Topology& topology,
+                                     const config::PlacementSection& placement,
                                      const PlanOptions& options = {});
 
 // The GPU a placement.gpu spec names: auto, an index in PCI bus order, a PCI
 // bus id or GPU-<uuid>. With `optional`, auto on a machine without NVIDIA
 // GPUs gives nullopt instead of an error.
-Result<std::optional<Gpu>> find_gpu(const Topology& topology, const std::string& spec, bool optional);
+Result<std::optional<Gpu>> find_gpu(const Topology& topology, const std::string& spec,
+                                    bool optional);
 
 // What CUDA_VISIBLE_DEVICES must say so that CUDA shows exactly this GPU:
 // its UUID when known, else its position in CUDA's PCI bus order.

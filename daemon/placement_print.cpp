@@ -27,7 +27,8 @@ std::string gib(uint64_t bytes) {
 }
 
 std::string gpu_model(const Gpu& g) {
-  return g.model.empty() ? "NVIDIA " + hex4(g.pci.vendor_id) + ":" + hex4(g.pci.device_id) : g.model;
+  return g.model.empty() ? "NVIDIA " + hex4(g.pci.vendor_id) + ":" + hex4(g.pci.device_id)
+                         : g.model;
 }
 
 unsigned cores_in(const Topology& t, const IndexList& cpus) {
@@ -55,8 +56,12 @@ void field(std::string& out, const std::string& label, const std::vector<std::st
 }
 
 json pci_json(const PciDevice& d) {
-  return {{"bus_id", d.bus_id},         {"vendor_id", hex4(d.vendor_id)}, {"device_id", hex4(d.device_id)},
-          {"class", hex4(d.class_id)},  {"vendor", d.vendor_name},        {"device", d.device_name}};
+  return {{"bus_id", d.bus_id},
+          {"vendor_id", hex4(d.vendor_id)},
+          {"device_id", hex4(d.device_id)},
+          {"class", hex4(d.class_id)},
+          {"vendor", d.vendor_name},
+          {"device", d.device_name}};
 }
 
 json gpu_json(const Gpu& g) {
@@ -79,16 +84,18 @@ json gpu_json(const Gpu& g) {
 std::string machine_text(const Topology& t) {
   std::string out = "Machine: " + t.source + " (read with hwloc API " + t.hwloc_version + ")\n";
   for (auto& p : t.packages)
-    out += "  Package " + std::to_string(p.os_index) + ": " + (p.model.empty() ? "CPU" : p.model) + "; CPUs " +
-           format_index_list(p.cpus) + "; NUMA " + nodes_word(p.nodes) + "\n";
+    out += "  Package " + std::to_string(p.os_index) + ": " + (p.model.empty() ? "CPU" : p.model) +
+           "; CPUs " + format_index_list(p.cpus) + "; NUMA " + nodes_word(p.nodes) + "\n";
   for (auto& n : t.nodes)
     out += "  NUMA node " + std::to_string(n.os_index) + ": " +
            (n.cpus.empty() ? std::string("no CPUs (memory only)")
-                           : "CPUs " + format_index_list(n.cpus) + " (" + std::to_string(cores_in(t, n.cpus)) +
-                                 " physical cores)") +
+                           : "CPUs " + format_index_list(n.cpus) + " (" +
+                                 std::to_string(cores_in(t, n.cpus)) + " physical cores)") +
            ", " + gib(n.memory_bytes) + "\n";
-  if (t.gpus.empty()) out += "  NVIDIA GPUs: none\n";
-  else out += "  NVIDIA GPUs, in PCI bus order:\n";
+  if (t.gpus.empty())
+    out += "  NVIDIA GPUs: none\n";
+  else
+    out += "  NVIDIA GPUs, in PCI bus order:\n";
   for (auto& g : t.gpus) {
     std::string index = "#" + std::to_string(g.index);
     index.resize(std::max<size_t>(index.size(), 4), ' ');
@@ -99,7 +106,8 @@ std::string machine_text(const Topology& t) {
     out += "\n";
   }
   for (auto& d : t.other_displays)
-    out += "  Never used (not NVIDIA): " + d.bus_id + " " + (d.vendor_name.empty() ? "" : d.vendor_name + " ") +
+    out += "  Never used (not NVIDIA): " + d.bus_id + " " +
+           (d.vendor_name.empty() ? "" : d.vendor_name + " ") +
            (d.device_name.empty() ? "" : d.device_name + " ") + "[" + hex4(d.vendor_id) + ":" +
            hex4(d.device_id) + "], class " + hex4(d.class_id) + "\n";
   if (t.allowed_cpus != t.cpus || t.allowed_nodes != t.node_indexes())
@@ -111,30 +119,36 @@ std::string machine_text(const Topology& t) {
 }
 
 std::string plan_text(const PlacementPlan& p) {
-  std::string out = "Plan for " + p.topology_source +
-                    (p.for_this_system ? ":\n" : " (another machine's topology: nothing can be bound):\n");
+  std::string out =
+      "Plan for " + p.topology_source +
+      (p.for_this_system ? ":\n" : " (another machine's topology: nothing can be bound):\n");
   if (p.gpu)
-    field(out, "GPU", {"#" + std::to_string(p.gpu->index) + " " + p.gpu->pci.bus_id + " " + gpu_model(*p.gpu) +
-                           (p.gpu->uuid.empty() ? "" : ", " + p.gpu->uuid),
-                       "(" + p.gpu_choice + ")"});
+    field(out, "GPU",
+          {"#" + std::to_string(p.gpu->index) + " " + p.gpu->pci.bus_id + " " + gpu_model(*p.gpu) +
+               (p.gpu->uuid.empty() ? "" : ", " + p.gpu->uuid),
+           "(" + p.gpu_choice + ")"});
   else
     field(out, "GPU", {p.gpu_choice});
-  field(out, "NUMA node", {p.nodes.empty() ? "none: memory is not bound to a node (" + p.nodes_choice + ")"
-                                           : nodes_word(p.nodes) + " (" + p.nodes_choice + ")"});
+  field(out, "NUMA node",
+        {p.nodes.empty() ? "none: memory is not bound to a node (" + p.nodes_choice + ")"
+                         : nodes_word(p.nodes) + " (" + p.nodes_choice + ")"});
   field(out, "CPUs", {format_index_list(p.cpus) + " (" + p.cpus_choice + ")"});
-  field(out, "Threads", {std::to_string(p.threads) + " (on " + std::to_string(p.physical_cores) +
-                         " physical core" + (p.physical_cores == 1 ? ")" : "s)")});
+  field(out, "Threads",
+        {std::to_string(p.threads) + " (on " + std::to_string(p.physical_cores) + " physical core" +
+         (p.physical_cores == 1 ? ")" : "s)")});
   field(out, "Memory",
-        {p.policy == MemoryPolicy::off ? "off: the kernel's default policy (first touch)"
-                                       : std::string(to_string(p.policy)) + " to " + nodes_word(p.nodes)});
+        {p.policy == MemoryPolicy::off
+             ? "off: the kernel's default policy (first touch)"
+             : std::string(to_string(p.policy)) + " to " + nodes_word(p.nodes)});
   std::vector<std::string> env;
   for (auto& [k, v] : p.environment) env.push_back(k + "=" + v);
   field(out, "Environment", env);
   field(out, "Warnings", p.warnings);
   field(out, "Shortfalls", p.shortfalls);
   if (!p.shortfalls.empty())
-    out += "  (placement.strict " + std::string(p.strict ? "is true: voltad would refuse to start"
-                                                          : "is false: voltad would warn and do the above") +
+    out += "  (placement.strict " +
+           std::string(p.strict ? "is true: voltad would refuse to start"
+                                : "is false: voltad would warn and do the above") +
            ")\n";
   return out;
 }
@@ -153,8 +167,10 @@ json machine_json(const Topology& t) {
             {"gpus", json::array()},
             {"ignored_display_devices", json::array()}};
   for (auto& p : t.packages)
-    j["packages"].push_back(
-        {{"os_index", p.os_index}, {"model", p.model}, {"cpus", format_index_list(p.cpus)}, {"nodes", p.nodes}});
+    j["packages"].push_back({{"os_index", p.os_index},
+                             {"model", p.model},
+                             {"cpus", format_index_list(p.cpus)},
+                             {"nodes", p.nodes}});
   for (auto& n : t.nodes)
     j["numa_nodes"].push_back({{"os_index", n.os_index},
                                {"cpus", format_index_list(n.cpus)},
@@ -205,7 +221,8 @@ namespace {
 // --print-placement looks at placement only; the daemon itself still
 // requires model.path.
 bool about_model_path(const config::Problem& p) {
-  return p.message == "missing required key 'model.path'" || p.message.rfind("model.path: must not be empty", 0) == 0;
+  return p.message == "missing required key 'model.path'" ||
+         p.message.rfind("model.path: must not be empty", 0) == 0;
 }
 
 }  // namespace
@@ -234,7 +251,8 @@ PrintPlacementOutput render_placement(const PrintPlacementRequest& req) {
     cfg.placement.gpu = req.gpu;
   }
 
-  auto topology = req.topology_xml.empty() ? load_system_topology() : load_topology_xml(req.topology_xml);
+  auto topology =
+      req.topology_xml.empty() ? load_system_topology() : load_topology_xml(req.topology_xml);
   if (!topology) {
     r.err = "voltad: " + topology.error().message + "\n";
     r.exit_code = kExitPlacement;
@@ -248,11 +266,13 @@ PrintPlacementOutput render_placement(const PrintPlacementRequest& req) {
     r.exit_code = topology->gpus.empty() ? kExitUnavailable : kExitPlacement;
   }
   if (req.json) {
-    json j = {{"machine", machine_json(*topology)}, {"plan", plan ? plan_json(*plan) : json(nullptr)}};
+    json j = {{"machine", machine_json(*topology)},
+              {"plan", plan ? plan_json(*plan) : json(nullptr)}};
     if (!plan) j["error"] = plan.error().message;
     r.out = j.dump(2) + "\n";
   } else {
-    r.out = machine_text(*topology) + "\n" + (plan ? plan_text(*plan) : "Plan: none (see the error)\n");
+    r.out =
+        machine_text(*topology) + "\n" + (plan ? plan_text(*plan) : "Plan: none (see the error)\n");
     if (plan && plan->for_this_system)
       r.out += "(--print-placement binds nothing; voltad applies this plan when it starts)\n";
   }

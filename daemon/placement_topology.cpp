@@ -29,13 +29,15 @@ IndexList Topology::node_indexes() const {
 }
 
 std::optional<std::string> normalize_bus_id(const std::string& text) {
-  static const std::regex re("^(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\\.([0-7])$");
+  static const std::regex re(
+      "^(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\\.([0-7])$");
   std::smatch m;
   if (!std::regex_match(text, m, re)) return std::nullopt;
   unsigned long domain = m[1].matched ? std::stoul(m[1].str(), nullptr, 16) : 0;
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%04lx:%02lx:%02lx.%lx", domain, std::stoul(m[2].str(), nullptr, 16),
-                std::stoul(m[3].str(), nullptr, 16), std::stoul(m[4].str(), nullptr, 16));
+  std::snprintf(buf, sizeof buf, "%04lx:%02lx:%02lx.%lx", domain,
+                std::stoul(m[2].str(), nullptr, 16), std::stoul(m[3].str(), nullptr, 16),
+                std::stoul(m[4].str(), nullptr, 16));
   return std::string(buf);
 }
 
@@ -61,7 +63,8 @@ std::string info(hwloc_obj_t obj, const char* name) {
 
 std::string version_string() {
   unsigned v = hwloc_get_api_version();
-  return std::to_string(v >> 16) + "." + std::to_string((v >> 8) & 0xff) + "." + std::to_string(v & 0xff);
+  return std::to_string(v >> 16) + "." + std::to_string((v >> 8) & 0xff) + "." +
+         std::to_string(v & 0xff);
 }
 
 // I/O devices are what placement is about, so they are all kept; bridges
@@ -94,7 +97,9 @@ PciDevice pci_device(hwloc_obj_t obj) {
   return d;
 }
 
-bool is_display_class(uint16_t class_id) { return class_id == 0x0300 || class_id == 0x0302; }
+bool is_display_class(uint16_t class_id) {
+  return class_id == 0x0300 || class_id == 0x0302;
+}
 
 // An OS device the NVIDIA driver stack created: CUDA and NVML devices, and
 // OpenCL devices of NVIDIA's platform. Their presence means CUDA lists the GPU.
@@ -103,18 +108,21 @@ bool is_nvidia_compute_osdev(hwloc_obj_t os) {
   std::string subtype = os->subtype ? os->subtype : "";
   if (subtype == "CUDA" || name.rfind("cuda", 0) == 0) return true;
   if (subtype == "NVML" || info(os, "Backend") == "NVML" || name.rfind("nvml", 0) == 0) return true;
-  if (subtype == "OpenCL" && info(os, "OpenCLPlatformName").find("NVIDIA") != std::string::npos) return true;
+  if (subtype == "OpenCL" && info(os, "OpenCLPlatformName").find("NVIDIA") != std::string::npos)
+    return true;
   return false;
 }
 
 // hwloc names the UUID after its backend (NVML: NVIDIAUUID); take whichever
 // OS device info ends in UUID and looks like one.
 std::string osdev_uuid(hwloc_obj_t os) {
-  static const std::regex uuid("^(GPU-)?[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$");
+  static const std::regex uuid(
+      "^(GPU-)?[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$");
   for (unsigned i = 0; i < os->infos_count; ++i) {
     std::string name = os->infos[i].name ? os->infos[i].name : "";
     std::string value = os->infos[i].value ? os->infos[i].value : "";
-    if (name.size() >= 4 && name.compare(name.size() - 4, 4, "UUID") == 0 && std::regex_match(value, uuid))
+    if (name.size() >= 4 && name.compare(name.size() - 4, 4, "UUID") == 0 &&
+        std::regex_match(value, uuid))
       return value.rfind("GPU-", 0) == 0 ? value : "GPU-" + value;
   }
   return "";
@@ -131,7 +139,8 @@ Gpu describe_gpu(hwloc_topology_t topo, hwloc_obj_t pci) {
     if (g.model.empty()) g.model = info(os, "GPUModel");
     if (g.uuid.empty()) {
       g.uuid = osdev_uuid(os);
-      if (!g.uuid.empty()) g.uuid_source = "hwloc " + std::string(os->name ? os->name : "OS device");
+      if (!g.uuid.empty())
+        g.uuid_source = "hwloc " + std::string(os->name ? os->name : "OS device");
     }
   }
   if (g.model.empty()) g.model = g.pci.device_name;
@@ -145,7 +154,9 @@ Gpu describe_gpu(hwloc_topology_t topo, hwloc_obj_t pci) {
   return g;
 }
 
-bool pci_order(const PciDevice& a, const PciDevice& b) { return a.bus_id < b.bus_id; }
+bool pci_order(const PciDevice& a, const PciDevice& b) {
+  return a.bus_id < b.bus_id;
+}
 
 Topology extract(hwloc_topology_t topo, const std::string& source) {
   Topology t;
@@ -157,10 +168,12 @@ Topology extract(hwloc_topology_t topo, const std::string& source) {
   t.allowed_nodes = to_list(hwloc_topology_get_allowed_nodeset(topo));
 
   for (hwloc_obj_t o = nullptr; (o = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_PACKAGE, o));)
-    t.packages.push_back({o->os_index, info(o, "CPUModel"), to_list(o->cpuset), to_list(o->nodeset)});
+    t.packages.push_back(
+        {o->os_index, info(o, "CPUModel"), to_list(o->cpuset), to_list(o->nodeset)});
   for (hwloc_obj_t o = nullptr; (o = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_NUMANODE, o));)
     t.nodes.push_back({o->os_index, to_list(o->cpuset), o->attr->numanode.local_memory});
-  std::sort(t.nodes.begin(), t.nodes.end(), [](auto& a, auto& b) { return a.os_index < b.os_index; });
+  std::sort(t.nodes.begin(), t.nodes.end(),
+            [](auto& a, auto& b) { return a.os_index < b.os_index; });
   for (hwloc_obj_t o = nullptr; (o = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_CORE, o));)
     t.cores.push_back({to_list(o->cpuset)});
   // Without Core objects (some VMs and architectures) every PU is a core.
@@ -197,7 +210,8 @@ std::string trim(const std::string& s) {
 }  // namespace
 
 void add_nvidia_driver_info(Topology& topology, const std::string& nvidia_gpus_dir) {
-  static const std::regex uuid("^GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$");
+  static const std::regex uuid(
+      "^GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$");
   for (auto& g : topology.gpus) {
     std::ifstream in(nvidia_gpus_dir + "/" + g.pci.bus_id + "/information");
     if (!in) continue;
@@ -230,9 +244,10 @@ Result<std::string> xml_for_hwloc2(const std::string& xml, const std::string& na
   int major = std::stoi(m[1].str());
   if (major <= 2) return xml;
   if (major > 3)
-    return make_error(name + ": hwloc XML version " + m[1].str() + "." + m[2].str() +
-                      " is newer than voltad can read (2.x and 3.0); export it with lstopo --of xml "
-                      "from hwloc 2.x or 3.0");
+    return make_error(
+        name + ": hwloc XML version " + m[1].str() + "." + m[2].str() +
+        " is newer than voltad can read (2.x and 3.0); export it with lstopo --of xml "
+        "from hwloc 2.x or 3.0");
   std::string out = m.prefix().str() + "<topology version=\"2.0\"";
   std::string rest = m.suffix().str();
   // hwloc 3.0 made the OS device type a set of flags (storage 1, memory 2,
@@ -251,7 +266,8 @@ Result<std::string> xml_for_hwloc2(const std::string& xml, const std::string& na
   size_t copied = 0;
   for (auto it = begin; it != std::sregex_iterator(); ++it) {
     out.append(rest, copied, it->position() - copied);
-    out += "osdev_type=\"" + std::to_string(static_cast<int>(convert(std::stoul((*it)[1].str())))) + "\"";
+    out += "osdev_type=\"" + std::to_string(static_cast<int>(convert(std::stoul((*it)[1].str())))) +
+           "\"";
     copied = it->position() + it->length();
   }
   out.append(rest, copied, std::string::npos);
@@ -263,12 +279,15 @@ Result<Topology> load_topology_xml_text(const std::string& xml, const std::strin
   if (!text) return text.error();
   auto topo = open_topology();
   if (!topo) return topo.error();
-  if (hwloc_topology_set_xmlbuffer(topo->get(), text->c_str(), static_cast<int>(text->size() + 1)) != 0 ||
+  if (hwloc_topology_set_xmlbuffer(topo->get(), text->c_str(),
+                                   static_cast<int>(text->size() + 1)) != 0 ||
       hwloc_topology_load(topo->get()) != 0)
-    return make_error(name + ": hwloc could not read this topology XML (save one with lstopo FILE.xml; "
+    return make_error(name +
+                      ": hwloc could not read this topology XML (save one with lstopo FILE.xml; "
                       "HWLOC_XML_VERBOSE=1 makes hwloc say why)");
   if (hwloc_topology_is_thissystem(topo->get()))  // HWLOC_THISSYSTEM=1 in the environment
-    return make_error(name + ": hwloc treats this XML as this machine (HWLOC_THISSYSTEM is set); unset it");
+    return make_error(
+        name + ": hwloc treats this XML as this machine (HWLOC_THISSYSTEM is set); unset it");
   return extract(topo->get(), name);
 }
 
@@ -284,10 +303,12 @@ Result<Topology> load_system_topology(const SystemPaths& paths) {
   auto topo = open_topology();
   if (!topo) return topo.error();
   if (hwloc_topology_load(topo->get()) != 0)
-    return make_error(std::string("hwloc could not read this machine's topology: ") + std::strerror(errno));
+    return make_error(std::string("hwloc could not read this machine's topology: ") +
+                      std::strerror(errno));
   if (!hwloc_topology_is_thissystem(topo->get()))
-    return make_error("hwloc read a topology that is not this machine (HWLOC_XMLFILE or HWLOC_SYNTHETIC "
-                      "is set in the environment); unset it, or plan with --topology-xml");
+    return make_error(
+        "hwloc read a topology that is not this machine (HWLOC_XMLFILE or HWLOC_SYNTHETIC "
+        "is set in the environment); unset it, or plan with --topology-xml");
   Topology t = extract(topo->get(), "this machine");
   add_nvidia_driver_info(t, paths.nvidia_gpus_dir);
   std::ifstream nb(paths.numa_balancing);

@@ -48,7 +48,7 @@ struct PciDevice {
   std::string bus_id;  // "0000:b7:00.0", lower-case hex
   uint16_t vendor_id = 0;
   uint16_t device_id = 0;
-  uint16_t class_id = 0;  // base class << 8 | subclass: 0x0300 VGA, 0x0302 3D controller
+  uint16_t class_id = 0;    // base class << 8 | subclass: 0x0300 VGA, 0x0302 3D controller
   std::string vendor_name;  // hwloc's PCIVendor, when it knew the name
   std::string device_name;  // hwloc's PCIDevice
 };
@@ -59,9 +59,9 @@ constexpr uint16_t kPciVendorNvidia = 0x10de;
 struct Gpu {
   unsigned index = 0;  // position among the NVIDIA GPUs in PCI bus order
   PciDevice pci;
-  std::string model;        // "Tesla V100-SXM3-32GB-H"
-  std::string uuid;         // "GPU-d3977428-...", empty when nothing told us
-  std::string uuid_source;  // "hwloc NVML", "NVIDIA driver", ...
+  std::string model;                    // "Tesla V100-SXM3-32GB-H"
+  std::string uuid;                     // "GPU-d3977428-...", empty when nothing told us
+  std::string uuid_source;              // "hwloc NVML", "NVIDIA driver", ...
   std::vector<std::string> os_devices;  // hwloc OS devices: "nvml0", "cuda0", "opencl0d1"
   // The NVIDIA driver lists it: hwloc found a CUDA, NVML or NVIDIA OpenCL
   // device for it. An old board the driver no longer supports has none.
@@ -76,7 +76,7 @@ struct Gpu {
 struct Topology {
   std::string source;           // "this machine" or the XML file's path
   bool is_this_system = false;  // false for XML: nothing may be bound from it
-  std::string hwloc_version;    // the library's API version, e.g. "2.8.0" (hwloc 2.9 keeps 2.8's API)
+  std::string hwloc_version;  // the library's API version, e.g. "2.8.0" (hwloc 2.9 keeps 2.8's API)
 
   std::vector<Package> packages;
   std::vector<NumaNode> nodes;  // by OS index

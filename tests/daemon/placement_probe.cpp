@@ -42,7 +42,8 @@ namespace {
 
 int usage(const std::string& why) {
   std::fprintf(stderr,
-               "placement_probe: %s\nusage: placement_probe [gpu=|numa=|cpus=|threads=|membind=|strict=|backend=VALUE...]\n"
+               "placement_probe: %s\nusage: placement_probe "
+               "[gpu=|numa=|cpus=|threads=|membind=|strict=|backend=VALUE...]\n"
                "       placement_probe --pid PID --cpus LIST [--nodes LIST]\n",
                why.c_str());
   return 2;
@@ -77,15 +78,24 @@ WorkerView look_from_inside() {
     if (CPU_ISSET(c, &set)) v.affinity.push_back(c);
   std::vector<unsigned long> mask(1024 / (8 * sizeof(unsigned long)), 0);
   int mode = 0;
-  if (get_mempolicy(&mode, mask.data(), mask.size() * 8 * sizeof(unsigned long), nullptr, 0) != 0) return v;
+  if (get_mempolicy(&mode, mask.data(), mask.size() * 8 * sizeof(unsigned long), nullptr, 0) != 0)
+    return v;
   switch (mode & 0xff) {
-    case MPOL_BIND: v.policy = MemoryPolicy::bind; break;
-    case MPOL_PREFERRED: v.policy = MemoryPolicy::preferred; break;
-    case MPOL_INTERLEAVE: v.policy = MemoryPolicy::interleave; break;
-    default: v.policy = MemoryPolicy::off;
+    case MPOL_BIND:
+      v.policy = MemoryPolicy::bind;
+      break;
+    case MPOL_PREFERRED:
+      v.policy = MemoryPolicy::preferred;
+      break;
+    case MPOL_INTERLEAVE:
+      v.policy = MemoryPolicy::interleave;
+      break;
+    default:
+      v.policy = MemoryPolicy::off;
   }
   for (unsigned n = 0; n < mask.size() * 8 * sizeof(unsigned long); ++n)
-    if (mask[n / (8 * sizeof(unsigned long))] >> (n % (8 * sizeof(unsigned long))) & 1) v.policy_nodes.push_back(n);
+    if (mask[n / (8 * sizeof(unsigned long))] >> (n % (8 * sizeof(unsigned long))) & 1)
+      v.policy_nodes.push_back(n);
   v.read = true;
   return v;
 }
@@ -99,17 +109,28 @@ int probe_self(const std::vector<std::string>& args) {
     if (eq == std::string::npos) return usage("'" + a + "' is not KEY=VALUE");
     std::string k = a.substr(0, eq), v = a.substr(eq + 1);
     auto& p = cfg.placement;
-    if (k == "gpu") p.gpu = v;
-    else if (k == "numa") p.numa = v;
-    else if (k == "cpus" && v == "narrow") narrow = true;
-    else if (k == "cpus") p.cpus = v;
-    else if (k == "threads") p.threads = std::atoi(v.c_str());
-    else if (k == "membind") p.membind = v;
-    else if (k == "strict") p.strict = v == "true";
-    else if (k == "backend") cfg.engine.backend = v;
-    else if (k == "early_thread") early_thread = v == "true";
-    else if (k == "expect") expect_refusal = v == "refused";
-    else return usage("unknown key '" + k + "'");
+    if (k == "gpu")
+      p.gpu = v;
+    else if (k == "numa")
+      p.numa = v;
+    else if (k == "cpus" && v == "narrow")
+      narrow = true;
+    else if (k == "cpus")
+      p.cpus = v;
+    else if (k == "threads")
+      p.threads = std::atoi(v.c_str());
+    else if (k == "membind")
+      p.membind = v;
+    else if (k == "strict")
+      p.strict = v == "true";
+    else if (k == "backend")
+      cfg.engine.backend = v;
+    else if (k == "early_thread")
+      early_thread = v == "true";
+    else if (k == "expect")
+      expect_refusal = v == "refused";
+    else
+      return usage("unknown key '" + k + "'");
   }
   auto topology = load_system_topology();
   if (!topology) return usage(topology.error().message);
@@ -143,7 +164,8 @@ int probe_self(const std::vector<std::string>& args) {
   std::vector<std::thread> workers;
   for (unsigned i = 0; i < n; ++i)
     workers.emplace_back([&, i] {
-      pthread_setname_np(pthread_self(), ("probe-worker-" + std::to_string(i)).substr(0, 15).c_str());
+      pthread_setname_np(pthread_self(),
+                         ("probe-worker-" + std::to_string(i)).substr(0, 15).c_str());
       views[i] = look_from_inside();
       looked.count_down();
       done.wait();  // stay alive while /proc is read
@@ -157,14 +179,16 @@ int probe_self(const std::vector<std::string>& args) {
     for (auto& w : applied->warnings) warned |= w.find("threads already run") != std::string::npos;
     r.check(warned, "applying with a thread already running warned about it");
   }
-  r.check(buffer.ok(), buffer.ok() ? "allocated a 64 MiB node-local staging buffer" : buffer.error().message);
+  r.check(buffer.ok(),
+          buffer.ok() ? "allocated a 64 MiB node-local staging buffer" : buffer.error().message);
 
   auto tasks = read_task_placements(0);
   r.check(tasks.ok(), tasks.ok() ? "read /proc/self/task" : tasks.error().message);
   if (tasks) {
     size_t expected = n + 1 + (early_thread ? 1 : 0);
-    r.check(tasks->size() == expected, std::to_string(tasks->size()) + " threads in /proc/self/task, expected " +
-                                           std::to_string(expected) + " (main, workers, early thread)");
+    r.check(tasks->size() == expected,
+            std::to_string(tasks->size()) + " threads in /proc/self/task, expected " +
+                std::to_string(expected) + " (main, workers, early thread)");
     r.all(check_tasks_against(*tasks, plan->cpus, plan->nodes),
           "every thread's Cpus_allowed_list is " + format_index_list(plan->cpus) +
               " and its Mems_allowed_list holds " + format_index_list(plan->nodes));
@@ -174,7 +198,8 @@ int probe_self(const std::vector<std::string>& args) {
   for (unsigned i = 0; i < n; ++i) {
     const WorkerView& v = views[i];
     std::string who = "worker " + std::to_string(i);
-    r.check(v.read && v.affinity == plan->cpus, who + " sees affinity " + format_index_list(v.affinity));
+    r.check(v.read && v.affinity == plan->cpus,
+            who + " sees affinity " + format_index_list(v.affinity));
     r.check(v.read && v.policy == want && v.policy_nodes == want_nodes,
             who + " inherited memory policy " + to_string(v.policy) + " on nodes '" +
                 format_index_list(v.policy_nodes) + "' (planned " + to_string(want) + " on '" +
@@ -189,10 +214,11 @@ int probe_self(const std::vector<std::string>& args) {
     r.check(maps.ok(), maps.ok() ? "read /proc/self/numa_maps" : maps.error().message);
     if (maps)
       r.all(check_mapping_against(*maps, buffer->data(), want, plan->nodes),
-            "numa_maps: the staging buffer's " + std::to_string(buffer->pages()) + " pages are on node(s) " +
-                format_index_list(plan->nodes));
+            "numa_maps: the staging buffer's " + std::to_string(buffer->pages()) +
+                " pages are on node(s) " + format_index_list(plan->nodes));
   }
-  if (buffer) r.check(buffer->pages_off_node() == 0, "move_pages: no staging page off the planned node");
+  if (buffer)
+    r.check(buffer->pages_off_node() == 0, "move_pages: no staging page off the planned node");
 
   done.count_down();
   early_done.count_down();
@@ -211,17 +237,19 @@ int probe_pid(const std::vector<std::string>& args) {
       if (l) out = *l;
       return l.ok();
     };
-    if (args[i] == "--pid") pid = std::atoi(args[i + 1].c_str());
+    if (args[i] == "--pid")
+      pid = std::atoi(args[i + 1].c_str());
     else if (args[i] == "--cpus" ? !list(cpus) : args[i] == "--nodes" ? !list(nodes) : true)
       return usage("bad argument '" + args[i] + " " + args[i + 1] + "'");
   }
-  if (pid <= 0 || cpus.empty() || args.size() % 2) return usage("--pid PID and --cpus LIST are needed");
+  if (pid <= 0 || cpus.empty() || args.size() % 2)
+    return usage("--pid PID and --cpus LIST are needed");
   Report r;
   auto tasks = read_task_placements(pid);
   if (!tasks) return usage(tasks.error().message);
-  r.all(check_tasks_against(*tasks, cpus, nodes),
-        std::to_string(tasks->size()) + " threads of " + std::to_string(pid) + " run on CPUs " +
-            format_index_list(cpus));
+  r.all(check_tasks_against(*tasks, cpus, nodes), std::to_string(tasks->size()) + " threads of " +
+                                                      std::to_string(pid) + " run on CPUs " +
+                                                      format_index_list(cpus));
   if (!nodes.empty()) {
     auto maps = read_numa_maps(pid);
     r.check(maps.ok(), maps.ok() ? "read numa_maps" : maps.error().message);
@@ -231,8 +259,8 @@ int probe_pid(const std::vector<std::string>& args) {
           IndexList on;
           for (auto& [node, pages] : m.pages_on_node) on.push_back(node);
           r.check(m.policy_nodes == nodes && contains_all(nodes, on),
-                  "mapping " + std::to_string(m.start) + " " + m.policy + ":" + format_index_list(m.policy_nodes) +
-                      " pages on " + format_index_list(on));
+                  "mapping " + std::to_string(m.start) + " " + m.policy + ":" +
+                      format_index_list(m.policy_nodes) + " pages on " + format_index_list(on));
         }
   }
   std::printf("%s\n", r.problems ? "placement differs" : "placement holds");

@@ -31,14 +31,16 @@ bool has(const std::vector<std::string>& lines, const std::string& text) {
 }  // namespace
 
 TEST_CASE("numa_maps lines: policy, its nodes, pages per node") {
-  auto bind = parse_numa_maps_line("7f5e2c000000 bind:0 anon=256 dirty=256 N0=256 kernelpagesize_kB=4");
+  auto bind =
+      parse_numa_maps_line("7f5e2c000000 bind:0 anon=256 dirty=256 N0=256 kernelpagesize_kB=4");
   REQUIRE(bind.ok());
   CHECK(bind->start == 0x7f5e2c000000ull);
   CHECK(bind->policy == "bind");
   CHECK(bind->policy_nodes == IndexList{0});
   CHECK(bind->pages_on_node.at(0) == 256);
 
-  auto def = parse_numa_maps_line("55d0a0e00000 default file=/usr/bin/voltad mapped=3 N0=3 kernelpagesize_kB=4");
+  auto def = parse_numa_maps_line(
+      "55d0a0e00000 default file=/usr/bin/voltad mapped=3 N0=3 kernelpagesize_kB=4");
   REQUIRE(def.ok());
   CHECK(def->policy == "default");
   CHECK(def->policy_nodes.empty());
@@ -63,8 +65,10 @@ TEST_CASE("thread placements from a /proc tree") {
   for (int tid : {100, 101}) {
     auto dir = proc.path / "100" / "task" / std::to_string(tid);
     std::filesystem::create_directories(dir);
-    std::ofstream(dir / "status") << "Name:\t" << (tid == 100 ? "voltad" : "engine") << "\nState:\tS\n"
-                                  << "Cpus_allowed:\tff\nCpus_allowed_list:\t" << (tid == 100 ? "8-15" : "8-9")
+    std::ofstream(dir / "status") << "Name:\t" << (tid == 100 ? "voltad" : "engine")
+                                  << "\nState:\tS\n"
+                                  << "Cpus_allowed:\tff\nCpus_allowed_list:\t"
+                                  << (tid == 100 ? "8-15" : "8-9")
                                   << "\nMems_allowed:\t3\nMems_allowed_list:\t0-1\n";
   }
   auto tasks = read_task_placements(100, proc.path.string());
@@ -78,7 +82,8 @@ TEST_CASE("thread placements from a /proc tree") {
   auto diffs = check_tasks_against(*tasks, parse_index_list("8-15", "x").value(), {1});
   REQUIRE(diffs.size() == 1);
   CHECK(diffs[0] == "thread 101 (engine) runs on CPUs 8-9, the plan says 8-15");
-  CHECK(has(check_tasks_against(*tasks, parse_index_list("8-9", "x").value(), {2}), "may use memory nodes 0-1 only"));
+  CHECK(has(check_tasks_against(*tasks, parse_index_list("8-9", "x").value(), {2}),
+            "may use memory nodes 0-1 only"));
 
   auto missing = read_task_placements(999, proc.path.string());
   REQUIRE_FALSE(missing.ok());
@@ -101,7 +106,8 @@ TEST_CASE("a mapping is checked for policy and where its pages are") {
                                      parse_numa_maps_line("2000 prefer:1 anon=4 N1=4").value()};
   CHECK(has(check_mapping_against(maps, reinterpret_cast<void*>(0x1000), MemoryPolicy::bind, {1}),
             "1 of the buffer's pages are on node 0"));
-  CHECK(check_mapping_against(maps, reinterpret_cast<void*>(0x2000), MemoryPolicy::preferred, {1}).empty());
+  CHECK(check_mapping_against(maps, reinterpret_cast<void*>(0x2000), MemoryPolicy::preferred, {1})
+            .empty());
   CHECK(has(check_mapping_against(maps, reinterpret_cast<void*>(0x2000), MemoryPolicy::bind, {1}),
             "the buffer's policy is prefer:1, the plan says bind:1"));
   CHECK(has(check_mapping_against(maps, reinterpret_cast<void*>(0x3000), MemoryPolicy::bind, {1}),

@@ -56,7 +56,9 @@ bool has(const std::vector<std::string>& lines, const std::string& text) {
   return false;
 }
 
-IndexList list(const char* text) { return parse_index_list(text, "test").value(); }
+IndexList list(const char* text) {
+  return parse_index_list(text, "test").value();
+}
 
 }  // namespace
 
@@ -91,7 +93,8 @@ TEST_CASE("DGX-2: every GPU, by index, bus id and UUID, lands on its own socket'
   CHECK(plan_ok(t, section()).gpu->pci.bus_id == "0000:34:00.0");  // auto: first in bus order
 }
 
-TEST_CASE("2-socket box: the CUDA GPU at 0000:84:00.0 maps to node 1; the AMD device is never chosen") {
+TEST_CASE(
+    "2-socket box: the CUDA GPU at 0000:84:00.0 maps to node 1; the AMD device is never chosen") {
   Topology t = load("32em64t-2n8c2t-pci-normalio.xml");
   PlacementPlan p = plan_ok(t, section("0000:84:00.0"));
   CHECK(p.gpu->model == "Tesla K40m");
@@ -142,7 +145,8 @@ TEST_CASE("bad specs are refused, saying what the machine has") {
   std::string index = plan_error(dgx, section("16"));
   CHECK(index.find("no NVIDIA GPU with index 16") != std::string::npos);
   CHECK(index.find("16 in PCI bus order") != std::string::npos);
-  CHECK(plan_error(dgx, section("99999999999999999999")).find("no NVIDIA GPU with index") != std::string::npos);
+  CHECK(plan_error(dgx, section("99999999999999999999")).find("no NVIDIA GPU with index") !=
+        std::string::npos);
 
   std::string bus = plan_error(dgx, section("0000:99:00.0"));
   CHECK(bus.find("no PCI device at 0000:99:00.0") != std::string::npos);
@@ -157,8 +161,10 @@ TEST_CASE("bad specs are refused, saying what the machine has") {
   std::string node = plan_error(dgx, section("auto", "2"));
   CHECK(node.find("placement.numa: NUMA node 2 does not exist") != std::string::npos);
   CHECK(node.find("its nodes: 0-1") != std::string::npos);
-  CHECK(plan_error(dgx, section("auto", "99999999999")).find("does not exist") != std::string::npos);
-  CHECK(plan_error(dgx, section("auto", "near")).find("placement.numa: invalid") != std::string::npos);
+  CHECK(plan_error(dgx, section("auto", "99999999999")).find("does not exist") !=
+        std::string::npos);
+  CHECK(plan_error(dgx, section("auto", "near")).find("placement.numa: invalid") !=
+        std::string::npos);
 
   std::string cpus = plan_error(box, section("auto", "auto", "0-40"));
   CHECK(cpus.find("placement.cpus: CPUs 32-40 not in") != std::string::npos);
@@ -222,7 +228,8 @@ TEST_CASE("kernel NUMA balancing on is warned about when memory is bound") {
   CHECK(plan_ok(t, section()).warnings.empty());
 }
 
-TEST_CASE("a machine without NVIDIA GPUs: an error for CUDA, CPUs and memory only for the CPU backend") {
+TEST_CASE(
+    "a machine without NVIDIA GPUs: an error for CUDA, CPUs and memory only for the CPU backend") {
   Topology t = load("nvidiaDGX2.xml");
   t.gpus.clear();
   std::string err = plan_error(t, section());
@@ -240,7 +247,8 @@ TEST_CASE("a machine without NVIDIA GPUs: an error for CUDA, CPUs and memory onl
   CHECK(n1.nodes == IndexList{1});
   CHECK(n1.cpus == IndexList{24, 25});
   // A named GPU is still required to exist.
-  CHECK(plan_error(t, section("3"), cpu_only).find("no NVIDIA GPU with index 3") != std::string::npos);
+  CHECK(plan_error(t, section("3"), cpu_only).find("no NVIDIA GPU with index 3") !=
+        std::string::npos);
 }
 
 TEST_CASE("CPUs and nodes a cgroup hides become shortfalls that strict refuses") {
@@ -300,7 +308,8 @@ TEST_CASE("kernel refusals: a warning and what was done instead, or under strict
   auto strict = apply_placement(p, true);
   REQUIRE_FALSE(strict.ok());
   CHECK(strict.error().message.find("placement.strict is true") == 0);
-  CHECK(strict.error().message.find("could not set memory policy bind on node(s) 1000") != std::string::npos);
+  CHECK(strict.error().message.find("could not set memory policy bind on node(s) 1000") !=
+        std::string::npos);
 
   auto lenient = apply_placement(p, false);
   REQUIRE(lenient.ok());

@@ -33,8 +33,8 @@ struct TempFile {
   ~TempFile() { std::remove(path.c_str()); }
 };
 
-PrintPlacementOutput render(const std::string& xml, const std::string& gpu = "", bool as_json = false,
-                            const std::string& config = "") {
+PrintPlacementOutput render(const std::string& xml, const std::string& gpu = "",
+                            bool as_json = false, const std::string& config = "") {
   PrintPlacementRequest r;
   r.topology_xml = xml.empty() ? "" : fixture(xml);
   r.gpu = gpu;
@@ -54,9 +54,11 @@ TEST_CASE("text: the machine (packages, nodes, GPUs, devices never used) and the
   CHECK(r.exit_code == voltad::kExitOk);
   CHECK(r.err.empty());
   CAPTURE(r.out);
-  CHECK(contains(r.out, "Package 1: Intel(R) Xeon(R) CPU E5-2650 0 @ 2.00GHz; CPUs 8-15,24-31; NUMA node 1"));
+  CHECK(contains(
+      r.out, "Package 1: Intel(R) Xeon(R) CPU E5-2650 0 @ 2.00GHz; CPUs 8-15,24-31; NUMA node 1"));
   CHECK(contains(r.out, "NUMA node 1: CPUs 8-15,24-31 (8 physical cores), 32.0 GiB"));
-  CHECK(contains(r.out, "#2  0000:84:00.0  Tesla K40m  UUID unknown  node 1 (Package P#1, CPUs 8-15,24-31)"));
+  CHECK(contains(
+      r.out, "#2  0000:84:00.0  Tesla K40m  UUID unknown  node 1 (Package P#1, CPUs 8-15,24-31)"));
   CHECK(contains(r.out, "#0  0000:03:00.0"));
   CHECK(contains(r.out, "[no CUDA device]"));
   CHECK(contains(r.out, "Never used (not NVIDIA): 0000:84:00.1 Advanced Micro Devices"));
@@ -90,7 +92,8 @@ TEST_CASE("JSON: the same facts, for scripts") {
   CHECK(p.at("cpus") == "24-25");
   CHECK(p.at("threads") == 2);
   CHECK(p.at("memory_policy") == "bind");
-  CHECK(p.at("environment").at("CUDA_VISIBLE_DEVICES") == "GPU-27ce06e8-97e8-a3d3-f1e7-f81e0dff7929");
+  CHECK(p.at("environment").at("CUDA_VISIBLE_DEVICES") ==
+        "GPU-27ce06e8-97e8-a3d3-f1e7-f81e0dff7929");
   CHECK(p.at("environment").at("CUDA_DEVICE_ORDER") == "PCI_BUS_ID");
   CHECK(p.at("warnings").empty());
 
@@ -128,7 +131,9 @@ TEST_CASE("errors: bad --gpu, a non-NVIDIA device, no topology file, a bad confi
 }
 
 TEST_CASE("a config file without model.path drives the plan") {
-  TempFile cfg("placement:\n  gpu: 3\n  numa: 1\n  cpus: all-threads\n  membind: interleave\n  threads: 6\n");
+  TempFile cfg(
+      "placement:\n  gpu: 3\n  numa: 1\n  cpus: all-threads\n  membind: interleave\n  threads: "
+      "6\n");
   auto r = render("nvidiaDGX2.xml", "", true, cfg.path);
   REQUIRE_MESSAGE(r.exit_code == voltad::kExitOk, r.err);
   json p = json::parse(r.out).at("plan");

@@ -82,8 +82,10 @@ TEST_CASE("PCI bus ids are normalised to hwloc's spelling") {
 TEST_CASE("hwloc 3.0 XML is rewritten for hwloc 2.x; 2.0 XML is left alone") {
   std::string v3 =
       "<topology version=\"3.0\">\n<object type=\"OSDev\" name=\"cuda0\" osdev_type=\"12\"/>"
-      "<object type=\"OSDev\" name=\"card0\" osdev_type=\"4\"/><object type=\"OSDev\" name=\"eth0\" osdev_type=\"16\"/>"
-      "<object type=\"OSDev\" name=\"mlx5_0\" osdev_type=\"48\"/><object type=\"OSDev\" name=\"sda\" osdev_type=\"1\"/>";
+      "<object type=\"OSDev\" name=\"card0\" osdev_type=\"4\"/><object type=\"OSDev\" "
+      "name=\"eth0\" osdev_type=\"16\"/>"
+      "<object type=\"OSDev\" name=\"mlx5_0\" osdev_type=\"48\"/><object type=\"OSDev\" "
+      "name=\"sda\" osdev_type=\"1\"/>";
   auto out = xml_for_hwloc2(v3, "x.xml");
   REQUIRE(out.ok());
   CHECK(out->find("<topology version=\"2.0\">") == 0);
@@ -140,7 +142,8 @@ TEST_CASE("DGX-2: 16 V100 on two sockets, with their NVML UUIDs; NVSwitches are 
   CHECK(t.other_displays.empty());
 }
 
-TEST_CASE("2-socket box: the CUDA K40m, two boards CUDA does not list, an AMD GPU that is never one") {
+TEST_CASE(
+    "2-socket box: the CUDA K40m, two boards CUDA does not list, an AMD GPU that is never one") {
   Topology t = load("32em64t-2n8c2t-pci-normalio.xml");
   REQUIRE(t.nodes.size() == 2);
   CHECK(t.nodes[1].cpus == parse_index_list("8-15,24-31", "x").value());
@@ -183,7 +186,8 @@ TEST_CASE("H200 machine: one node, the GPU known only by its PCI ids until the d
   TempDir dir;
   std::filesystem::create_directories(dir.path / "0000:00:06.0");
   std::ofstream(dir.path / "0000:00:06.0" / "information")
-      << "Model: \t\t NVIDIA H200\nIRQ:             10\nGPU UUID: \t GPU-9221d5d1-b60b-a624-bf14-0a1819cfda3b\n"
+      << "Model: \t\t NVIDIA H200\nIRQ:             10\nGPU UUID: \t "
+         "GPU-9221d5d1-b60b-a624-bf14-0a1819cfda3b\n"
          "Bus Location: \t 0000:00:06.0\n";
   add_nvidia_driver_info(t, dir.path.string());
   CHECK(t.gpus[0].model == "NVIDIA H200");
@@ -198,12 +202,15 @@ TEST_CASE("an uninitialised GPU's placeholder UUID from the driver is not taken"
   TempDir dir;
   std::filesystem::create_directories(dir.path / "0000:00:06.0");
   std::ofstream(dir.path / "0000:00:06.0" / "information")
-      << "Model: NVIDIA H200\nGPU UUID: GPU-" << std::string(8, '?') << "-????" << "-????" << "-????" << "-"
-      << std::string(12, '?') << "\n";
+      << "Model: NVIDIA H200\nGPU UUID: GPU-" << std::string(8, '?') << "-????"
+      << "-????"
+      << "-????"
+      << "-" << std::string(12, '?') << "\n";
   add_nvidia_driver_info(t, dir.path.string());
   CHECK(t.gpus[0].model == "NVIDIA H200");
   CHECK(t.gpus[0].uuid.empty());
-  add_nvidia_driver_info(t, (dir.path / "absent").string());  // no driver: nothing changes, no error
+  add_nvidia_driver_info(t,
+                         (dir.path / "absent").string());  // no driver: nothing changes, no error
   CHECK(t.gpus[0].model == "NVIDIA H200");
 }
 
