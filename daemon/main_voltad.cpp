@@ -1,4 +1,5 @@
 // voltad: the daemon. Command-line modes that inspect and exit, then serving.
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -7,9 +8,11 @@
 
 #include "daemon/config_load.h"
 #include "daemon/config_paths.h"
+#include "daemon/daemon_run.h"
 #include "daemon/exit_codes.h"
 #include "daemon/log.h"
 #include "daemon/placement_print.h"
+#include "daemon/plan_command.h"
 
 namespace {
 
@@ -20,6 +23,8 @@ constexpr const char* kUsage =
     "       voltad --config-reference         print docs/CONFIG.md (generated from the key declarations)\n"
     "       voltad --print-placement [--config FILE] [--topology-xml FILE] [--gpu SPEC] [--json]\n"
     "                                         print the machine and the GPU/CPU/memory placement plan\n"
+    "       voltad --plan [--config FILE] [--model FILE] [--assume-vram BYTES] [--json]\n"
+    "                                         print the VRAM plan without allocating (--plan --help)\n"
     "       voltad --version | --help\n";
 
 struct Args {
@@ -69,18 +74,7 @@ int run_daemon(const std::string& path) {
   }
   auto& cfg = r.config;
   voltad::log::setup(cfg.log.format, cfg.log.level);
-  std::string model = voltad::config::expand_path(cfg.model.path);
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(model, ec)) {
-    spdlog::error("no model to serve: model.path is '{}' in {}, and no file is there. Set model.path to a "
-                  "GGUF file (scripts/fetch-demo-model.sh fetches a small one).",
-                  model, path);
-    return voltad::kExitNoModel;
-  }
-  spdlog::error("voltad cannot serve yet: this build has no serving loop (it arrives with the "
-                "serving issue); config {} and model {} are valid.",
-                path, model);
-  return voltad::kExitFailure;
+  return voltad::serve(cfg, path);
 }
 
 }  // namespace
@@ -88,6 +82,8 @@ int run_daemon(const std::string& path) {
 int main(int argc, char** argv) {
   Args args;
   std::vector<std::string> argv_list(argv + 1, argv + argc);
+  if (std::find(argv_list.begin(), argv_list.end(), "--plan") != argv_list.end())
+    return voltad::plan::plan_main(argv_list);
   for (size_t i = 0; i < argv_list.size(); ++i) {
     const std::string& a = argv_list[i];
     auto value = [&](const char* flag) -> std::string {

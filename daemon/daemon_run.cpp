@@ -1,0 +1,266 @@
+#include "daemon/daemon_run.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+
+#include <atomic>
+#include <csignal>
+#include <ctime>
+#include <filesystem>
+#include <thread>
+
+#include "daemon/config_paths.h"
+#include "daemon/exit_codes.h"
+#include "daemon/log.h"
+#include "daemon/server_listener.h"
+#include "engine/backend_cpu.h"
+#include "engine/gguf_file.h"
+#include "engine/model.h"
+
+namespace voltad {
+
+namespace net = boost::asio;
+
+namespace {
+
+// I/O threads beside the engine: parsing and streaming are light; two keep
+// one slow handler (a big tokenization) from stalling every connection.
+constexpr int kIoThreads = 2;
+
+// Everything the engine thread builds, owned here so it outlives the
+// connections that point into it.
+struct Engine {
+  std::shared_ptr<const Model> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Scheduler> scheduler;
+  ServedModel served;
+};
+
+struct Failure {
+  int code;
+  std::string message;
+};
+
+std::optional<Failure> load_engine(const config::Config& cfg, const std::string& model_path, ServerContext& ctx,
+                                   Engine& e) {
+  auto model = load_model(model_path);
+  if (!model.ok()) return Failure{kExitModelData, model.error().message};
+  e.model = model.value();
+  auto data = tokenizer_data_from_gguf(*e.model->file);
+  if (!data.ok()) return Failure{kExitModelData, model_path + ": tokenizer: " + data.error().message};
+  std::string chat_template = data->chat_template;
+  auto tokenizer = Tokenizer::create(std::move(data.value()));
+  if (!tokenizer.ok()) return Failure{kExitModelData, model_path + ": tokenizer: " + tokenizer.error().message};
+  e.tokenizer = std::make_unique<Tokenizer>(std::move(tokenizer.value()));
+  auto format = choose_chat_format(chat_template, cfg.model.chat_template);
+  if (!format.ok()) return Failure{kExitModelData, model_path + ": " + format.error().message};
+
+  CpuBackendOptions options;
+  options.threads = int(cfg.placement.threads);
+  options.max_context = int32_t(cfg.engine.max_context);
+  options.max_sequences = int32_t(cfg.engine.max_sequences);
+  auto backend = CpuBackend::create(e.model, options);
+  if (!backend.ok()) return Failure{kExitFailure, backend.error().message};
+  e.served.kv_cache_bytes = backend.value()->kv_cache_bytes();
+  e.backend = std::move(backend.value());
+
+  SchedulerOptions so;
+  so.max_sequences = int32_t(cfg.engine.max_sequences);
+  so.max_batch_tokens = int32_t(cfg.engine.max_batch_tokens);
+  so.stream_queue_limit = int32_t(cfg.server.write_queue_chunks);
+  // Queued requests are bounded by the per-user limit times the connections.
+  so.max_waiting = int32_t(std::min<int64_t>(cfg.server.max_connections * 4, 1 << 20));
+  e.scheduler = std::make_unique<Scheduler>(*e.backend, *e.tokenizer, so, &ctx.metrics);
+
+  ServedModel& s = e.served;
+  s.name = ctx.model_name;
+  s.backend = e.backend->name();
+  s.created = int64_t(std::time(nullptr));
+  s.tokenizer = e.tokenizer.get();
+  s.chat_format = format.value();
+  s.chat_options = chat_render_options_from_template(s.chat_format, chat_template);
+  // Llama 3's template writes BOS itself; the others get it as a token id when the model asks for one.
+  if (s.chat_format == ChatFormat::Llama3 && e.tokenizer->bos() >= 0)
+    s.bos_text = e.tokenizer->token_piece(e.tokenizer->bos());
+  else
+    s.add_bos = e.tokenizer->data().add_bos;
+  s.scheduler = e.scheduler.get();
+  s.max_context = e.scheduler->max_context();
+  return std::nullopt;
+}
+
+std::string default_model_name(const std::string& model_path) {
+  std::string stem = std::filesystem::path(model_path).filename().string();
+  if (stem.size() > 5 && stem.substr(stem.size() - 5) == ".gguf") stem.resize(stem.size() - 5);
+  return stem;
+}
+
+// The graceful stop, run on the I/O loop: every 50 ms, see whether in-flight
+// work is done; past the grace period, cancel what is left and give the
+// connections a moment to send their error events.
+class Drain : public std::enable_shared_from_this<Drain> {
+ public:
+  Drain(net::io_context& ioc, ServerContext& ctx, std::chrono::milliseconds grace)
+      : ioc_(ioc), ctx_(ctx), timer_(ioc), deadline_(std::chrono::steady_clock::now() + grace) {}
+
+  void start() { tick(); }
+  void force() { deadline_ = std::chrono::steady_clock::now(); }
+
+ private:
+  void tick() {
+    const ServedModel* m = ctx_.loaded();
+    bool idle = ctx_.active_generations.load() == 0 && (!m || m->scheduler->idle());
+    auto now = std::chrono::steady_clock::now();
+    if (idle) {
+      spdlog::info("drained: no requests in flight; stopping");
+      return ioc_.stop();
+    }
+    if (now >= deadline_ && !cancelled_) {
+      spdlog::warn("server.shutdown_grace has passed with {} requests in flight; cancelling them",
+                   ctx_.active_generations.load());
+      if (m) m->scheduler->cancel_all("the server is shutting down");
+      cancelled_ = true;
+      deadline_ = now + std::chrono::seconds(2);
+    } else if (now >= deadline_) {
+      spdlog::warn("connections still busy after cancelling; stopping anyway");
+      return ioc_.stop();
+    }
+    timer_.expires_after(std::chrono::milliseconds(50));
+    timer_.async_wait([self = shared_from_this()](auto ec) {
+      if (!ec) self->tick();
+    });
+  }
+
+  net::io_context& ioc_;
+  ServerContext& ctx_;
+  net::steady_timer timer_;
+  std::chrono::steady_clock::time_point deadline_;
+  bool cancelled_ = false;
+};
+
+}  // namespace
+
+int serve(const config::Config& cfg, const std::string& config_path) {
+  if (cfg.engine.backend == "cuda") {
+    // Never a silent fallback: serving a 70B model on the CPU by surprise is worse than not starting.
+    spdlog::error("engine.backend is 'cuda', but this voltad has no CUDA backend yet; set engine.backend: cpu in {} "
+                  "to serve on the CPU reference backend",
+                  config_path);
+    return kExitUnavailable;
+  }
+  const std::string model_path = config::expand_path(cfg.model.path);
+  std::error_code fec;
+  if (!std::filesystem::is_regular_file(model_path, fec)) {
+    spdlog::error("no model to serve: model.path is '{}' in {}, and no file is there. Set model.path to a GGUF file "
+                  "(scripts/fetch-demo-model.sh fetches a small one).",
+                  model_path, config_path);
+    return kExitNoModel;
+  }
+
+  UnixSocketOptions socket;
+  socket.path = config::expand_path(cfg.server.socket_path);
+  socket.mode = mode_t(std::stoul(cfg.server.socket_mode, nullptr, 8));  // checked by the config
+  if (!cfg.server.socket_group.empty()) {
+    socket.group = resolve_group(cfg.server.socket_group);
+    if (!socket.group) {
+      spdlog::error("server.socket_group '{}' in {} is not a group on this system", cfg.server.socket_group,
+                    config_path);
+      return kExitConfig;
+    }
+  }
+
+  ServerContext ctx;
+  ctx.limits.max_connections = cfg.server.max_connections;
+  ctx.limits.max_header_bytes = cfg.server.max_header_bytes.bytes;
+  ctx.limits.max_body_bytes = cfg.server.max_body_bytes.bytes;
+  ctx.limits.read_timeout = cfg.server.read_timeout.value;
+  ctx.limits.write_timeout = cfg.server.write_timeout.value;
+  std::vector<std::string> warnings;
+  ctx.access = AccessPolicy::create(cfg.server.allow_users, cfg.server.allow_groups,
+                                    socket.group ? *socket.group : ::getegid(), ::geteuid(), warnings);
+  for (auto& w : warnings) spdlog::warn("{}", w);
+  ctx.user_limiter = std::make_shared<UserLimiter>(cfg.server.max_requests_per_user);
+  ctx.model_name = cfg.model.name.empty() ? default_model_name(model_path) : cfg.model.name;
+  ctx.backend_name = cfg.engine.backend;
+
+  // Declared before the I/O loop: sessions still queued in it when it is
+  // destroyed may point into both.
+  Engine engine;
+  net::io_context ioc(kIoThreads);
+  auto acceptor = open_unix_listener(net::make_strand(ioc), socket);
+  if (!acceptor.ok()) {
+    spdlog::error("{}", acceptor.error().message);
+    return kExitCantCreate;
+  }
+  struct stat socket_stat {};
+  ::stat(socket.path.c_str(), &socket_stat);
+  auto listener = std::make_shared<Listener>(ioc, std::move(acceptor.value()), ctx);
+  listener->run();
+  spdlog::info("listening on {} (mode {}, allowed: {}); loading {}", socket.path, cfg.server.socket_mode,
+               ctx.access.describe(), model_path);
+
+  std::atomic<int> exit_code{kExitOk};
+  std::thread engine_thread([&] {
+    auto failure = load_engine(cfg, model_path, ctx, engine);
+    if (failure) {
+      spdlog::error("{}", failure->message);
+      exit_code = failure->code;
+      ioc.stop();
+      return;
+    }
+    // Requests reach the scheduler only once the state says ready (ServerContext::serving).
+    ctx.served.store(&engine.served, std::memory_order_release);
+    HealthState expected = HealthState::Loading;
+    // A stop requested during loading wins: nothing is served.
+    if (!ctx.state.compare_exchange_strong(expected, HealthState::Ready, std::memory_order_acq_rel)) return;
+    spdlog::info("ready: serving {} on {} (backend {}, context {} tokens, up to {} sequences, {} KV blocks)",
+                 ctx.model_name, socket.path, engine.served.backend, engine.served.max_context,
+                 cfg.engine.max_sequences, engine.scheduler->stats().kv_blocks_total);
+    engine.scheduler->run();
+  });
+
+  net::signal_set signals(ioc, SIGINT, SIGTERM);
+  std::shared_ptr<Drain> drain;
+  std::function<void(boost::system::error_code, int)> on_signal = [&](boost::system::error_code ec, int sig) {
+    if (ec) return;
+    if (drain) {
+      spdlog::warn("second signal ({}): cancelling every request now", strsignal(sig));
+      drain->force();
+    } else {
+      spdlog::info("{}: draining (no new requests; up to {} for running ones)", strsignal(sig),
+                   config::format_duration(cfg.server.shutdown_grace));
+      // The socket stays open while draining: /health says so, and new
+      // requests get a 503 with Retry-After instead of a refused connect.
+      ctx.state.store(HealthState::Draining, std::memory_order_release);
+      if (const ServedModel* m = ctx.loaded()) m->scheduler->stop_admitting();
+      drain = std::make_shared<Drain>(ioc, ctx, cfg.server.shutdown_grace.value);
+      drain->start();
+    }
+    signals.async_wait(on_signal);
+  };
+  signals.async_wait(on_signal);
+
+  std::vector<std::thread> io_threads;
+  for (int i = 1; i < kIoThreads; ++i) io_threads.emplace_back([&] { ioc.run(); });
+  ioc.run();
+  for (auto& t : io_threads) t.join();
+
+  // The engine thread either failed, saw the stop while loading, or runs the scheduler.
+  if (const ServedModel* m = ctx.loaded()) m->scheduler->shutdown();
+  engine_thread.join();
+  // Remove the socket only if it is still ours (not a successor's).
+  struct stat now {};
+  if (::stat(socket.path.c_str(), &now) == 0 && now.st_ino == socket_stat.st_ino && now.st_dev == socket_stat.st_dev)
+    ::unlink(socket.path.c_str());
+  spdlog::info("stopped");
+  return exit_code.load();
+}
+
+}  // namespace voltad

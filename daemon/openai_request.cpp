@@ -1,0 +1,322 @@
+#include "daemon/openai_request.h"
+
+#include <nlohmann/json.hpp>
+
+namespace voltad {
+
+using Json = nlohmann::json;
+
+ApiError bad_request(std::string message, std::string param, std::string code) {
+  ApiError e;
+  e.status = 400;
+  e.message = std::move(message);
+  e.param = std::move(param);
+  e.code = std::move(code);
+  return e;
+}
+
+namespace {
+
+// nlohmann's parser is iterative, but deep nesting still costs memory and a
+// recursive destructor on older releases; no OpenAI body nests past a few
+// levels, so anything deeper is refused before parsing.
+constexpr int kMaxDepth = 64;
+
+std::optional<ApiError> check_depth(std::string_view body) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : body) {
+    if (in_string) {
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxDepth)
+        return bad_request("the JSON body nests deeper than " + std::to_string(kMaxDepth) + " levels");
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> parse_object(std::string_view body, Json& out) {
+  if (auto e = check_depth(body)) return e;
+  try {
+    out = Json::parse(body.begin(), body.end());
+  } catch (const Json::parse_error& e) {
+    std::string what = e.what();
+    // "[json.exception.parse_error.101] parse error at line 1, column 2: ..." -> from "parse error".
+    auto at = what.find("] ");
+    return bad_request("the request body is not valid JSON: " + (at == std::string::npos ? what : what.substr(at + 2)),
+                       {}, "invalid_json");
+  }
+  if (!out.is_object()) return bad_request("the request body must be a JSON object");
+  return std::nullopt;
+}
+
+const char* type_name(const Json& v) {
+  switch (v.type()) {
+    case Json::value_t::null: return "null";
+    case Json::value_t::boolean: return "a boolean";
+    case Json::value_t::string: return "a string";
+    case Json::value_t::array: return "an array";
+    case Json::value_t::object: return "an object";
+    case Json::value_t::number_float: return "a number with a fraction";
+    default: return "a number";
+  }
+}
+
+ApiError wrong_type(const std::string& field, const char* expected, const Json& got) {
+  return bad_request("'" + field + "' must be " + expected + ", not " + type_name(got), field);
+}
+
+// Typed access to optional fields; null counts as absent, as OpenAI's API treats it.
+class Fields {
+ public:
+  explicit Fields(const Json& object) : obj_(object) {}
+
+  const Json* find(const char* name) const {
+    auto it = obj_.find(name);
+    return it == obj_.end() || it->is_null() ? nullptr : &*it;
+  }
+  std::optional<ApiError> get(const char* name, bool& out) const {
+    const Json* v = find(name);
+    if (!v) return std::nullopt;
+    if (!v->is_boolean()) return wrong_type(name, "a boolean", *v);
+    out = v->get<bool>();
+    return std::nullopt;
+  }
+  std::optional<ApiError> get(const char* name, std::string& out) const {
+    const Json* v = find(name);
+    if (!v) return std::nullopt;
+    if (!v->is_string()) return wrong_type(name, "a string", *v);
+    out = v->get<std::string>();
+    return std::nullopt;
+  }
+  std::optional<ApiError> get(const char* name, float& out) const {
+    const Json* v = find(name);
+    if (!v) return std::nullopt;
+    if (!v->is_number()) return wrong_type(name, "a number", *v);
+    out = v->get<float>();
+    return std::nullopt;
+  }
+  std::optional<ApiError> get(const char* name, int64_t lo, int64_t hi, std::optional<int64_t>& out) const {
+    const Json* v = find(name);
+    if (!v) return std::nullopt;
+    if (!v->is_number_integer()) return wrong_type(name, "an integer", *v);
+    int64_t x = v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(INT64_MAX) ? INT64_MAX : v->get<int64_t>();
+    if (x < lo || x > hi)
+      return bad_request("'" + std::string(name) + "' must be between " + std::to_string(lo) + " and " +
+                             std::to_string(hi) + ", not " + std::to_string(x),
+                         name);
+    out = x;
+    return std::nullopt;
+  }
+
+ private:
+  const Json& obj_;
+};
+
+#define VOLTAD_API_TRY(expr)     \
+  do {                           \
+    if (auto e_ = (expr)) return e_; \
+  } while (0)
+
+std::optional<ApiError> parse_messages(const Json& object, std::vector<ChatMessage>& out) {
+  auto it = object.find("messages");
+  if (it == object.end() || it->is_null()) return bad_request("'messages' is required", "messages");
+  if (!it->is_array()) return wrong_type("messages", "an array of message objects", *it);
+  if (it->empty()) return bad_request("'messages' must not be empty", "messages");
+  for (size_t i = 0; i < it->size(); ++i) {
+    const Json& m = (*it)[i];
+    const std::string where = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) return wrong_type(where, "an object", m);
+    ChatMessage msg;
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string()) return bad_request("'" + where + ".role' must be a string", where + ".role");
+    msg.role = role->get<std::string>();
+    if (msg.role == "developer") msg.role = "system";  // OpenAI's newer name for the system prompt
+    if (msg.role != "system" && msg.role != "user" && msg.role != "assistant")
+      return bad_request("'" + where + ".role' is '" + msg.role + "'; supported: system, developer, user, assistant",
+                         where + ".role");
+    auto content = m.find("content");
+    if (content == m.end() || content->is_null()) {
+      if (msg.role != "assistant") return bad_request("'" + where + ".content' is required", where + ".content");
+    } else if (content->is_string()) {
+      msg.content = content->get<std::string>();
+    } else if (content->is_array()) {
+      // Content parts: only text can be fed to a text model.
+      for (size_t j = 0; j < content->size(); ++j) {
+        const Json& part = (*content)[j];
+        const std::string pw = where + ".content[" + std::to_string(j) + "]";
+        if (!part.is_object()) return wrong_type(pw, "an object", part);
+        auto type = part.find("type");
+        if (type == part.end() || !type->is_string() || type->get<std::string>() != "text")
+          return bad_request("'" + pw + ".type' must be \"text\": this model reads text only", pw + ".type");
+        auto text = part.find("text");
+        if (text == part.end() || !text->is_string()) return bad_request("'" + pw + ".text' must be a string", pw + ".text");
+        msg.content += text->get<std::string>();
+      }
+    } else {
+      return wrong_type(where + ".content", "a string or an array of text parts", *content);
+    }
+    out.push_back(std::move(msg));
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> parse_stop(const Fields& f, std::vector<std::string>& out) {
+  const Json* v = f.find("stop");
+  if (!v) return std::nullopt;
+  if (v->is_string()) {
+    if (!v->get<std::string>().empty()) out.push_back(v->get<std::string>());
+    return std::nullopt;
+  }
+  if (!v->is_array()) return wrong_type("stop", "a string or an array of strings", *v);
+  if (v->size() > 16) return bad_request("'stop' has " + std::to_string(v->size()) + " strings; at most 16", "stop");
+  for (size_t i = 0; i < v->size(); ++i) {
+    const Json& s = (*v)[i];
+    if (!s.is_string()) return wrong_type("stop[" + std::to_string(i) + "]", "a string", s);
+    if (s.get<std::string>().size() > 1024) return bad_request("'stop' strings are at most 1024 bytes", "stop");
+    if (!s.get<std::string>().empty()) out.push_back(s.get<std::string>());
+  }
+  return std::nullopt;
+}
+
+// Fields chat and text completions share.
+std::optional<ApiError> parse_common(const Json& object, CompletionRequest& r) {
+  Fields f(object);
+  VOLTAD_API_TRY(f.get("model", r.model));
+  std::optional<int64_t> max_tokens, n, seed, top_k;
+  VOLTAD_API_TRY(f.get("max_tokens", 1, 1 << 20, max_tokens));
+  if (r.kind == CompletionRequest::Kind::Chat) VOLTAD_API_TRY(f.get("max_completion_tokens", 1, 1 << 20, max_tokens));
+  if (max_tokens) r.max_tokens = int32_t(*max_tokens);
+  VOLTAD_API_TRY(f.get("n", 1, 128, n));
+  if (n && *n != 1) return bad_request("'n' must be 1: one choice per request is supported", "n");
+  VOLTAD_API_TRY(f.get("seed", INT64_MIN, INT64_MAX, seed));
+  if (seed) r.sampling.seed = uint64_t(*seed);
+  VOLTAD_API_TRY(f.get("top_k", -1, 1 << 20, top_k));
+  if (top_k) r.sampling.top_k = int32_t(std::max<int64_t>(*top_k, 0));  // -1: off, as vLLM spells it
+  VOLTAD_API_TRY(f.get("temperature", r.sampling.temperature));
+  VOLTAD_API_TRY(f.get("top_p", r.sampling.top_p));
+  VOLTAD_API_TRY(f.get("min_p", r.sampling.min_p));
+  VOLTAD_API_TRY(f.get("presence_penalty", r.sampling.presence_penalty));
+  VOLTAD_API_TRY(f.get("frequency_penalty", r.sampling.frequency_penalty));
+  VOLTAD_API_TRY(f.get("repetition_penalty", r.sampling.repetition_penalty));
+  if (auto status = r.sampling.validate(); !status.ok()) {
+    // validate() says "field: why".
+    const std::string& m = status.error().message;
+    return bad_request("'" + m.substr(0, m.find(':')) + "'" + m.substr(m.find(':')), m.substr(0, m.find(':')));
+  }
+  VOLTAD_API_TRY(parse_stop(f, r.stop));
+  VOLTAD_API_TRY(f.get("stream", r.stream));
+  VOLTAD_API_TRY(f.get("ignore_eos", r.ignore_eos));
+  if (const Json* so = f.find("stream_options")) {
+    if (!so->is_object()) return wrong_type("stream_options", "an object", *so);
+    auto iu = so->find("include_usage");
+    if (iu != so->end() && !iu->is_null()) {
+      if (!iu->is_boolean()) return wrong_type("stream_options.include_usage", "a boolean", *iu);
+      r.include_usage = iu->get<bool>();
+    }
+  }
+  // Features that would silently change the answer's meaning are refused, not ignored.
+  if (const Json* tools = f.find("tools"); tools && !(tools->is_array() && tools->empty()))
+    return bad_request("'tools' are not supported by this server", "tools");
+  if (const Json* rf = f.find("response_format")) {
+    if (!rf->is_object() || rf->value("type", std::string()) != "text")
+      return bad_request("'response_format' other than {\"type\": \"text\"} is not supported", "response_format");
+  }
+  if (const Json* lp = f.find("logprobs"); lp && !(lp->is_boolean() && !lp->get<bool>()) && !(lp->is_number_integer() && lp->get<int64_t>() == 0))
+    return bad_request("'logprobs' are not supported by this server", "logprobs");
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<ApiError> parse_chat_completion(std::string_view body, CompletionRequest& out) {
+  Json object;
+  VOLTAD_API_TRY(parse_object(body, object));
+  out = CompletionRequest{};
+  out.kind = CompletionRequest::Kind::Chat;
+  VOLTAD_API_TRY(parse_messages(object, out.messages));
+  return parse_common(object, out);
+}
+
+std::optional<ApiError> parse_text_completion(std::string_view body, CompletionRequest& out) {
+  Json object;
+  VOLTAD_API_TRY(parse_object(body, object));
+  out = CompletionRequest{};
+  out.kind = CompletionRequest::Kind::Text;
+  auto it = object.find("prompt");
+  if (it == object.end() || it->is_null()) return bad_request("'prompt' is required", "prompt");
+  const Json& p = *it;
+  if (p.is_string()) {
+    out.prompt = p.get<std::string>();
+  } else if (p.is_array() && p.size() == 1 && p[0].is_string()) {
+    out.prompt = p[0].get<std::string>();
+  } else if (p.is_array() && !p.empty() && p[0].is_number_integer()) {
+    for (size_t i = 0; i < p.size(); ++i) {
+      if (!p[i].is_number_integer()) return wrong_type("prompt[" + std::to_string(i) + "]", "a token id", p[i]);
+      int64_t t = p[i].get<int64_t>();
+      if (t < 0 || t > INT32_MAX) return bad_request("'prompt[" + std::to_string(i) + "]' is not a token id", "prompt");
+      out.prompt_tokens.push_back(int32_t(t));
+    }
+  } else if (p.is_array() && p.size() > 1) {
+    return bad_request("'prompt' holds several prompts; send one per request", "prompt");
+  } else {
+    return wrong_type("prompt", "a string, or an array of token ids", p);
+  }
+  Fields f(object);
+  bool echo = false;
+  VOLTAD_API_TRY(f.get("echo", echo));
+  if (echo) return bad_request("'echo' is not supported by this server", "echo");
+  std::optional<int64_t> best_of;
+  VOLTAD_API_TRY(f.get("best_of", 1, 128, best_of));
+  if (best_of && *best_of != 1) return bad_request("'best_of' must be 1", "best_of");
+  std::string suffix;
+  VOLTAD_API_TRY(f.get("suffix", suffix));
+  if (!suffix.empty()) return bad_request("'suffix' (insertion) is not supported by this server", "suffix");
+  return parse_common(object, out);
+}
+
+std::optional<ApiError> parse_tokenize(std::string_view body, TokenizeRequest& out) {
+  Json object;
+  VOLTAD_API_TRY(parse_object(body, object));
+  out = TokenizeRequest{};
+  Fields f(object);
+  VOLTAD_API_TRY(f.get("model", out.model));
+  VOLTAD_API_TRY(f.get("add_special", out.add_special));
+  if (const Json* p = f.find("prompt")) {
+    if (!p->is_string()) return wrong_type("prompt", "a string", *p);
+    out.prompt = p->get<std::string>();
+    return std::nullopt;
+  }
+  if (f.find("messages")) return parse_messages(object, out.messages);
+  return bad_request("'prompt' (a string) or 'messages' is required", "prompt");
+}
+
+std::optional<ApiError> parse_detokenize(std::string_view body, DetokenizeRequest& out) {
+  Json object;
+  VOLTAD_API_TRY(parse_object(body, object));
+  out = DetokenizeRequest{};
+  Fields f(object);
+  VOLTAD_API_TRY(f.get("model", out.model));
+  const Json* tokens = f.find("tokens");
+  if (!tokens) return bad_request("'tokens' is required", "tokens");
+  if (!tokens->is_array()) return wrong_type("tokens", "an array of token ids", *tokens);
+  for (size_t i = 0; i < tokens->size(); ++i) {
+    const Json& t = (*tokens)[i];
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX)
+      return bad_request("'tokens[" + std::to_string(i) + "]' must be a token id (a non-negative integer)", "tokens");
+    out.tokens.push_back(int32_t(t.get<int64_t>()));
+  }
+  return std::nullopt;
+}
+
+}  // namespace voltad

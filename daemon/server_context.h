@@ -1,0 +1,73 @@
+// What the connections share: limits, access policy, metrics, the health
+// state, and (once loaded) the served model and its scheduler.
+//
+// Threads: the immutable parts are set before the first connection. `served`
+// is published once by the engine thread (an atomic pointer to data that is
+// immutable from then on) and stays valid until every connection is gone. Counters are atomics;
+// Metrics, AccessPolicy and UserLimiter state their own thread-safety.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "daemon/access_control.h"
+#include "daemon/metrics.h"
+#include "engine/chat_template.h"
+#include "engine/scheduler.h"
+#include "engine/tokenizer.h"
+
+namespace voltad {
+
+enum class HealthState { Loading, Ready, Draining, Degraded };
+const char* health_state_name(HealthState state);  // "loading", "ready", ...
+
+struct ServerLimits {
+  int64_t max_connections = 256;
+  uint64_t max_header_bytes = 16 << 10;
+  uint64_t max_body_bytes = 4 << 20;
+  std::chrono::milliseconds read_timeout{30000};
+  std::chrono::milliseconds write_timeout{30000};
+};
+
+// The model as the API shows it, with what requests need to be turned into
+// token ids. Immutable once published.
+struct ServedModel {
+  std::string name;     // /v1/models id; requests may name it
+  std::string backend;  // "cpu", "cuda"
+  int64_t created = 0;  // unix time the daemon loaded it
+  const Tokenizer* tokenizer = nullptr;
+  ChatFormat chat_format = ChatFormat::ChatML;
+  ChatRenderOptions chat_options;
+  std::string bos_text;  // written by the template (Llama 3); "" when BOS is a token id
+  bool add_bos = false;  // prepend BOS as a token id
+  Scheduler* scheduler = nullptr;
+  int32_t max_context = 0;
+  uint64_t kv_cache_bytes = 0;
+};
+
+struct ServerContext {
+  ServerLimits limits;
+  AccessPolicy access;
+  std::shared_ptr<UserLimiter> user_limiter;
+  Metrics metrics;
+  std::string model_name;    // known from the config before the model loads
+  std::string backend_name;  // likewise
+  std::atomic<HealthState> state{HealthState::Loading};
+  std::atomic<int64_t> open_connections{0};
+  std::atomic<int64_t> active_generations{0};
+  std::atomic<const ServedModel*> served{nullptr};  // see the thread note above
+
+  // The model when it can take requests (Ready or Degraded); nullptr otherwise.
+  const ServedModel* serving() const {
+    HealthState s = state.load(std::memory_order_acquire);
+    return s == HealthState::Ready || s == HealthState::Degraded ? loaded() : nullptr;
+  }
+  // The model once loaded, whatever the state (nullptr while loading).
+  const ServedModel* loaded() const { return served.load(std::memory_order_acquire); }
+  MetricsSnapshot snapshot() const;
+};
+
+}  // namespace voltad

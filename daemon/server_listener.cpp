@@ -1,0 +1,162 @@
+#include "daemon/server_listener.h"
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <boost/asio/post.hpp>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "daemon/log.h"
+#include "daemon/server_session.h"
+
+namespace voltad {
+
+namespace net = boost::asio;
+using local = net::local::stream_protocol;
+
+namespace {
+
+// Is something accepting connections on `path`? ECONNREFUSED means the file
+// is a leftover of a daemon that is gone.
+Result<bool> socket_is_live(const std::string& path) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return make_error(std::string("socket(): ") + std::strerror(errno));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  int rc = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  int err = errno;
+  ::close(fd);
+  if (rc == 0) return true;
+  if (err == ECONNREFUSED || err == ENOENT) return false;
+  return make_error("cannot tell whether " + path + " is in use: connect(): " + std::strerror(err));
+}
+
+}  // namespace
+
+Result<local::acceptor> open_unix_listener(net::strand<net::io_context::executor_type> strand,
+                                           const UnixSocketOptions& o) {
+  namespace fs = std::filesystem;
+  if (o.path.empty()) return make_error("server.socket_path is empty");
+  if (o.path.size() >= sizeof(sockaddr_un::sun_path))
+    return make_error("server.socket_path '" + o.path + "' is longer than a Unix socket path may be (" +
+                      std::to_string(sizeof(sockaddr_un::sun_path) - 1) + " bytes); choose a shorter path");
+  std::error_code fec;
+  fs::path parent = fs::path(o.path).parent_path();
+  if (!parent.empty() && !fs::exists(parent, fec)) {
+    fs::create_directories(parent, fec);
+    if (fec) return make_error("cannot create the socket's directory " + parent.string() + ": " + fec.message());
+    fs::permissions(parent, fs::perms(0755), fec);
+  }
+  struct stat st {};
+  if (::lstat(o.path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode))
+      return make_error(o.path + " exists and is not a socket; remove it or choose another server.socket_path");
+    auto live = socket_is_live(o.path);
+    if (!live.ok()) return live.error();
+    if (*live)
+      return make_error("another process is already listening on " + o.path +
+                        " (a voltad already running?); stop it or choose another server.socket_path");
+    spdlog::info("replacing stale socket {} (nothing listens on it)", o.path);
+    if (::unlink(o.path.c_str()) != 0 && errno != ENOENT)
+      return make_error("cannot remove the stale socket " + o.path + ": " + std::strerror(errno));
+  }
+
+  local::acceptor acceptor(strand);
+  boost::system::error_code ec;
+  acceptor.open(local(), ec);
+  if (!ec) acceptor.bind(local::endpoint(o.path), ec);
+  if (ec) return make_error("cannot create the socket " + o.path + ": " + ec.message());
+  // The file is born with the umask's mode (no write bit for others with the
+  // usual 022, so nobody else can connect yet); then it gets the configured one.
+  if (o.group && ::chown(o.path.c_str(), uid_t(-1), *o.group) != 0) {
+    int err = errno;
+    ::unlink(o.path.c_str());
+    return make_error("cannot give the socket " + o.path + " to group " + group_name(*o.group) + ": " +
+                      std::strerror(err) + " (is the daemon a member of server.socket_group?)");
+  }
+  if (::chmod(o.path.c_str(), o.mode) != 0) {
+    int err = errno;
+    ::unlink(o.path.c_str());
+    return make_error("cannot set the mode of " + o.path + ": " + std::strerror(err));
+  }
+  acceptor.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) {
+    ::unlink(o.path.c_str());
+    return make_error("cannot listen on " + o.path + ": " + ec.message());
+  }
+  return acceptor;
+}
+
+Listener::Listener(net::io_context& ioc, local::acceptor acceptor, ServerContext& ctx)
+    : ioc_(ioc), acceptor_(std::move(acceptor)), retry_timer_(acceptor_.get_executor()), ctx_(ctx) {}
+
+void Listener::run() {
+  net::post(acceptor_.get_executor(), [self = shared_from_this()] { self->do_accept(); });
+}
+
+void Listener::stop() {
+  net::post(acceptor_.get_executor(), [self = shared_from_this()] {
+    boost::system::error_code ignored;
+    self->acceptor_.close(ignored);
+    self->retry_timer_.cancel();
+  });
+}
+
+void Listener::do_accept() {
+  if (!acceptor_.is_open()) return;
+  // Each connection gets its own strand: its handlers never run concurrently.
+  acceptor_.async_accept(net::make_strand(ioc_), [self = shared_from_this()](auto ec, local::socket socket) {
+    self->on_accept(ec, std::move(socket));
+  });
+}
+
+void Listener::on_accept(boost::system::error_code ec, local::socket socket) {
+  if (ec == net::error::operation_aborted || !acceptor_.is_open()) return;
+  if (ec) {
+    // Out of file descriptors and the like: wait a little instead of spinning.
+    spdlog::warn("accept failed: {}; retrying in 100 ms", ec.message());
+    retry_timer_.expires_after(std::chrono::milliseconds(100));
+    retry_timer_.async_wait([self = shared_from_this()](auto wait_ec) {
+      if (!wait_ec) self->do_accept();
+    });
+    return;
+  }
+  if (ctx_.open_connections.load() >= 2 * ctx_.limits.max_connections) {
+    // Far over the limit even refusals cost too much: close at once.
+    ctx_.metrics.count_connection(false, "max_connections");
+    return do_accept();
+  }
+  auto creds = peer_credentials(socket.native_handle());
+  if (!creds.ok()) {
+    spdlog::warn("closing a connection whose credentials cannot be read: {}", creds.error().message);
+    ctx_.metrics.count_connection(false, "credentials");
+    return do_accept();
+  }
+  Session::Refusal refusal = Session::Refusal::None;
+  AccessDecision access = ctx_.access.check(*creds);
+  if (!access.allowed) {
+    spdlog::warn("refused a connection from uid {} ({}) pid {}: {}", creds->uid, creds->user, creds->pid,
+                 access.reason);
+    refusal = Session::Refusal::Forbidden;
+    ctx_.metrics.count_connection(false, "forbidden");
+  } else if (ctx_.open_connections.load() >= ctx_.limits.max_connections) {
+    spdlog::warn("refused a connection from uid {} pid {}: server.max_connections ({}) are open", creds->uid,
+                 creds->pid, ctx_.limits.max_connections);
+    refusal = Session::Refusal::Overloaded;
+    ctx_.metrics.count_connection(false, "max_connections");
+  } else {
+    spdlog::debug("connection from uid {} ({}) pid {}: allowed as {}", creds->uid, creds->user, creds->pid,
+                  access.reason);
+    ctx_.metrics.count_connection(true);
+  }
+  std::make_shared<Session>(std::move(socket), ctx_, std::move(*creds), refusal)->run();
+  do_accept();
+}
+
+}  // namespace voltad

@@ -1,0 +1,58 @@
+// The listening Unix socket and its accept loop.
+//
+// Creating it: the parent directory is made (0755) when missing; a socket
+// file nobody listens on (a daemon that died) is replaced; a live one is
+// left alone and start-up fails; mode and group come from the config.
+//
+// Accepting: each connection's peer credentials are read once (SO_PEERCRED)
+// and checked against the access policy; a refused peer, or one over
+// server.max_connections, still gets a session that answers its request
+// with 403 / 503 and closes, so the client sees why.
+//
+// Threads: the acceptor lives on its own strand; stop() may be called from
+// any thread.
+#pragma once
+
+#include <sys/types.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "daemon/server_context.h"
+#include "engine/result.h"
+
+namespace voltad {
+
+struct UnixSocketOptions {
+  std::string path;
+  mode_t mode = 0660;
+  std::optional<gid_t> group;  // none: the daemon's own group
+};
+
+// Binds and listens; every failure says what to do (the caller exits with kExitCantCreate).
+Result<boost::asio::local::stream_protocol::acceptor> open_unix_listener(
+    boost::asio::strand<boost::asio::io_context::executor_type> strand, const UnixSocketOptions& options);
+
+class Listener : public std::enable_shared_from_this<Listener> {
+ public:
+  Listener(boost::asio::io_context& ioc, boost::asio::local::stream_protocol::acceptor acceptor, ServerContext& ctx);
+  void run();
+  void stop();
+
+ private:
+  void do_accept();
+  void on_accept(boost::system::error_code ec, boost::asio::local::stream_protocol::socket socket);
+
+  boost::asio::io_context& ioc_;
+  boost::asio::local::stream_protocol::acceptor acceptor_;
+  boost::asio::steady_timer retry_timer_;
+  ServerContext& ctx_;
+};
+
+}  // namespace voltad

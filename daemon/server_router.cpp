@@ -1,0 +1,272 @@
+#include "daemon/server_router.h"
+
+#include <ctime>
+
+#include <nlohmann/json.hpp>
+
+namespace voltad {
+
+namespace http = boost::beast::http;
+using Json = nlohmann::json;
+
+const char* health_state_name(HealthState state) {
+  switch (state) {
+    case HealthState::Loading: return "loading";
+    case HealthState::Ready: return "ready";
+    case HealthState::Draining: return "draining";
+    case HealthState::Degraded: return "degraded";
+  }
+  return "loading";
+}
+
+MetricsSnapshot ServerContext::snapshot() const {
+  MetricsSnapshot s;
+  s.state = health_state_name(state.load(std::memory_order_acquire));
+  s.open_connections = open_connections.load();
+  s.info = {{"version", VOLTAD_VERSION}, {"model", model_name}, {"backend", backend_name}};
+  if (const ServedModel* m = loaded()) {
+    s.engine_ready = true;
+    s.scheduler = m->scheduler->stats();
+    s.kv_cache_bytes = m->kv_cache_bytes;
+    s.info.emplace_back("chat_format", chat_format_name(m->chat_format));
+    s.info.emplace_back("max_context", std::to_string(m->max_context));
+  }
+  return s;
+}
+
+namespace {
+
+struct Call {
+  ServerContext& ctx;
+  const HttpRequest& req;
+  const PeerCredentials& peer;
+  unsigned version() const { return req.version(); }
+  bool keep_alive() const { return req.keep_alive(); }
+  HttpResponse json(unsigned status, const Json& body) const {
+    return json_response(status, body.dump(-1, ' ', false, Json::error_handler_t::replace), version(), keep_alive());
+  }
+  HttpResponse error(const ApiError& e) const { return error_response(e, version(), keep_alive()); }
+};
+
+ApiError not_ready(const ServerContext& ctx) {
+  HealthState s = ctx.state.load(std::memory_order_acquire);
+  if (s == HealthState::Loading) return unavailable("the model is still loading; retry shortly", 5);
+  return unavailable("the server is shutting down and takes no new requests", 10);
+}
+
+std::optional<ApiError> check_model_name(const std::string& requested, const ServedModel& m) {
+  if (requested.empty() || requested == m.name) return std::nullopt;
+  ApiError e = not_found("the model '" + requested + "' does not exist here; this server serves '" + m.name + "'",
+                         "model_not_found");
+  e.param = "model";
+  return e;
+}
+
+HttpResponse health(const Call& c) {
+  HealthState s = c.ctx.state.load(std::memory_order_acquire);
+  Json body = {{"status", health_state_name(s)}, {"model", c.ctx.model_name}, {"backend", c.ctx.backend_name}};
+  if (const ServedModel* m = c.ctx.loaded()) {
+    SchedulerStats st = m->scheduler->stats();
+    body["running"] = st.running;
+    body["waiting"] = st.waiting;
+    body["kv_blocks_used"] = st.kv_blocks_used;
+    body["kv_blocks_total"] = st.kv_blocks_total;
+    body["max_context"] = m->max_context;
+  }
+  // Ready and degraded still serve; loading and draining do not.
+  bool serving = s == HealthState::Ready || s == HealthState::Degraded;
+  HttpResponse res = c.json(serving ? 200 : 503, body);
+  if (!serving) res.set(http::field::retry_after, s == HealthState::Loading ? "5" : "10");
+  return res;
+}
+
+Json model_object(const ServerContext& ctx) {
+  Json m = {{"id", ctx.model_name}, {"object", "model"}, {"owned_by", "voltad"}, {"created", 0}};
+  if (const ServedModel* s = ctx.loaded()) {
+    m["created"] = s->created;
+    m["max_model_len"] = s->max_context;
+  }
+  return m;
+}
+
+// The prompt's token ids: chat messages through the model's template, or the text as given.
+std::vector<int32_t> prompt_tokens(const ServedModel& m, const CompletionRequest& r) {
+  if (r.kind == CompletionRequest::Kind::Chat) {
+    std::string text = render_chat(m.chat_format, r.messages, true, m.bos_text, m.chat_options);
+    // The template's own markers are special tokens, so they are parsed as such.
+    return m.tokenizer->encode(text, m.add_bos, true);
+  }
+  if (!r.prompt_tokens.empty()) return r.prompt_tokens;
+  return m.tokenizer->encode(r.prompt, m.add_bos, true);
+}
+
+RouteOutcome generation(const Call& c, CompletionRequest::Kind kind, std::function<void()> notify) {
+  RouteOutcome out;
+  out.endpoint = kind == CompletionRequest::Kind::Chat ? "/v1/chat/completions" : "/v1/completions";
+  const ServedModel* m = c.ctx.serving();
+  if (!m) {
+    out.response = c.error(not_ready(c.ctx));
+    return out;
+  }
+  CompletionRequest r;
+  auto parsed = kind == CompletionRequest::Kind::Chat ? parse_chat_completion(c.req.body(), r)
+                                                      : parse_text_completion(c.req.body(), r);
+  if (parsed) {
+    out.response = c.error(*parsed);
+    return out;
+  }
+  if (auto e = check_model_name(r.model, *m)) {
+    out.response = c.error(*e);
+    return out;
+  }
+  GenerationRequest g;
+  g.prompt = prompt_tokens(*m, r);
+  const int64_t room = int64_t(m->max_context) - int64_t(g.prompt.size());
+  if (room < 1 || (r.max_tokens && *r.max_tokens > room)) {
+    std::string msg = "this model's context is " + std::to_string(m->max_context) + " tokens; the prompt has " +
+                      std::to_string(g.prompt.size()) +
+                      (r.max_tokens ? " and max_tokens asks for " + std::to_string(*r.max_tokens) + " more"
+                                    : ", which leaves no room to generate") +
+                      ": shorten the prompt or lower max_tokens";
+    out.response = c.error(bad_request(msg, r.max_tokens ? "max_tokens" : (kind == CompletionRequest::Kind::Chat ? "messages" : "prompt"),
+                                       "context_length_exceeded"));
+    return out;
+  }
+  g.max_tokens = r.max_tokens ? *r.max_tokens : int32_t(room);
+  g.sampling = r.sampling;
+  g.stop = r.stop;
+  g.ignore_eos = r.ignore_eos;
+  if (auto checked = m->scheduler->check(g); !checked.ok()) {
+    out.response = c.error(bad_request(checked.message));
+    return out;
+  }
+  auto slot = c.ctx.user_limiter->try_acquire(c.peer.uid);
+  if (!slot) {
+    ApiError e;
+    e.status = 429;
+    e.type = "rate_limit_exceeded";
+    e.code = "too_many_requests";
+    e.message = "user " + c.peer.user + " already has " + std::to_string(c.ctx.user_limiter->max_per_user()) +
+                " requests in flight (server.max_requests_per_user); wait for one to finish";
+    e.retry_after_seconds = 1;
+    out.response = c.error(e);
+    return out;
+  }
+  auto job = std::make_shared<GenerationJob>(
+      CompletionFormatter(kind, new_completion_id(kind), m->name, int64_t(std::time(nullptr))), r.stream,
+      r.include_usage);
+  job->stream = std::make_shared<RequestStream>(std::move(notify));
+  job->user_slot = std::move(slot);
+  job->endpoint = out.endpoint;
+  SubmitResult submitted = m->scheduler->submit(std::move(g), job->stream);
+  if (!submitted.ok()) {
+    ApiError e = submitted.code == SubmitResult::Code::Invalid ? bad_request(submitted.message)
+                 : submitted.code == SubmitResult::Code::Busy  ? unavailable(submitted.message, 1)
+                                                               : not_ready(c.ctx);
+    out.response = c.error(e);
+    return out;
+  }
+  out.job = std::move(job);
+  return out;
+}
+
+HttpResponse tokenize(const Call& c) {
+  const ServedModel* m = c.ctx.loaded();
+  if (!m) return c.error(not_ready(c.ctx));
+  TokenizeRequest r;
+  if (auto e = parse_tokenize(c.req.body(), r)) return c.error(*e);
+  if (auto e = check_model_name(r.model, *m)) return c.error(*e);
+  std::vector<int32_t> tokens;
+  if (r.prompt) {
+    tokens = m->tokenizer->encode(*r.prompt, r.add_special && m->add_bos, true);
+  } else {
+    std::string text = render_chat(m->chat_format, r.messages, true, r.add_special ? m->bos_text : "", m->chat_options);
+    tokens = m->tokenizer->encode(text, r.add_special && m->add_bos, true);
+  }
+  return c.json(200, {{"tokens", tokens}, {"count", tokens.size()}, {"max_model_len", m->max_context}});
+}
+
+HttpResponse detokenize(const Call& c) {
+  const ServedModel* m = c.ctx.loaded();
+  if (!m) return c.error(not_ready(c.ctx));
+  DetokenizeRequest r;
+  if (auto e = parse_detokenize(c.req.body(), r)) return c.error(*e);
+  if (auto e = check_model_name(r.model, *m)) return c.error(*e);
+  for (size_t i = 0; i < r.tokens.size(); ++i)
+    if (size_t(r.tokens[i]) >= m->tokenizer->vocab_size())
+      return c.error(bad_request("'tokens[" + std::to_string(i) + "]' is " + std::to_string(r.tokens[i]) +
+                                     ", outside the vocabulary (" + std::to_string(m->tokenizer->vocab_size()) + ")",
+                                 "tokens"));
+  return c.json(200, {{"prompt", m->tokenizer->decode(r.tokens)}});
+}
+
+HttpResponse method_not_allowed(const Call& c, const char* allow) {
+  ApiError e;
+  e.status = 405;
+  e.message = std::string(c.req.method_string()) + " is not allowed on " + std::string(c.req.target()) +
+              "; use " + allow;
+  e.code = "method_not_allowed";
+  HttpResponse res = c.error(e);
+  res.set(http::field::allow, allow);
+  return res;
+}
+
+}  // namespace
+
+RouteOutcome route_request(ServerContext& ctx, const HttpRequest& req, const PeerCredentials& peer,
+                           std::function<void()> notify) {
+  Call c{ctx, req, peer};
+  std::string path(req.target());
+  if (auto q = path.find('?'); q != std::string::npos) path.resize(q);
+  const bool get = req.method() == http::verb::get || req.method() == http::verb::head;
+  const bool post = req.method() == http::verb::post;
+  RouteOutcome out;
+  out.endpoint = path;
+
+  if (path == "/v1/chat/completions" || path == "/v1/completions") {
+    if (!post) {
+      out.response = method_not_allowed(c, "POST");
+      return out;
+    }
+    return generation(c, path == "/v1/chat/completions" ? CompletionRequest::Kind::Chat : CompletionRequest::Kind::Text,
+                      std::move(notify));
+  }
+  if (path == "/health" || path == "/metrics" || path == "/v1/models") {
+    if (!get)
+      out.response = method_not_allowed(c, "GET");
+    else if (path == "/health")
+      out.response = health(c);
+    else if (path == "/metrics")
+      out.response = make_response(200, "text/plain; version=0.0.4; charset=utf-8", ctx.metrics.render(ctx.snapshot()),
+                                   req.version(), req.keep_alive());
+    else
+      out.response = c.json(200, {{"object", "list"}, {"data", Json::array({model_object(ctx)})}});
+    return out;
+  }
+  if (path.rfind("/v1/models/", 0) == 0) {
+    out.endpoint = "/v1/models/{id}";
+    if (!get)
+      out.response = method_not_allowed(c, "GET");
+    else if (path.substr(11) == ctx.model_name)
+      out.response = c.json(200, model_object(ctx));
+    else
+      out.response = c.error(not_found("the model '" + path.substr(11) + "' does not exist here; this server serves '" +
+                                           ctx.model_name + "'",
+                                       "model_not_found"));
+    return out;
+  }
+  if (path == "/tokenize" || path == "/detokenize") {
+    if (!post)
+      out.response = method_not_allowed(c, "POST");
+    else
+      out.response = path == "/tokenize" ? tokenize(c) : detokenize(c);
+    return out;
+  }
+  out.endpoint = "other";
+  out.response = c.error(not_found("no route " + std::string(req.method_string()) + " " + path +
+                                   "; this server has /v1/chat/completions, /v1/completions, /v1/models, /tokenize, "
+                                   "/detokenize, /health and /metrics"));
+  return out;
+}
+
+}  // namespace voltad

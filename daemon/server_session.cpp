@@ -1,0 +1,304 @@
+#include "daemon/server_session.h"
+
+#include <sys/socket.h>
+
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/write.hpp>
+
+#include <cerrno>
+#include <sstream>
+
+#include "daemon/log.h"
+
+namespace voltad {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = boost::beast::http;
+
+namespace {
+
+// One HTTP/1.1 chunk.
+std::string chunk(const std::string& data) {
+  char size[24];
+  std::snprintf(size, sizeof(size), "%zx\r\n", data.size());
+  return size + data + "\r\n";
+}
+
+ApiError status_error(int status, std::string message) {
+  ApiError e;
+  e.status = status;
+  e.message = std::move(message);
+  return e;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+}  // namespace
+
+Session::Session(net::local::stream_protocol::socket&& socket, ServerContext& ctx, PeerCredentials peer,
+                 Refusal refusal)
+    : stream_(std::move(socket)), ctx_(ctx), peer_(std::move(peer)), refusal_(refusal) {
+  ++ctx_.open_connections;
+}
+
+Session::~Session() {
+  if (job_) {
+    job_->stream->cancel();
+    --ctx_.active_generations;
+  }
+  --ctx_.open_connections;
+}
+
+void Session::run() {
+  // Start on the strand: the socket's executor is the connection's strand.
+  net::dispatch(stream_.get_executor(), beast::bind_front_handler(&Session::do_read, shared_from_this()));
+}
+
+void Session::do_read() {
+  parser_.emplace();
+  parser_->header_limit(uint32_t(std::min<uint64_t>(ctx_.limits.max_header_bytes, UINT32_MAX)));
+  parser_->body_limit(ctx_.limits.max_body_bytes);
+  // The whole request, idle time before it included, must arrive within the
+  // deadline: a client that trickles bytes (slow loris) is cut off.
+  stream_.expires_after(ctx_.limits.read_timeout);
+  http::async_read(stream_, buffer_, *parser_, beast::bind_front_handler(&Session::on_read, shared_from_this()));
+}
+
+void Session::on_read(error_code ec, size_t) {
+  request_started_ = std::chrono::steady_clock::now();
+  endpoint_ = "other";
+  if (ec == http::error::end_of_stream) return do_close();
+  if (ec == http::error::header_limit) {
+    return send(error_response(status_error(431, "the request header is larger than server.max_header_bytes (" +
+                                                     std::to_string(ctx_.limits.max_header_bytes) + " bytes)"),
+                               11, false),
+                true);
+  }
+  if (ec == http::error::body_limit) {
+    return send(error_response(status_error(413, "the request body is larger than server.max_body_bytes (" +
+                                                     std::to_string(ctx_.limits.max_body_bytes) + " bytes)"),
+                               11, false),
+                true);
+  }
+  if (ec && ec.category() == http::make_error_code(http::error::bad_method).category() &&
+      ec != http::error::partial_message) {
+    return send(error_response(bad_request("malformed HTTP request: " + ec.message()), 11, false), true);
+  }
+  if (ec == beast::error::timeout && !parser_->got_some()) {
+    spdlog::debug("connection from uid {} pid {}: idle past server.read_timeout; closing it", peer_.uid, peer_.pid);
+    return do_close();
+  }
+  if (ec) return fail(ec, "read");
+  req_ = parser_->release();
+  handle_request();
+}
+
+void Session::handle_request() {
+  if (refusal_ == Refusal::Forbidden) {
+    ApiError e = status_error(403, "access denied: user " + peer_.user + " (uid " + std::to_string(peer_.uid) +
+                                       ") may not use this server; ask its administrator to add you to "
+                                       "server.allow_users or server.allow_groups");
+    e.type = "permission_error";
+    e.code = "forbidden";
+    return send(error_response(e, req_.version(), false));
+  }
+  if (refusal_ == Refusal::Overloaded) {
+    return send(error_response(unavailable("too many connections are open (server.max_connections); retry shortly", 1),
+                               req_.version(), false));
+  }
+  // The engine thread calls this when events arrive; it only posts.
+  auto notify = [weak = weak_from_this(), ex = stream_.get_executor()] {
+    net::post(ex, [weak] {
+      if (auto self = weak.lock()) self->on_events();
+    });
+  };
+  RouteOutcome outcome = route_request(ctx_, req_, peer_, std::move(notify));
+  endpoint_ = outcome.endpoint;
+  if (outcome.job) return start_job(std::move(outcome.job));
+  send(std::move(*outcome.response));
+}
+
+void Session::send(HttpResponse res, bool then_linger) {
+  ctx_.metrics.count_request(endpoint_, int(res.result_int()));
+  ctx_.metrics.observe_request_seconds(endpoint_, seconds_since(request_started_));
+  res_ = std::make_shared<HttpResponse>(std::move(res));
+  const bool close = res_->need_eof();
+  stream_.expires_after(ctx_.limits.write_timeout);
+  http::async_write(stream_, *res_,
+                    beast::bind_front_handler(&Session::on_write, shared_from_this(), close, then_linger));
+}
+
+void Session::on_write(bool close, bool linger, error_code ec, size_t) {
+  res_.reset();
+  if (ec) return fail(ec, "write");
+  if (linger) return do_linger();
+  if (close) return do_close();
+  do_read();
+}
+
+void Session::start_job(std::shared_ptr<GenerationJob> job) {
+  job_ = std::move(job);
+  ++ctx_.active_generations;
+  ++job_serial_;
+  job_done_ = false;
+  header_sent_ = false;
+  keep_alive_ = req_.keep_alive();
+  chunked_ = req_.version() >= 11;
+  do_watch();
+  if (!job_->streaming) return on_events();
+
+  http::response<http::empty_body> head{http::status::ok, req_.version()};
+  head.set(http::field::server, "voltad/" VOLTAD_VERSION);
+  head.set(http::field::content_type, "text/event-stream");
+  head.set(http::field::cache_control, "no-cache");
+  // HTTP/1.0 has no chunks: the stream's end is the connection's end.
+  head.keep_alive(keep_alive_ && chunked_);
+  if (chunked_) head.chunked(true);
+  std::ostringstream os;
+  os << head.base();
+  ctx_.metrics.count_request(endpoint_, 200);
+  header_sent_ = true;
+  std::string first = job_->format.first_chunk();
+  do_write_stream(os.str() + (first.empty() ? "" : chunked_ ? chunk(first) : first));
+}
+
+void Session::on_events() {
+  if (!job_ || writing_ || job_done_) return;  // a finished write takes what is queued
+  std::vector<StreamEvent> events = job_->stream->take();
+  if (events.empty()) return;
+
+  if (!job_->streaming) {
+    for (StreamEvent& e : events) {
+      job_->text += e.text;
+      if (!e.done) continue;
+      HttpResponse res = e.end == EndReason::Error
+                             ? error_response(unavailable(e.error, 5), req_.version(), keep_alive_)
+                             : json_response(200, job_->format.response(job_->text, e), req_.version(), keep_alive_);
+      end_job();
+      return send(std::move(res));
+    }
+    return;
+  }
+
+  std::string data;
+  for (StreamEvent& e : events) {
+    if (!e.done) {
+      data += job_->format.text_chunk(e.text);
+      continue;
+    }
+    if (e.end == EndReason::Error) {
+      if (!e.text.empty()) data += job_->format.text_chunk(e.text);
+      data += job_->format.error_chunk(unavailable(e.error, 5));
+    } else {
+      data += job_->format.final_chunks(e, job_->include_usage);
+    }
+    job_done_ = true;
+    break;
+  }
+  if (!chunked_) return do_write_stream(std::move(data));
+  do_write_stream(chunk(data) + (job_done_ ? "0\r\n\r\n" : ""));
+}
+
+void Session::do_write_stream(std::string data) {
+  write_buf_ = std::move(data);
+  writing_ = true;
+  stream_.expires_after(ctx_.limits.write_timeout);
+  net::async_write(stream_, net::buffer(write_buf_),
+                   beast::bind_front_handler(&Session::on_write_stream, shared_from_this()));
+}
+
+void Session::on_write_stream(error_code ec, size_t) {
+  writing_ = false;
+  if (ec) {
+    if (job_) ctx_.metrics.count_disconnect_cancel();
+    return fail(ec, "stream write");
+  }
+  if (job_done_) {
+    end_job();
+    if (keep_alive_ && chunked_) return do_read();
+    return do_close();
+  }
+  on_events();
+}
+
+void Session::end_job() {
+  if (!job_) return;
+  // A non-streamed answer is timed by send(), which follows.
+  if (job_->streaming) ctx_.metrics.observe_request_seconds(endpoint_, seconds_since(request_started_));
+  --ctx_.active_generations;
+  ++job_serial_;  // a watch still pending is stale now
+  if (watching_) {
+    // Only the watch can be pending here (the job's last write has finished).
+    error_code ignored;
+    stream_.socket().cancel(ignored);
+    watching_ = false;
+  }
+  job_.reset();
+}
+
+void Session::do_watch() {
+  watching_ = true;
+  stream_.socket().async_wait(net::socket_base::wait_read,
+                              beast::bind_front_handler(&Session::on_watch, shared_from_this(), job_serial_));
+}
+
+void Session::on_watch(uint64_t serial, error_code ec) {
+  if (serial != job_serial_ || !job_) return;
+  watching_ = false;
+  if (ec == net::error::operation_aborted) return;
+  bool gone = bool(ec);
+  if (!gone) {
+    // Readable while we are answering: either the client hung up (EOF) or
+    // it pipelined its next request, which stays in the socket for later.
+    char c;
+    ssize_t n = ::recv(stream_.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n > 0) return;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return do_watch();
+    gone = true;
+  }
+  spdlog::debug("client uid {} pid {} hung up during a generation; cancelling it", peer_.uid, peer_.pid);
+  ctx_.metrics.count_disconnect_cancel();
+  job_->stream->cancel();
+  do_close();
+}
+
+void Session::do_linger() {
+  // After an error answer to a request we did not read whole, keep reading
+  // (and discarding) briefly so the client sees our answer instead of a
+  // broken pipe; the deadline bounds it.
+  error_code ignored;
+  stream_.socket().shutdown(net::socket_base::shutdown_send, ignored);
+  stream_.expires_after(std::chrono::seconds(1));
+  stream_.async_read_some(net::buffer(linger_buf_), beast::bind_front_handler(&Session::on_linger, shared_from_this()));
+}
+
+void Session::on_linger(error_code ec, size_t) {
+  if (ec) return do_close();
+  // Same deadline as before: not reset, so a trickling client cannot extend it.
+  stream_.async_read_some(net::buffer(linger_buf_), beast::bind_front_handler(&Session::on_linger, shared_from_this()));
+}
+
+void Session::do_close() {
+  if (job_) job_->stream->cancel();
+  error_code ignored;
+  stream_.socket().shutdown(net::socket_base::shutdown_both, ignored);
+  stream_.close();
+}
+
+void Session::fail(error_code ec, const char* what) {
+  if (ec == beast::error::timeout)
+    spdlog::info("connection from uid {} pid {}: {} deadline passed; closing it", peer_.uid, peer_.pid, what);
+  else if (ec == net::error::operation_aborted || ec == net::error::broken_pipe ||
+           ec == net::error::connection_reset || ec == net::error::eof || ec == net::error::bad_descriptor ||
+           ec == http::error::partial_message)
+    spdlog::debug("connection from uid {} pid {}: {}: {}", peer_.uid, peer_.pid, what, ec.message());
+  else
+    spdlog::warn("connection from uid {} pid {}: {}: {}", peer_.uid, peer_.pid, what, ec.message());
+  do_close();
+}
+
+}  // namespace voltad
