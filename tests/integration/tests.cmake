@@ -11,3 +11,4 @@ endfunction()
 
 voltad_integration_test(cli_config cli_config.sh)
 include(${CMAKE_CURRENT_LIST_DIR}/placement.cmake)
+voltad_integration_test(plan_command plan_command.sh)

@@ -1,0 +1,153 @@
+// The VRAM plan (issue 8): every byte voltad will hold on the card, by
+// component, computed before anything big is allocated; whether it fits the
+// budget; and when it does not, the ways out with numbers. Plain C++ (no
+// CUDA): `voltad --plan` runs it on any machine, and the CUDA backend sizes
+// its buffers with the same functions (cuda_workspace_bytes,
+// kv_bytes_per_token), so the plan and the allocations agree.
+// docs/PLANNING.md explains each component and the assumptions.
+//
+//   budget  = vram_fraction x card total
+//   fixed   = others' usage + CUDA context + weights (repacked)
+//             + workspace + CUDA graphs
+//   fits   <=> fixed + KV of one full-context sequence <= budget
+//   KV pool = what the budget leaves after `fixed`, in blocks of 16 tokens,
+//             capped by max_context x max_sequences; or memory.kv_cache_bytes
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/model_config.h"
+#include "engine/model_weights.h"
+#include "engine/result.h"
+
+namespace voltad {
+
+enum class KvCacheType {
+  Fp16,  // K and V as fp16
+  Int8,  // int8 values plus one fp16 scale per head per token
+};
+const char* kv_cache_type_name(KvCacheType type);  // "fp16", "int8"
+
+// The engine's configured limits (engine.* in the config).
+struct EngineLimits {
+  int64_t max_context = 4096;       // tokens per sequence (prompt + output)
+  int64_t max_sequences = 16;       // sequences in one decode step
+  int64_t max_batch_tokens = 2048;  // tokens in one engine step
+  KvCacheType kv_cache_type = KvCacheType::Fp16;
+};
+
+// The CUDA backend's device buffers other than weights and KV cache, in
+// bytes, each rounded up to 256 (the backend carves them out of one
+// allocation at 256-byte boundaries; total() is that allocation).
+// T = max_batch_tokens, S = max_sequences, W = max(dim, ffn_dim).
+struct CudaWorkspace {
+  uint64_t residual;            // (T, dim) fp32: the residual stream
+  uint64_t normed;              // (T, dim) fp32: RMSNorm output
+  uint64_t qkv;                 // (T, q_dim + 2 kv_dim) fp32
+  uint64_t attention_out;       // (T, q_dim) fp32
+  uint64_t ffn_gate_up;         // (T, 2 ffn_dim) fp32
+  uint64_t quantized_x;         // (T, W) int8: activations for the dp4a matvecs
+  uint64_t quantized_x_scales;  // (T, W/32, 2) fp32: {d, d*sum(q)} per 32 values
+  uint64_t selected;            // (S, dim) fp32: the rows whose logits are computed
+  uint64_t logits;              // (S, n_vocab) fp32
+  uint64_t argmax_ids;          // (S) int32
+  uint64_t token_ids;           // (T) int32
+  uint64_t positions;           // (T) int32
+  uint64_t block_tables;        // (S, ceil(max_context/16)) int32
+  uint64_t attention_partials;  // (S, n_heads, splits, head_dim + 2) fp32: split-K decode,
+                                // splits = ceil(max_context / kAttentionSplitTokens)
+  uint64_t total() const;
+};
+CudaWorkspace cuda_workspace_bytes(const ModelConfig& model, const EngineLimits& limits);
+
+// Mirrors of the kernels' constants (kernels/matvec.h, kernels/attention.h;
+// a CUDA build checks they agree): activations are quantized in blocks of
+// 32 values, and split-K attention cuts a context into 256-token pieces.
+constexpr int64_t kActivationBlockValues = 32;
+constexpr int64_t kAttentionSplitTokens = 256;
+// Tokens per KV cache block (KvBlockPool::kBlockTokens).
+constexpr int64_t kKvBlockTokens = 16;
+
+// K and V of one token over all layers: 2 x n_layers x kv_dim x 2 bytes
+// (fp16), or 2 x n_layers x (kv_dim bytes + 2 bytes per KV head) (int8).
+uint64_t kv_bytes_per_token(const ModelConfig& model, KvCacheType type);
+
+// Decode-step graphs are captured per batch-size bucket: 1, 2, 4, ... up to
+// max_sequences. Each is estimated at kGraphBytesPerBucket (docs/PLANNING.md).
+constexpr uint64_t kGraphBytesPerBucket = 4ull << 20;
+int64_t cuda_graph_buckets(int64_t max_sequences);
+
+// What a CUDA context plus voltad's kernels takes when it cannot be measured
+// (--plan without a GPU): 400 MiB, the middle of the 300-500 MiB that CUDA
+// >= 11.7 contexts with lazy module loading take (docs/PLANNING.md).
+constexpr uint64_t kAssumedCudaContextBytes = 400ull << 20;
+
+// Device bytes of the weights once repacked (engine/weight_repack.h): exact.
+// Matrices take packed_layout_for(type, rows, cols).total_bytes; vectors
+// (norms, biases, rope_freqs) are F32 on the device. A tied output is the
+// embedding and is counted once. Error: a type the CUDA backend cannot run.
+Result<uint64_t> repacked_weight_bytes(const ModelWeights& weights);
+
+struct DeviceMemory {
+  std::string name;                                   // "Tesla V100-SXM2-32GB", or "assumed"
+  uint64_t total_bytes = 0;                           // the card's memory
+  uint64_t used_by_others = 0;                        // held by other processes when voltad starts
+  uint64_t context_bytes = kAssumedCudaContextBytes;  // CUDA context + libraries
+  bool context_measured = false;
+};
+
+struct MemoryLimits {
+  double vram_fraction = 0.90;  // memory.vram_fraction
+  uint64_t kv_cache_bytes = 0;  // memory.kv_cache_bytes; 0: what the budget leaves
+};
+
+struct PlanComponent {
+  std::string name;
+  uint64_t bytes = 0;
+  std::string note;  // how it was obtained, e.g. "measured", "assumed", "4 buckets x 4 MiB"
+};
+
+struct KvPoolPlan {
+  uint64_t bytes_per_token = 0;
+  uint64_t block_bytes = 0;  // kKvBlockTokens tokens
+  int64_t blocks = 0;
+  int64_t tokens = 0;          // blocks x 16
+  int64_t full_sequences = 0;  // sequences of max_context tokens the pool holds
+  uint64_t bytes = 0;          // blocks x block_bytes
+  bool capped = false;         // limited by max_context x max_sequences, not the budget
+};
+
+struct VramPlan {
+  // Inputs, kept for rendering.
+  std::string model_name;
+  EngineLimits limits;
+  MemoryLimits memory;
+  DeviceMemory device;
+  uint64_t budget_bytes = 0;  // vram_fraction x total
+  // Others' usage, context, weights, workspace, graphs, KV pool: their sum
+  // is planned_bytes. When the plan does not fit, the KV row holds what one
+  // full-context sequence needs.
+  std::vector<PlanComponent> components;
+  uint64_t planned_bytes = 0;
+  CudaWorkspace workspace{};
+  KvPoolPlan kv;
+  bool fits = false;
+  std::string refusal;                // why it does not fit (one sentence), "" when it fits
+  std::vector<std::string> ways_out;  // concrete changes, each with numbers
+};
+
+// The plan for a model of `config` whose weights take `weight_bytes` on the
+// device (repacked_weight_bytes).
+VramPlan plan_vram(const ModelConfig& config, uint64_t weight_bytes, const EngineLimits& limits,
+                   const MemoryLimits& memory, const DeviceMemory& device);
+
+// The plan as a table for people: component, bytes, % of card; the KV pool;
+// and when it does not fit, the refusal and the ways out.
+std::string vram_plan_text(const VramPlan& plan);
+
+// "31.75 GiB", "400.0 MiB", "512 B".
+std::string format_bytes(uint64_t bytes);
+
+}  // namespace voltad

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# voltad --plan through the real binaries, on a model made by voltad-mkmodel
+# and an assumed card: text and JSON, the table adding up, a refusal whose
+# way out really fits, and the exit codes (0 fits, 75 does not fit, 64 usage,
+# 65 bad model, 66 no model, 69 no card to measure, 78 bad config).
+set -uo pipefail
+bin=${VOLTAD_BIN_DIR:?}
+shared=${VOLTAD_SHARED_DIR:?}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+check() {  # check DESCRIPTION CONDITION...
+  local what=$1; shift
+  if "$@"; then echo "ok   $what"; else echo "FAIL $what"; fails=$((fails + 1)); fi
+}
+jqt() { jq -e "$1" >/dev/null <<<"$2"; }  # jqt FILTER JSON: the filter is true
+command -v jq >/dev/null || { echo "SKIP: jq is needed to read the JSON plan"; exit 77; }
+
+model=$tmp/smollm2.gguf
+"$bin/voltad-mkmodel" --shape smollm2-135m --type q4_k_m --tokenizer "$shared/tokenizers/llama3" \
+  -o "$model" >"$tmp/mkmodel.log" 2>&1
+check "voltad-mkmodel wrote the model" test -s "$model"
+
+# Defaults (4096 tokens x 16 sequences) on an assumed 4 GiB card: fits.
+out=$("$bin/voltad" --plan --model "$model" --assume-vram 4GiB); rc=$?
+check "fits: exit 0" test "$rc" -eq 0
+check "fits: says so" grep -q "^Fits: yes.$" <<<"$out"
+check "fits: names the model file" grep -q "^model: $model$" <<<"$out"
+for row in "other processes" "CUDA context + libraries" "weights (repacked)" "workspace" \
+           "CUDA graphs" "KV cache pool (fp16)" "total" "budget (90% of card)"; do
+  check "fits: row '$row'" grep -qF "  $row " <<<"$out"
+done
+
+json=$("$bin/voltad" --plan --model "$model" --assume-vram 4GiB --json); rc=$?
+check "json: exit 0" test "$rc" -eq 0
+check "json: fits" test "$(jq -r .fits <<<"$json")" = true
+check "json: the components add up to the total" \
+  test "$(jq '[.components[].bytes] | add' <<<"$json")" = "$(jq .planned_bytes <<<"$json")"
+check "json: total within the budget" jqt '.planned_bytes <= .budget_bytes' "$json"
+check "json: budget is 90% of the card" jqt '.budget_bytes == ((0.9 * 4294967296) | floor)' "$json"
+check "json: pool tokens = blocks x 16" jqt '.kv_pool.tokens == .kv_pool.blocks * 16' "$json"
+check "json: the pool is capped at 16 sequences of 4096" jqt '.kv_pool.blocks == 16 * 256' "$json"
+check "json: the workspace row is the workspace total" \
+  jqt '(.components[] | select(.name == "workspace") | .bytes) == .workspace.total' "$json"
+check "json: model path" test "$(jq -r .model.path <<<"$json")" = "$model"
+
+# Others' usage counts against the budget.
+used=$("$bin/voltad" --plan --model "$model" --assume-vram 2GiB --assume-used 512MiB --json)
+check "others: their row holds --assume-used" jqt '.components[0].bytes == 536870912' "$used"
+
+# A long context on a small card: refused, with a shorter context that fits.
+cat >"$tmp/long.yaml" <<YAML
+model:
+  path: $model
+engine:
+  max_context: 65536
+YAML
+out=$("$bin/voltad" --plan --config "$tmp/long.yaml" --assume-vram 1GiB); rc=$?
+check "long context: exit 75" test "$rc" -eq 75
+check "long context: says why" grep -q "^Does not fit: .*one full-context sequence (65536 tokens)" <<<"$out"
+check "long context: INT8 KV named" grep -q "engine.kv_cache_type: int8" <<<"$out"
+check "long context: a smaller quantization considered" grep -q "a smaller quantization" <<<"$out"
+ctx=$(sed -n 's/.*engine.max_context: \([0-9]*\) fits.*/\1/p' <<<"$out")
+check "long context: a shorter context is given" test -n "$ctx"
+sed "s/max_context: 65536/max_context: ${ctx:-0}/" "$tmp/long.yaml" >"$tmp/short.yaml"
+"$bin/voltad" --plan --config "$tmp/short.yaml" --assume-vram 1GiB >/dev/null
+check "long context: the context given fits (exit 0)" test $? -eq 0
+json=$("$bin/voltad" --plan --config "$tmp/long.yaml" --assume-vram 1GiB --json); rc=$?
+check "long context json: exit 75" test "$rc" -eq 75
+check "long context json: fits false, ways out listed" \
+  jqt '.fits == false and (.ways_out | length) >= 3 and (.refusal | length) > 0' "$json"
+
+# INT8 KV halves the bytes per token.
+printf 'engine:\n  kv_cache_type: int8\n' >"$tmp/int8.yaml"
+f16=$("$bin/voltad" --plan --model "$model" --assume-vram 1GiB --json | jq .kv_pool.bytes_per_token)
+i8=$("$bin/voltad" --plan --config "$tmp/int8.yaml" --model "$model" --assume-vram 1GiB --json |
+     jq .kv_pool.bytes_per_token)
+# (half, plus one fp16 scale per 64-value head: 3%)
+check "int8: about half the bytes per token ($i8 vs $f16)" test $((i8 * 2)) -lt $((f16 * 104 / 100))
+
+# Errors.
+"$bin/voltad" --plan --model "$model" --assume-vram lots >/dev/null 2>&1
+check "bad --assume-vram: exit 64" test $? -eq 64
+"$bin/voltad" --plan --model "$model" --assume-vram 1GiB --frobnicate >/dev/null 2>&1
+check "unknown flag: exit 64" test $? -eq 64
+"$bin/voltad" --plan --model "$tmp/none.gguf" --assume-vram 1GiB >/dev/null 2>&1
+check "missing model: exit 66" test $? -eq 66
+echo "not a model" >"$tmp/text.gguf"
+err=$("$bin/voltad" --plan --model "$tmp/text.gguf" --assume-vram 1GiB 2>&1); rc=$?
+check "bad model: exit 65" test "$rc" -eq 65
+check "bad model: names the file" grep -q "$tmp/text.gguf" <<<"$err"
+err=$("$bin/voltad" --plan --model "$model" 2>&1); rc=$?
+check "no card and no --assume-vram: exit 69" test "$rc" -eq 69
+check "no card: says what to pass" grep -q -- "--assume-vram" <<<"$err"
+printf 'engine:\n  max_context: lots\n' >"$tmp/bad.yaml"
+"$bin/voltad" --plan --config "$tmp/bad.yaml" --model "$model" --assume-vram 1GiB >/dev/null 2>&1
+check "bad config: exit 78" test $? -eq 78
+"$bin/voltad" --plan --help | grep -q -- "--assume-used"
+check "--plan --help lists the flags" test $? -eq 0
+
+echo "plan_command: $fails failure(s)"
+exit $((fails > 0))
