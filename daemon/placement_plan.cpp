@@ -215,7 +215,7 @@ Status choose_cpus(const Topology& t, const config::PlacementSection& cfg, Place
   auto fall_back = [&](const std::string& why) {
     p.shortfalls.push_back(why + "; the process stays on its allowed CPUs " +
                            format_index_list(allowed));
-    p.cpus = allowed;
+    p.cpus = cfg.cpus == "auto" ? one_per_core(t, allowed) : allowed;
     p.cpus_choice = "the allowed CPUs (see shortfalls)";
   };
 
