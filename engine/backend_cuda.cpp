@@ -71,6 +71,7 @@ struct CudaBackend::Impl {
   std::vector<Layer> layers;
   kernels::PackedMatrixView token_embd, output;
   float* output_norm = nullptr;
+  uint64_t decode_bytes = 0;  // what one decode step reads of the weights
   float* inv_freq = nullptr;
 
   // Step buffers, sized for max_batch_tokens tokens (T).
@@ -120,6 +121,7 @@ Status CudaBackend::Impl::upload_vector(const GgufTensor* t, float*& dst) {
   auto p = alloc<float>(host.size(), t->name.c_str(), memory.weights);
   if (!p) return p.error();
   dst = p.value();
+  decode_bytes += host.size() * sizeof(float);
   CUDA_CHECK(cudaMemcpy(dst, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
   return {};
 }
@@ -145,6 +147,7 @@ Status CudaBackend::Impl::upload_matrix(const GgufTensor& t, kernels::PackedMatr
   CUDA_CHECK(cudaMemcpy(p.value(), staging.data(), layout->total_bytes, cudaMemcpyHostToDevice));
   dst.layout = layout.value();
   dst.data = p.value();
+  if (&t != model->weights.token_embd || model->weights.output == &t) decode_bytes += kernels::packed_payload_bytes(dst.layout);
   done += t.n_bytes;
   if (options.on_progress) options.on_progress(done, total, t.name);
   return {};
@@ -270,6 +273,39 @@ CudaBackend::~CudaBackend() = default;
 KvBlockPool& CudaBackend::kv_pool() { return impl_->pool; }
 const CudaMemoryUse& CudaBackend::memory_use() const { return impl_->memory; }
 std::string CudaBackend::device_name() const { return impl_->device_name; }
+uint64_t CudaBackend::decode_weight_bytes() const { return impl_->decode_bytes; }
+
+Result<double> measure_copy_bandwidth(int device) {
+  cudaError_t e = cudaSetDevice(device);
+  if (e != cudaSuccess) return cuda_error("cudaSetDevice", e);
+  const size_t bytes = size_t(1) << 30;
+  void *a = nullptr, *b = nullptr;
+  if ((e = cudaMalloc(&a, bytes)) != cudaSuccess) return cuda_error("allocating 1 GiB for the copy benchmark", e);
+  if ((e = cudaMalloc(&b, bytes)) != cudaSuccess) {
+    cudaFree(a);
+    return cuda_error("allocating 1 GiB for the copy benchmark", e);
+  }
+  cudaEvent_t start, stop;
+  CUDA_CHECK(cudaEventCreate(&start));
+  CUDA_CHECK(cudaEventCreate(&stop));
+  CUDA_CHECK(cudaMemset(a, 1, bytes));
+  std::vector<float> ms;
+  for (int i = 0; i < 12; ++i) {
+    CUDA_CHECK(cudaEventRecord(start));
+    CUDA_CHECK(cudaMemcpyAsync(i % 2 ? a : b, i % 2 ? b : a, bytes, cudaMemcpyDeviceToDevice));
+    CUDA_CHECK(cudaEventRecord(stop));
+    CUDA_CHECK(cudaEventSynchronize(stop));
+    float t = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+    if (i >= 2) ms.push_back(t);  // the first copies warm up
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaFree(a);
+  cudaFree(b);
+  std::sort(ms.begin(), ms.end());
+  return 2.0 * double(bytes) / (double(ms[ms.size() / 2]) * 1e-3);
+}
 
 void CudaBackend::Impl::attention(const Layer& layer, int n_tokens, int max_position, const int32_t* positions,
                                   const int32_t* token_tables) {

@@ -44,12 +44,20 @@ class CudaBackend final : public Backend {
 
   const CudaMemoryUse& memory_use() const;
   std::string device_name() const;
+  // Bytes of weights one decode step reads: every matrix and vector except
+  // the embedding table (unless it doubles as the output matrix).
+  uint64_t decode_weight_bytes() const;
 
  private:
   struct Impl;
   explicit CudaBackend(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// Device-to-device copy bandwidth in bytes/s (bytes read + bytes written),
+// the median of several 1 GiB copies: the ceiling decode efficiency is
+// measured against.
+Result<double> measure_copy_bandwidth(int device);
 
 // "NVIDIA H200 (sm_90, 139.8 GiB)": the device the backend would use, or an
 // error saying why there is none.

@@ -1,7 +1,197 @@
-// voltad-bench: engine benchmark.
+// voltad-bench: how fast the engine runs a model on this GPU.
+//
+//   voltad-bench -m MODEL.gguf [-p 512] [-n 128] [-b 1,2,4,8,16] [--ctx N] [--json]
+//
+// Prefill: tokens/s for one prompt of -p tokens. Decode: for each batch size
+// b, b sequences at context --ctx decode -n steps together; tokens/s per
+// sequence and in aggregate, the bytes one step must read (weights except
+// the embedding table, plus each sequence's KV cache), the GB/s that makes,
+// and that as a fraction of the device's copy bandwidth measured first.
+// Warm-up steps are excluded; times are medians. Speed does not depend on
+// the values, so random-weight models (voltad-mkmodel) measure real shapes.
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
 
-int main(int, char**) {
-  std::fprintf(stderr, "voltad-bench: no engine in this build yet: nothing can be measured\n");
-  return 64;
+#ifdef VOLTAD_HAVE_CUDA
+#include "engine/backend_cuda.h"
+#endif
+#include "engine/model.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: voltad-bench -m MODEL.gguf [-p 512] [-n 128] [-b 1,2,4,8,16] [--ctx 512] [--repeat 3] [--json]\n";
+
+std::vector<int> parse_list(const std::string& s) {
+  std::vector<int> v;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');) v.push_back(std::atoi(item.c_str()));
+  return v;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model_path;
+  int prompt = 512, steps = 128, ctx = 512, repeat = 3;
+  std::vector<int> batches = {1, 2, 4, 8, 16};
+  bool json = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
+    if (a == "-m") model_path = next();
+    else if (a == "-p") prompt = std::atoi(next().c_str());
+    else if (a == "-n") steps = std::atoi(next().c_str());
+    else if (a == "-b") batches = parse_list(next());
+    else if (a == "--ctx") ctx = std::atoi(next().c_str());
+    else if (a == "--repeat") repeat = std::atoi(next().c_str());
+    else if (a == "--json") json = true;
+    else if (a == "-h" || a == "--help") return std::fputs(kUsage, stdout), 0;
+    else return std::fprintf(stderr, "voltad-bench: unknown argument '%s'\n%s", a.c_str(), kUsage), 64;
+  }
+  if (model_path.empty() || prompt < 0 || steps < 1 || ctx < 1 || repeat < 1 || batches.empty() ||
+      *std::min_element(batches.begin(), batches.end()) < 1)
+    return std::fprintf(stderr, "voltad-bench: need -m MODEL and positive sizes\n%s", kUsage), 64;
+#ifndef VOLTAD_HAVE_CUDA
+  std::fprintf(stderr, "voltad-bench: this build has no CUDA backend (configure with -DVOLTAD_CUDA=ON)\n");
+  return 69;
+#else
+  using namespace voltad;
+  using clock = std::chrono::steady_clock;
+  auto bandwidth = measure_copy_bandwidth(0);
+  if (!bandwidth) return std::fprintf(stderr, "voltad-bench: %s\n", bandwidth.error().message.c_str()), 69;
+  auto model = load_model(model_path);
+  if (!model) return std::fprintf(stderr, "voltad-bench: %s\n", model.error().message.c_str()), 65;
+  const ModelConfig& c = model.value()->config;
+  const int max_b = *std::max_element(batches.begin(), batches.end());
+
+  CudaBackendOptions o;
+  o.max_sequences = max_b;
+  o.max_context = std::max(ctx + steps + 1, prompt + 1);
+  o.max_batch_tokens = std::max(prompt, max_b);
+  o.on_progress = [json](uint64_t done, uint64_t total, const std::string&) {
+    if (!json) std::fprintf(stderr, "\rvoltad-bench: loading %3d%%", int(100.0 * double(done) / double(total)));
+  };
+  auto t_load = clock::now();
+  auto backend = CudaBackend::create(model.value(), o);
+  if (!json) std::fprintf(stderr, "\n");
+  if (!backend) return std::fprintf(stderr, "voltad-bench: %s\n", backend.error().message.c_str()), 69;
+  const double load_s = std::chrono::duration<double>(clock::now() - t_load).count();
+  CudaBackend& b = *backend.value();
+  std::mt19937 rng(7);
+  auto random_tokens = [&](int n) {
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (auto& x : t) x = int32_t(rng() % uint32_t(c.n_vocab));
+    return t;
+  };
+  ForwardOutput out;
+
+  // Prefill: one sequence, the whole prompt in one step.
+  double prefill_tps = 0;
+  if (prompt > 0) {
+    auto tokens = random_tokens(prompt);
+    std::vector<double> times;
+    for (int r = 0; r < repeat + 1; ++r) {
+      if (!b.kv_pool().reserve(0, prompt)) return std::fprintf(stderr, "voltad-bench: KV pool too small\n"), 1;
+      BatchChunk chunk;
+      chunk.tokens = tokens;
+      auto t0 = clock::now();
+      auto st = b.forward(std::span<const BatchChunk>(&chunk, 1), out);
+      double dt = std::chrono::duration<double>(clock::now() - t0).count();
+      if (!st) return std::fprintf(stderr, "voltad-bench: %s\n", st.error().message.c_str()), 1;
+      if (r > 0) times.push_back(dt);  // the first run warms up
+      b.kv_pool().release(0);
+    }
+    prefill_tps = prompt / median(times);
+  }
+
+  struct Row {
+    int batch;
+    double step_s, tps_seq, tps_total, bytes, gbps, efficiency;
+  };
+  std::vector<Row> rows;
+  const double kv_bytes_per_token = 2.0 * double(c.n_layers) * double(c.kv_dim()) * 2.0;  // K and V, fp16
+  for (int batch : batches) {
+    std::vector<int32_t> next(static_cast<size_t>(batch));
+    for (int s = 0; s < batch; ++s)
+      if (!b.kv_pool().reserve(s, ctx + steps + 1)) return std::fprintf(stderr, "voltad-bench: KV pool too small\n"), 1;
+    std::vector<double> times;
+    const int warmup = 3;
+    for (int i = 0; i < steps + warmup; ++i) {
+      std::vector<BatchChunk> chunks(static_cast<size_t>(batch));
+      for (int s = 0; s < batch; ++s) {
+        next[size_t(s)] = int32_t(rng() % uint32_t(c.n_vocab));
+        chunks[size_t(s)].seq_id = s;
+        chunks[size_t(s)].start_pos = ctx + std::max(0, i - warmup);
+        chunks[size_t(s)].tokens = std::span<const int32_t>(&next[size_t(s)], 1);
+      }
+      auto t0 = clock::now();
+      auto st = b.forward(chunks, out);
+      double dt = std::chrono::duration<double>(clock::now() - t0).count();
+      if (!st) return std::fprintf(stderr, "voltad-bench: %s\n", st.error().message.c_str()), 1;
+      if (i >= warmup) times.push_back(dt);
+    }
+    for (int s = 0; s < batch; ++s) b.kv_pool().release(s);
+    Row r;
+    r.batch = batch;
+    r.step_s = median(times);
+    r.tps_seq = 1.0 / r.step_s;
+    r.tps_total = batch / r.step_s;
+    r.bytes = double(b.decode_weight_bytes()) + batch * kv_bytes_per_token * (ctx + 1);
+    r.gbps = r.bytes / r.step_s / 1e9;
+    r.efficiency = r.bytes / r.step_s / bandwidth.value();
+    rows.push_back(r);
+  }
+
+  const CudaMemoryUse& mem = b.memory_use();
+  if (json) {
+    std::printf("{\n  \"model\": \"%s\",\n  \"device\": \"%s\",\n  \"copy_bandwidth_gbps\": %.1f,\n", model_path.c_str(),
+                b.device_name().c_str(), bandwidth.value() / 1e9);
+    std::printf("  \"load_seconds\": %.2f,\n  \"weights_bytes\": %llu,\n  \"decode_weight_bytes\": %llu,\n", load_s,
+                (unsigned long long)mem.weights, (unsigned long long)b.decode_weight_bytes());
+    std::printf("  \"gguf_tensor_bytes\": %llu,\n  \"workspace_bytes\": %llu,\n  \"kv_cache_bytes\": %llu,\n",
+                (unsigned long long)[&] {
+                  uint64_t t = 0;
+                  for (auto& x : model.value()->file->tensors()) t += x.n_bytes;
+                  return t;
+                }(),
+                (unsigned long long)mem.workspace, (unsigned long long)mem.kv_cache);
+    std::printf("  \"prefill\": {\"tokens\": %d, \"tokens_per_second\": %.1f},\n  \"context\": %d,\n  \"decode\": [\n", prompt,
+                prefill_tps, ctx);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Row& r = rows[i];
+      std::printf("    {\"batch\": %d, \"step_ms\": %.4f, \"tokens_per_second_per_sequence\": %.1f, "
+                  "\"tokens_per_second\": %.1f, \"bytes_per_step\": %.0f, \"gbps\": %.1f, \"efficiency\": %.3f}%s\n",
+                  r.batch, r.step_s * 1e3, r.tps_seq, r.tps_total, r.bytes, r.gbps, r.efficiency,
+                  i + 1 < rows.size() ? "," : "");
+    }
+    std::printf("  ]\n}\n");
+  } else {
+    std::printf("model       %s\ndevice      %s, copy bandwidth %.0f GB/s\n", model_path.c_str(), b.device_name().c_str(),
+                bandwidth.value() / 1e9);
+    std::printf("memory      weights %.3f GB (GGUF tensors %.3f GB), workspace %.3f GB, KV cache %.3f GB; load %.1f s\n",
+                mem.weights / 1e9, [&] {
+                  double t = 0;
+                  for (auto& x : model.value()->file->tensors()) t += double(x.n_bytes);
+                  return t / 1e9;
+                }(), mem.workspace / 1e9, mem.kv_cache / 1e9, load_s);
+    if (prompt > 0) std::printf("prefill     %d tokens: %.0f tokens/s\n", prompt, prefill_tps);
+    std::printf("decode      context %d, %d steps (median)\n", ctx, steps);
+    std::printf("  batch   step ms   tok/s/seq   tok/s total   MB/step    GB/s   efficiency\n");
+    for (const Row& r : rows)
+      std::printf("  %5d  %8.3f  %10.1f  %12.1f  %8.1f  %6.0f   %.3f\n", r.batch, r.step_s * 1e3, r.tps_seq, r.tps_total,
+                  r.bytes / 1e6, r.gbps, r.efficiency);
+  }
+  return 0;
+#endif
 }

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The headline benchmarks on a GPU machine: builds the engine tools there,
+# writes random-weight models of real shapes with voltad-mkmodel, and runs
+# voltad-bench on them. JSON results go to $OUT (the device tool's folder)
+# or build-device/out; a table is printed last.
+#
+# Needs .deps (scripts/device-test.sh --prepare-deps) and .tok/tok.tar.xz
+# (the shared llama3 and qwen3 tokenizers: tar -C ../shared/tokenizers
+# -cJf .tok/tok.tar.xz llama3 qwen3), carried to the machine.
+#   bash scripts/device-bench.sh [--models llama3-8b:q4_k_m,llama3-8b:q4_0] [--ctx 512,4096] [--arch 90]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+models="llama3-8b:q4_k_m,llama3-8b:q4_0,qwen3-8b:q4_k_m"
+contexts="512,4096"
+arch=90
+batches="1,2,4,8,16,32"
+while (($#)); do
+  case $1 in
+    --models) models=$2; shift 2 ;;
+    --ctx) contexts=$2; shift 2 ;;
+    --arch) arch=$2; shift 2 ;;
+    --batches) batches=$2; shift 2 ;;
+    *) echo "usage: $0 [--models SHAPE:TYPE,...] [--ctx N,...] [--arch NN] [--batches B,...]" >&2; exit 64 ;;
+  esac
+done
+out=${OUT:-$root/build-device/out}
+build=$root/build-bench
+mkdir -p "$out" "$build" /tmp/voltad-models /tmp/voltad-tok
+tar -C /tmp/voltad-tok -xJf .tok/tok.tar.xz
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DVOLTAD_CUDA=ON \
+  -DCMAKE_CUDA_ARCHITECTURES="$arch" -DVOLTAD_DAEMON=OFF -DVOLTAD_TESTS=OFF \
+  -DCMAKE_PREFIX_PATH="$root/.deps" >"$out/bench-configure.log" 2>&1 || { tail -20 "$out/bench-configure.log"; exit 1; }
+ninja -C "$build" voltad-bench voltad-mkmodel >"$out/bench-build.log" 2>&1 || { tail -30 "$out/bench-build.log"; exit 1; }
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+summary=()
+for spec in ${models//,/ }; do
+  shape=${spec%%:*}
+  type=${spec##*:}
+  case $shape in qwen*) tok=qwen3 ;; *) tok=llama3 ;; esac
+  file=/tmp/voltad-models/$shape-$type.gguf
+  [[ -s $file ]] || "$build/bin/voltad-mkmodel" --shape "$shape" --type "$type" --tokenizer /tmp/voltad-tok/$tok -o "$file" 2>&1 | tail -1
+  for ctx in ${contexts//,/ }; do
+    b=$batches
+    [[ $ctx -gt 1024 ]] && b=1,8
+    json=$out/bench-$shape-$type-ctx$ctx.json
+    "$build/bin/voltad-bench" -m "$file" -p 512 -n 64 -b "$b" --ctx "$ctx" --json >"$json"
+    summary+=("$(python3 - "$json" "$shape-$type" "$ctx" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+rows = " ".join(f"b{r['batch']}={r['tokens_per_second']:.0f}tok/s({r['efficiency']:.2f})" for r in d["decode"])
+print(f"{sys.argv[2]} ctx{sys.argv[3]}: prefill {d['prefill']['tokens_per_second']:.0f} tok/s; {rows}; "
+      f"weights {d['weights_bytes']/1e9:.3f} GB vs GGUF {d['gguf_tensor_bytes']/1e9:.3f} GB; "
+      f"workspace {d['workspace_bytes']/1e6:.0f} MB; load {d['load_seconds']:.1f} s; copy {d['copy_bandwidth_gbps']:.0f} GB/s")
+PY
+)")
+  done
+done
+echo "== voltad-bench at commit $commit (arch sm_$arch)"
+printf '%s\n' "${summary[@]}"
