@@ -1,26 +1,63 @@
 // voltactl: the client and admin tool. Talks to voltad over its Unix socket.
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "daemon/exit_codes.h"
+#include "daemon/voltactl_commands.h"
 
 namespace {
 constexpr const char* kUsage =
     "usage: voltactl [--socket PATH] COMMAND [ARGS]\n"
-    "commands: generate PROMPT | chat | status | models | bench | plan | reload\n";
+    "commands:\n"
+    "  generate PROMPT [--max-tokens N] [--temperature T] [--seed N]   continue PROMPT, streamed\n"
+    "  chat [--system TEXT] [--max-tokens N] [--temperature T]         interactive chat; Ctrl-C stops an answer\n"
+    "  status                                                          health, model, load, latency\n"
+    "  models                                                          the models served\n"
+    "  bench [--concurrency 1,2,4,8] [--max-tokens 200] [--json]       TTFT, prompt and decode tokens/s\n"
+    "  plan | reload                                                   not available yet\n"
+    "The socket is --socket, else $VOLTAD_SOCKET, else the daemon's default (%s).\n";
 }
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::fputs(kUsage, stderr);
+  std::vector<std::string> args(argv + 1, argv + argc);
+  std::string socket = voltad::ctl::default_socket_path();
+  while (!args.empty() && args[0].rfind("--", 0) == 0) {
+    if (args[0] == "--help" || args[0] == "-h") {
+      std::printf(kUsage, socket.c_str());
+      return voltad::kExitOk;
+    }
+    if (args[0] == "--version") {
+      std::printf("voltactl %s\n", VOLTAD_VERSION);
+      return voltad::kExitOk;
+    }
+    if (args[0] == "--socket" && args.size() >= 2) {
+      socket = args[1];
+      args.erase(args.begin(), args.begin() + 2);
+      continue;
+    }
+    std::fprintf(stderr, "voltactl: unknown option %s\n", args[0].c_str());
+    std::fprintf(stderr, kUsage, socket.c_str());
     return voltad::kExitUsage;
   }
-  std::string cmd = argv[1];
-  if (cmd == "--help" || cmd == "-h") {
-    std::fputs(kUsage, stdout);
-    return voltad::kExitOk;
+  if (args.empty()) {
+    std::fprintf(stderr, kUsage, socket.c_str());
+    return voltad::kExitUsage;
   }
-  std::fprintf(stderr, "voltactl: '%s' is not available in this build: voltad does not serve yet\n",
-               cmd.c_str());
+  std::string cmd = args[0];
+  args.erase(args.begin());
+  voltad::ctl::ApiClient client(socket);
+  if (cmd == "generate") return voltad::ctl::cmd_generate(client, args);
+  if (cmd == "chat") return voltad::ctl::cmd_chat(client, args);
+  if (cmd == "status") return voltad::ctl::cmd_status(client, args);
+  if (cmd == "models") return voltad::ctl::cmd_models(client, args);
+  if (cmd == "bench") return voltad::ctl::cmd_bench(client, args);
+  if (cmd == "plan" || cmd == "reload") {
+    std::fprintf(stderr, "voltactl %s: not available yet: voltad has no %s endpoint in this build\n", cmd.c_str(),
+                 cmd == "plan" ? "placement/memory plan" : "config reload");
+    return voltad::kExitUnavailable;
+  }
+  std::fprintf(stderr, "voltactl: unknown command '%s'\n", cmd.c_str());
+  std::fprintf(stderr, kUsage, socket.c_str());
   return voltad::kExitUsage;
 }

@@ -1,0 +1,150 @@
+#include "daemon/voltactl_client.h"
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include <cstdlib>
+
+#include <nlohmann/json.hpp>
+
+#include "daemon/config.h"
+#include "daemon/config_paths.h"
+
+namespace voltad::ctl {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = boost::beast::http;
+using local = net::local::stream_protocol;
+
+std::atomic<int> ApiClient::active_fd{-1};
+
+namespace {
+
+Result<local::socket> connect(net::io_context& ioc, const std::string& path) {
+  local::socket socket(ioc);
+  boost::system::error_code ec;
+  socket.connect(local::endpoint(path), ec);
+  if (ec) {
+    std::string hint = ec == net::error::connection_refused || ec == net::error::not_found ||
+                               ec == boost::system::errc::no_such_file_or_directory
+                           ? " (is voltad running? pass --socket PATH or set VOLTAD_SOCKET)"
+                       : ec == boost::system::errc::permission_denied
+                           ? " (you need write access to the socket: ask for its group)"
+                           : "";
+    return make_error("cannot connect to " + path + ": " + ec.message() + hint);
+  }
+  return socket;
+}
+
+http::request<http::string_body> make_request(http::verb verb, const std::string& target, const std::string& body) {
+  http::request<http::string_body> req{verb, target, 11};
+  req.set(http::field::host, "voltad");
+  req.set(http::field::user_agent, "voltactl/" VOLTAD_VERSION);
+  if (verb == http::verb::post) {
+    req.set(http::field::content_type, "application/json");
+    req.body() = body;
+  }
+  req.keep_alive(false);
+  req.prepare_payload();
+  return req;
+}
+
+Result<ApiResponse> call(const std::string& path, http::verb verb, const std::string& target, const std::string& body) {
+  net::io_context ioc;
+  auto socket = connect(ioc, path);
+  if (!socket.ok()) return socket.error();
+  boost::system::error_code ec;
+  auto req = make_request(verb, target, body);
+  http::write(*socket, req, ec);
+  if (ec) return make_error("sending to " + path + ": " + ec.message());
+  beast::flat_buffer buffer;
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(boost::none);
+  http::read(*socket, buffer, parser, ec);
+  if (ec) return make_error("reading the answer from " + path + ": " + ec.message());
+  ApiResponse r;
+  r.status = int(parser.get().result_int());
+  r.body = parser.get().body();
+  r.retry_after = std::string(parser.get()[http::field::retry_after]);
+  return r;
+}
+
+}  // namespace
+
+Result<ApiResponse> ApiClient::get(const std::string& target) const {
+  return call(socket_path_, http::verb::get, target, "");
+}
+
+Result<ApiResponse> ApiClient::post(const std::string& target, const std::string& json) const {
+  return call(socket_path_, http::verb::post, target, json);
+}
+
+Result<ApiResponse> ApiClient::stream(const std::string& target, const std::string& json,
+                                      const std::function<bool(const std::string&)>& on_data) const {
+  net::io_context ioc;
+  auto socket = connect(ioc, socket_path_);
+  if (!socket.ok()) return socket.error();
+  boost::system::error_code ec;
+  auto req = make_request(http::verb::post, target, json);
+  http::write(*socket, req, ec);
+  if (ec) return make_error("sending to " + socket_path_ + ": " + ec.message());
+
+  struct ActiveFd {  // published for the Ctrl-C handler while the stream runs
+    explicit ActiveFd(int fd) { active_fd = fd; }
+    ~ActiveFd() { active_fd = -1; }
+  } active(socket->native_handle());
+
+  beast::flat_buffer buffer;
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(boost::none);
+  http::read_header(*socket, buffer, parser, ec);
+  if (ec) return make_error("reading the answer from " + socket_path_ + ": " + ec.message());
+  ApiResponse r;
+  r.status = int(parser.get().result_int());
+  r.retry_after = std::string(parser.get()[http::field::retry_after]);
+  if (r.status != 200) {
+    http::read(*socket, buffer, parser, ec);
+    r.body = parser.get().body();
+    return r;
+  }
+  // Events are separated by a blank line; the body grows as chunks arrive
+  // and what has been handed out is erased.
+  std::string pending;
+  while (!parser.is_done()) {
+    http::read_some(*socket, buffer, parser, ec);
+    if (ec) return make_error("the stream from " + socket_path_ + " broke off: " + ec.message());
+    pending += parser.get().body();
+    parser.get().body().clear();
+    for (size_t end; (end = pending.find("\n\n")) != std::string::npos;) {
+      std::string event = pending.substr(0, end);
+      pending.erase(0, end + 2);
+      if (event.rfind("data: ", 0) != 0) continue;
+      std::string data = event.substr(6);
+      if (data == "[DONE]") return r;
+      if (!on_data(data)) {
+        socket->shutdown(local::socket::shutdown_both, ec);
+        return r;
+      }
+    }
+  }
+  return r;
+}
+
+std::string error_message(const ApiResponse& response) {
+  auto j = nlohmann::json::parse(response.body, nullptr, false);
+  if (j.is_object() && j.contains("error") && j["error"].is_object() && j["error"].contains("message") &&
+      j["error"]["message"].is_string())
+    return j["error"]["message"].get<std::string>();
+  return response.body.empty() ? "HTTP " + std::to_string(response.status) : response.body;
+}
+
+std::string default_socket_path() {
+  if (const char* env = std::getenv("VOLTAD_SOCKET"); env && *env) return env;
+  config::Config defaults = config::Config::defaults();
+  return config::expand_path(defaults.server.socket_path);
+}
+
+}  // namespace voltad::ctl

@@ -1,0 +1,49 @@
+// voltactl's side of the API: blocking HTTP/1.1 over voltad's Unix socket
+// (Beast, one connection per call), with SSE streams delivered event by
+// event. Each ApiClient is used by one thread at a time.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <string>
+
+#include "engine/result.h"
+
+namespace voltad::ctl {
+
+struct ApiResponse {
+  int status = 0;
+  std::string body;
+  std::string retry_after;
+};
+
+class ApiClient {
+ public:
+  explicit ApiClient(std::string socket_path) : socket_path_(std::move(socket_path)) {}
+  const std::string& socket_path() const { return socket_path_; }
+
+  // GET when body is empty, POST (JSON) otherwise.
+  Result<ApiResponse> get(const std::string& target) const;
+  Result<ApiResponse> post(const std::string& target, const std::string& json) const;
+
+  // POSTs a streaming request; on_data receives each SSE "data:" payload
+  // except [DONE] and returns false to stop early (closing the connection,
+  // which cancels the generation). A non-200 answer comes back whole.
+  // While the stream runs, `active_fd` holds its socket so a signal handler
+  // can shut it down (Ctrl-C in chat).
+  Result<ApiResponse> stream(const std::string& target, const std::string& json,
+                             const std::function<bool(const std::string&)>& on_data) const;
+
+  static std::atomic<int> active_fd;
+
+ private:
+  std::string socket_path_;
+};
+
+// The message of an OpenAI error body, or the body itself.
+std::string error_message(const ApiResponse& response);
+
+// $VOLTAD_SOCKET, else the daemon's default (server.socket_path expanded).
+std::string default_socket_path();
+
+}  // namespace voltad::ctl

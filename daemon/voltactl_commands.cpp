@@ -1,0 +1,301 @@
+#include "daemon/voltactl_commands.h"
+
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "daemon/exit_codes.h"
+
+namespace voltad::ctl {
+
+using Json = nlohmann::json;
+
+bool parse_options(const char* command, const Args& args, const std::vector<OptionSpec>& specs,
+                   std::vector<std::string>& positional) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a.size() < 2 || a.compare(0, 2, "--") != 0) {
+      positional.push_back(a);
+      continue;
+    }
+    bool known = false;
+    for (const OptionSpec& s : specs) {
+      if (a != s.name) continue;
+      known = true;
+      if (s.flag) {
+        *s.flag = true;
+      } else {
+        if (i + 1 >= args.size()) {
+          std::fprintf(stderr, "voltactl %s: %s needs a value\n", command, s.name);
+          return false;
+        }
+        *s.value = args[++i];
+      }
+    }
+    if (!known) {
+      std::fprintf(stderr, "voltactl %s: unknown option %s\n", command, a.c_str());
+      return false;
+    }
+  }
+  return true;
+}
+
+namespace {
+
+int report(const Result<ApiResponse>& r) {
+  if (!r.ok()) {
+    std::fprintf(stderr, "voltactl: %s\n", r.error().message.c_str());
+    return kExitUnavailable;
+  }
+  std::fprintf(stderr, "voltactl: the server answered %d: %s\n", r->status, error_message(r.value()).c_str());
+  return kExitFailure;
+}
+
+// Sampling options common to generate and chat, as request fields.
+bool add_sampling(const char* command, const std::string& max_tokens, const std::string& temperature,
+                  const std::string& seed, Json& body) {
+  try {
+    if (!max_tokens.empty()) body["max_tokens"] = std::stoi(max_tokens);
+    if (!temperature.empty()) body["temperature"] = std::stod(temperature);
+    if (!seed.empty()) body["seed"] = std::stoll(seed);
+  } catch (const std::exception&) {
+    std::fprintf(stderr, "voltactl %s: --max-tokens, --temperature and --seed take numbers\n", command);
+    return false;
+  }
+  return true;
+}
+
+// The text of a streamed chunk: chat's delta.content or completions' text.
+// An error object inside the stream is returned through `error`.
+std::string chunk_text(const std::string& data, std::string& error) {
+  Json j = Json::parse(data, nullptr, false);
+  if (!j.is_object()) return {};
+  if (j.contains("error")) {
+    error = j["error"].value("message", std::string("error"));
+    return {};
+  }
+  if (!j.contains("choices") || !j["choices"].is_array() || j["choices"].empty()) return {};
+  const Json& c = j["choices"][0];
+  if (c.contains("delta") && c["delta"].is_object() && c["delta"].contains("content") &&
+      c["delta"]["content"].is_string())
+    return c["delta"]["content"].get<std::string>();
+  if (c.contains("text") && c["text"].is_string()) return c["text"].get<std::string>();
+  return {};
+}
+
+volatile sig_atomic_t g_interrupted = 0;
+
+// Ctrl-C during an answer closes its connection (voltad cancels the
+// generation); at the prompt it leaves. Only async-signal-safe calls here.
+void on_sigint(int) {
+  int fd = ApiClient::active_fd.load();
+  if (fd >= 0) {
+    g_interrupted = 1;
+    ::shutdown(fd, SHUT_RDWR);
+    return;
+  }
+  const char nl = '\n';
+  (void)!::write(STDOUT_FILENO, &nl, 1);
+  _exit(130);
+}
+
+}  // namespace
+
+int cmd_generate(const ApiClient& client, const Args& args) {
+  std::string max_tokens = "256", temperature, seed;
+  std::vector<std::string> prompt;
+  if (!parse_options("generate", args,
+                     {{"--max-tokens", &max_tokens}, {"--temperature", &temperature}, {"--seed", &seed}}, prompt))
+    return kExitUsage;
+  if (prompt.empty()) {
+    std::fprintf(stderr, "usage: voltactl generate PROMPT [--max-tokens N] [--temperature T] [--seed N]\n");
+    return kExitUsage;
+  }
+  std::string text;
+  for (auto& p : prompt) text += (text.empty() ? "" : " ") + p;
+  Json body = {{"prompt", text}, {"stream", true}};
+  if (!add_sampling("generate", max_tokens, temperature, seed, body)) return kExitUsage;
+  std::string error;
+  auto r = client.stream("/v1/completions", body.dump(), [&](const std::string& data) {
+    std::string t = chunk_text(data, error);
+    std::fwrite(t.data(), 1, t.size(), stdout);
+    std::fflush(stdout);
+    return error.empty();
+  });
+  std::fputc('\n', stdout);
+  if (!r.ok() || r->status != 200) return report(r);
+  if (!error.empty()) {
+    std::fprintf(stderr, "voltactl: the generation failed: %s\n", error.c_str());
+    return kExitFailure;
+  }
+  return kExitOk;
+}
+
+int cmd_chat(const ApiClient& client, const Args& args) {
+  std::string max_tokens, temperature, seed, system;
+  std::vector<std::string> extra;
+  if (!parse_options("chat", args,
+                     {{"--max-tokens", &max_tokens}, {"--temperature", &temperature}, {"--seed", &seed},
+                      {"--system", &system}},
+                     extra) ||
+      !extra.empty()) {
+    std::fprintf(stderr, "usage: voltactl chat [--system TEXT] [--max-tokens N] [--temperature T] [--seed N]\n");
+    return kExitUsage;
+  }
+  const bool tty = ::isatty(STDIN_FILENO);
+  struct sigaction sa {};
+  sa.sa_handler = on_sigint;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, nullptr);
+  if (tty) std::printf("Chatting with voltad at %s. Ctrl-C stops an answer; Ctrl-D or /exit leaves.\n",
+                       client.socket_path().c_str());
+
+  Json history = Json::array();
+  if (!system.empty()) history.push_back({{"role", "system"}, {"content", system}});
+  std::string line;
+  int status = kExitOk;
+  for (;;) {
+    if (tty) {
+      std::printf("> ");
+      std::fflush(stdout);
+    }
+    if (!std::getline(std::cin, line)) break;
+    if (line == "/exit" || line == "/quit") break;
+    if (line.empty()) continue;
+    history.push_back({{"role", "user"}, {"content", line}});
+    Json body = {{"messages", history}, {"stream", true}};
+    if (!add_sampling("chat", max_tokens, temperature, seed, body)) return kExitUsage;
+    std::string answer, error;
+    g_interrupted = 0;
+    auto r = client.stream("/v1/chat/completions", body.dump(), [&](const std::string& data) {
+      std::string t = chunk_text(data, error);
+      answer += t;
+      std::fwrite(t.data(), 1, t.size(), stdout);
+      std::fflush(stdout);
+      return error.empty();
+    });
+    std::fputc('\n', stdout);
+    if (g_interrupted) {
+      // The exchange is dropped: the model never finished its answer.
+      std::printf("[cancelled]\n");
+      history.erase(history.size() - 1);
+      continue;
+    }
+    if (!r.ok() || r->status != 200 || !error.empty()) {
+      if (!error.empty())
+        std::fprintf(stderr, "voltactl: the generation failed: %s\n", error.c_str());
+      else
+        status = report(r);
+      history.erase(history.size() - 1);
+      if (!r.ok()) return status;  // the daemon is gone
+      continue;
+    }
+    history.push_back({{"role", "assistant"}, {"content", answer}});
+  }
+  return status;
+}
+
+namespace {
+
+// Unlabelled samples and the labels of voltad_info, from /metrics text.
+struct MetricsText {
+  std::map<std::string, double> values;
+  std::vector<std::pair<std::string, std::string>> info;
+};
+
+MetricsText parse_metrics(const std::string& text) {
+  MetricsText m;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    if (line.rfind("voltad_info{", 0) == 0) {
+      std::string labels = line.substr(12, line.rfind('}') - 12);
+      for (size_t pos = 0; pos < labels.size();) {
+        size_t eq = labels.find("=\"", pos);
+        if (eq == std::string::npos) break;
+        size_t end = labels.find('"', eq + 2);
+        while (end != std::string::npos && labels[end - 1] == '\\') end = labels.find('"', end + 1);
+        if (end == std::string::npos) break;
+        m.info.emplace_back(labels.substr(pos, eq - pos), labels.substr(eq + 2, end - eq - 2));
+        pos = end + 2;
+      }
+      continue;
+    }
+    size_t space = line.rfind(' ');
+    if (space == std::string::npos) continue;
+    try {
+      m.values[line.substr(0, space)] = std::stod(line.substr(space + 1));
+    } catch (const std::exception&) {
+    }
+  }
+  return m;
+}
+
+}  // namespace
+
+int cmd_status(const ApiClient& client, const Args& args) {
+  if (!args.empty()) {
+    std::fprintf(stderr, "usage: voltactl status\n");
+    return kExitUsage;
+  }
+  auto health = client.get("/health");
+  if (!health.ok()) return report(health);
+  Json h = Json::parse(health->body, nullptr, false);
+  if (!h.is_object()) return report(health);
+  std::printf("voltad at %s: %s\n", client.socket_path().c_str(), h.value("status", std::string("?")).c_str());
+  auto metrics = client.get("/metrics");
+  MetricsText m = metrics.ok() && metrics->status == 200 ? parse_metrics(metrics->body) : MetricsText{};
+  auto v = [&](const char* name) { return m.values.count(name) ? m.values[name] : 0.0; };
+  std::string labels;
+  for (auto& [k, val] : m.info)
+    if (k != "model" && k != "backend") labels += (labels.empty() ? "" : ", ") + k + " " + val;
+  std::printf("  model       %s (backend %s)\n", h.value("model", std::string("?")).c_str(),
+              h.value("backend", std::string("?")).c_str());
+  if (!labels.empty()) std::printf("  details     %s\n", labels.c_str());
+  if (h.contains("running")) {
+    std::printf("  sequences   %d running, %d waiting\n", h.value("running", 0), h.value("waiting", 0));
+    int used = h.value("kv_blocks_used", 0), total = h.value("kv_blocks_total", 0);
+    std::printf("  kv cache    %d of %d blocks used, %.1f MiB in all\n", used, total,
+                v("voltad_kv_cache_bytes") / (1 << 20));
+  }
+  std::printf("  served      %.0f prompt tokens, %.0f generated tokens, %.0f connections\n",
+              v("voltad_prompt_tokens_total"), v("voltad_generated_tokens_total"),
+              v("voltad_connections_total{result=\"accepted\"}"));
+  double ttft_n = v("voltad_time_to_first_token_seconds_count"), itl_n = v("voltad_inter_token_latency_seconds_count");
+  if (ttft_n > 0 && itl_n > 0) {
+    double itl = v("voltad_inter_token_latency_seconds_sum") / itl_n;
+    std::printf("  latency     first token %.3f s on average, then %.1f ms per token (%.1f tokens/s per sequence)\n",
+                v("voltad_time_to_first_token_seconds_sum") / ttft_n, itl * 1000, itl > 0 ? 1 / itl : 0.0);
+  }
+  return health->status == 200 ? kExitOk : kExitUnavailable;
+}
+
+int cmd_models(const ApiClient& client, const Args& args) {
+  if (!args.empty()) {
+    std::fprintf(stderr, "usage: voltactl models\n");
+    return kExitUsage;
+  }
+  auto r = client.get("/v1/models");
+  if (!r.ok() || r->status != 200) return report(r);
+  Json j = Json::parse(r->body, nullptr, false);
+  if (!j.is_object() || !j.contains("data") || !j["data"].is_array()) {
+    std::fprintf(stderr, "voltactl: unexpected answer from /v1/models: %s\n", r->body.c_str());
+    return kExitFailure;
+  }
+  for (const Json& m : j["data"]) {
+    std::printf("%s", m.value("id", std::string("?")).c_str());
+    if (m.contains("max_model_len")) std::printf("  (context %d tokens)", m.value("max_model_len", 0));
+    std::printf("\n");
+  }
+  return kExitOk;
+}
+
+}  // namespace voltad::ctl

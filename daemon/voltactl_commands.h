@@ -1,0 +1,30 @@
+// voltactl's commands. Each takes the arguments after its name and returns
+// an exit code; output goes to stdout, problems to stderr.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "daemon/voltactl_client.h"
+
+namespace voltad::ctl {
+
+using Args = std::vector<std::string>;
+
+int cmd_generate(const ApiClient& client, const Args& args);
+int cmd_chat(const ApiClient& client, const Args& args);
+int cmd_status(const ApiClient& client, const Args& args);
+int cmd_models(const ApiClient& client, const Args& args);
+int cmd_bench(const ApiClient& client, const Args& args);  // voltactl_bench.cpp
+
+// "--name VALUE" option parsing shared by the commands: false (and a message
+// on stderr) for an unknown option or a missing value.
+struct OptionSpec {
+  const char* name;
+  std::string* value;  // nullptr: a flag
+  bool* flag = nullptr;
+};
+bool parse_options(const char* command, const Args& args, const std::vector<OptionSpec>& specs,
+                   std::vector<std::string>& positional);
+
+}  // namespace voltad::ctl
