@@ -1,8 +1,120 @@
 #!/usr/bin/env bash
-# The main job: install what is needed, build, and start voltad on the
-# example config (etc/voltad.yaml).
+# The main job: install what is needed, build, fetch the demo model
+# (SmolLM2-135M-Instruct), write a config, start voltad in the background on
+# a socket under your runtime directory, wait until it is ready, answer a
+# sample chat through it, and say how to talk to it and how to stop it.
+# The daemon keeps running after the script ends. Running the script again
+# stops the previous demo daemon first.
+#
+# The backend is chosen here, explicitly (the daemon never falls back on its
+# own): cuda when an NVIDIA GPU is visible, cpu otherwise.
+# VOLTAD_DEMO_BACKEND=cpu|cuda overrides the choice.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+root=$(pwd)
+
 bash scripts/install-deps.sh
 bash scripts/build.sh
-exec build/bin/voltad --config etc/voltad.yaml
+model=$(bash scripts/fetch-demo-model.sh)
+
+# Where voltad's ${RUNTIME_DIRECTORY} points when systemd does not set it
+# (daemon/config_paths.cpp): the same rule, so voltactl finds the socket too.
+if [[ -n ${RUNTIME_DIRECTORY:-} ]]; then
+  runtime=${RUNTIME_DIRECTORY%%:*}
+elif [[ $(id -u) -eq 0 ]]; then
+  runtime=/run/voltad
+elif [[ -n ${XDG_RUNTIME_DIR:-} ]]; then
+  runtime=$XDG_RUNTIME_DIR/voltad
+else
+  runtime=/tmp/voltad-$(id -u)
+fi
+sock=$runtime/voltad.sock
+demo=$runtime/demo
+mkdir -p "$demo"
+config=$demo/voltad.yaml
+log=$demo/voltad.log
+pidfile=$demo/voltad.pid
+
+if [[ -n ${VOLTAD_DEMO_BACKEND:-} ]]; then
+  backend=$VOLTAD_DEMO_BACKEND
+elif command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+  backend=cuda
+else
+  backend=cpu
+fi
+echo "demo: backend $backend ($([[ $backend == cpu ]] && echo "no NVIDIA GPU visible" || echo "NVIDIA GPU visible"))"
+
+# A previous demo daemon is stopped (it drains, then removes its socket).
+if [[ -f $pidfile ]]; then
+  old=$(cat "$pidfile")
+  if [[ -n $old && -r /proc/$old/comm && $(cat "/proc/$old/comm") == voltad ]]; then
+    echo "demo: stopping the previous demo daemon (pid $old)"
+    kill -TERM "$old" 2>/dev/null || true
+    for _ in $(seq 100); do [[ -e /proc/$old ]] || break; sleep 0.1; done
+  fi
+  rm -f "$pidfile"
+fi
+
+cat >"$config" <<EOF
+# Written by scripts/demo.sh. Every key: docs/CONFIG.md.
+model:
+  path: "$model"
+server:
+  socket_path: "$sock"
+  socket_mode: "0660"
+engine:
+  backend: $backend
+  max_context: 2048
+  max_sequences: 4
+log:
+  level: info
+EOF
+build/bin/voltad --verify-config "$config" >/dev/null
+
+# setsid: the daemon outlives this script and ignores its terminal's Ctrl-C.
+nohup setsid build/bin/voltad --config "$config" >"$log" 2>&1 </dev/null &
+pid=$!
+echo "$pid" >"$pidfile"
+echo "demo: voltad started (pid $pid), log in $log"
+
+health() { curl -s --max-time 5 --unix-socket "$sock" http://localhost/health 2>/dev/null || true; }
+for _ in $(seq 600); do
+  if ! kill -0 "$pid" 2>/dev/null; then
+    wait "$pid" && code=0 || code=$?
+    echo "demo: voltad exited with code $code before becoming ready; its log:" >&2
+    tail -n 20 "$log" >&2
+    [[ $backend == cuda ]] && echo "demo: to try the CPU backend instead: VOLTAD_DEMO_BACKEND=cpu bash scripts/demo.sh" >&2
+    exit 1
+  fi
+  [[ $(health) == *'"status":"ready"'* ]] && break
+  sleep 0.2
+done
+if [[ $(health) != *'"status":"ready"'* ]]; then
+  echo "demo: voltad did not become ready in 2 minutes; its log: $log" >&2
+  exit 1
+fi
+echo "demo: ready: $(health)"
+
+question="In one sentence, what is a lighthouse for?"
+echo
+echo "demo: voltactl chat <<< \"$question\""
+echo "$question" | build/bin/voltactl --socket "$sock" chat --max-tokens 48
+echo
+echo "demo: the same through curl (OpenAI chat completions):"
+curl -s --unix-socket "$sock" http://localhost/v1/chat/completions -H 'Content-Type: application/json' \
+  -d "{\"messages\":[{\"role\":\"user\",\"content\":\"$question\"}],\"max_tokens\":48}"
+echo
+cat <<EOF
+
+voltad is running (pid $pid) on $sock, serving $(basename "$model") on backend $backend.
+  chat:     $root/build/bin/voltactl --socket $sock chat
+  generate: $root/build/bin/voltactl --socket $sock generate "Once upon a time"
+  status:   $root/build/bin/voltactl --socket $sock status
+  bench:    $root/build/bin/voltactl --socket $sock bench
+  curl:     curl --unix-socket $sock http://localhost/v1/chat/completions \\
+              -H 'Content-Type: application/json' -d '{"messages":[{"role":"user","content":"Hello"}]}'
+  OpenAI SDK (Python): OpenAI(base_url="http://localhost/v1", api_key="none",
+              http_client=httpx.Client(transport=httpx.HTTPTransport(uds="$sock")))
+  log:      $log
+  stop:     kill $pid      (finishes running requests first, then exits)
+EOF
