@@ -83,11 +83,15 @@ struct CudaBackend::Impl {
   std::vector<int32_t> h_ints;
   float* h_logits = nullptr;  // pinned
   int32_t table_stride = 0;
+  // Decode graphs by batch size (index = number of sequences).
+  std::vector<cudaGraphExec_t> decode_graphs;
 
   Impl(std::shared_ptr<const Model> m, const CudaBackendOptions& o, int32_t n_blocks)
       : model(std::move(m)), options(o), pool(n_blocks, o.max_context) {}
   ~Impl() {
     if (stream) cudaStreamSynchronize(stream);
+    for (cudaGraphExec_t g : decode_graphs)
+      if (g) cudaGraphExecDestroy(g);
     for (void* p : allocations) cudaFree(p);
     if (h_logits) cudaFreeHost(h_logits);
     if (stream) cudaStreamDestroy(stream);
@@ -112,6 +116,9 @@ struct CudaBackend::Impl {
   Status allocate_workspace();
   void attention(const Layer& layer, int n_tokens, int max_position, const int32_t* positions,
                  const int32_t* token_tables);
+  // Every kernel of one step, on the stream (no copies, no syncs): what a
+  // decode graph captures. Inputs are read from d_ints.
+  void enqueue_step(int n, int n_out, int max_position);
 };
 
 Status CudaBackend::Impl::upload_vector(const GgufTensor* t, float*& dst) {
@@ -220,10 +227,12 @@ Status CudaBackend::Impl::allocate_workspace() {
   VOLTAD_TRY(f(S * size_t(c.n_vocab), "logits", logits));
   partial_floats = kernels::attention_partial_floats(int(S), int(c.n_heads), int(c.head_dim), options.max_context - 1);
   VOLTAD_TRY(f(partial_floats, "attention partials", partials));
-  auto qx = alloc<int8_t>(T * widest, "quantized activations", memory.workspace);
+  auto qx = alloc<int8_t>(kernels::quantized_activation_q_bytes(int(T), int64_t(widest)),
+                          "quantized activations", memory.workspace);
   if (!qx) return qx.error();
   xq.q = qx.value();
-  VOLTAD_TRY(f(T * widest / 8, "activation scales", xq.scales));
+  VOLTAD_TRY(f(kernels::quantized_activation_scale_bytes(int(T), int64_t(widest)) / sizeof(float),
+               "activation scales", xq.scales));
   table_stride = KvBlockPool::blocks_for(options.max_context);
   h_ints.resize(5 * T + S + S * size_t(table_stride));
   auto ints = alloc<int32_t>(h_ints.size(), "step indices", memory.workspace);
@@ -335,6 +344,73 @@ void CudaBackend::Impl::attention(const Layer& layer, int n_tokens, int max_posi
   }
 }
 
+void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position) {
+  const ModelConfig& c = model->config;
+  cudaStream_t st = stream;
+  const int T = options.max_batch_tokens;
+  const int32_t* d_tokens = d_ints;
+  const int32_t* d_positions = d_tokens + T;
+  const int32_t* d_slots = d_positions + T;
+  const int32_t* d_token_tables = d_slots + T;
+  const int32_t* d_logit_rows = d_token_tables + T;
+  const int dim = int(c.dim), ffn = int(c.ffn_dim), qd = int(c.q_dim()), kvd = int(c.kv_dim());
+  auto matvec = [&](const kernels::PackedMatrixView& w, const float* xin, int64_t ldx, int rows, float* y,
+                    int64_t ldy, const float* bias, bool accumulate) {
+    kernels::MatvecArgs a;
+    a.w = w;
+    a.batch = rows;
+    a.x = xin;
+    a.ldx = ldx;
+    a.xq = xq;
+    a.y = y;
+    a.ldy = ldy;
+    a.bias = bias;
+    a.accumulate = accumulate;
+    kernels::launch_matvec(a, st);
+  };
+  auto quantize = [&](const float* xin, int64_t ld, int cols) {
+    kernels::launch_quantize_activations(xin, ld, n, cols, xq, st);
+  };
+
+  kernels::launch_embedding_gather(token_embd, d_tokens, n, x, dim, st);
+  const auto ordering = c.rope_style == RopeStyle::Neox ? kernels::RopeOrdering::NeoX : kernels::RopeOrdering::Normal;
+  for (size_t li = 0; li < layers.size(); ++li) {
+    const Impl::Layer& l = layers[li];
+    kernels::launch_rmsnorm(x, dim, l.attn_norm, xn, dim, n, dim, c.rms_eps, st);
+    quantize(xn, dim, dim);
+    matvec(l.wq, xn, dim, n, q, qd, l.bq, false);
+    matvec(l.wk, xn, dim, n, k, kvd, l.bk, false);
+    matvec(l.wv, xn, dim, n, v, kvd, l.bv, false);
+    if (c.qk_norm) {
+      kernels::launch_head_rmsnorm(q, qd, n, int(c.n_heads), int(c.head_dim), l.q_norm, c.rms_eps, st);
+      kernels::launch_head_rmsnorm(k, kvd, n, int(c.n_kv_heads), int(c.head_dim), l.k_norm, c.rms_eps, st);
+    }
+    kernels::launch_rope(q, qd, n, int(c.n_heads), int(c.head_dim), int(c.head_dim), d_positions, inv_freq,
+                         ordering, st);
+    kernels::launch_rope(k, kvd, n, int(c.n_kv_heads), int(c.head_dim), int(c.head_dim), d_positions, inv_freq,
+                         ordering, st);
+    kernels::launch_kv_write(k, v, kvd, n, kvd, d_slots, l.kv, st);
+    attention(l, n, max_position, d_positions, d_token_tables);
+    quantize(attn, qd, qd);
+    matvec(l.wo, attn, qd, n, x, dim, nullptr, true);  // residual add fused
+
+    kernels::launch_rmsnorm(x, dim, l.ffn_norm, xn, dim, n, dim, c.rms_eps, st);
+    quantize(xn, dim, dim);
+    matvec(l.w_gate, xn, dim, n, gate, ffn, nullptr, false);
+    matvec(l.w_up, xn, dim, n, up, ffn, nullptr, false);
+    kernels::launch_swiglu(gate, ffn, up, ffn, gate, ffn, n, ffn, st);
+    quantize(gate, ffn, ffn);
+    matvec(l.w_down, gate, ffn, n, x, dim, nullptr, true);
+  }
+
+  if (n_out > 0) {
+    kernels::launch_gather_rows(x, dim, d_logit_rows, n_out, dim, selected, dim, st);
+    kernels::launch_rmsnorm(selected, dim, output_norm, selected, dim, n_out, dim, c.rms_eps, st);
+    kernels::launch_quantize_activations(selected, dim, n_out, dim, xq, st);
+    matvec(output, selected, dim, n_out, logits, c.n_vocab, nullptr, false);
+  }
+}
+
 Status CudaBackend::forward(std::span<const BatchChunk> chunks, ForwardOutput& out) {
   Impl& m = *impl_;
   const ModelConfig& c = m.model->config;
@@ -379,70 +455,31 @@ Status CudaBackend::forward(std::span<const BatchChunk> chunks, ForwardOutput& o
                       std::to_string(S) + ") per step");
   cudaStream_t st = m.stream;
   CUDA_CHECK(cudaMemcpyAsync(m.d_ints, m.h_ints.data(), m.h_ints.size() * sizeof(int32_t), cudaMemcpyHostToDevice, st));
-  const int32_t* d_tokens = m.d_ints;
-  const int32_t* d_positions = d_tokens + T;
-  const int32_t* d_slots = d_positions + T;
-  const int32_t* d_token_tables = d_slots + T;
-  const int32_t* d_logit_rows = d_token_tables + T;
-
-  const int dim = int(c.dim), ffn = int(c.ffn_dim), qd = int(c.q_dim()), kvd = int(c.kv_dim());
-  auto matvec = [&](const kernels::PackedMatrixView& w, const float* xin, int64_t ldx, int rows, float* y,
-                    int64_t ldy, const float* bias, bool accumulate) {
-    kernels::MatvecArgs a;
-    a.w = w;
-    a.batch = rows;
-    a.x = xin;
-    a.ldx = ldx;
-    a.xq = m.xq;
-    a.y = y;
-    a.ldy = ldy;
-    a.bias = bias;
-    a.accumulate = accumulate;
-    kernels::launch_matvec(a, st);
-  };
-  auto quantize = [&](const float* xin, int64_t ld, int cols) {
-    kernels::launch_quantize_activations(xin, ld, n, cols, m.xq, st);
-  };
-
-  kernels::launch_embedding_gather(m.token_embd, d_tokens, n, m.x, dim, st);
-  const auto ordering = c.rope_style == RopeStyle::Neox ? kernels::RopeOrdering::NeoX : kernels::RopeOrdering::Normal;
-  for (size_t li = 0; li < m.layers.size(); ++li) {
-    const Impl::Layer& l = m.layers[li];
-    kernels::launch_rmsnorm(m.x, dim, l.attn_norm, m.xn, dim, n, dim, c.rms_eps, st);
-    quantize(m.xn, dim, dim);
-    matvec(l.wq, m.xn, dim, n, m.q, qd, l.bq, false);
-    matvec(l.wk, m.xn, dim, n, m.k, kvd, l.bk, false);
-    matvec(l.wv, m.xn, dim, n, m.v, kvd, l.bv, false);
-    if (c.qk_norm) {
-      kernels::launch_head_rmsnorm(m.q, qd, n, int(c.n_heads), int(c.head_dim), l.q_norm, c.rms_eps, st);
-      kernels::launch_head_rmsnorm(m.k, kvd, n, int(c.n_kv_heads), int(c.head_dim), l.k_norm, c.rms_eps, st);
-    }
-    kernels::launch_rope(m.q, qd, n, int(c.n_heads), int(c.head_dim), int(c.head_dim), d_positions, m.inv_freq,
-                         ordering, st);
-    kernels::launch_rope(m.k, kvd, n, int(c.n_kv_heads), int(c.head_dim), int(c.head_dim), d_positions, m.inv_freq,
-                         ordering, st);
-    kernels::launch_kv_write(m.k, m.v, kvd, n, kvd, d_slots, l.kv, st);
-    m.attention(l, n, max_position, d_positions, d_token_tables);
-    quantize(m.attn, qd, qd);
-    matvec(l.wo, m.attn, qd, n, m.x, dim, nullptr, true);  // residual add fused
-
-    kernels::launch_rmsnorm(m.x, dim, l.ffn_norm, m.xn, dim, n, dim, c.rms_eps, st);
-    quantize(m.xn, dim, dim);
-    matvec(l.w_gate, m.xn, dim, n, m.gate, ffn, nullptr, false);
-    matvec(l.w_up, m.xn, dim, n, m.up, ffn, nullptr, false);
-    kernels::launch_swiglu(m.gate, ffn, m.up, ffn, m.gate, ffn, n, ffn, st);
-    quantize(m.gate, ffn, ffn);
-    matvec(l.w_down, m.gate, ffn, n, m.x, dim, nullptr, true);
-  }
-
   out.n_rows = n_out;
   out.n_vocab = c.n_vocab;
   out.logits.resize(size_t(n_out) * size_t(c.n_vocab));
+  const bool decode = n == int(chunks.size()) && n_out == n;
+  if (decode && m.options.use_graphs) {
+    // Graphs bake in their launch shapes: attention is sized for the longest
+    // context (its blocks past a token's position exit at once).
+    if (m.decode_graphs.empty()) m.decode_graphs.assign(size_t(S) + 1, nullptr);
+    cudaGraphExec_t& exec = m.decode_graphs[size_t(n)];
+    if (!exec) {
+      cudaGraph_t graph = nullptr;
+      cudaError_t e = cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal);
+      if (e != cudaSuccess) return cuda_error("capturing the decode graph", e);
+      m.enqueue_step(n, n_out, m.options.max_context - 1);
+      e = cudaStreamEndCapture(st, &graph);
+      if (e != cudaSuccess) return cuda_error("capturing the decode graph", e);
+      e = cudaGraphInstantiate(&exec, graph, 0);
+      cudaGraphDestroy(graph);
+      if (e != cudaSuccess) return cuda_error("instantiating the decode graph", e);
+    }
+    CUDA_CHECK(cudaGraphLaunch(exec, st));
+  } else {
+    m.enqueue_step(n, n_out, max_position);
+  }
   if (n_out > 0) {
-    kernels::launch_gather_rows(m.x, dim, d_logit_rows, n_out, dim, m.selected, dim, st);
-    kernels::launch_rmsnorm(m.selected, dim, m.output_norm, m.selected, dim, n_out, dim, c.rms_eps, st);
-    kernels::launch_quantize_activations(m.selected, dim, n_out, dim, m.xq, st);
-    matvec(m.output, m.selected, dim, n_out, m.logits, c.n_vocab, nullptr, false);
     CUDA_CHECK(cudaMemcpyAsync(m.h_logits, m.logits, out.logits.size() * sizeof(float), cudaMemcpyDeviceToHost, st));
   }
   cudaError_t e = cudaStreamSynchronize(st);

@@ -21,6 +21,10 @@ struct CudaBackendOptions {
   int32_t max_sequences = 16;      // sequences per step
   int32_t max_batch_tokens = 512;  // tokens per step (prefill chunks + decodes)
   int32_t kv_blocks = 0;           // KV pool size in 16-token blocks; 0: max_context x max_sequences
+  // Decode steps (one token per sequence) replay a CUDA graph captured per
+  // batch size, instead of launching every kernel: launch gaps are a large
+  // part of a ~1-5 ms token.
+  bool use_graphs = true;
   // Called while weights load: (bytes done, bytes total, tensor name).
   std::function<void(uint64_t, uint64_t, const std::string&)> on_progress;
 };
