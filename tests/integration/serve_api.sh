@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Every endpoint through curl, and voltactl's commands, against a real
+# voltad (CPU backend, SmolLM2) on a temporary socket; then a graceful stop.
+set -uo pipefail
+source "$(dirname "$0")/serve_lib.sh"
+
+# py EXPR: evaluates a Python expression over j (the JSON on stdin); true when truthy.
+py() { python3 -c "import json,sys; j=json.load(sys.stdin); sys.exit(0 if ($1) else 1)"; }
+body() { sed '$d' <<<"$1"; }
+status() { tail -n 1 <<<"$1"; }
+
+start_daemon
+check "socket created with the configured mode" test "$(stat -c %a "$sock")" = 666
+
+r=$(api /health)
+check "/health: 200 ready" test "$(status "$r")" = 200
+check "/health: names model and backend" py 'j["status"]=="ready" and j["backend"]=="cpu" and j["model"].startswith("SmolLM2")' <<<"$(body "$r")"
+
+r=$(api /v1/models)
+check "/v1/models lists the model" py 'j["object"]=="list" and j["data"][0]["id"].startswith("SmolLM2") and j["data"][0]["max_model_len"]==512' <<<"$(body "$r")"
+model_id=$(body "$r" | python3 -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["id"])')
+r=$(api "/v1/models/$model_id")
+check "/v1/models/{id}: 200" test "$(status "$r")" = 200
+r=$(api /v1/models/nope)
+check "/v1/models/nope: 404" test "$(status "$r")" = 404
+
+chat='{"messages":[{"role":"user","content":"What is the capital of France?"}],"max_tokens":6,"temperature":0}'
+r=$(api /v1/chat/completions -H 'Content-Type: application/json' -d "$chat")
+check "chat: 200" test "$(status "$r")" = 200
+check "chat: OpenAI shape with usage" py 'j["object"]=="chat.completion" and j["choices"][0]["message"]["role"]=="assistant" and len(j["choices"][0]["message"]["content"])>0 and j["choices"][0]["finish_reason"] in ("stop","length") and j["usage"]["total_tokens"]==j["usage"]["prompt_tokens"]+j["usage"]["completion_tokens"] and j["usage"]["completion_tokens"]<=6' <<<"$(body "$r")"
+check "chat: greedy answer mentions Paris" grep -q Paris <<<"$(body "$r")"
+
+r=$(api /v1/chat/completions -d '{"model":"'"$model_id"'","messages":[{"role":"user","content":"Hi"}],"max_tokens":4,"stream":true}')
+b=$(body "$r")
+check "chat stream: 200 text/event-stream" test "$(status "$r")" = 200
+first=$(grep -m1 '^data: ' <<<"$b" | sed 's/^data: //')
+check "chat stream: delta.role assistant first" py 'j["choices"][0]["delta"]["role"]=="assistant"' <<<"$first"
+check "chat stream: ends with [DONE]" test "$(grep '^data: ' <<<"$b" | tail -n 1)" = "data: [DONE]"
+last=$(grep '^data: ' <<<"$b" | tail -n 2 | head -n 1 | sed 's/^data: //')
+check "chat stream: final chunk has finish_reason and usage" py 'j["choices"][0]["finish_reason"]=="length" and j["usage"]["completion_tokens"]==4' <<<"$last"
+
+r=$(api /v1/chat/completions -d '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":3,"stream":true,"stream_options":{"include_usage":true}}')
+usage_chunk=$(grep '^data: ' <<<"$(body "$r")" | tail -n 2 | head -n 1 | sed 's/^data: //')
+check "chat stream include_usage: separate usage chunk with no choices" py 'j["choices"]==[] and j["usage"]["completion_tokens"]==3' <<<"$usage_chunk"
+
+r=$(api /v1/completions -d '{"prompt":"Once upon a time","max_tokens":5,"temperature":0,"ignore_eos":true}')
+check "completions: text_completion with 5 tokens" py 'j["object"]=="text_completion" and j["usage"]["completion_tokens"]==5 and j["choices"][0]["finish_reason"]=="length" and len(j["choices"][0]["text"])>0' <<<"$(body "$r")"
+r=$(api /v1/completions -d '{"prompt":"Once upon a time","max_tokens":4,"stream":true,"seed":7}')
+b=$(body "$r")
+check "completions stream: chunks of text, then [DONE]" test "$(grep -c '"text_completion"' <<<"$b")" -ge 2 -a "$(grep '^data: ' <<<"$b" | tail -n 1)" = "data: [DONE]"
+
+r=$(api /v1/completions -d '{"prompt":"Hello","max_tokens":4,"stop":["\n"," "]}')
+check "completions with stop strings: 200" test "$(status "$r")" = 200
+check "stop strings never appear in the output" py '" " not in j["choices"][0]["text"] and "\n" not in j["choices"][0]["text"]' <<<"$(body "$r")"
+
+r=$(api /tokenize -d '{"prompt":"hello world"}')
+check "/tokenize: tokens and count" py 'j["count"]==len(j["tokens"])==2' <<<"$(body "$r")"
+tokens=$(body "$r" | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["tokens"]))')
+r=$(api /detokenize -d "{\"tokens\":$tokens}")
+check "/detokenize gives the text back" py 'j["prompt"]=="hello world"' <<<"$(body "$r")"
+r=$(api /tokenize -d '{"messages":[{"role":"user","content":"hi"}]}')
+check "/tokenize of messages uses the chat template" py 'j["count"]>5' <<<"$(body "$r")"
+
+r=$(api /metrics)
+m=$(body "$r")
+check "/metrics: 200" test "$(status "$r")" = 200
+check "/metrics: requests by endpoint and status" grep -q 'voltad_requests_total{endpoint="/v1/chat/completions",status="200"}' <<<"$m"
+check "/metrics: TTFT histogram" grep -q 'voltad_time_to_first_token_seconds_bucket{le="+Inf"}' <<<"$m"
+check "/metrics: inter-token latency histogram" grep -q '^voltad_inter_token_latency_seconds_count [1-9]' <<<"$m"
+check "/metrics: KV gauges and running sequences" grep -q '^voltad_kv_cache_blocks_free ' <<<"$m"
+check "/metrics: info with model and backend" grep -q '^voltad_info{.*model="SmolLM2.*backend="cpu"' <<<"$m"
+check "/metrics: generated tokens counted" grep -q '^voltad_generated_tokens_total [1-9]' <<<"$m"
+
+r=$(api /nope)
+check "unknown route: 404 OpenAI error" py 'j["error"]["type"]=="invalid_request_error" and "no route" in j["error"]["message"]' <<<"$(body "$r")"
+check "unknown route: status 404" test "$(status "$r")" = 404
+r=$(api /v1/chat/completions)
+check "GET on a POST route: 405" test "$(status "$r")" = 405
+r=$(api /v1/chat/completions -d '{"model":"gpt-4","messages":[{"role":"user","content":"x"}]}')
+check "unknown model: 404 model_not_found" py 'j["error"]["code"]=="model_not_found"' <<<"$(body "$r")"
+r=$(api /v1/chat/completions -d '{"messages":[{"role":"user","content":"x"}],"max_tokens":600}')
+check "prompt + max_tokens past the context: 400 with the numbers" py 'j["error"]["code"]=="context_length_exceeded" and "512" in j["error"]["message"] and "600" in j["error"]["message"]' <<<"$(body "$r")"
+check "past the context: status 400" test "$(status "$r")" = 400
+
+export VOLTAD_SOCKET=$sock
+out=$("$bin/voltactl" status 2>&1)
+check "voltactl status: ready, model, kv cache" grep -q "ready" <<<"$out"
+check "voltactl status: shows the KV cache" grep -q "kv cache" <<<"$out"
+out=$("$bin/voltactl" models 2>&1)
+check "voltactl models" grep -q "^SmolLM2" <<<"$out"
+out=$("$bin/voltactl" generate "The capital of France is" --max-tokens 4 --temperature 0 2>&1)
+check "voltactl generate streams text" test -n "$(tr -d '[:space:]' <<<"$out")"
+out=$(printf 'Say hello.\nNow say goodbye.\n' | "$bin/voltactl" chat --max-tokens 4 2>&1)
+check "voltactl chat answers two turns (piped)" test "$(grep -c . <<<"$out")" -ge 2
+out=$("$bin/voltactl" bench --max-tokens 4 --concurrency 1,2 --json 2>&1)
+check "voltactl bench --json: two levels with rates" python3 -c "
+import json,sys; j=json.loads(sys.argv[1]); l=j['levels']
+assert [x['concurrency'] for x in l]==[1,2] and all(x['errors']==0 and x['ttft_s']>0 and x['aggregate_tokens_per_s']>0 for x in l)
+assert 550 <= j['prompt_chars'] <= 650" "$out"
+"$bin/voltactl" plan >/dev/null 2>&1
+check "voltactl plan: not available, non-zero" test $? -ne 0
+"$bin/voltactl" --socket "$tmp/none.sock" status >/dev/null 2>"$tmp/err"
+check "voltactl on a missing socket: clear error" grep -q "is voltad running" "$tmp/err"
+
+stop_daemon
+check "SIGTERM: exit 0" test "$daemon_rc" -eq 0
+check "SIGTERM: socket removed" test ! -e "$sock"
+check "SIGTERM: drained in the log" grep -q "drained" "$log"
+finish
