@@ -87,7 +87,23 @@ Result<PeerCredentials> peer_credentials(int fd) {
   p.gid = cred.gid;
   auto name = user_name(cred.uid);
   p.user = name ? *name : std::to_string(cred.uid);
-  p.groups = name ? groups_of(*name, cred.gid) : std::vector<gid_t>{cred.gid};
+  // The groups the peer process really has (SO_PEERGROUPS, Linux 4.13+), as
+  // the kernel would use them for file access; on older kernels, what the
+  // group database says about its user.
+  std::vector<gid_t> groups(64);
+  socklen_t glen = socklen_t(groups.size() * sizeof(gid_t));
+  int rc = getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &glen);
+  if (rc != 0 && errno == ERANGE) {
+    groups.resize(glen / sizeof(gid_t));
+    rc = getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &glen);
+  }
+  if (rc == 0) {
+    groups.resize(glen / sizeof(gid_t));
+    groups.push_back(cred.gid);
+    p.groups = std::move(groups);
+  } else {
+    p.groups = name ? groups_of(*name, cred.gid) : std::vector<gid_t>{cred.gid};
+  }
   return p;
 }
 

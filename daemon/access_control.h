@@ -28,9 +28,9 @@ struct PeerCredentials {
   std::vector<gid_t> groups;  // primary and supplementary groups
 };
 
-// SO_PEERCRED of a connected AF_UNIX socket, plus the uid's groups
-// (getgrouplist of its user name; just the primary gid when the uid has no
-// name).
+// SO_PEERCRED of a connected AF_UNIX socket, plus the peer's groups: the
+// process's own (SO_PEERGROUPS), else the group database's for its user
+// (getgrouplist; just the primary gid when the uid has no name).
 Result<PeerCredentials> peer_credentials(int fd);
 
 struct AccessDecision {

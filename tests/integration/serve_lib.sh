@@ -41,7 +41,8 @@ if [[ -z $model || ! -s $model ]]; then
   exit 77
 fi
 
-# write_config FILE [extra YAML for the server section]
+# write_config FILE; $PER_USER, $MAX_SEQUENCES and $EXTRA_SERVER (indented
+# lines for the server section) adjust it.
 write_config() {
   cat >"$1" <<YAML
 model:
@@ -55,6 +56,7 @@ server:
   max_body_bytes: 64KiB
   max_requests_per_user: ${PER_USER:-64}
   shutdown_grace: 10s
+${EXTRA_SERVER:-}
 engine:
   backend: cpu
   max_context: 512

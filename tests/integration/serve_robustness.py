@@ -1,0 +1,185 @@
+"""Malformed and hostile clients: each gets the right error or is cut off by
+a deadline, and other clients are not held up.  usage: serve_robustness.py
+SOCKET (the daemon runs with read_timeout 2s, max_header_bytes 4KiB,
+max_body_bytes 64KiB, max_requests_per_user 2)."""
+import json
+import socket
+import sys
+import threading
+import time
+
+from serve_http import Reader, build_request, connect, metrics, request, wait_for
+
+SOCK = sys.argv[1]
+failures = 0
+
+
+def check(what, cond, detail=""):
+    global failures
+    print(f"{'ok  ' if cond else 'FAIL'} {what}{'' if cond else ': ' + str(detail)}")
+    failures += not cond
+
+
+def raw_exchange(payload, timeout=10):
+    """Sends bytes, returns (status, headers, body, closed_after)."""
+    s = connect(SOCK, timeout)
+    try:
+        try:
+            s.sendall(payload)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        r = Reader(s)
+        status, headers = r.head()
+        body = r.body(headers)
+        try:
+            closed = s.recv(1) == b""
+        except (ConnectionResetError, socket.timeout):
+            closed = True
+        return status, headers, body, closed
+    finally:
+        s.close()
+
+
+def error_of(body):
+    return json.loads(body)["error"]
+
+
+def health_latency():
+    t = time.time()
+    status, _, _ = request(SOCK, "GET", "/health", timeout=10)
+    return status, time.time() - t
+
+
+# Broken HTTP.
+status, _, body, closed = raw_exchange(b"GARBAGE\r\n\r\n")
+check("broken request line: 400 and the connection closes", status == 400 and closed, (status, body))
+status, _, body, closed = raw_exchange(b"POST /v1/completions HTTP/1.1\r\nContent-Length: nope\r\n\r\n")
+check("bad Content-Length: 400", status == 400, status)
+
+# Oversized header and body.
+status, _, body, _ = raw_exchange(build_request("GET", "/health", headers={"X-Big": "a" * 5000}))
+check("header over max_header_bytes: 431", status == 431, status)
+big = b'{"prompt":"' + b"a" * 100000 + b'"}'
+payload = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+           b"Content-Length: " + str(len(big)).encode() + b"\r\n\r\n" + big)
+status, _, body, _ = raw_exchange(payload)
+check("body over max_body_bytes: 413 (not a broken pipe)", status == 413, status)
+
+# Invalid JSON and wrong types: 400 naming the field.
+status, _, body = request(SOCK, "POST", "/v1/chat/completions", b'{"messages": [', timeout=10)
+check("invalid JSON: 400 invalid_json", status == 400 and error_of(body)["code"] == "invalid_json", body)
+cases = [
+    ({"messages": [{"role": "user", "content": "x"}], "max_tokens": "5"}, "max_tokens"),
+    ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
+    ({"messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
+    ({"messages": "hello"}, "messages"),
+    ({"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}, "temperature"),
+    ({"messages": [{"role": "user", "content": "x"}], "top_p": 7}, "top_p"),
+    ({"messages": [{"role": "user", "content": "x"}], "stop": 5}, "stop"),
+    ({"messages": [{"role": "user", "content": "x"}], "stream": "yes"}, "stream"),
+    ({"messages": [{"role": "user", "content": "x"}], "n": 2}, "n"),
+    ({"messages": [{"role": "user", "content": "x"}], "seed": 1.5}, "seed"),
+    ({"model": 7, "messages": [{"role": "user", "content": "x"}]}, "model"),
+]
+for req, field in cases:
+    status, _, body = request(SOCK, "POST", "/v1/chat/completions", req, timeout=10)
+    err = error_of(body) if status == 400 else {}
+    check(f"wrong '{field}': 400 naming it", status == 400 and err.get("param") == field and field in err.get("message", ""),
+          (status, body))
+status, _, body = request(SOCK, "POST", "/v1/completions", {"prompt": ["a", "b"]}, timeout=10)
+check("several prompts: 400 on prompt", status == 400 and error_of(body)["param"] == "prompt", body)
+status, _, body = request(SOCK, "POST", "/v1/completions", b"[" * 60000, timeout=10)
+check("deeply nested JSON: 400, daemon fine", status == 400, status)
+
+# Keep-alive and pipelining.
+s = connect(SOCK, 10)
+s.sendall(build_request("GET", "/health") + build_request("GET", "/v1/models"))
+r = Reader(s)
+st1, h1 = r.head()
+r.body(h1)
+st2, h2 = r.head()
+b2 = r.body(h2)
+check("two pipelined requests on one connection: two answers", st1 == 200 and st2 == 200 and b'"list"' in b2)
+s.sendall(build_request("GET", "/health"))
+st3, h3 = r.head()
+r.body(h3)
+check("the connection stays open for a third (keep-alive)", st3 == 200)
+s.close()
+
+# HTTP/1.0 streaming: no chunks, the end of the stream closes the connection.
+s = connect(SOCK, 120)
+body = json.dumps({"prompt": "Hi", "max_tokens": 2, "stream": True}).encode()
+s.sendall(b"POST /v1/completions HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: "
+          + str(len(body)).encode() + b"\r\n\r\n" + body)
+data = b""
+while True:
+    part = s.recv(65536)
+    if not part:
+        break
+    data += part
+s.close()
+check("HTTP/1.0 stream: raw SSE ending in [DONE], then close", data.startswith(b"HTTP/1.0 200")
+      and b"transfer-encoding" not in data.lower() and data.rstrip().endswith(b"data: [DONE]"), data[-200:])
+
+# Slow loris: a byte every 0.3 s never completes a request; the read deadline
+# (2 s) cuts it off while others are served promptly.
+loris = connect(SOCK, 10)
+start = time.time()
+cut_off = [None]
+
+
+def trickle():
+    try:
+        for ch in b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n":
+            loris.send(bytes([ch]))
+            time.sleep(0.3)
+    except OSError:
+        pass
+    cut_off[0] = time.time() - start
+
+
+t = threading.Thread(target=trickle)
+t.start()
+latencies = []
+for _ in range(5):
+    time.sleep(0.3)
+    latencies.append(health_latency())
+t.join(timeout=30)
+check("other clients answered quickly during the slow loris", all(st == 200 and dt < 1.5 for st, dt in latencies),
+      latencies)
+check("slow loris cut off by the read deadline (~2 s)", cut_off[0] is not None and cut_off[0] < 6, cut_off[0])
+loris.close()
+
+idle = connect(SOCK, 10)
+t0 = time.time()
+try:
+    closed = idle.recv(1) == b""
+except OSError:
+    closed = True
+check("an idle connection is closed after read_timeout", closed and 1.5 < time.time() - t0 < 6, time.time() - t0)
+idle.close()
+
+# Per-user limit: two running requests are this user's share; a third gets 429.
+held = []
+for i in range(2):
+    c = connect(SOCK, 60)
+    c.sendall(build_request("POST", "/v1/completions", {"prompt": f"Count {i}:", "max_tokens": 400,
+                                                          "stream": True, "ignore_eos": True}))
+    rd = Reader(c)
+    st, _ = rd.head()
+    held.append((c, st))
+check("two streams within the per-user limit: 200", all(st == 200 for _, st in held))
+status, headers, body = request(SOCK, "POST", "/v1/completions", {"prompt": "x", "max_tokens": 2}, timeout=10)
+check("the third request: 429 with Retry-After", status == 429 and headers.get("retry-after") == "1"
+      and error_of(body)["type"] == "rate_limit_exceeded", (status, body))
+for c, _ in held:
+    c.close()
+m = wait_for(lambda: (lambda m: m["voltad_running_sequences"] == 0 and m["voltad_kv_cache_blocks_used"] == 0)(metrics(SOCK)),
+             timeout=20)
+check("closing them cancels both and frees their blocks", m)
+status, _, body = request(SOCK, "POST", "/v1/completions", {"prompt": "x", "max_tokens": 2}, timeout=120)
+check("then the user may send again", status == 200, status)
+
+status, _, body = request(SOCK, "GET", "/health", timeout=10)
+check("the daemon is still up", status == 200)
+sys.exit(1 if failures else 0)

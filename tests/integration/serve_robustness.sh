@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Malformed, slow and greedy clients (serve_robustness.py), and access
+# control with a second uid: a peer not on the lists gets 403 and a log line.
+set -uo pipefail
+source "$(dirname "$0")/serve_lib.sh"
+PER_USER=2 write_config "$tmp/voltad.yaml"
+start_daemon
+PYTHONPATH="$(dirname "$0")" python3 "$(dirname "$0")/serve_robustness.py" "$sock"
+check "malformed input, deadlines, per-user limit" test $? -eq 0
+
+# A second uid (nobody, 65534) can reach the socket (mode 0666) but is on no
+# allow list: refused. Needs root (setpriv); elsewhere this part is skipped.
+as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
+if [[ $(id -u) -eq 0 ]] && command -v setpriv >/dev/null; then
+  out=$(as_nobody curl -s -w '\n%{http_code}' --unix-socket "$sock" http://localhost/health)
+  check "uid 65534 not on the lists: 403" test "$(tail -n 1 <<<"$out")" = 403
+  check "403 is an OpenAI permission_error" grep -q '"type":"permission_error"' <<<"$out"
+  check "the refusal is logged with uid and pid" grep -q "refused a connection from uid 65534 .* pid [0-9]" "$log"
+  stop_daemon
+  EXTRA_SERVER='  allow_users: ["65534"]' write_config "$tmp/voltad.yaml"
+  start_daemon
+  out=$(as_nobody curl -s -w '\n%{http_code}' --unix-socket "$sock" http://localhost/health)
+  check "uid 65534 in allow_users: 200" test "$(tail -n 1 <<<"$out")" = 200
+  EXTRA_SERVER='  allow_groups: ["65534"]' write_config "$tmp/voltad.yaml"
+  stop_daemon
+  start_daemon
+  out=$(setpriv --reuid=65534 --regid=1 --groups=65534 curl -s -w '\n%{http_code}' --unix-socket "$sock" http://localhost/health)
+  check "a process with allow_groups as a supplementary group: 200" test "$(tail -n 1 <<<"$out")" = 200
+else
+  echo "skip access control with a second uid (needs root and setpriv)"
+fi
+stop_daemon
+check "stopped cleanly" test "$daemon_rc" -eq 0
+finish

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The socket's life: parent directory created, a live socket is not taken
+# over (exit 73), a stale one is replaced, mode from the config; a CUDA
+# config without a CUDA backend fails clearly (exit 69); max_connections.
+set -uo pipefail
+source "$(dirname "$0")/serve_lib.sh"
+
+check "the socket's directory does not exist yet" test ! -e "$tmp/run"
+EXTRA_SERVER='  max_connections: 2' write_config "$tmp/voltad.yaml"
+start_daemon
+check "parent directory created 0755" test "$(stat -c %a "$tmp/run")" = 755
+check "socket mode from the config" test "$(stat -c %a "$sock")" = 666
+
+# A second daemon on the same socket: refused, the first keeps serving.
+"$bin/voltad" --config "$tmp/voltad.yaml" >"$tmp/second.log" 2>&1
+rc=$?
+check "a live socket: the second daemon exits 73" test "$rc" -eq 73
+check "a live socket: says another process listens" grep -q "already listening on $sock" "$tmp/second.log"
+check "the first daemon still answers" test "$(api /health | tail -n 1)" = 200
+
+# max_connections 2: hold two idle connections; the third is answered 503.
+python3 - "$sock" <<'PY'
+import socket, sys, time
+path = sys.argv[1]
+held = []
+for _ in range(2):
+    s = socket.socket(socket.AF_UNIX); s.connect(path); held.append(s)
+time.sleep(0.3)
+s = socket.socket(socket.AF_UNIX); s.settimeout(10); s.connect(path)
+s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+data = b""
+while b"\r\n\r\n" not in data:
+    part = s.recv(4096)
+    if not part: break
+    data += part
+print(data.split(b"\r\n")[0].decode())
+sys.exit(0 if data.startswith(b"HTTP/1.1 503") and b"Retry-After" in data else 1)
+PY
+check "over max_connections: 503 with Retry-After" test $? -eq 0
+
+# A daemon killed hard leaves its socket file; the next start replaces it.
+kill -KILL "$daemon_pid"; wait "$daemon_pid" 2>/dev/null; daemon_pid=
+check "after SIGKILL the socket file is left behind" test -S "$sock"
+start_daemon
+check "a stale socket is replaced" grep -q "replacing stale socket $sock" "$log"
+check "and the new daemon answers" test "$(api /health | tail -n 1)" = 200
+stop_daemon
+
+touch "$tmp/run/not-a-socket"
+sed "s|$sock|$tmp/run/not-a-socket|" "$tmp/voltad.yaml" >"$tmp/file.yaml"
+"$bin/voltad" --config "$tmp/file.yaml" >"$tmp/file.log" 2>&1
+rc=$?
+check "a regular file at socket_path: exit 73, file kept" test "$rc" -eq 73 -a -f "$tmp/run/not-a-socket"
+check "  ...and says it is not a socket" grep -q "exists and is not a socket" "$tmp/file.log"
+
+sed 's/backend: cpu/backend: cuda/' "$tmp/voltad.yaml" >"$tmp/cuda.yaml"
+"$bin/voltad" --config "$tmp/cuda.yaml" >"$tmp/cuda.log" 2>&1
+rc=$?
+check "engine.backend cuda without a CUDA backend: exit 69" test "$rc" -eq 69
+check "  ...says so and how to use the CPU (no silent fallback)" grep -q "engine.backend: cpu" "$tmp/cuda.log"
+check "  ...and created no socket" test ! -e "$sock"
+
+sed "s|path: \"$model\"|path: \"$tmp/none.gguf\"|" "$tmp/voltad.yaml" >"$tmp/nomodel.yaml"
+"$bin/voltad" --config "$tmp/nomodel.yaml" >"$tmp/nomodel.log" 2>&1
+check "a missing model: exit 66" test $? -eq 66
+printf 'GGUF-not-really' >"$tmp/bad.gguf"
+sed "s|path: \"$model\"|path: \"$tmp/bad.gguf\"|" "$tmp/voltad.yaml" >"$tmp/bad.yaml"
+"$bin/voltad" --config "$tmp/bad.yaml" >"$tmp/bad.log" 2>&1
+check "an invalid model file: exit 65" test $? -eq 65
+check "  ...and its socket is removed" test ! -e "$sock"
+finish
