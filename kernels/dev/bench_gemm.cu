@@ -1,0 +1,293 @@
+// Prefill GEMM harness (not part of the build; scripts/device-test.sh --bench
+// compiles it with nvcc): TFLOP/s of the tensor-core GEMM (gemm_wmma.cu) at
+// Llama-3-8B shapes for 512 tokens, per weight format and tile shape, a
+// whole Q4_K_M layer's GEMMs, and small token counts (batched decode); with
+// cuBLAS available (-DVOLTAD_BENCH_CUBLAS -lcublas) also a dense fp16 GEMM
+// of the same shapes as the practical tensor-core ceiling.
+//
+// Weights are random bytes with every fp16 scale made finite; x is random in
+// [-1, 1). At 512 tokens a GEMM does 256-1000 FLOP per weight byte, so it is
+// compute-bound and the weights' L2 residency hardly matters: each matrix is
+// allocated once. Times: median of 7 rounds of the mean over 10 launches,
+// from CUDA events, after a warm-up.
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#ifdef VOLTAD_BENCH_CUBLAS
+#include <cublas_v2.h>
+#endif
+
+#include "kernels/gemm_wmma.cu"
+
+namespace bench {
+
+using namespace voltad::kernels;
+
+__global__ void kernel_random_bytes(uint32_t* p, size_t n_words, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n_words;
+       i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t h = uint32_t(i) * 0x9E3779B1u ^ seed;
+    h ^= h >> 15;
+    h *= 0x85EBCA77u;
+    h ^= h >> 13;
+    h *= 0xC2B2AE3Du;
+    h ^= h >> 16;
+    p[i] = h;
+  }
+}
+
+// fp16 words in [2^-4, 2^-1) of either sign.
+__global__ void kernel_finite_halves(uint16_t* p, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    const uint16_t exponent = uint16_t(11 + ((p[i] >> 10) & 3));
+    p[i] = uint16_t((p[i] & 0x83FF) | (exponent << 10));
+  }
+}
+
+__global__ void kernel_uniform(float* p, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t h = uint32_t(i) * 0x9E3779B1u ^ seed;
+    h ^= h >> 16;
+    h *= 0x7FEB352Du;
+    h ^= h >> 15;
+    p[i] = float(h >> 8) * (2.0f / 16777216.0f) - 1.0f;
+  }
+}
+
+void fill_random(void* p, size_t bytes, uint32_t seed) {
+  kernel_random_bytes<<<2048, 256>>>(static_cast<uint32_t*>(p), bytes / 4, seed);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+struct Matrix {
+  PackedMatrixView view;
+  explicit Matrix(PackedFormat f, int64_t rows, int64_t cols, uint32_t seed) {
+    view.layout = make_packed_layout(f, rows, cols);
+    uint8_t* p = nullptr;
+    CUDA_CHECK(cudaMalloc(&p, view.layout.total_bytes));
+    fill_random(p, view.layout.total_bytes, seed);
+    const PackedLayout& l = view.layout;
+    auto halves = [&](uint64_t off, int64_t row_bytes) {
+      if (row_bytes == 0) return;
+      kernel_finite_halves<<<1024, 256>>>(reinterpret_cast<uint16_t*>(p + off),
+                                          size_t(row_bytes) * size_t(l.rows) / 2);
+      CUDA_CHECK(cudaGetLastError());
+    };
+    if (f == PackedFormat::F16) halves(l.quants_offset, l.quant_row_bytes);
+    if (f != PackedFormat::Int6K256) halves(l.scales_offset, l.scale_row_bytes);
+    halves(l.super_offset, l.super_row_bytes);
+    view.data = p;
+  }
+  ~Matrix() { cudaFree(const_cast<uint8_t*>(view.data)); }
+};
+
+float median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+template <class F>
+float time_ms(F&& body, int reps = 10, int rounds = 7) {
+  cudaEvent_t a, b;
+  CUDA_CHECK(cudaEventCreate(&a));
+  CUDA_CHECK(cudaEventCreate(&b));
+  body();
+  CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<float> t;
+  for (int r = 0; r < rounds; ++r) {
+    CUDA_CHECK(cudaEventRecord(a));
+    for (int i = 0; i < reps; ++i) body();
+    CUDA_CHECK(cudaEventRecord(b));
+    CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms / float(reps));
+  }
+  CUDA_CHECK(cudaEventDestroy(a));
+  CUDA_CHECK(cudaEventDestroy(b));
+  return median(t);
+}
+
+struct Buffers {
+  float* x = nullptr;
+  float* y = nullptr;
+  Buffers(size_t max_x, size_t max_y) {
+    CUDA_CHECK(cudaMalloc(&x, max_x * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&y, max_y * sizeof(float)));
+    kernel_uniform<<<1024, 256>>>(x, max_x, 7);
+    CUDA_CHECK(cudaGetLastError());
+  }
+};
+
+const char* tile_name(GemmTile t) {
+  switch (t) {
+    case GemmTile::Auto: return "auto";
+    case GemmTile::T32x64: return "32x64";
+    case GemmTile::T64x128: return "64x128";
+    case GemmTile::T128x128: return "128x128";
+  }
+  return "?";
+}
+
+std::vector<std::string> g_summary;
+
+float time_gemm(const Matrix& m, Buffers& buf, int n, GemmTile tile, bool accumulate = false) {
+  GemmArgs a;
+  a.w = m.view;
+  a.x = buf.x;
+  a.ldx = m.view.layout.cols;
+  a.n = n;
+  a.y = buf.y;
+  a.ldy = m.view.layout.rows;
+  a.accumulate = accumulate;
+  return time_ms([&] { launch_gemm(a, tile, nullptr); });
+}
+
+void report(const std::string& what, int n, int64_t rows, int64_t cols, float ms, bool summary) {
+  const double tflops = 2.0 * n * rows * cols / (ms * 1e-3) / 1e12;
+  char line[200];
+  std::snprintf(line, sizeof line, "%-46s %9.1f us %7.1f TFLOP/s", what.c_str(), ms * 1e3, tflops);
+  std::printf("%s\n", line);
+  std::fflush(stdout);
+  if (summary) g_summary.push_back(line);
+}
+
+#ifdef VOLTAD_BENCH_CUBLAS
+void cublas_reference(int n, int64_t rows, int64_t cols) {
+  cublasHandle_t h;
+  if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) return;
+  __half *w, *x;
+  float* y;
+  CUDA_CHECK(cudaMalloc(&w, size_t(rows * cols) * 2));
+  CUDA_CHECK(cudaMalloc(&x, size_t(n * cols) * 2));
+  CUDA_CHECK(cudaMalloc(&y, size_t(n * rows) * 4));
+  fill_random(w, size_t(rows * cols) * 2, 3);
+  fill_random(x, size_t(n * cols) * 2, 4);
+  kernel_finite_halves<<<1024, 256>>>(reinterpret_cast<uint16_t*>(w), size_t(rows * cols));
+  kernel_finite_halves<<<1024, 256>>>(reinterpret_cast<uint16_t*>(x), size_t(n * cols));
+  const float one = 1.0f, zero = 0.0f;
+  // y (rows x n, column-major) = W^T(cols x rows, column-major)^T * x
+  const float ms = time_ms([&] {
+    cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(rows), n, int(cols), &one, w, CUDA_R_16F, int(cols), x,
+                 CUDA_R_16F, int(cols), &zero, y, CUDA_R_32F, int(rows), CUBLAS_COMPUTE_32F,
+                 CUBLAS_GEMM_DEFAULT);
+  });
+  report("cuBLAS fp16 dense " + std::to_string(n) + "x" + std::to_string(rows) + "x" + std::to_string(cols),
+         n, rows, cols, ms, true);
+  cudaFree(w);
+  cudaFree(x);
+  cudaFree(y);
+  cublasDestroy(h);
+}
+#endif
+
+}  // namespace bench
+
+int main() {
+  using namespace bench;
+  cudaDeviceProp prop;
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device: %s, %d SMs, sm_%d%d\n", prop.name, prop.multiProcessorCount, prop.major, prop.minor);
+  Buffers buf(size_t(2048) * 14336, size_t(2048) * 14336);
+
+  struct Fmt {
+    PackedFormat f;
+    const char* name;
+  };
+  const Fmt formats[] = {{PackedFormat::Int4K256, "Q4_K"},  {PackedFormat::Int4Sym32, "Q4_0"},
+                         {PackedFormat::Int6K256, "Q6_K"},  {PackedFormat::Int8Sym32, "Q8_0"},
+                         {PackedFormat::F16, "F16"}};
+  struct Shape {
+    int64_t rows, cols;
+    const char* what;
+  };
+  const Shape shapes[] = {{4096, 4096, "wq/wo"}, {14336, 4096, "gate/up"}, {4096, 14336, "down"},
+                          {1024, 4096, "wk/wv"}};
+  const GemmTile tiles[] = {GemmTile::T128x128, GemmTile::T64x128, GemmTile::T32x64, GemmTile::Auto};
+
+  std::printf("\n== 512 tokens: format x shape x tile ==\n");
+  for (const Shape& s : shapes) {
+    for (const Fmt& f : formats) {
+      Matrix m(f.f, s.rows, s.cols, 11);
+      for (GemmTile t : tiles) {
+        const float ms = time_gemm(m, buf, 512, t);
+        const std::string what = std::string(f.name) + " 512x" + std::to_string(s.rows) + "x" +
+                                 std::to_string(s.cols) + " " + tile_name(t);
+        report(what, 512, s.rows, s.cols, ms, t == GemmTile::Auto && (f.f == PackedFormat::Int4K256 ||
+                                                                       f.f == PackedFormat::F16));
+      }
+    }
+  }
+
+  std::printf("\n== register / occupancy (Q4_K) ==\n");
+  {
+    auto show = [](const char* name, const void* k, int threads, size_t smem) {
+      cudaFuncAttributes attr;
+      CUDA_CHECK(cudaFuncGetAttributes(&attr, k));
+      int blocks = 0;
+      CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k, threads, smem));
+      std::printf("%-12s regs %d, smem %zu, %d blk/SM\n", name, attr.numRegs, smem, blocks);
+    };
+    show("128x128", (const void*)kernel_gemm_wmma<PackedFormat::Int4K256, 128, 128, 2, 4>, 256,
+         TileShape<128, 128, 2, 4>::kSmemBytes);
+    show("64x128", (const void*)kernel_gemm_wmma<PackedFormat::Int4K256, 64, 128, 2, 4>, 256,
+         TileShape<64, 128, 2, 4>::kSmemBytes);
+    show("32x64", (const void*)kernel_gemm_wmma<PackedFormat::Int4K256, 32, 64, 1, 4>, 128,
+         TileShape<32, 64, 1, 4>::kSmemBytes);
+  }
+
+  std::printf("\n== token count sweep, Q4_K 4096x4096 ==\n");
+  {
+    Matrix m(PackedFormat::Int4K256, 4096, 4096, 5);
+    for (int n : {9, 16, 32, 64, 128, 256, 1024, 2048}) {
+      for (GemmTile t : tiles) {
+        const float ms = time_gemm(m, buf, n, t);
+        report("Q4_K n=" + std::to_string(n) + " 4096x4096 " + tile_name(t), n, 4096, 4096, ms,
+               t == GemmTile::Auto && (n == 16 || n == 64 || n == 2048));
+      }
+    }
+  }
+
+  std::printf("\n== one Llama-3-8B Q4_K_M layer, 512 tokens (auto tiles) ==\n");
+  {
+    // q, k, o, gate, up: Q4_K; v, down: Q6_K (the Q4_K_M layers that have them).
+    Matrix q(PackedFormat::Int4K256, 4096, 4096, 21), k(PackedFormat::Int4K256, 1024, 4096, 22),
+        v(PackedFormat::Int6K256, 1024, 4096, 23), o(PackedFormat::Int4K256, 4096, 4096, 24),
+        gate(PackedFormat::Int4K256, 14336, 4096, 25), up(PackedFormat::Int4K256, 14336, 4096, 26),
+        down(PackedFormat::Int6K256, 4096, 14336, 27);
+    const Matrix* mats[] = {&q, &k, &v, &o, &gate, &up, &down};
+    double flops = 0;
+    for (const Matrix* m : mats) flops += 2.0 * 512 * m->view.layout.rows * m->view.layout.cols;
+    const float ms = time_ms([&] {
+      for (const Matrix* m : mats) {
+        GemmArgs a;
+        a.w = m->view;
+        a.x = buf.x;
+        a.ldx = m->view.layout.cols;
+        a.n = 512;
+        a.y = buf.y;
+        a.ldy = m->view.layout.rows;
+        launch_gemm(a, nullptr);
+      }
+    });
+    char line[200];
+    std::snprintf(line, sizeof line,
+                  "layer Q4_K_M 512 tokens: %.1f us, %.1f TFLOP/s; 32 layers %.1f ms = %.0f tok/s (GEMMs only)",
+                  ms * 1e3, flops / (ms * 1e-3) / 1e12, 32 * ms, 512.0 / (32 * ms * 1e-3));
+    std::printf("%s\n", line);
+    g_summary.push_back(line);
+  }
+
+#ifdef VOLTAD_BENCH_CUBLAS
+  std::printf("\n== cuBLAS dense fp16 (ceiling) ==\n");
+  for (const Shape& s : shapes) cublas_reference(512, s.rows, s.cols);
+#endif
+
+  std::printf("\n== summary ==\n");
+  for (const std::string& s : g_summary) std::printf("%s\n", s.c_str());
+  return 0;
+}
