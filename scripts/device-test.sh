@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Builds engine + kernels on the GPU machine and runs the `gpu` tests; with
-# --bench also times the matvecs (kernels/dev/bench_matvec.cu). The summary
-# is printed last. Logs go to $OUT (the device tool's folder) when set.
+# --bench also times the matvecs (kernels/dev/bench_matvec.cu) and the
+# prefill GEMM (kernels/dev/bench_gemm.cu; --bench=gemm or --bench=matvec for
+# one); --tests=REGEX builds and runs only the gpu tests whose target name
+# (kernels_test_*) matches. The summary is printed last. Logs go to $OUT (the
+# device tool's folder) when set.
 #
 # The GPU machine has no Debian -dev packages, so doctest and nlohmann-json
 # travel in .deps/ (git-ignored). Once, here:
 #   bash scripts/device-test.sh --prepare-deps
 # then, as the device tool's command with carry [".deps"]:
-#   bash scripts/device-test.sh [--bench] [--arch=90]
+#   bash scripts/device-test.sh [--bench[=matvec|gemm]] [--tests=REGEX] [--arch=90]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -24,11 +27,15 @@ fi
 
 arch=90
 bench=0
+benches="matvec gemm"
+tests_re=""
 for arg in "$@"; do
   case $arg in
     --bench) bench=1 ;;
+    --bench=*) bench=1; benches=${arg#--bench=}; benches=${benches//,/ } ;;
+    --tests=*) tests_re=${arg#--tests=} ;;
     --arch=*) arch=${arg#--arch=} ;;
-    *) echo "usage: $0 [--prepare-deps | [--bench] [--arch=NN]]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--prepare-deps | [--bench[=matvec|gemm]] [--tests=REGEX] [--arch=NN]]" >&2; exit 2 ;;
   esac
 done
 [[ -f $deps/include/doctest/doctest.h ]] || {
@@ -51,34 +58,54 @@ if ! cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   exit 1
 fi
 # The bench (one nvcc call, independent of CMake) builds alongside.
-if ((bench)); then
+if ((bench)) && [[ " $benches " == *" matvec "* ]]; then
   nvcc -std=c++17 -O3 -I"$root" -arch="sm_$arch" --expt-relaxed-constexpr -lineinfo \
     kernels/dev/bench_matvec.cu -o "$build/bench_matvec" >"$out/bench-build.log" 2>&1 &
 fi
+# bench_gemm compares with cuBLAS where the image has it, else builds without.
+if ((bench)) && [[ " $benches " == *" gemm "* ]]; then
+  gemm_flags=(-std=c++17 -O3 -I"$root" -arch="sm_$arch" --expt-relaxed-constexpr -lineinfo)
+  (nvcc "${gemm_flags[@]}" -DVOLTAD_BENCH_CUBLAS kernels/dev/bench_gemm.cu -o "$build/bench_gemm" -lcublas ||
+   nvcc "${gemm_flags[@]}" kernels/dev/bench_gemm.cu -o "$build/bench_gemm") >"$out/bench-gemm-build.log" 2>&1 &
+fi
 # Only the gpu tests and what they link: the rest of the tree is CI's job.
 targets=()
-for f in tests/kernels/test_*.cpp; do targets+=("kernels_$(basename "$f" .cpp)"); done
+for f in tests/kernels/test_*.cpp; do
+  t="kernels_$(basename "$f" .cpp)"
+  [[ -z $tests_re || $t =~ $tests_re ]] && targets+=("$t")
+done
 ninja -C "$build" -k 0 -j "$jobs" "${targets[@]}" >"$out/build.log" 2>&1
 build_rc=$?
 ((build_rc == 0)) || grep -E "error|FAILED" "$out/build.log" | head -30
 build_s=$((SECONDS - t0))
 
-(cd "$build" && ctest -L gpu -V --timeout 300) >"$out/ctest.log" 2>&1
+(cd "$build" && ctest -L gpu ${tests_re:+-R "$tests_re"} -V --timeout 300) >"$out/ctest.log" 2>&1
 test_rc=$?
 grep -E "MESSAGE|Test +#|tests passed|Skipped|FAILED|ERROR|got .* want|test cases:" \
   "$out/ctest.log" | sed 's/^[0-9]*: //' | head -80
 
-bench_line="bench: not run"
-if ((bench)); then
-  wait  # the bench builds started before the CMake build
+bench_line=""
+((bench)) && wait  # the bench builds started before the CMake build
+if ((bench)) && [[ " $benches " == *" gemm "* ]]; then
+  if [[ -x $build/bench_gemm ]]; then
+    "$build/bench_gemm" >"$out/bench_gemm.txt" 2>&1
+    rc=$?
+    sed -n "1,2p;/== summary/,\$p" "$out/bench_gemm.txt"
+    bench_line="bench gemm: $([[ $rc == 0 ]] && echo ok || echo FAILED) (full table: bench_gemm.txt)"
+  else
+    tail -20 "$out/bench-gemm-build.log"
+    bench_line="bench gemm: build FAILED"
+  fi
+fi
+if ((bench)) && [[ " $benches " == *" matvec "* ]]; then
   if [[ -x $build/bench_matvec ]]; then
     "$build/bench_matvec" >"$out/bench_matvec.txt" 2>&1
     rc=$?
     sed -n "1,3p;/== summary/,\$p" "$out/bench_matvec.txt"
-    bench_line="bench: $([[ $rc == 0 ]] && echo ok || echo FAILED) (full table: bench_matvec.txt)"
+    bench_line="${bench_line:+$bench_line; }bench matvec: $([[ $rc == 0 ]] && echo ok || echo FAILED) (full table: bench_matvec.txt)"
   else
     tail -20 "$out/bench-build.log"
-    bench_line="bench: build FAILED"
+    bench_line="${bench_line:+$bench_line; }bench matvec: build FAILED"
   fi
 fi
 
@@ -90,5 +117,5 @@ echo "commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknow
 echo "build: $([[ $build_rc == 0 ]] && echo ok || echo FAILED) in ${build_s}s (sm_$arch)"
 echo "ctest -L gpu: $(grep -E 'tests passed' "$out/ctest.log" || echo 'no result')$(
   n=$(grep -c '\*\*\*Skipped' "$out/ctest.log"); ((n)) && echo ", $n SKIPPED (no device?)")"
-echo "$bench_line"
+echo "${bench_line:-bench: not run}"
 ((build_rc == 0 && test_rc == 0))
