@@ -12,9 +12,11 @@
 #include "engine/weight_repack.h"
 #include "kernels/activation.h"
 #include "kernels/attention.h"
+#include "kernels/attention_int8.h"
 #include "kernels/cuda_check.h"
 #include "kernels/embedding.h"
 #include "kernels/gather.h"
+#include "kernels/gemm_wmma.h"
 #include "kernels/matvec.h"
 #include "kernels/norm.h"
 #include "kernels/rope.h"
@@ -67,6 +69,7 @@ struct CudaBackend::Impl {
     float *attn_norm = nullptr, *ffn_norm = nullptr, *bq = nullptr, *bk = nullptr, *bv = nullptr,
           *q_norm = nullptr, *k_norm = nullptr;
     kernels::KvLayerView kv;
+    kernels::KvInt8LayerView kv8;
   };
   std::vector<Layer> layers;
   kernels::PackedMatrixView token_embd, output;
@@ -243,6 +246,22 @@ Status CudaBackend::Impl::allocate_workspace() {
 
   // The KV cache: per layer, K and V of every block.
   const size_t per_layer = size_t(pool.n_blocks()) * KvBlockPool::kBlockTokens * size_t(c.kv_dim());
+  if (options.kv_int8) {
+    const size_t values = kernels::kv_int8_value_bytes(pool.n_blocks(), int(c.kv_dim()));
+    const size_t scales = kernels::kv_int8_scale_bytes(pool.n_blocks(), int(c.n_kv_heads));
+    for (Layer& l : layers) {
+      auto k8 = alloc<int8_t>(values, "KV cache (int8 keys)", memory.kv_cache);
+      if (!k8) return k8.error();
+      auto v8 = alloc<int8_t>(values, "KV cache (int8 values)", memory.kv_cache);
+      if (!v8) return v8.error();
+      auto ks = alloc<uint16_t>(scales / 2, "KV cache (key scales)", memory.kv_cache);
+      if (!ks) return ks.error();
+      auto vs = alloc<uint16_t>(scales / 2, "KV cache (value scales)", memory.kv_cache);
+      if (!vs) return vs.error();
+      l.kv8 = {k8.value(), v8.value(), ks.value(), vs.value()};
+    }
+    return {};
+  }
   for (Layer& l : layers) {
     auto kc = alloc<uint16_t>(per_layer, "KV cache (keys)", memory.kv_cache);
     if (!kc) return kc.error();
@@ -340,7 +359,8 @@ void CudaBackend::Impl::attention(const Layer& layer, int n_tokens, int max_posi
     a.max_position = max_position;
     a.scale = float(1.0 / std::sqrt(double(c.head_dim)));
     a.partials = partials;
-    kernels::launch_attention(a, stream);
+    if (options.kv_int8) kernels::launch_attention_int8(a, layer.kv8, stream);
+    else kernels::launch_attention(a, stream);
   }
 }
 
@@ -354,8 +374,23 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position) {
   const int32_t* d_token_tables = d_slots + T;
   const int32_t* d_logit_rows = d_token_tables + T;
   const int dim = int(c.dim), ffn = int(c.ffn_dim), qd = int(c.q_dim()), kvd = int(c.kv_dim());
+  // Up to 8 tokens: the dp4a matvecs read the weights once at full
+  // bandwidth. From 9 on (prefill, large batches): the tensor-core GEMM, which
+  // takes fp32 activations directly, so nothing is quantized for it.
   auto matvec = [&](const kernels::PackedMatrixView& w, const float* xin, int64_t ldx, int rows, float* y,
                     int64_t ldy, const float* bias, bool accumulate) {
+    if (rows >= kernels::kGemmMinTokens) {
+      kernels::GemmArgs g;
+      g.w = w;
+      g.x = xin;
+      g.ldx = ldx;
+      g.n = rows;
+      g.y = y;
+      g.ldy = ldy;
+      g.bias = bias;
+      g.accumulate = accumulate;
+      return kernels::launch_gemm(g, st);
+    }
     kernels::MatvecArgs a;
     a.w = w;
     a.batch = rows;
@@ -369,7 +404,7 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position) {
     kernels::launch_matvec(a, st);
   };
   auto quantize = [&](const float* xin, int64_t ld, int cols) {
-    kernels::launch_quantize_activations(xin, ld, n, cols, xq, st);
+    if (n < kernels::kGemmMinTokens) kernels::launch_quantize_activations(xin, ld, n, cols, xq, st);
   };
 
   kernels::launch_embedding_gather(token_embd, d_tokens, n, x, dim, st);
@@ -389,7 +424,10 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position) {
                          ordering, st);
     kernels::launch_rope(k, kvd, n, int(c.n_kv_heads), int(c.head_dim), int(c.head_dim), d_positions, inv_freq,
                          ordering, st);
-    kernels::launch_kv_write(k, v, kvd, n, kvd, d_slots, l.kv, st);
+    if (options.kv_int8)
+      kernels::launch_kv_write_int8(k, v, kvd, n, int(c.n_kv_heads), int(c.head_dim), d_slots, l.kv8, st);
+    else
+      kernels::launch_kv_write(k, v, kvd, n, kvd, d_slots, l.kv, st);
     attention(l, n, max_position, d_positions, d_token_tables);
     quantize(attn, qd, qd);
     matvec(l.wo, attn, qd, n, x, dim, nullptr, true);  // residual add fused

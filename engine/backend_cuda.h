@@ -25,6 +25,9 @@ struct CudaBackendOptions {
   // batch size, instead of launching every kernel: launch gaps are a large
   // part of a ~1-5 ms token.
   bool use_graphs = true;
+  // KV cache elements: fp16, or int8 with one scale per head and token (half
+  // the memory; the V100 has no FP8).
+  bool kv_int8 = false;
   // Called while weights load: (bytes done, bytes total, tensor name).
   std::function<void(uint64_t, uint64_t, const std::string&)> on_progress;
 };

@@ -25,7 +25,8 @@
 namespace {
 
 constexpr const char* kUsage =
-    "usage: voltad-bench -m MODEL.gguf [-p 512] [-n 128] [-b 1,2,4,8,16] [--ctx 512] [--repeat 3] [--json]\n";
+    "usage: voltad-bench -m MODEL.gguf [-p 512] [-n 128] [-b 1,2,4,8,16] [--ctx 512] [--repeat 3]\n"
+    "                    [--kv fp16|int8] [--no-graphs] [--json]\n";
 
 std::vector<int> parse_list(const std::string& s) {
   std::vector<int> v;
@@ -45,7 +46,7 @@ int main(int argc, char** argv) {
   std::string model_path;
   int prompt = 512, steps = 128, ctx = 512, repeat = 3;
   std::vector<int> batches = {1, 2, 4, 8, 16};
-  bool json = false;
+  bool json = false, kv_int8 = false, graphs = true;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -56,6 +57,12 @@ int main(int argc, char** argv) {
     else if (a == "--ctx") ctx = std::atoi(next().c_str());
     else if (a == "--repeat") repeat = std::atoi(next().c_str());
     else if (a == "--json") json = true;
+    else if (a == "--no-graphs") graphs = false;
+    else if (a == "--kv") {
+      std::string k = next();
+      if (k != "fp16" && k != "int8") return std::fprintf(stderr, "voltad-bench: --kv must be fp16 or int8\n"), 64;
+      kv_int8 = k == "int8";
+    }
     else if (a == "-h" || a == "--help") return std::fputs(kUsage, stdout), 0;
     else return std::fprintf(stderr, "voltad-bench: unknown argument '%s'\n%s", a.c_str(), kUsage), 64;
   }
@@ -79,6 +86,8 @@ int main(int argc, char** argv) {
   o.max_sequences = max_b;
   o.max_context = std::max(ctx + steps + 1, prompt + 1);
   o.max_batch_tokens = std::max(prompt, max_b);
+  o.kv_int8 = kv_int8;
+  o.use_graphs = graphs;
   o.on_progress = [json](uint64_t done, uint64_t total, const std::string&) {
     if (!json) std::fprintf(stderr, "\rvoltad-bench: loading %3d%%", int(100.0 * double(done) / double(total)));
   };
@@ -120,7 +129,9 @@ int main(int argc, char** argv) {
     double step_s, tps_seq, tps_total, bytes, gbps, efficiency;
   };
   std::vector<Row> rows;
-  const double kv_bytes_per_token = 2.0 * double(c.n_layers) * double(c.kv_dim()) * 2.0;  // K and V, fp16
+  // K and V per token: fp16 values, or int8 values plus an fp16 scale per head.
+  const double kv_bytes_per_token = kv_int8 ? 2.0 * double(c.n_layers) * double(c.kv_dim() + 2 * c.n_kv_heads)
+                                            : 2.0 * double(c.n_layers) * double(c.kv_dim()) * 2.0;
   for (int batch : batches) {
     std::vector<int32_t> next(static_cast<size_t>(batch));
     for (int s = 0; s < batch; ++s)
@@ -157,7 +168,7 @@ int main(int argc, char** argv) {
   if (json) {
     std::printf("{\n  \"model\": \"%s\",\n  \"device\": \"%s\",\n  \"copy_bandwidth_gbps\": %.1f,\n", model_path.c_str(),
                 b.device_name().c_str(), bandwidth.value() / 1e9);
-    std::printf("  \"load_seconds\": %.2f,\n  \"weights_bytes\": %llu,\n  \"decode_weight_bytes\": %llu,\n", load_s,
+    std::printf("  \"kv_cache_type\": \"%s\",\n  \"cuda_graphs\": %s,\n  \"load_seconds\": %.2f,\n  \"weights_bytes\": %llu,\n  \"decode_weight_bytes\": %llu,\n", kv_int8 ? "int8" : "fp16", graphs ? "true" : "false", load_s,
                 (unsigned long long)mem.weights, (unsigned long long)b.decode_weight_bytes());
     std::printf("  \"gguf_tensor_bytes\": %llu,\n  \"workspace_bytes\": %llu,\n  \"kv_cache_bytes\": %llu,\n",
                 (unsigned long long)[&] {

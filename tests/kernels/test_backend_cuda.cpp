@@ -195,3 +195,38 @@ TEST_CASE("SmolLM2 on CUDA: greedy text as the reference, batched and single agr
   CHECK(std::max_element(cuda_logits.begin(), cuda_logits.end()) - cuda_logits.begin() ==
         std::max_element(cpu_logits.begin(), cpu_logits.end()) - cpu_logits.begin());
 }
+
+TEST_CASE("INT8 KV cache: logits stay close to the FP16 cache's on every tiny model") {
+  for (const char* name : {"tiny-llama.F32", "tiny-qwen3.F32", "tiny-qwen2.F32", "tiny-llama256.Q4_K_M"}) {
+    auto model = load_model((fixtures() / (std::string(name) + ".gguf")).string());
+    REQUIRE(model.ok());
+    std::ifstream in(fixtures() / (std::string(name) + ".logits.json"));
+    auto j = nlohmann::json::parse(in);
+    auto tokens = j.at("cases").at(0).at("tokens").get<std::vector<int32_t>>();
+    std::vector<std::vector<float>> results;
+    for (bool int8 : {false, true}) {
+      CudaBackendOptions o;
+      o.max_context = 256;
+      o.max_sequences = 4;
+      o.max_batch_tokens = 256;
+      o.kv_int8 = int8;
+      auto b = CudaBackend::create(model.value(), o);
+      REQUIRE(b.ok());
+      REQUIRE(b.value()->kv_pool().reserve(0, int64_t(tokens.size())));
+      ForwardOutput out;
+      // Prefill all but the last token, then decode it: the cache is read.
+      BatchChunk first;
+      first.tokens = std::span<const int32_t>(tokens).first(tokens.size() - 1);
+      first.logits = BatchChunk::Logits::None;
+      REQUIRE(b.value()->forward(std::span<const BatchChunk>(&first, 1), out).ok());
+      BatchChunk last;
+      last.start_pos = int32_t(tokens.size() - 1);
+      last.tokens = std::span<const int32_t>(tokens).last(1);
+      REQUIRE(b.value()->forward(std::span<const BatchChunk>(&last, 1), out).ok());
+      results.emplace_back(out.logits.begin(), out.logits.end());
+    }
+    double err = relative_error(results[1], results[0]);
+    MESSAGE(name << ": INT8 vs FP16 KV relative error " << err);
+    CHECK(err < 3e-2);
+  }
+}
