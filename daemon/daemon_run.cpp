@@ -20,6 +20,9 @@
 #include "daemon/log.h"
 #include "daemon/server_listener.h"
 #include "engine/backend_cpu.h"
+#ifdef VOLTAD_HAVE_CUDA
+#include "engine/backend_cuda.h"
+#endif
 #include "engine/gguf_file.h"
 #include "engine/model.h"
 
@@ -62,14 +65,41 @@ std::optional<Failure> load_engine(const config::Config& cfg, const std::string&
   auto format = choose_chat_format(chat_template, cfg.model.chat_template);
   if (!format.ok()) return Failure{kExitModelData, model_path + ": " + format.error().message};
 
-  CpuBackendOptions options;
-  options.threads = int(cfg.placement.threads);
-  options.max_context = int32_t(cfg.engine.max_context);
-  options.max_sequences = int32_t(cfg.engine.max_sequences);
-  auto backend = CpuBackend::create(e.model, options);
-  if (!backend.ok()) return Failure{kExitFailure, backend.error().message};
-  e.served.kv_cache_bytes = backend.value()->kv_cache_bytes();
-  e.backend = std::move(backend.value());
+  if (cfg.engine.backend == "cpu") {
+    CpuBackendOptions options;
+    options.threads = int(cfg.placement.threads);
+    options.max_context = int32_t(cfg.engine.max_context);
+    options.max_sequences = int32_t(cfg.engine.max_sequences);
+    auto backend = CpuBackend::create(e.model, options);
+    if (!backend.ok()) return Failure{kExitFailure, backend.error().message};
+    e.served.kv_cache_bytes = backend.value()->kv_cache_bytes();
+    e.backend = std::move(backend.value());
+  } else {
+#ifdef VOLTAD_HAVE_CUDA
+    CudaBackendOptions options;
+    options.max_context = int32_t(cfg.engine.max_context);
+    options.max_sequences = int32_t(cfg.engine.max_sequences);
+    options.max_batch_tokens = int32_t(std::max(cfg.engine.max_batch_tokens, cfg.engine.max_sequences));
+    options.kv_int8 = cfg.engine.kv_cache_type == "int8";
+    options.on_progress = [last = -1](uint64_t done, uint64_t total, const std::string& tensor) mutable {
+      int pct = int(100.0 * double(done) / double(std::max<uint64_t>(total, 1)));
+      if (pct / 10 != last / 10) spdlog::info("loading weights: {}% ({})", pct, tensor);
+      last = pct;
+    };
+    auto backend = CudaBackend::create(e.model, options);
+    // Never a silent fallback to the CPU: serving a big model there by surprise is worse than not starting.
+    if (!backend.ok())
+      return Failure{kExitUnavailable, "engine.backend is cuda: " + backend.error().message +
+                                           " (voltad does not fall back to the CPU; set engine.backend: cpu to "
+                                           "serve on the CPU reference backend)"};
+    e.served.kv_cache_bytes = backend.value()->memory_use().kv_cache;
+    e.backend = std::move(backend.value());
+#else
+    return Failure{kExitUnavailable,
+                   "engine.backend is cuda, but this voltad was built without CUDA; rebuild with CUDA or set "
+                   "engine.backend: cpu"};
+#endif
+  }
 
   SchedulerOptions so;
   so.max_sequences = int32_t(cfg.engine.max_sequences);
@@ -148,13 +178,6 @@ class Drain : public std::enable_shared_from_this<Drain> {
 }  // namespace
 
 int serve(const config::Config& cfg, const std::string& config_path) {
-  if (cfg.engine.backend == "cuda") {
-    // Never a silent fallback: serving a 70B model on the CPU by surprise is worse than not starting.
-    spdlog::error("engine.backend is 'cuda', but this voltad has no CUDA backend yet; set engine.backend: cpu in {} "
-                  "to serve on the CPU reference backend",
-                  config_path);
-    return kExitUnavailable;
-  }
   const std::string model_path = config::expand_path(cfg.model.path);
   std::error_code fec;
   if (!std::filesystem::is_regular_file(model_path, fec)) {
