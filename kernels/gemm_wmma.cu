@@ -72,6 +72,22 @@ __device__ __forceinline__ float half_bits_to_float(uint32_t bits16) {
 template <PackedFormat F>
 struct Chunk;
 
+// Where one row's sub-arrays start: computed once per thread, so a stage's
+// loads are a pointer plus the chunk offset.
+struct RowPointers {
+  const uint8_t* quants;
+  const uint8_t* high;
+  const uint8_t* scales;
+  const uint8_t* super_;
+  int64_t cols;
+};
+__device__ __forceinline__ RowPointers row_pointers(const PackedMatrixView& m, int64_t row) {
+  const PackedLayout& l = m.layout;
+  return {m.data + l.quants_offset + row * l.quant_row_bytes, m.data + l.high_offset + row * l.high_row_bytes,
+          m.data + l.scales_offset + row * l.scale_row_bytes, m.data + l.super_offset + row * l.super_row_bytes,
+          l.cols};
+}
+
 // Int4 nibbles as exact fp16 integers 1024 + q, in natural order. Byte i of
 // the 16 holds value i (bits 0-3) and i+16 (bits 4-7); word t holds values
 // 4t..4t+3 and 16+4t..16+4t+3. After swapping its middle bytes (b0 b2 b1
@@ -115,11 +131,9 @@ template <>
 struct Chunk<PackedFormat::Int4Sym32> {
   uint4 q;
   uint32_t d;  // fp16 bits
-  __device__ void load(const PackedMatrixView& m, int64_t row, int64_t c) {
-    const PackedLayout& l = m.layout;
-    q = load_weights_16(m.data + l.quants_offset + row * l.quant_row_bytes + c * 16);
-    d = __ldg(reinterpret_cast<const unsigned short*>(m.data + l.scales_offset +
-                                                      row * l.scale_row_bytes) + c);
+  __device__ void load(const RowPointers& r, int64_t c) {
+    q = load_weights_16(r.quants + c * 16);
+    d = __ldg(reinterpret_cast<const unsigned short*>(r.scales) + c);
   }
   __device__ void zero() { q = make_uint4(0, 0, 0, 0), d = 0; }
   __device__ void decode(int64_t, uint32_t (&h)[16]) const {
@@ -135,11 +149,9 @@ template <>
 struct Chunk<PackedFormat::Int4Affine32> {
   uint4 q;
   uint32_t dm;  // fp16 d (low), fp16 m (high)
-  __device__ void load(const PackedMatrixView& m, int64_t row, int64_t c) {
-    const PackedLayout& l = m.layout;
-    q = load_weights_16(m.data + l.quants_offset + row * l.quant_row_bytes + c * 16);
-    dm = __ldg(reinterpret_cast<const unsigned int*>(m.data + l.scales_offset +
-                                                     row * l.scale_row_bytes) + c);
+  __device__ void load(const RowPointers& r, int64_t c) {
+    q = load_weights_16(r.quants + c * 16);
+    dm = __ldg(reinterpret_cast<const unsigned int*>(r.scales) + c);
   }
   __device__ void zero() { q = make_uint4(0, 0, 0, 0), dm = 0; }
   __device__ void decode(int64_t, uint32_t (&h)[16]) const {
@@ -164,11 +176,9 @@ __device__ __forceinline__ void k256_affine(const uint4& hdr, int64_t c, float& 
 template <>
 struct Chunk<PackedFormat::Int4K256> {
   uint4 q, hdr;
-  __device__ void load(const PackedMatrixView& m, int64_t row, int64_t c) {
-    const PackedLayout& l = m.layout;
-    q = load_weights_16(m.data + l.quants_offset + row * l.quant_row_bytes + c * 16);
-    hdr = __ldg(reinterpret_cast<const uint4*>(m.data + l.scales_offset +
-                                               row * l.scale_row_bytes) + (c >> 3));
+  __device__ void load(const RowPointers& r, int64_t c) {
+    q = load_weights_16(r.quants + c * 16);
+    hdr = __ldg(reinterpret_cast<const uint4*>(r.scales) + (c >> 3));
   }
   __device__ void zero() { q = hdr = make_uint4(0, 0, 0, 0); }
   __device__ void decode(int64_t c, uint32_t (&h)[16]) const {
@@ -196,14 +206,11 @@ struct Chunk<PackedFormat::Int6K256> {
   uint2 crumbs;
   uint32_t sc;  // two int8 sub-scales (values 0-15, 16-31)
   uint32_t d;   // fp16 bits
-  __device__ void load(const PackedMatrixView& m, int64_t row, int64_t c) {
-    const PackedLayout& l = m.layout;
-    q = load_weights_16(m.data + l.quants_offset + row * l.quant_row_bytes + c * 16);
-    crumbs = load_weights_8(m.data + l.high_offset + row * l.high_row_bytes + c * 8);
-    sc = __ldg(reinterpret_cast<const unsigned short*>(m.data + l.scales_offset +
-                                                       row * l.scale_row_bytes) + c);
-    d = __ldg(reinterpret_cast<const unsigned short*>(m.data + l.super_offset +
-                                                      row * l.super_row_bytes) + (c >> 3));
+  __device__ void load(const RowPointers& r, int64_t c) {
+    q = load_weights_16(r.quants + c * 16);
+    crumbs = load_weights_8(r.high + c * 8);
+    sc = __ldg(reinterpret_cast<const unsigned short*>(r.scales) + c);
+    d = __ldg(reinterpret_cast<const unsigned short*>(r.super_) + (c >> 3));
   }
   __device__ void zero() {
     q = make_uint4(0, 0, 0, 0);
@@ -237,13 +244,11 @@ template <>
 struct Chunk<PackedFormat::Int8Sym32> {
   uint4 q[2];
   uint32_t d;
-  __device__ void load(const PackedMatrixView& m, int64_t row, int64_t c) {
-    const PackedLayout& l = m.layout;
-    const uint8_t* p = m.data + l.quants_offset + row * l.quant_row_bytes + c * 32;
+  __device__ void load(const RowPointers& r, int64_t c) {
+    const uint8_t* p = r.quants + c * 32;
     q[0] = load_weights_16(p);
     q[1] = load_weights_16(p + 16);
-    d = __ldg(reinterpret_cast<const unsigned short*>(m.data + l.scales_offset +
-                                                      row * l.scale_row_bytes) + c);
+    d = __ldg(reinterpret_cast<const unsigned short*>(r.scales) + c);
   }
   __device__ void zero() { q[0] = q[1] = make_uint4(0, 0, 0, 0), d = 0; }
   __device__ void decode(int64_t, uint32_t (&h)[16]) const {
@@ -260,13 +265,11 @@ template <>
 struct Chunk<PackedFormat::Int8Affine32> {
   uint4 q[2];
   uint32_t dm;
-  __device__ void load(const PackedMatrixView& m, int64_t row, int64_t c) {
-    const PackedLayout& l = m.layout;
-    const uint8_t* p = m.data + l.quants_offset + row * l.quant_row_bytes + c * 32;
+  __device__ void load(const RowPointers& r, int64_t c) {
+    const uint8_t* p = r.quants + c * 32;
     q[0] = load_weights_16(p);
     q[1] = load_weights_16(p + 16);
-    dm = __ldg(reinterpret_cast<const unsigned int*>(m.data + l.scales_offset +
-                                                     row * l.scale_row_bytes) + c);
+    dm = __ldg(reinterpret_cast<const unsigned int*>(r.scales) + c);
   }
   __device__ void zero() { q[0] = q[1] = make_uint4(0, 0, 0, 0), dm = 0; }
   __device__ void decode(int64_t, uint32_t (&h)[16]) const {
@@ -282,13 +285,11 @@ struct Chunk<PackedFormat::Int8Affine32> {
 template <>
 struct Chunk<PackedFormat::Int8K256> {
   uint4 q[2], hdr;
-  __device__ void load(const PackedMatrixView& m, int64_t row, int64_t c) {
-    const PackedLayout& l = m.layout;
-    const uint8_t* p = m.data + l.quants_offset + row * l.quant_row_bytes + c * 32;
+  __device__ void load(const RowPointers& r, int64_t c) {
+    const uint8_t* p = r.quants + c * 32;
     q[0] = load_weights_16(p);
     q[1] = load_weights_16(p + 16);
-    hdr = __ldg(reinterpret_cast<const uint4*>(m.data + l.scales_offset +
-                                               row * l.scale_row_bytes) + (c >> 3));
+    hdr = __ldg(reinterpret_cast<const uint4*>(r.scales) + (c >> 3));
   }
   __device__ void zero() { q[0] = q[1] = hdr = make_uint4(0, 0, 0, 0); }
   __device__ void decode(int64_t c, uint32_t (&h)[16]) const {
@@ -312,10 +313,9 @@ template <>
 struct Chunk<PackedFormat::F16> {
   uint4 q[4];
   int valid;  // values of this chunk below cols (0..32)
-  __device__ void load(const PackedMatrixView& m, int64_t row, int64_t c) {
-    const PackedLayout& l = m.layout;
-    const uint8_t* p = m.data + l.quants_offset + row * l.quant_row_bytes + c * 64;
-    valid = l.cols - c * 32 < 32 ? int(l.cols - c * 32) : 32;
+  __device__ void load(const RowPointers& r, int64_t c) {
+    const uint8_t* p = r.quants + c * 64;
+    valid = r.cols - c * 32 < 32 ? int(r.cols - c * 32) : 32;
 #pragma unroll
     for (int i = 0; i < 4; ++i) q[i] = 8 * i < valid ? load_weights_16(p + 16 * i) : make_uint4(0, 0, 0, 0);
   }
@@ -342,10 +342,9 @@ template <>
 struct Chunk<PackedFormat::F32> {
   uint4 q[8];
   int valid;
-  __device__ void load(const PackedMatrixView& m, int64_t row, int64_t c) {
-    const PackedLayout& l = m.layout;
-    const uint8_t* p = m.data + l.quants_offset + row * l.quant_row_bytes + c * 128;
-    valid = l.cols - c * 32 < 32 ? int(l.cols - c * 32) : 32;
+  __device__ void load(const RowPointers& r, int64_t c) {
+    const uint8_t* p = r.quants + c * 128;
+    valid = r.cols - c * 32 < 32 ? int(r.cols - c * 32) : 32;
 #pragma unroll
     for (int i = 0; i < 8; ++i) q[i] = 4 * i < valid ? load_weights_16(p + 16 * i) : make_uint4(0, 0, 0, 0);
   }
@@ -369,26 +368,48 @@ struct Chunk<PackedFormat::F32> {
 
 // ---- the kernel ------------------------------------------------------------
 // BM x BN tile, WM x WN warps, each warp (BM/WM) x (BN/WN) = FM x FN
-// fragments of 16x16. Threads = 2*BN (one weight chunk each).
+// fragments of 16x16. Threads = 2*BN (one weight chunk each). x: thread t
+// stages 8 consecutive floats (k = 8*(t%8) of the stage) of tile rows t/8,
+// t/8 + T/8, ...: a warp reads 4 rows x 256 contiguous bytes per pass.
 template <int BM, int BN, int WM, int WN>
 struct TileShape {
   static constexpr int kThreads = WM * WN * 32;
   static constexpr int kFragsM = BM / WM / 16, kFragsN = BN / WN / 16;
-  static constexpr int kXVecs = BM * (kStageK / 4) / kThreads;  // float4 per thread per stage
+  static constexpr int kXRowsPerPass = kThreads / 8;
+  static constexpr int kXPasses = BM / kXRowsPerPass;
   static constexpr int kLdc = BN + 4;
   static constexpr size_t kPipeBytes = size_t(2) * (BM + BN) * kTileLd * sizeof(__half);
   static constexpr size_t kEpilogueBytes = size_t(BM) * kLdc * sizeof(float);
   static constexpr size_t kSmemBytes = kPipeBytes > kEpilogueBytes ? kPipeBytes : kEpilogueBytes;
   static_assert(kThreads == 2 * BN, "one weight chunk per thread");
   static_assert(kFragsM * WM * 16 == BM && kFragsN * WN * 16 == BN, "tile splits into warps");
-  static_assert(kXVecs * kThreads == BM * kStageK / 4, "x tile splits into threads");
+  static_assert(kXPasses * kXRowsPerPass == BM, "x tile splits into threads");
 };
 
-template <PackedFormat F, int BM, int BN, int WM, int WN>
-__global__ void __launch_bounds__(WM * WN * 32)
+// 8 floats at p..p+7 of which those at k + i < cols exist (p 16-byte aligned
+// when vec): the careful path for tiles at the edges of x.
+__device__ __forceinline__ void load_x8_edge(const float* p, int64_t k, int64_t cols, bool vec,
+                                             float4& lo, float4& hi) {
+  float v[8];
+  if (vec && k + 8 <= cols) {
+    lo = __ldg(reinterpret_cast<const float4*>(p));
+    hi = __ldg(reinterpret_cast<const float4*>(p + 4));
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < 8; ++i) v[i] = k + i < cols ? p[i] : 0.0f;
+  lo = make_float4(v[0], v[1], v[2], v[3]);
+  hi = make_float4(v[4], v[5], v[6], v[7]);
+}
+
+// MinBlocks 2 caps registers at 128 so that two 128x128 blocks share an SM
+// where shared memory allows (sm_80+: 2 x 72 KB); the V100 holds one.
+template <PackedFormat F, int BM, int BN, int WM, int WN, int MinBlocks>
+__global__ void __launch_bounds__(WM * WN * 32, MinBlocks)
     kernel_gemm_wmma(GemmArgs a, bool x_vec) {
   using S = TileShape<BM, BN, WM, WN>;
-  constexpr int T = S::kThreads, FM = S::kFragsM, FN = S::kFragsN, NX = S::kXVecs;
+  constexpr int T = S::kThreads, FM = S::kFragsM, FN = S::kFragsN;
+  constexpr int XP = S::kXPasses, XR = S::kXRowsPerPass;
   extern __shared__ __align__(128) unsigned char smem[];
   __half* sx = reinterpret_cast<__half*>(smem);  // [2][BM][kTileLd]
   __half* sw = sx + 2 * BM * kTileLd;             // [2][BN][kTileLd]
@@ -404,31 +425,34 @@ __global__ void __launch_bounds__(WM * WN * 32)
   // This thread's weight chunk: tile row wr, chunk wc of each stage.
   const int wr = tid >> 1, wc = tid & 1;
   const bool row_ok = n0 + wr < rows;
+  const RowPointers w_row = row_pointers(a.w, row_ok ? n0 + wr : 0);
+  // This thread's x pieces: tile rows xr + j*XR, k = xk .. xk+7 of the stage.
+  const int xr = tid >> 3, xk = (tid & 7) * 8;
+  const float* x_base = a.x + int64_t(m0 + xr) * a.ldx + xk;
+  const int64_t x_pass = int64_t(XR) * a.ldx;
+  const bool x_rows_full = x_vec && m0 + BM <= a.n;
   Chunk<F> chunk;
-  float4 xv[NX];
+  float4 xv[2 * XP];
 
   auto load_stage = [&](int s) {
     const int64_t c = int64_t(s) * 2 + wc;
-    if (row_ok && c < chunks) chunk.load(a.w, n0 + wr, c);
+    if (row_ok && c < chunks) chunk.load(w_row, c);
     else chunk.zero();
+    const int64_t k0 = int64_t(s) * kStageK;
+    if (x_rows_full && k0 + kStageK <= cols) {  // the common case: no checks
 #pragma unroll
-    for (int j = 0; j < NX; ++j) {
-      const int i = tid + j * T, tm = i >> 4;
-      const int64_t k = int64_t(s) * kStageK + (i & 15) * 4;
-      const int token = m0 + tm;
-      float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      if (token < a.n) {
-        const float* p = a.x + int64_t(token) * a.ldx + k;
-        if (x_vec && k + 4 <= cols) {
-          v = __ldg(reinterpret_cast<const float4*>(p));
-        } else {
-          if (k + 0 < cols) v.x = p[0];
-          if (k + 1 < cols) v.y = p[1];
-          if (k + 2 < cols) v.z = p[2];
-          if (k + 3 < cols) v.w = p[3];
-        }
+      for (int j = 0; j < XP; ++j) {
+        const float4* p = reinterpret_cast<const float4*>(x_base + j * x_pass + k0);
+        xv[2 * j] = __ldg(p);
+        xv[2 * j + 1] = __ldg(p + 1);
       }
-      xv[j] = v;
+    } else {
+#pragma unroll
+      for (int j = 0; j < XP; ++j) {
+        xv[2 * j] = xv[2 * j + 1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (m0 + xr + j * XR < a.n)
+          load_x8_edge(x_base + j * x_pass + k0, k0 + xk, cols, x_vec, xv[2 * j], xv[2 * j + 1]);
+      }
     }
   };
   auto store_stage = [&](int s, int buf) {
@@ -438,10 +462,11 @@ __global__ void __launch_bounds__(WM * WN * 32)
 #pragma unroll
     for (int i = 0; i < 4; ++i) dst[i] = make_uint4(h[4 * i], h[4 * i + 1], h[4 * i + 2], h[4 * i + 3]);
 #pragma unroll
-    for (int j = 0; j < NX; ++j) {
-      const int i = tid + j * T, tm = i >> 4, k4 = i & 15;
-      *reinterpret_cast<uint2*>(sx + (buf * BM + tm) * kTileLd + k4 * 4) =
-          make_uint2(pack_half2(xv[j].x, xv[j].y), pack_half2(xv[j].z, xv[j].w));
+    for (int j = 0; j < XP; ++j) {
+      const float4 lo = xv[2 * j], hi = xv[2 * j + 1];
+      *reinterpret_cast<uint4*>(sx + (buf * BM + xr + j * XR) * kTileLd + xk) =
+          make_uint4(pack_half2(lo.x, lo.y), pack_half2(lo.z, lo.w), pack_half2(hi.x, hi.y),
+                     pack_half2(hi.z, hi.w));
     }
   };
 
@@ -500,10 +525,10 @@ __global__ void __launch_bounds__(WM * WN * 32)
   }
 }
 
-template <PackedFormat F, int BM, int BN, int WM, int WN>
+template <PackedFormat F, int BM, int BN, int WM, int WN, int MinBlocks = 1>
 void launch_tile(const GemmArgs& a, cudaStream_t stream) {
   using S = TileShape<BM, BN, WM, WN>;
-  auto kernel = kernel_gemm_wmma<F, BM, BN, WM, WN>;
+  auto kernel = kernel_gemm_wmma<F, BM, BN, WM, WN, MinBlocks>;
   // Above 48 KB of dynamic shared memory a kernel must opt in (once).
   static const bool opted_in = [&] {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(S::kSmemBytes)));
@@ -523,6 +548,8 @@ void launch_format(const GemmArgs& a, GemmTile tile, cudaStream_t stream) {
       return launch_tile<F, 32, 64, 1, 4>(a, stream);
     case GemmTile::T64x128:
       return launch_tile<F, 64, 128, 2, 4>(a, stream);
+    case GemmTile::T128x128Occ2:
+      return launch_tile<F, 128, 128, 2, 4, 2>(a, stream);
     case GemmTile::T128x128:
     case GemmTile::Auto:
       return launch_tile<F, 128, 128, 2, 4>(a, stream);

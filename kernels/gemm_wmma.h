@@ -42,6 +42,8 @@ enum class GemmTile : uint8_t {
   T32x64,    // 4 warps: small n (batched decode) or few rows
   T64x128,   // 8 warps
   T128x128,  // 8 warps: prefill
+  T128x128Occ2,  // the same capped at 128 registers: two blocks per SM where
+                 // shared memory allows (sm_80+), one on the V100
 };
 
 // Every PackedFormat is supported. No scratch memory; graph-capturable.

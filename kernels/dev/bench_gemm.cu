@@ -129,6 +129,7 @@ const char* tile_name(GemmTile t) {
     case GemmTile::T32x64: return "32x64";
     case GemmTile::T64x128: return "64x128";
     case GemmTile::T128x128: return "128x128";
+    case GemmTile::T128x128Occ2: return "128x128/2";
   }
   return "?";
 }
@@ -207,7 +208,8 @@ int main() {
   };
   const Shape shapes[] = {{4096, 4096, "wq/wo"}, {14336, 4096, "gate/up"}, {4096, 14336, "down"},
                           {1024, 4096, "wk/wv"}};
-  const GemmTile tiles[] = {GemmTile::T128x128, GemmTile::T64x128, GemmTile::T32x64, GemmTile::Auto};
+  const GemmTile tiles[] = {GemmTile::T128x128, GemmTile::T128x128Occ2, GemmTile::T64x128, GemmTile::T32x64,
+                           GemmTile::Auto};
 
   std::printf("\n== 512 tokens: format x shape x tile ==\n");
   for (const Shape& s : shapes) {
@@ -232,11 +234,13 @@ int main() {
       CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k, threads, smem));
       std::printf("%-12s regs %d, smem %zu, %d blk/SM\n", name, attr.numRegs, smem, blocks);
     };
-    show("128x128", (const void*)kernel_gemm_wmma<PackedFormat::Int4K256, 128, 128, 2, 4>, 256,
+    show("128x128", (const void*)kernel_gemm_wmma<PackedFormat::Int4K256, 128, 128, 2, 4, 1>, 256,
          TileShape<128, 128, 2, 4>::kSmemBytes);
-    show("64x128", (const void*)kernel_gemm_wmma<PackedFormat::Int4K256, 64, 128, 2, 4>, 256,
+    show("128x128/2", (const void*)kernel_gemm_wmma<PackedFormat::Int4K256, 128, 128, 2, 4, 2>, 256,
+         TileShape<128, 128, 2, 4>::kSmemBytes);
+    show("64x128", (const void*)kernel_gemm_wmma<PackedFormat::Int4K256, 64, 128, 2, 4, 1>, 256,
          TileShape<64, 128, 2, 4>::kSmemBytes);
-    show("32x64", (const void*)kernel_gemm_wmma<PackedFormat::Int4K256, 32, 64, 1, 4>, 128,
+    show("32x64", (const void*)kernel_gemm_wmma<PackedFormat::Int4K256, 32, 64, 1, 4, 1>, 128,
          TileShape<32, 64, 1, 4>::kSmemBytes);
   }
 
