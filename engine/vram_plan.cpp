@@ -258,8 +258,10 @@ CudaWorkspace cuda_workspace_bytes(const ModelConfig& m, const EngineLimits& l) 
   w.qkv = align256(t * uint64_t(m.q_dim() + 2 * m.kv_dim()) * 4);
   w.attention_out = align256(t * uint64_t(m.q_dim()) * 4);
   w.ffn_gate_up = align256(t * 2 * uint64_t(m.ffn_dim) * 4);
-  w.quantized_x = align256(t * widest);
-  w.quantized_x_scales = align256(t * ceil_div(widest, kActivationBlockValues) * 2 * 4);
+  // Two int8 levels per value, a {d1, d2, sum_x, 0} record per 32 (kernels/matvec.h).
+  w.quantized_x = align256(t * widest * 2);
+  w.quantized_x_scales = align256(t * ceil_div(widest, kActivationBlockValues) *
+                                  uint64_t(kernels::kActivationRecordFloats) * 4);
   w.selected = align256(s * uint64_t(m.dim) * 4);
   w.logits = align256(s * uint64_t(m.n_vocab) * 4);
   w.argmax_ids = align256(s * 4);

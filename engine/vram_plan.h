@@ -48,8 +48,8 @@ struct CudaWorkspace {
   uint64_t qkv;                 // (T, q_dim + 2 kv_dim) fp32
   uint64_t attention_out;       // (T, q_dim) fp32
   uint64_t ffn_gate_up;         // (T, 2 ffn_dim) fp32
-  uint64_t quantized_x;         // (T, W) int8: activations for the dp4a matvecs
-  uint64_t quantized_x_scales;  // (T, W/32, 2) fp32: {d, d*sum(q)} per 32 values
+  uint64_t quantized_x;         // (T, W, 2) int8: two-level activations for the dp4a matvecs
+  uint64_t quantized_x_scales;  // (T, W/32, 4) fp32: {d1, d2, sum x, 0} per 32 values
   uint64_t selected;            // (S, dim) fp32: the rows whose logits are computed
   uint64_t logits;              // (S, n_vocab) fp32
   uint64_t argmax_ids;          // (S) int32

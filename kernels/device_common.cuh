@@ -140,6 +140,15 @@ __device__ __forceinline__ uint32_t int6_assemble(uint32_t nibbles, uint32_t cru
   return ((nibbles << 2) & 0x3C3C3C3Cu) | ((crumbs << (6 - 2 * t)) & 0xC0C0C0C0u);
 }
 
+// ---- two-level activations (kernels/matvec.h) ------------------------------
+// The Int* matvecs take x ~= d1*q1 + d2*q2 per block of 32: a second set of
+// dp4a against q2. VOLTAD_MATVEC_ONE_LEVEL=1 (kernels/dev/bench_matvec.cu
+// only: the result is then wrong by the first level's error) skips the q2
+// loads and dp4a, to time what the second level costs.
+#ifndef VOLTAD_MATVEC_ONE_LEVEL
+#define VOLTAD_MATVEC_ONE_LEVEL 0
+#endif
+
 // ---- matvec launch shape and epilogue -------------------------------------
 // Every matvec runs blocks of 4 warps, each warp owning R consecutive rows.
 constexpr int kMatvecWarpsPerBlock = 4;

@@ -3,11 +3,12 @@
 // whole batch. Host-side declarations only (plain C++).
 //
 // Activations: the quantized formats (Int4*, Int6*, Int8*) multiply int8
-// activations with dp4a: x is first quantized in blocks of 32 values with an
-// fp32 scale (launch_quantize_activations), so the integer products and their
-// sums are exact and only that quantization (docs/KERNEL-NOTES.md has its
-// measured cost) separates the result from an fp32 matvec. F16 and F32 weights multiply the fp32 x
-// directly. Accumulation is fp32 throughout.
+// activations with dp4a: x is first quantized in blocks of 32 values at two
+// levels, x ~= d1*q1 + d2*q2 (launch_quantize_activations), so the integer
+// products and their sums are exact and only that quantization (~1e-5 of
+// sum|w x|; docs/KERNEL-NOTES.md has the measurements) separates the result
+// from an fp32 matvec. F16 and F32 weights multiply the fp32 x directly.
+// Accumulation is fp32 throughout.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -20,23 +21,36 @@ namespace voltad::kernels {
 
 constexpr int kMatvecMaxBatch = 8;
 
-// x quantized for the Int* formats, in blocks of 32 values (one weight chunk):
-// d = max|x|/127, q = rint(x/d), and per block a record {d, d*sum(q)} (the
-// sum serves the formats with a zero point: sum (a q_w + b) x = a sum q_w x +
-// b sum x). q[b][c] int8 with row stride cols; records with row stride
-// cols/16 floats. x[b][c] ~= d * q[b][c].
+// x quantized for the Int* formats, in blocks of 32 values (one weight chunk),
+// at two levels so that one int8 dp4a pass is not the precision limit:
+//   d1 = max|x|/127,  q1 = rint(x/d1)              (int8)
+//   r  = x - d1*q1    (one fma),  d2 = max|r|/127, q2 = rint(r/d2)  (int8)
+//   x ~= d1*q1 + d2*q2, error <= d2/2 <= max|x|/64516 per value.
+// d2 is the residual's own amax (not a fixed d1/127): never coarser than
+// d1/254 (|r| <= d1/2), never out of int8 range, 0 where x sits on d1's grid.
+// Per block: the 32 q1 bytes then the 32 q2 bytes (64 contiguous bytes, row
+// stride 2*cols), and a record {d1, d2, sum(x) ~= d1*sum(q1) + d2*sum(q2), 0}
+// (the sum serves the formats with a zero point: sum (a q_w + b) x =
+// a sum q_w x + b sum x), row stride cols/8 floats.
 constexpr int kActivationBlock = 32;
+constexpr int kActivationRecordFloats = 4;  // {d1, d2, sum_x, 0}: one float4
 struct QuantizedActivations {
-  int8_t* q = nullptr;      // (batch, cols)
-  float* scales = nullptr;  // (batch, cols/32, 2)
+  int8_t* q = nullptr;      // (batch, cols/32, 2, 32): q1 and q2 of each block
+  float* scales = nullptr;  // (batch, cols/32, 4)
 };
 
 // Bytes of device memory QuantizedActivations needs for batch x cols.
 inline size_t quantized_activation_q_bytes(int batch, int64_t cols) {
-  return size_t(batch) * size_t(cols);
+  return size_t(batch) * size_t(cols) * 2;
 }
 inline size_t quantized_activation_scale_bytes(int batch, int64_t cols) {
-  return size_t(batch) * size_t(cols / kActivationBlock) * 2 * sizeof(float);
+  return size_t(batch) * size_t(cols / kActivationBlock) * kActivationRecordFloats *
+         sizeof(float);
+}
+// Offsets of batch row b (elements of q and floats of scales).
+inline int64_t quantized_activation_q_row(int64_t cols) { return 2 * cols; }
+inline int64_t quantized_activation_scale_row(int64_t cols) {
+  return cols / kActivationBlock * kActivationRecordFloats;
 }
 
 // x (batch, cols) fp32 with row stride ldx -> out. cols % 32 == 0.

@@ -9,10 +9,26 @@
 
 namespace voltad::kernels {
 
-// One thread per block of 32 values: amax -> d = amax/127, q = rint(x/d)
-// (as x * (1/d), in that order, so the CPU reference can match it bit for
-// bit), record {d, d*sum(q)}. A non-finite value makes d NaN so that the
-// matvec's output is NaN too rather than silently finite.
+// One thread per block of 32 values, two levels (kernels/matvec.h):
+// d1 = amax/127, q1 = rint(x * (1/d1)); r = fma(-d1, q1, x), d2 = max|r|/127,
+// q2 = rint(r * (1/d2)) clamped to +-127; record {d1, d2, sum_x, 0} with
+// sum_x = fma(d2, sum(q2), d1*sum(q1)). Every step is one IEEE operation in
+// a fixed order so the CPU reference can match it bit for bit. A non-finite
+// value makes d1 and d2 NaN so that the matvec's output is NaN too rather
+// than silently finite.
+__device__ __forceinline__ void quantize_block_level(const float (&v)[kActivationBlock], float d,
+                                                     uint32_t (&words)[kActivationBlock / 4],
+                                                     int& sum) {
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  sum = 0;
+#pragma unroll
+  for (int j = 0; j < kActivationBlock; ++j) {
+    const int qj = max(-127, min(127, __float2int_rn(v[j] * id)));
+    sum += qj;
+    words[j / 4] |= uint32_t(qj & 0xFF) << (8 * (j % 4));
+  }
+}
+
 __global__ void kernel_quantize_activations(const float* __restrict__ x, int64_t ldx, int batch,
                                             int64_t cols, int8_t* __restrict__ q,
                                             float* __restrict__ scales) {
@@ -38,20 +54,29 @@ __global__ void kernel_quantize_activations(const float* __restrict__ x, int64_t
     amax = fmaxf(amax, fabsf(v[j]));
     finite = finite && isfinite(v[j]);
   }
-  const float d = finite ? amax / 127.0f : __int_as_float(0x7fc00000);
-  const float id = (finite && d != 0.0f) ? 1.0f / d : 0.0f;
-  uint32_t words[kActBlock / 4] = {};
-  int sum = 0;
+  const float nan = __int_as_float(0x7fc00000);
+  const float d1 = finite ? amax / 127.0f : nan;
+  uint32_t w1[kActBlock / 4] = {}, w2[kActBlock / 4] = {};
+  int sum1 = 0, sum2 = 0;
+  quantize_block_level(v, finite ? d1 : 0.0f, w1, sum1);
+  // The residual, in place.
+  float ramax = 0.0f;
 #pragma unroll
   for (int j = 0; j < kActBlock; ++j) {
-    const int qj = __float2int_rn(v[j] * id);
-    sum += qj;
-    words[j / 4] |= uint32_t(qj & 0xFF) << (8 * (j % 4));
+    const int qj = int(int8_t(w1[j / 4] >> (8 * (j % 4))));
+    v[j] = __fmaf_rn(-d1, float(qj), v[j]);
+    ramax = fmaxf(ramax, fabsf(v[j]));
   }
-  uint4* dst = reinterpret_cast<uint4*>(q + b * cols + blk * kActBlock);
-  dst[0] = make_uint4(words[0], words[1], words[2], words[3]);
-  dst[1] = make_uint4(words[4], words[5], words[6], words[7]);
-  *reinterpret_cast<float2*>(scales + b * (cols / 16) + 2 * blk) = make_float2(d, d * float(sum));
+  const float d2 = finite ? ramax / 127.0f : nan;
+  quantize_block_level(v, finite ? d2 : 0.0f, w2, sum2);
+  uint4* dst = reinterpret_cast<uint4*>(q + b * 2 * cols + blk * 2 * kActBlock);
+  dst[0] = make_uint4(w1[0], w1[1], w1[2], w1[3]);
+  dst[1] = make_uint4(w1[4], w1[5], w1[6], w1[7]);
+  dst[2] = make_uint4(w2[0], w2[1], w2[2], w2[3]);
+  dst[3] = make_uint4(w2[4], w2[5], w2[6], w2[7]);
+  const float sum_x = __fmaf_rn(d2, float(sum2), __fmul_rn(d1, float(sum1)));
+  *reinterpret_cast<float4*>(scales + b * (cols / kActBlock) * kActivationRecordFloats +
+                             kActivationRecordFloats * blk) = make_float4(d1, d2, sum_x, 0.0f);
 }
 
 void launch_quantize_activations(const float* x, int64_t ldx, int batch, int64_t cols,
@@ -111,8 +136,8 @@ void launch_matvec(const MatvecArgs& args, cudaStream_t stream) {
     a.y = args.y + b0 * args.ldy;
     if (args.x) a.x = args.x + b0 * args.ldx;
     if (args.xq.q) {
-      a.xq.q = args.xq.q + b0 * l.cols;
-      a.xq.scales = args.xq.scales + b0 * (l.cols / 16);
+      a.xq.q = args.xq.q + b0 * quantized_activation_q_row(l.cols);
+      a.xq.scales = args.xq.scales + b0 * quantized_activation_scale_row(l.cols);
     }
     switch (l.format) {
       case PackedFormat::Int4Sym32:

@@ -7,8 +7,8 @@
 // every load instruction of the warp covers 512 contiguous bytes of a row.
 // Per step a lane first issues U x R weight loads (and their scale loads),
 // then decodes: nibbles -> bytes once per chunk, then for each of the B
-// activation rows 8 dp4a against the int8 x (one block of 32 = one chunk)
-// and two FMAs. x (a few KB)
+// activation rows 8 dp4a against each of the two int8 levels of x (one
+// block of 32 = one chunk, 64 bytes of x) and three FMAs. x (a few KB)
 // stays in L1; R > 1 lets one x load serve several rows.
 #include "kernels/cuda_check.h"
 #include "kernels/device_common.cuh"
@@ -73,7 +73,8 @@ __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_int4(
   const int64_t row0 = (int64_t(blockIdx.x) * kMatvecWarpsPerBlock + (threadIdx.x >> 5)) * R;
   if (row0 >= l.rows) return;
   const int chunks = int(l.cols / 32);
-  const int64_t x_scale_ld = l.cols / 16;  // floats per batch row: 2 per 32 values
+  const int64_t x_ld = 2 * l.cols;  // q1 and q2: 64 bytes per block
+  const int64_t x_scale_ld = l.cols / kActivationBlock * kActivationRecordFloats;
 
   const uint8_t* qrow[R];
   const uint8_t* srow[R];
@@ -120,11 +121,17 @@ __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_int4(
       }
 #pragma unroll
       for (int b = 0; b < B; ++b) {
-        const int8_t* xq = a.xq.q + b * l.cols + 32 * c;
+        const int8_t* xq = a.xq.q + b * x_ld + 64 * c;
         const uint4 x0 = __ldg(reinterpret_cast<const uint4*>(xq));
         const uint4 x1 = __ldg(reinterpret_cast<const uint4*>(xq + 16));
-        // {d, d * sum(q)} of the chunk's 32 activations.
-        const float2 xs = __ldg(reinterpret_cast<const float2*>(a.xq.scales + b * x_scale_ld) + c);
+        // {d1, d2, sum x, 0} of the chunk's 32 activations.
+        const float4 xs = __ldg(reinterpret_cast<const float4*>(a.xq.scales + b * x_scale_ld) + c);
+#if VOLTAD_MATVEC_ONE_LEVEL
+        const uint4 y0 = make_uint4(0, 0, 0, 0), y1 = y0;
+#else
+        const uint4 y0 = __ldg(reinterpret_cast<const uint4*>(xq + 32));
+        const uint4 y1 = __ldg(reinterpret_cast<const uint4*>(xq + 48));
+#endif
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           int d = __dp4a(int(lo[r][0]), int(x0.x), 0);
@@ -135,8 +142,20 @@ __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_int4(
           d = __dp4a(int(hi[r][1]), int(x1.y), d);
           d = __dp4a(int(hi[r][2]), int(x1.z), d);
           d = __dp4a(int(hi[r][3]), int(x1.w), d);
+          float dot = xs.x * small_int_to_float(d);
+          if (!VOLTAD_MATVEC_ONE_LEVEL) {
+            int e = __dp4a(int(lo[r][0]), int(y0.x), 0);
+            e = __dp4a(int(lo[r][1]), int(y0.y), e);
+            e = __dp4a(int(lo[r][2]), int(y0.z), e);
+            e = __dp4a(int(lo[r][3]), int(y0.w), e);
+            e = __dp4a(int(hi[r][0]), int(y1.x), e);
+            e = __dp4a(int(hi[r][1]), int(y1.y), e);
+            e = __dp4a(int(hi[r][2]), int(y1.z), e);
+            e = __dp4a(int(hi[r][3]), int(y1.w), e);
+            dot = fmaf(xs.y, small_int_to_float(e), dot);
+          }
           // sum_i (a*q_i + b) * x_i = a * sum_i q_i x_i + b * sum_i x_i
-          acc[r][b] += ca[r] * (xs.x * small_int_to_float(d)) + cb[r] * xs.y;
+          acc[r][b] += ca[r] * dot + cb[r] * xs.z;
         }
       }
     }

@@ -6,6 +6,8 @@
 // 16-byte pieces l, l+32, ... of each row so a warp's load covers 512
 // contiguous bytes. An Int8 piece is 16 values (half a scale group); an Int6
 // piece is a chunk of 32 values: 16 bytes of nibbles plus 8 of crumbs.
+// x is two-level (kernels/matvec.h): every dp4a against q1 has a twin
+// against q2, and the two integer sums meet in one FMA.
 #include "kernels/cuda_check.h"
 #include "kernels/device_common.cuh"
 #include "kernels/matvec.h"
@@ -20,7 +22,8 @@ __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_int8(
   const int64_t row0 = (int64_t(blockIdx.x) * kMatvecWarpsPerBlock + (threadIdx.x >> 5)) * R;
   if (row0 >= l.rows) return;
   const int pieces = int(l.cols / 16);
-  const int64_t x_scale_ld = l.cols / 16;  // a record per 32 = per two pieces
+  const int64_t x_ld = 2 * l.cols;  // q1 and q2: 64 bytes per block
+  const int64_t x_scale_ld = l.cols / kActivationBlock * kActivationRecordFloats;
 
   const uint8_t* qrow[R];
   const uint8_t* srow[R];
@@ -68,16 +71,33 @@ __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_int8(
       if (p >= pieces) break;
 #pragma unroll
       for (int b = 0; b < B; ++b) {
-        const uint4 x = __ldg(reinterpret_cast<const uint4*>(a.xq.q + b * l.cols + 16 * p));
-        const float xd = __ldg(a.xq.scales + b * x_scale_ld + 2 * (p >> 1));
-        // The zero-point formats need sum(x) over this half block: 4 more dp4a.
+        // Piece p is half p&1 of activation block p/2: q1 at 16*(p&1) of the
+        // block's 64 bytes, q2 32 bytes further.
+        const int8_t* xq = a.xq.q + b * x_ld + 64 * (p >> 1) + 16 * (p & 1);
+        const uint4 x = __ldg(reinterpret_cast<const uint4*>(xq));
+        const float2 xd =
+            __ldg(reinterpret_cast<const float2*>(a.xq.scales + b * x_scale_ld) + 2 * (p >> 1));
+#if VOLTAD_MATVEC_ONE_LEVEL
+        const uint4 x2 = make_uint4(0, 0, 0, 0);
+#else
+        const uint4 x2 = __ldg(reinterpret_cast<const uint4*>(xq + 32));
+#endif
+        // The zero-point formats need sum(x) over this half block: 4 more
+        // dp4a per level.
         float xsum = 0.0f;
         if constexpr (F != PackedFormat::Int8Sym32) {
           int s = __dp4a(int(x.x), 0x01010101, 0);
           s = __dp4a(int(x.y), 0x01010101, s);
           s = __dp4a(int(x.z), 0x01010101, s);
           s = __dp4a(int(x.w), 0x01010101, s);
-          xsum = xd * small_int_to_float(s);
+          xsum = xd.x * small_int_to_float(s);
+          if (!VOLTAD_MATVEC_ONE_LEVEL) {
+            int s2 = __dp4a(int(x2.x), 0x01010101, 0);
+            s2 = __dp4a(int(x2.y), 0x01010101, s2);
+            s2 = __dp4a(int(x2.z), 0x01010101, s2);
+            s2 = __dp4a(int(x2.w), 0x01010101, s2);
+            xsum = fmaf(xd.y, small_int_to_float(s2), xsum);
+          }
         }
 #pragma unroll
         for (int r = 0; r < R; ++r) {
@@ -85,7 +105,15 @@ __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_int8(
           d = __dp4a(int(w[u][r].y), int(x.y), d);
           d = __dp4a(int(w[u][r].z), int(x.z), d);
           d = __dp4a(int(w[u][r].w), int(x.w), d);
-          float v = dm[u][r].x * (xd * small_int_to_float(d));
+          float dot = xd.x * small_int_to_float(d);
+          if (!VOLTAD_MATVEC_ONE_LEVEL) {
+            int d2 = __dp4a(int(w[u][r].x), int(x2.x), 0);
+            d2 = __dp4a(int(w[u][r].y), int(x2.y), d2);
+            d2 = __dp4a(int(w[u][r].z), int(x2.z), d2);
+            d2 = __dp4a(int(w[u][r].w), int(x2.w), d2);
+            dot = fmaf(xd.y, small_int_to_float(d2), dot);
+          }
+          float v = dm[u][r].x * dot;
           if constexpr (F != PackedFormat::Int8Sym32) v += dm[u][r].y * xsum;
           acc[r][b] += v;
         }
@@ -103,7 +131,8 @@ __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_int6(
   const int64_t row0 = (int64_t(blockIdx.x) * kMatvecWarpsPerBlock + (threadIdx.x >> 5)) * R;
   if (row0 >= l.rows) return;
   const int chunks = int(l.cols / 32);
-  const int64_t x_scale_ld = l.cols / 16;
+  const int64_t x_ld = 2 * l.cols;  // q1 and q2: 64 bytes per block
+  const int64_t x_scale_ld = l.cols / kActivationBlock * kActivationRecordFloats;
 
   const uint8_t* qrow[R];
   const uint8_t* hrow[R];
@@ -166,10 +195,17 @@ __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_int6(
       }
 #pragma unroll
       for (int b = 0; b < B; ++b) {
-        const int8_t* xq = a.xq.q + b * l.cols + 32 * c;
+        const int8_t* xq = a.xq.q + b * x_ld + 64 * c;
         const uint4 x0 = __ldg(reinterpret_cast<const uint4*>(xq));
         const uint4 x1 = __ldg(reinterpret_cast<const uint4*>(xq + 16));
-        const float xd = __ldg(a.xq.scales + b * x_scale_ld + 2 * c);
+        const float2 xd =
+            __ldg(reinterpret_cast<const float2*>(a.xq.scales + b * x_scale_ld) + 2 * c);
+#if VOLTAD_MATVEC_ONE_LEVEL
+        const uint4 y0 = make_uint4(0, 0, 0, 0), y1 = y0;
+#else
+        const uint4 y0 = __ldg(reinterpret_cast<const uint4*>(xq + 32));
+        const uint4 y1 = __ldg(reinterpret_cast<const uint4*>(xq + 48));
+#endif
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           int d0 = __dp4a(int(lo[r][0]), int(x0.x), 0);
@@ -181,7 +217,19 @@ __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_int6(
           d1 = __dp4a(int(hi[r][2]), int(x1.z), d1);
           d1 = __dp4a(int(hi[r][3]), int(x1.w), d1);
           // |s0*d0 + s1*d1| < 2^26: past small_int_to_float's range.
-          acc[r][b] += dq[r] * (xd * float(s0[r] * d0 + s1[r] * d1));
+          float dot = xd.x * float(s0[r] * d0 + s1[r] * d1);
+          if (!VOLTAD_MATVEC_ONE_LEVEL) {
+            int e0 = __dp4a(int(lo[r][0]), int(y0.x), 0);
+            e0 = __dp4a(int(lo[r][1]), int(y0.y), e0);
+            e0 = __dp4a(int(lo[r][2]), int(y0.z), e0);
+            e0 = __dp4a(int(lo[r][3]), int(y0.w), e0);
+            int e1 = __dp4a(int(hi[r][0]), int(y1.x), 0);
+            e1 = __dp4a(int(hi[r][1]), int(y1.y), e1);
+            e1 = __dp4a(int(hi[r][2]), int(y1.z), e1);
+            e1 = __dp4a(int(hi[r][3]), int(y1.w), e1);
+            dot = fmaf(xd.y, float(s0[r] * e0 + s1[r] * e1), dot);
+          }
+          acc[r][b] += dq[r] * dot;
         }
       }
     }

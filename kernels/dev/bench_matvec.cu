@@ -11,7 +11,9 @@
 // mean over a pass through all copies, from CUDA events.
 //
 // It includes the kernel sources so it can launch any template variant;
-// -DVOLTAD_WEIGHTS_VIA_L1=1 builds it with weight loads through L1.
+// -DVOLTAD_WEIGHTS_VIA_L1=1 builds it with weight loads through L1, and
+// -DVOLTAD_MATVEC_ONE_LEVEL=1 with the Int* matvecs reading only the first
+// level of the two-level activations (the pre-two-level cost; wrong results).
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -117,8 +119,8 @@ struct Activations {
   float* y = nullptr;
   explicit Activations(int64_t max_cols, int64_t max_rows, int batch) {
     CUDA_CHECK(cudaMalloc(&x, sizeof(float) * max_cols * batch));
-    CUDA_CHECK(cudaMalloc(&q.q, max_cols * batch));
-    CUDA_CHECK(cudaMalloc(&q.scales, sizeof(float) * max_cols / 16 * batch));
+    CUDA_CHECK(cudaMalloc(&q.q, quantized_activation_q_bytes(batch, max_cols)));
+    CUDA_CHECK(cudaMalloc(&q.scales, quantized_activation_scale_bytes(batch, max_cols)));
     CUDA_CHECK(cudaMalloc(&y, sizeof(float) * max_rows * batch));
     std::vector<float> h(size_t(max_cols * batch));
     for (size_t i = 0; i < h.size(); ++i)
@@ -222,8 +224,9 @@ int main() {
   using namespace bench;
   cudaDeviceProp prop;
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount,
-              prop.l2CacheSize >> 20);
+  std::printf("device: %s, %d SMs, L2 %d MB; activations: %s\n", prop.name,
+              prop.multiProcessorCount, prop.l2CacheSize >> 20,
+              VOLTAD_MATVEC_ONE_LEVEL ? "ONE level (timing only)" : "two levels");
 
   // Copy bandwidth: bytes read + bytes written per second, 1 GiB buffers.
   const size_t copy_bytes = size_t(1) << 30;
