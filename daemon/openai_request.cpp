@@ -1,5 +1,7 @@
 #include "daemon/openai_request.h"
 
+#include <cmath>
+
 #include <nlohmann/json.hpp>
 
 namespace voltad {
@@ -49,7 +51,8 @@ std::optional<ApiError> parse_object(std::string_view body, Json& out) {
   if (auto e = check_depth(body)) return e;
   try {
     out = Json::parse(body.begin(), body.end());
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {
+    // parse_error, and out_of_range for numbers too large for a double.
     std::string what = e.what();
     // "[json.exception.parse_error.101] parse error at line 1, column 2: ..." -> from "parse error".
     auto at = what.find("] ");
@@ -103,7 +106,11 @@ class Fields {
     const Json* v = find(name);
     if (!v) return std::nullopt;
     if (!v->is_number()) return wrong_type(name, "a number", *v);
-    out = v->get<float>();
+    double d = v->get<double>();
+    // Converting an out-of-range double to float is undefined: refuse first.
+    if (!std::isfinite(d) || std::fabs(d) > 1e30)
+      return bad_request("'" + std::string(name) + "' is out of range", name);
+    out = float(d);
     return std::nullopt;
   }
   std::optional<ApiError> get(const char* name, int64_t lo, int64_t hi, std::optional<int64_t>& out) const {

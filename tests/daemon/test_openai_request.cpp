@@ -1,0 +1,225 @@
+// OpenAI request bodies -> native structs, and native results -> response
+// bodies: every field, every wrong type naming its field, and the shapes the
+// SDKs parse.
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "daemon/metrics.h"
+#include "daemon/openai_request.h"
+#include "daemon/openai_response.h"
+
+using namespace voltad;
+using Json = nlohmann::json;
+
+namespace {
+
+CompletionRequest chat_ok(const std::string& body) {
+  CompletionRequest r;
+  auto e = parse_chat_completion(body, r);
+  INFO(body);
+  REQUIRE_MESSAGE(!e, (e ? e->message : ""));
+  return r;
+}
+
+ApiError chat_error(const std::string& body) {
+  CompletionRequest r;
+  auto e = parse_chat_completion(body, r);
+  INFO(body);
+  REQUIRE(e.has_value());
+  return *e;
+}
+
+}  // namespace
+
+TEST_CASE("a full chat request maps onto the native struct") {
+  auto r = chat_ok(R"({"model":"m","messages":[{"role":"developer","content":"be brief"},
+      {"role":"user","content":[{"type":"text","text":"hel"},{"type":"text","text":"lo"}]},
+      {"role":"assistant","content":null}],
+      "max_tokens":7,"temperature":0.5,"top_p":0.9,"top_k":40,"min_p":0.1,"seed":42,
+      "presence_penalty":0.5,"frequency_penalty":-0.5,"stop":["\n","END"],"stream":true,
+      "stream_options":{"include_usage":true},"n":1,"user":"ignored","logprobs":false})");
+  CHECK(r.kind == CompletionRequest::Kind::Chat);
+  CHECK(r.model == "m");
+  REQUIRE(r.messages.size() == 3);
+  CHECK(r.messages[0].role == "system");
+  CHECK(r.messages[1].content == "hello");
+  CHECK(r.messages[2].content.empty());
+  CHECK(r.max_tokens == 7);
+  CHECK(r.sampling.temperature == doctest::Approx(0.5));
+  CHECK(r.sampling.top_p == doctest::Approx(0.9));
+  CHECK(r.sampling.top_k == 40);
+  CHECK(r.sampling.min_p == doctest::Approx(0.1));
+  CHECK(r.sampling.seed == 42u);
+  CHECK(r.sampling.presence_penalty == doctest::Approx(0.5));
+  CHECK(r.sampling.frequency_penalty == doctest::Approx(-0.5));
+  CHECK(r.stop == std::vector<std::string>{"\n", "END"});
+  CHECK(r.stream);
+  CHECK(r.include_usage);
+}
+
+TEST_CASE("defaults: no max_tokens, temperature 1, no stop; null is absent") {
+  auto r = chat_ok(R"({"messages":[{"role":"user","content":"x"}],"max_tokens":null,"stop":null,"seed":null})");
+  CHECK_FALSE(r.max_tokens.has_value());
+  CHECK(r.sampling.temperature == 1.0f);
+  CHECK(r.stop.empty());
+  CHECK_FALSE(r.sampling.seed.has_value());
+  CHECK(chat_ok(R"({"messages":[{"role":"user","content":"x"}],"max_completion_tokens":3})").max_tokens == 3);
+  CHECK(chat_ok(R"({"messages":[{"role":"user","content":"x"}],"stop":"##"})").stop == std::vector<std::string>{"##"});
+  CHECK(chat_ok(R"({"messages":[{"role":"user","content":"x"}],"top_k":-1})").sampling.top_k == 0);
+}
+
+TEST_CASE("every wrong type or value is a 400 naming its field") {
+  struct Case {
+    const char* body;
+    const char* param;
+  };
+  const Case cases[] = {
+      {R"({})", "messages"},
+      {R"({"messages":[]})", "messages"},
+      {R"({"messages":{}})", "messages"},
+      {R"({"messages":[5]})", "messages[0]"},
+      {R"({"messages":[{"content":"x"}]})", "messages[0].role"},
+      {R"({"messages":[{"role":"tool","content":"x"}]})", "messages[0].role"},
+      {R"({"messages":[{"role":"user"}]})", "messages[0].content"},
+      {R"({"messages":[{"role":"user","content":[{"type":"image_url"}]}]})", "messages[0].content[0].type"},
+      {R"({"messages":[{"role":"user","content":"x"}],"max_tokens":0})", "max_tokens"},
+      {R"({"messages":[{"role":"user","content":"x"}],"max_tokens":2.5})", "max_tokens"},
+      {R"({"messages":[{"role":"user","content":"x"}],"temperature":"1"})", "temperature"},
+      {R"({"messages":[{"role":"user","content":"x"}],"temperature":101})", "temperature"},
+      {R"({"messages":[{"role":"user","content":"x"}],"top_p":0})", "top_p"},
+      {R"({"messages":[{"role":"user","content":"x"}],"min_p":2})", "min_p"},
+      {R"({"messages":[{"role":"user","content":"x"}],"presence_penalty":3})", "presence_penalty"},
+      {R"({"messages":[{"role":"user","content":"x"}],"stop":[1]})", "stop[0]"},
+      {R"({"messages":[{"role":"user","content":"x"}],"stream":1})", "stream"},
+      {R"({"messages":[{"role":"user","content":"x"}],"stream_options":{"include_usage":"y"}})",
+       "stream_options.include_usage"},
+      {R"({"messages":[{"role":"user","content":"x"}],"n":3})", "n"},
+      {R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]})", "tools"},
+      {R"({"messages":[{"role":"user","content":"x"}],"logprobs":true})", "logprobs"},
+      {R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}})", "response_format"},
+  };
+  for (const Case& c : cases) {
+    ApiError e = chat_error(c.body);
+    CAPTURE(c.body);
+    CHECK(e.status == 400);
+    CHECK(e.param == c.param);
+    CHECK(e.message.find(c.param) != std::string::npos);
+    CHECK(e.type == "invalid_request_error");
+  }
+}
+
+TEST_CASE("bodies that are not JSON objects") {
+  CHECK(chat_error("{").code == "invalid_json");
+  CHECK(chat_error("").code == "invalid_json");
+  CHECK(chat_error("[1,2]").message.find("JSON object") != std::string::npos);
+  CHECK(chat_error(std::string(1000, '[')).message.find("nests deeper") != std::string::npos);
+  CHECK(chat_error("\"\xff\"").status == 400);
+  // Found by the fuzzer: a number too large for a double threw out_of_range.
+  CHECK(chat_error(R"({"messages":[{"role":"user","content":"x"}],"top_p":7e7777777777})").status == 400);
+  CHECK(chat_error(R"({"messages":[{"role":"user","content":"x"}],"top_p":1e38})").param == "top_p");
+}
+
+TEST_CASE("text completion prompts: a string, one string in a list, or token ids") {
+  CompletionRequest r;
+  REQUIRE_FALSE(parse_text_completion(R"({"prompt":"abc"})", r));
+  CHECK(r.prompt == "abc");
+  REQUIRE_FALSE(parse_text_completion(R"({"prompt":["abc"],"ignore_eos":true})", r));
+  CHECK(r.prompt == "abc");
+  CHECK(r.ignore_eos);
+  REQUIRE_FALSE(parse_text_completion(R"({"prompt":[1,2,3]})", r));
+  CHECK(r.prompt_tokens == std::vector<int32_t>{1, 2, 3});
+  CHECK(parse_text_completion(R"({"prompt":["a","b"]})", r)->param == "prompt");
+  CHECK(parse_text_completion(R"({"prompt":[1,"b"]})", r)->param == "prompt[1]");
+  CHECK(parse_text_completion(R"({"prompt":[-1]})", r)->param == "prompt");
+  CHECK(parse_text_completion(R"({"prompt":5})", r)->param == "prompt");
+  CHECK(parse_text_completion(R"({})", r)->param == "prompt");
+  CHECK(parse_text_completion(R"({"prompt":"x","echo":true})", r)->param == "echo");
+  CHECK(parse_text_completion(R"({"prompt":"x","best_of":2})", r)->param == "best_of");
+}
+
+TEST_CASE("tokenize and detokenize bodies") {
+  TokenizeRequest t;
+  REQUIRE_FALSE(parse_tokenize(R"({"prompt":"hi","add_special":false})", t));
+  CHECK(t.prompt == "hi");
+  CHECK_FALSE(t.add_special);
+  REQUIRE_FALSE(parse_tokenize(R"({"messages":[{"role":"user","content":"hi"}]})", t));
+  CHECK(t.messages.size() == 1);
+  CHECK(parse_tokenize(R"({})", t)->param == "prompt");
+  DetokenizeRequest d;
+  REQUIRE_FALSE(parse_detokenize(R"({"tokens":[1,2]})", d));
+  CHECK(d.tokens == std::vector<int32_t>{1, 2});
+  CHECK(parse_detokenize(R"({"tokens":[1,"x"]})", d)->param == "tokens");
+  CHECK(parse_detokenize(R"({"tokens":7})", d)->param == "tokens");
+}
+
+TEST_CASE("response shapes: full, streamed chunks, usage, errors") {
+  StreamEvent last;
+  last.done = true;
+  last.end = EndReason::Length;
+  last.prompt_tokens = 5;
+  last.completion_tokens = 3;
+  CompletionFormatter chat(CompletionRequest::Kind::Chat, "chatcmpl-1", "m", 100);
+  Json full = Json::parse(chat.response("hi", last));
+  CHECK(full["object"] == "chat.completion");
+  CHECK(full["choices"][0]["message"]["content"] == "hi");
+  CHECK(full["choices"][0]["finish_reason"] == "length");
+  CHECK(full["usage"]["total_tokens"] == 8);
+
+  auto data_of = [](const std::string& event) {
+    REQUIRE(event.rfind("data: ", 0) == 0);
+    REQUIRE(event.size() >= 8);
+    REQUIRE(event.substr(event.size() - 2) == "\n\n");
+    return Json::parse(event.substr(6, event.size() - 8));
+  };
+  CHECK(data_of(chat.first_chunk())["choices"][0]["delta"]["role"] == "assistant");
+  CHECK(data_of(chat.text_chunk("x"))["choices"][0]["delta"]["content"] == "x");
+  std::string tail = chat.final_chunks(last, false);
+  CHECK(tail.substr(tail.size() - 14) == "data: [DONE]\n\n");
+  Json finish = data_of(tail.substr(0, tail.find("\n\n") + 2));
+  CHECK(finish["choices"][0]["finish_reason"] == "length");
+  CHECK(finish["usage"]["completion_tokens"] == 3);
+  std::string with_usage = chat.final_chunks(last, true);
+  size_t second = with_usage.find("\n\n") + 2;
+  Json usage = data_of(with_usage.substr(second, with_usage.find("\n\n", second) + 2 - second));
+  CHECK(usage["choices"].empty());
+  CHECK(usage["usage"]["prompt_tokens"] == 5);
+
+  CompletionFormatter text(CompletionRequest::Kind::Text, "cmpl-1", "m", 100);
+  CHECK(text.first_chunk().empty());
+  CHECK(data_of(text.text_chunk("y"))["choices"][0]["text"] == "y");
+  CHECK(Json::parse(text.response("t", last))["object"] == "text_completion");
+
+  ApiError e = bad_request("bad", "max_tokens", "c");
+  Json err = Json::parse(error_body(e));
+  CHECK(err["error"]["message"] == "bad");
+  CHECK(err["error"]["param"] == "max_tokens");
+  CHECK(err["error"]["code"] == "c");
+  CHECK(err["error"]["type"] == "invalid_request_error");
+  CHECK(Json::parse(error_body(ApiError{}))["error"]["param"].is_null());
+  CHECK(new_completion_id(CompletionRequest::Kind::Chat).rfind("chatcmpl-", 0) == 0);
+}
+
+TEST_CASE("metrics exposition: cumulative buckets, sum and count, escaped labels") {
+  Metrics m;
+  m.on_first_token(0.003);
+  m.on_first_token(0.2);
+  m.on_first_token(100);
+  m.count_request("/v1/completions", 200);
+  m.count_request("/v1/completions", 200);
+  m.count_request("/x\"y", 404);
+  MetricsSnapshot s;
+  s.state = "ready";
+  s.info = {{"model", "a\"b"}};
+  std::string text = m.render(s);
+  CHECK(text.find("voltad_time_to_first_token_seconds_bucket{le=\"0.001\"} 0\n") != std::string::npos);
+  CHECK(text.find("voltad_time_to_first_token_seconds_bucket{le=\"0.005\"} 1\n") != std::string::npos);
+  CHECK(text.find("voltad_time_to_first_token_seconds_bucket{le=\"0.25\"} 2\n") != std::string::npos);
+  CHECK(text.find("voltad_time_to_first_token_seconds_bucket{le=\"+Inf\"} 3\n") != std::string::npos);
+  CHECK(text.find("voltad_time_to_first_token_seconds_count 3\n") != std::string::npos);
+  CHECK(text.find("voltad_requests_total{endpoint=\"/v1/completions\",status=\"200\"} 2\n") != std::string::npos);
+  CHECK(text.find("endpoint=\"/x\\\"y\"") != std::string::npos);
+  CHECK(text.find("voltad_info{model=\"a\\\"b\"} 1\n") != std::string::npos);
+  CHECK(text.find("voltad_health_state{state=\"ready\"} 1\n") != std::string::npos);
+  CHECK(text.find("# TYPE voltad_inter_token_latency_seconds histogram\n") != std::string::npos);
+}
