@@ -178,6 +178,9 @@ class Drain : public std::enable_shared_from_this<Drain> {
 }  // namespace
 
 int serve(const config::Config& cfg, const std::string& config_path) {
+  // A client that hangs up must cost a failed write, not the process
+  // (Asio sends with MSG_NOSIGNAL; this covers every other path too).
+  std::signal(SIGPIPE, SIG_IGN);
   const std::string model_path = config::expand_path(cfg.model.path);
   std::error_code fec;
   if (!std::filesystem::is_regular_file(model_path, fec)) {
