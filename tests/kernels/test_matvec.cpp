@@ -233,7 +233,7 @@ TEST_CASE("matvec matches the float64 reference for every weight type, shape and
     }
     // What two-level int8 activations cost against an fp32-x matvec,
     // relative to sum |w x| (docs/KERNEL-NOTES.md): one level cost 3e-3-7e-3,
-    // two levels BOUND_TODO.
+    // two levels measure 0.9e-5-2.5e-5 (H200); the bound leaves 8x margin.
     MESSAGE(ggml_type_name(type) << ": max |y - y(fp32 x)| / sum|w x| at cols 4096 = " << worst);
     CHECK(worst < 2e-4);
   }
