@@ -1,0 +1,92 @@
+// GPU top-k against a CPU selection: one pass (rows of at most 4096 values)
+// and two (longer rows, vocabulary sizes of real models), every k shape,
+// rows with repeated values (ties to the lower index), -inf and NaN.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <sstream>
+
+#include "kernels/topk.h"
+#include "tests/kernels/gpu_test_util.h"
+
+using namespace voltad;
+using namespace voltad::test;
+
+namespace {
+
+// The kernel's order: NaN below everything, then by value, ties to the
+// lower index (+0 above -0: the order of their bits).
+uint32_t order_key(float f) {
+  if (std::isnan(f)) return 0;
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+void check_topk(int rows, int64_t n, int k, bool many_ties) {
+  std::ostringstream name;
+  name << "rows " << rows << " n " << n << " k " << k << (many_ties ? " ties" : "");
+  CAPTURE(name.str());
+  std::mt19937& rng = test_rng();
+  const int64_t ld = n + 3;
+  std::vector<float> logits = random_floats(size_t(rows * ld), 4.0f);
+  for (float& v : logits) {
+    if (many_ties) v = std::round(v);  // a few dozen distinct values
+    const uint32_t r = rng() % 1000;
+    if (r == 0) v = -INFINITY;
+    if (r == 1) v = std::nanf("");
+  }
+  // Row 0 of each case: all equal, so ties decide everything.
+  for (int64_t i = 0; i < n; ++i) logits[size_t(i)] = 1.5f;
+
+  DeviceBuffer<float> d_logits(logits), d_vals(size_t(rows * k));
+  DeviceBuffer<int32_t> d_ids(size_t(rows * k));
+  DeviceBuffer<uint8_t> d_scratch(std::max<size_t>(1, kernels::topk_scratch_bytes(rows, n, k)));
+  poison(d_vals);
+  kernels::launch_topk(d_logits.get(), ld, rows, n, k, d_ids.get(), d_vals.get(), d_scratch.get(), nullptr);
+  CUDA_CHECK(cudaGetLastError());
+  const std::vector<int32_t> ids = d_ids.download();
+  const std::vector<float> vals = d_vals.download();
+
+  int bad = 0;
+  std::vector<int32_t> order(static_cast<size_t>(n));
+  for (int r = 0; r < rows; ++r) {
+    const float* row = logits.data() + size_t(r) * size_t(ld);
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+      const uint32_t ka = order_key(row[a]), kb = order_key(row[b]);
+      return ka != kb ? ka > kb : a < b;
+    });
+    for (int s = 0; s < k; ++s) {
+      const int32_t want = order[size_t(s)], got = ids[size_t(r * k + s)];
+      const float want_v = row[want], got_v = vals[size_t(r * k + s)];
+      const bool same_v = std::isnan(want_v) ? std::isnan(got_v) : got_v == want_v;
+      if ((got != want || !same_v) && ++bad <= 5)
+        MESSAGE(name.str() << " row " << r << " rank " << s << ": got index " << got << " (" << got_v
+                           << "), want " << want << " (" << want_v << ")");
+    }
+  }
+  CHECK(bad == 0);
+}
+
+}  // namespace
+
+TEST_CASE("topk: rows of one chunk (one pass)") {
+  check_topk(3, 1, 1, false);
+  check_topk(2, 7, 7, false);
+  check_topk(5, 100, 5, false);
+  check_topk(4, 4096, 64, false);
+  check_topk(4, 4096, 40, true);
+  check_topk(1, 63, 64 - 1, true);
+}
+
+TEST_CASE("topk: vocabulary-sized rows (two passes)") {
+  check_topk(3, 4097, 64, false);
+  check_topk(2, 32000, 1, false);      // argmax
+  check_topk(8, 128256, 40, false);    // Llama 3, a decode batch of 8
+  check_topk(2, 151936, 64, true);     // Qwen, many ties
+  check_topk(1, 262144, 64, false);    // the limit at k = 64
+}
