@@ -1,9 +1,12 @@
-// Prefill GEMM harness (not part of the build; scripts/device-test.sh --bench
-// compiles it with nvcc): TFLOP/s of the tensor-core GEMM (gemm_wmma.cu) at
-// Llama-3-8B shapes for 512 tokens, per weight format and tile shape, a
-// whole Q4_K_M layer's GEMMs, and small token counts (batched decode); with
-// cuBLAS available (-DVOLTAD_BENCH_CUBLAS -lcublas) also a dense fp16 GEMM
-// of the same shapes as the practical tensor-core ceiling.
+// Prefill kernels harness (not part of the build; scripts/device-test.sh
+// --bench compiles it with nvcc): TFLOP/s of the tensor-core GEMM
+// (gemm_wmma.cu) at Llama-3-8B shapes for 512 tokens, per weight format and
+// tile shape, a whole Q4_K_M layer's GEMMs, and small token counts (batched
+// decode); with cuBLAS available (-DVOLTAD_BENCH_CUBLAS -lcublas) also a
+// dense fp16 GEMM of the same shapes as the practical tensor-core ceiling.
+// Then the tensor-core prefill attention (attention_prefill.cu) against the
+// CUDA-core paged attention (attention.cu) for a 512-token chunk, and top-k
+// over a vocabulary (topk.cu).
 //
 // Weights are random bytes with every fp16 scale made finite; x is random in
 // [-1, 1). At 512 tokens a GEMM does 256-1000 FLOP per weight byte, so it is
@@ -19,7 +22,10 @@
 #include <cublas_v2.h>
 #endif
 
+#include "kernels/attention.cu"
+#include "kernels/attention_prefill.cu"
 #include "kernels/gemm_wmma.cu"
+#include "kernels/topk.cu"
 
 namespace bench {
 
@@ -284,6 +290,99 @@ int main() {
                   ms * 1e3, flops / (ms * 1e-3) / 1e12, 32 * ms, 512.0 / (32 * ms * 1e-3));
     std::printf("%s\n", line);
     g_summary.push_back(line);
+  }
+
+  std::printf("\n== prefill attention, Llama-3-8B heads (32/8, 128), 512-token chunk ==\n");
+  for (int start : {0, 3584}) {
+    const int n = 512, heads = 32, kv_heads = 8, d = 128, len = start + n;
+    const int blocks = (len + 15) / 16;
+    uint16_t *kc, *vc;
+    float *q, *out, *partials;
+    int32_t *table, *positions, *token_tables;
+    CUDA_CHECK(cudaMalloc(&kc, size_t(blocks) * 16 * kv_heads * d * 2));
+    CUDA_CHECK(cudaMalloc(&vc, size_t(blocks) * 16 * kv_heads * d * 2));
+    fill_random(kc, size_t(blocks) * 16 * kv_heads * d * 2, 8);
+    fill_random(vc, size_t(blocks) * 16 * kv_heads * d * 2, 9);
+    kernel_finite_halves<<<1024, 256>>>(kc, size_t(blocks) * 16 * kv_heads * d);
+    kernel_finite_halves<<<1024, 256>>>(vc, size_t(blocks) * 16 * kv_heads * d);
+    CUDA_CHECK(cudaMalloc(&q, size_t(n) * heads * d * 4));
+    CUDA_CHECK(cudaMalloc(&out, size_t(n) * heads * d * 4));
+    kernel_uniform<<<256, 256>>>(q, size_t(n) * heads * d, 10);
+    std::vector<int32_t> h_table(blocks), h_pos(n), h_tt(n, 0);
+    for (int i = 0; i < blocks; ++i) h_table[size_t(i)] = i;
+    for (int i = 0; i < n; ++i) h_pos[size_t(i)] = start + i;
+    CUDA_CHECK(cudaMalloc(&table, blocks * 4));
+    CUDA_CHECK(cudaMalloc(&positions, n * 4));
+    CUDA_CHECK(cudaMalloc(&token_tables, n * 4));
+    CUDA_CHECK(cudaMemcpy(table, h_table.data(), blocks * 4, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(positions, h_pos.data(), n * 4, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(token_tables, h_tt.data(), n * 4, cudaMemcpyHostToDevice));
+    const size_t part_floats = attention_partial_floats(n, heads, d, len - 1);
+    CUDA_CHECK(cudaMalloc(&partials, part_floats * 4));
+    const double flops = 4.0 * n * (start + (n + 1) / 2.0) * d * heads;
+
+    PrefillAttentionArgs pa;
+    pa.q = q;
+    pa.ldq = heads * d;
+    pa.out = out;
+    pa.ldo = heads * d;
+    pa.cache = {kc, vc};
+    pa.block_table = table;
+    pa.start = start;
+    pa.n = n;
+    pa.n_heads = heads;
+    pa.n_kv_heads = kv_heads;
+    pa.head_dim = d;
+    pa.scale = 0.088f;
+    const float ms_tc = time_ms([&] { launch_attention_prefill(pa, nullptr); });
+    AttentionArgs aa;
+    aa.q = q;
+    aa.ldq = heads * d;
+    aa.out = out;
+    aa.ldo = heads * d;
+    aa.cache = {kc, vc};
+    aa.positions = positions;
+    aa.token_tables = token_tables;
+    aa.block_tables = table;
+    aa.table_stride = blocks;
+    aa.n_tokens = n;
+    aa.n_heads = heads;
+    aa.n_kv_heads = kv_heads;
+    aa.head_dim = d;
+    aa.max_position = len - 1;
+    aa.scale = 0.088f;
+    aa.partials = partials;
+    const float ms_cc = time_ms([&] { launch_attention(aa, nullptr); });
+    char line[200];
+    std::snprintf(line, sizeof line,
+                  "attention 512 tokens after %4d: tensor cores %8.1f us %6.1f TFLOP/s | CUDA cores %8.1f us %6.1f TFLOP/s",
+                  start, ms_tc * 1e3, flops / (ms_tc * 1e-3) / 1e12, ms_cc * 1e3, flops / (ms_cc * 1e-3) / 1e12);
+    std::printf("%s\n", line);
+    g_summary.push_back(line);
+    cudaFree(kc), cudaFree(vc), cudaFree(q), cudaFree(out), cudaFree(partials);
+    cudaFree(table), cudaFree(positions), cudaFree(token_tables);
+  }
+
+  std::printf("\n== top-k over a vocabulary ==\n");
+  for (int rows : {1, 8}) {
+    for (int k : {1, 40, 64}) {
+      const int64_t n = 128256;
+      float* logits;
+      float* vals;
+      int32_t* ids;
+      void* scratch;
+      CUDA_CHECK(cudaMalloc(&logits, size_t(rows) * n * 4));
+      CUDA_CHECK(cudaMalloc(&vals, size_t(rows) * k * 4));
+      CUDA_CHECK(cudaMalloc(&ids, size_t(rows) * k * 4));
+      CUDA_CHECK(cudaMalloc(&scratch, topk_scratch_bytes(rows, n, k)));
+      kernel_uniform<<<256, 256>>>(logits, size_t(rows) * n, 11);
+      const float ms = time_ms([&] { launch_topk(logits, n, rows, n, k, ids, vals, scratch, nullptr); });
+      char line[200];
+      std::snprintf(line, sizeof line, "topk rows %d n %lld k %2d: %7.1f us", rows, (long long)n, k, ms * 1e3);
+      std::printf("%s\n", line);
+      g_summary.push_back(line);
+      cudaFree(logits), cudaFree(vals), cudaFree(ids), cudaFree(scratch);
+    }
   }
 
 #ifdef VOLTAD_BENCH_CUBLAS
