@@ -9,9 +9,11 @@
 // accumulate in FP32. Against an FP32 matvec the difference is about
 // 2^-11 * sum |w x| at most (docs/KERNEL-NOTES.md has the measured error).
 //
-// For n <= 8 the dp4a matvecs (kernels/matvec.h) read the weights at full
-// bandwidth and are the better choice; the GEMM pays from ~9-16 tokens up,
-// where the matvec would re-read the weights per slice of 8.
+// Small n: the dp4a matvecs (kernels/matvec.h) read the weights once per 8
+// tokens at near full bandwidth; this GEMM's small tiles are bound by memory
+// latency per k-stage (~44 us for 4096x4096 Q4_K at n = 16..64 on the H200
+// against 13.5 us per slice of 8 for the matvec), so it pays from about 25
+// tokens up there (docs/KERNEL-NOTES.md, "Prefill GEMM").
 #pragma once
 
 #include <cuda_runtime.h>
@@ -22,7 +24,7 @@
 
 namespace voltad::kernels {
 
-constexpr int kGemmMinTokens = 9;  // below this, launch_matvec is faster
+constexpr int kGemmMinTokens = 25;  // below this, sliced launch_matvec is faster (H200)
 
 struct GemmArgs {
   PackedMatrixView w;        // (rows, cols), on the device
@@ -43,7 +45,9 @@ enum class GemmTile : uint8_t {
   T64x128,   // 8 warps
   T128x128,  // 8 warps: prefill
   T128x128Occ2,  // the same capped at 128 registers: two blocks per SM where
-                 // shared memory allows (sm_80+), one on the V100
+                 // shared memory allows (sm_80+), one on the V100. Measured
+                 // +10-15% for Q4_0/Q6_K/Q8_0 at 14336x4096, worse for Q4_K
+                 // (spills) and F16: Auto does not pick it.
 };
 
 // Every PackedFormat is supported. No scratch memory; graph-capturable.
