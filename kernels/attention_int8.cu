@@ -97,9 +97,10 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int e = 0; e < VEC; ++e) {
       acc[g][e] = 0.0f;
-      q[g][e] = g < group && active
-                    ? a.q[int64_t(t) * a.ldq + (kvh * group + g) * a.head_dim + lane * VEC + e] * a.scale
-                    : 0.0f;
+      q[g][e] =
+          g < group && active
+              ? a.q[int64_t(t) * a.ldq + (kvh * group + g) * a.head_dim + lane * VEC + e] * a.scale
+              : 0.0f;
     }
   }
 
@@ -158,7 +159,8 @@ __global__ void __launch_bounds__(kWarps * 32)
       ll += sm_l[w][g] * f;
       aa += sm_acc[w][g][e] * f;
     }
-    float* part = a.partials + ((int64_t(t) * a.n_heads + kvh * group + g) * splits + split) * (a.head_dim + 2);
+    float* part = a.partials +
+                  ((int64_t(t) * a.n_heads + kvh * group + g) * splits + split) * (a.head_dim + 2);
     part[2 + e] = aa;
     if (e == 0) part[0] = mm, part[1] = ll;
   }
@@ -174,12 +176,14 @@ __global__ void kernel_attention_int8_combine(AttentionArgs a, int splits) {
   for (int s = 0; s < used; ++s) mm = fmaxf(mm, parts[s * stride]);
   float ll = 0.0f;
   for (int s = 0; s < used; ++s)
-    if (parts[s * stride] != -INFINITY) ll += parts[s * stride + 1] * __expf(parts[s * stride] - mm);
+    if (parts[s * stride] != -INFINITY)
+      ll += parts[s * stride + 1] * __expf(parts[s * stride] - mm);
   const float inv = 1.0f / ll;
   for (int e = threadIdx.x; e < a.head_dim; e += blockDim.x) {
     float o = 0.0f;
     for (int s = 0; s < used; ++s)
-      if (parts[s * stride] != -INFINITY) o += parts[s * stride + 2 + e] * __expf(parts[s * stride] - mm);
+      if (parts[s * stride] != -INFINITY)
+        o += parts[s * stride + 2 + e] * __expf(parts[s * stride] - mm);
     a.out[int64_t(t) * a.ldo + head * a.head_dim + e] = o * inv;
   }
 }
@@ -192,26 +196,39 @@ void launch_kv_write_int8(const float* k, const float* v, int64_t ld, int n_toke
   if (n_tokens == 0) return;
   VOLTAD_KERNEL_REQUIRE(n_kv_heads > 0 && head_dim > 0, "kv_write_int8: heads and head_dim");
   const int warps = n_kv_heads < 8 ? n_kv_heads : 8;
-  kernel_kv_write_int8<<<n_tokens, warps * 32, 0, stream>>>(k, v, ld, n_kv_heads, head_dim, slots, cache);
+  kernel_kv_write_int8<<<n_tokens, warps * 32, 0, stream>>>(k, v, ld, n_kv_heads, head_dim, slots,
+                                                            cache);
   CUDA_CHECK(cudaGetLastError());
 }
 
 void launch_attention_int8(const AttentionArgs& a, KvInt8LayerView cache, cudaStream_t stream) {
   if (a.n_tokens == 0) return;
-  VOLTAD_KERNEL_REQUIRE(a.n_kv_heads > 0 && a.n_heads % a.n_kv_heads == 0, "heads must divide into KV heads");
-  VOLTAD_KERNEL_REQUIRE(a.n_heads / a.n_kv_heads <= kAttentionMaxGroup, "at most 8 query heads per KV head");
+  VOLTAD_KERNEL_REQUIRE(a.n_kv_heads > 0 && a.n_heads % a.n_kv_heads == 0,
+                        "heads must divide into KV heads");
+  VOLTAD_KERNEL_REQUIRE(a.n_heads / a.n_kv_heads <= kAttentionMaxGroup,
+                        "at most 8 query heads per KV head");
   const int splits = (a.max_position + kAttentionSplitTokens) / kAttentionSplitTokens;
   const dim3 grid(unsigned(a.n_tokens), unsigned(a.n_kv_heads), unsigned(splits));
   switch (a.head_dim) {
     case 16:
-    case 32: kernel_attention_int8_partial<1><<<grid, kWarps * 32, 0, stream>>>(a, cache); break;
-    case 64: kernel_attention_int8_partial<2><<<grid, kWarps * 32, 0, stream>>>(a, cache); break;
-    case 128: kernel_attention_int8_partial<4><<<grid, kWarps * 32, 0, stream>>>(a, cache); break;
-    case 256: kernel_attention_int8_partial<8><<<grid, kWarps * 32, 0, stream>>>(a, cache); break;
-    default: VOLTAD_KERNEL_REQUIRE(false, "head_dim must be 16, 32, 64, 128 or 256");
+    case 32:
+      kernel_attention_int8_partial<1><<<grid, kWarps * 32, 0, stream>>>(a, cache);
+      break;
+    case 64:
+      kernel_attention_int8_partial<2><<<grid, kWarps * 32, 0, stream>>>(a, cache);
+      break;
+    case 128:
+      kernel_attention_int8_partial<4><<<grid, kWarps * 32, 0, stream>>>(a, cache);
+      break;
+    case 256:
+      kernel_attention_int8_partial<8><<<grid, kWarps * 32, 0, stream>>>(a, cache);
+      break;
+    default:
+      VOLTAD_KERNEL_REQUIRE(false, "head_dim must be 16, 32, 64, 128 or 256");
   }
   CUDA_CHECK(cudaGetLastError());
-  kernel_attention_int8_combine<<<dim3(unsigned(a.n_tokens), unsigned(a.n_heads)), 64, 0, stream>>>(a, splits);
+  kernel_attention_int8_combine<<<dim3(unsigned(a.n_tokens), unsigned(a.n_heads)), 64, 0, stream>>>(
+      a, splits);
   CUDA_CHECK(cudaGetLastError());
 }
 

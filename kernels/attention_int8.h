@@ -22,7 +22,7 @@
 namespace voltad::kernels {
 
 struct KvInt8LayerView {
-  int8_t* k = nullptr;          // [n_blocks][16][kv_dim]
+  int8_t* k = nullptr;  // [n_blocks][16][kv_dim]
   int8_t* v = nullptr;
   uint16_t* k_scale = nullptr;  // [n_blocks][16][n_kv_heads], fp16 bits
   uint16_t* v_scale = nullptr;

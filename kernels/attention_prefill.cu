@@ -33,9 +33,9 @@ namespace wmma = nvcuda::wmma;
 
 constexpr int kPrefillWarps = 4;
 constexpr int kQTile = 16 * kPrefillWarps;  // query tokens per block
-constexpr int kKeyTile = 64;         // keys per step
-constexpr int kSLd = kKeyTile + 4;   // floats, per-warp score rows
-constexpr int kPLd = kKeyTile + 8;   // halves, per-warp probability rows
+constexpr int kKeyTile = 64;                // keys per step
+constexpr int kSLd = kKeyTile + 4;          // floats, per-warp score rows
+constexpr int kPLd = kKeyTile + 8;          // halves, per-warp probability rows
 constexpr float kLog2e = 1.4426950408889634f;
 
 // Shared memory of one block, in bytes: Q, K, V tiles (fp16 rows of D + 8),
@@ -52,12 +52,15 @@ struct PrefillSmem {
   static constexpr size_t kRows = kP + size_t(kPrefillWarps) * 16 * kPLd * 2;
   static constexpr size_t kBytes = kRows + size_t(kPrefillWarps) * 32 * 4;
   static constexpr int kOutLd = D + 4;
-  static_assert(size_t(kPrefillWarps) * 16 * kOutLd * 4 <= 2 * kTileBytes, "output staging fits in K and V");
-  static_assert(kTileBytes % 32 == 0 && kS % 32 == 0 && kP % 32 == 0, "wmma needs 32-byte alignment");
+  static_assert(size_t(kPrefillWarps) * 16 * kOutLd * 4 <= 2 * kTileBytes,
+                "output staging fits in K and V");
+  static_assert(kTileBytes % 32 == 0 && kS % 32 == 0 && kP % 32 == 0,
+                "wmma needs 32-byte alignment");
 };
 
 template <int D>
-__global__ void __launch_bounds__(kPrefillWarps * 32) kernel_attention_prefill(PrefillAttentionArgs a) {
+__global__ void __launch_bounds__(kPrefillWarps * 32)
+    kernel_attention_prefill(PrefillAttentionArgs a) {
   using L = PrefillSmem<D>;
   constexpr int LD = L::kLd, FRAGS = D / 16;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -67,7 +70,8 @@ __global__ void __launch_bounds__(kPrefillWarps * 32) kernel_attention_prefill(P
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   float* s_scores = reinterpret_cast<float*>(smem + L::kS) + warp * 16 * kSLd;
   __half* s_probs = reinterpret_cast<__half*>(smem + L::kP) + warp * 16 * kPLd;
-  float* s_factor = reinterpret_cast<float*>(smem + L::kRows) + warp * 32;  // [16] rescale, [16] 1/l
+  float* s_factor =
+      reinterpret_cast<float*>(smem + L::kRows) + warp * 32;  // [16] rescale, [16] 1/l
 
   const int t0 = (gridDim.x - 1 - blockIdx.x) * kQTile;  // the longest tiles start first
   const int head = blockIdx.y;
@@ -121,7 +125,8 @@ __global__ void __launch_bounds__(kPrefillWarps * 32) kernel_attention_prefill(P
       const int p = k0 + kr;
       uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
       if (p < key_end) {
-        const int64_t slot = int64_t(__ldg(a.block_table + p / kKvBlockTokens)) * kKvBlockTokens + p % kKvBlockTokens;
+        const int64_t slot = int64_t(__ldg(a.block_table + p / kKvBlockTokens)) * kKvBlockTokens +
+                             p % kKvBlockTokens;
         const int64_t at = slot * kv_dim + int64_t(kvh) * D + c;
         kv = __ldg(reinterpret_cast<const uint4*>(a.cache.k + at));
         vv = __ldg(reinterpret_cast<const uint4*>(a.cache.v + at));
@@ -132,7 +137,7 @@ __global__ void __launch_bounds__(kPrefillWarps * 32) kernel_attention_prefill(P
     __syncthreads();
     if (!warp_active || k0 > warp_last_pos) continue;  // no key of this tile is visible here
 
-    // S = Q K^T for the warp's 16 rows.
+      // S = Q K^T for the warp's 16 rows.
 #pragma unroll
     for (int j = 0; j < kKeyTile / 16; ++j) {
       wmma::fragment<wmma::accumulator, 16, 16, 16, float> s;
@@ -206,7 +211,8 @@ __global__ void __launch_bounds__(kPrefillWarps * 32) kernel_attention_prefill(P
   __syncthreads();  // every warp is done with K and V
   float* so = reinterpret_cast<float*>(smem + L::kK) + warp * 16 * L::kOutLd;
 #pragma unroll
-  for (int f = 0; f < FRAGS; ++f) wmma::store_matrix_sync(so + f * 16, o[f], L::kOutLd, wmma::mem_row_major);
+  for (int f = 0; f < FRAGS; ++f)
+    wmma::store_matrix_sync(so + f * 16, o[f], L::kOutLd, wmma::mem_row_major);
   __syncwarp();
   for (int i = lane; i < 16 * D; i += 32) {
     const int rr = i / D, d = i % D;
@@ -219,8 +225,8 @@ template <int D>
 void launch_head_dim(const PrefillAttentionArgs& a, cudaStream_t stream) {
   using L = PrefillSmem<D>;
   static const bool opted_in = [] {
-    CUDA_CHECK(cudaFuncSetAttribute(kernel_attention_prefill<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    int(L::kBytes)));
+    CUDA_CHECK(cudaFuncSetAttribute(kernel_attention_prefill<D>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, int(L::kBytes)));
     return true;
   }();
   (void)opted_in;
@@ -233,12 +239,17 @@ void launch_head_dim(const PrefillAttentionArgs& a, cudaStream_t stream) {
 
 void launch_attention_prefill(const PrefillAttentionArgs& a, cudaStream_t stream) {
   if (a.n == 0) return;
-  VOLTAD_KERNEL_REQUIRE(a.n > 0 && a.start >= 0 && a.q && a.out && a.block_table && a.cache.k && a.cache.v,
-                        "prefill attention: tokens, positions and buffers");
-  VOLTAD_KERNEL_REQUIRE(a.n_kv_heads > 0 && a.n_heads % a.n_kv_heads == 0, "heads must divide into KV heads");
-  VOLTAD_KERNEL_REQUIRE(prefill_attention_supported(a.head_dim), "prefill attention: head_dim 64 or 128");
-  if (a.head_dim == 64) launch_head_dim<64>(a, stream);
-  else launch_head_dim<128>(a, stream);
+  VOLTAD_KERNEL_REQUIRE(
+      a.n > 0 && a.start >= 0 && a.q && a.out && a.block_table && a.cache.k && a.cache.v,
+      "prefill attention: tokens, positions and buffers");
+  VOLTAD_KERNEL_REQUIRE(a.n_kv_heads > 0 && a.n_heads % a.n_kv_heads == 0,
+                        "heads must divide into KV heads");
+  VOLTAD_KERNEL_REQUIRE(prefill_attention_supported(a.head_dim),
+                        "prefill attention: head_dim 64 or 128");
+  if (a.head_dim == 64)
+    launch_head_dim<64>(a, stream);
+  else
+    launch_head_dim<128>(a, stream);
 }
 
 }  // namespace voltad::kernels

@@ -21,7 +21,7 @@ namespace voltad::kernels {
 struct PrefillAttentionArgs {
   const float* q = nullptr;  // (n, n_heads * head_dim), stride ldq
   int64_t ldq = 0;
-  float* out = nullptr;      // (n, n_heads * head_dim), stride ldo
+  float* out = nullptr;  // (n, n_heads * head_dim), stride ldo
   int64_t ldo = 0;
   KvLayerView cache;
   const int32_t* block_table = nullptr;  // the sequence's blocks: ceil((start+n)/16) of them
@@ -29,8 +29,8 @@ struct PrefillAttentionArgs {
   int n = 0;                             // query tokens
   int n_heads = 0;
   int n_kv_heads = 0;
-  int head_dim = 0;      // 64 or 128
-  float scale = 1.0f;    // 1/sqrt(head_dim)
+  int head_dim = 0;    // 64 or 128
+  float scale = 1.0f;  // 1/sqrt(head_dim)
 };
 
 inline bool prefill_attention_supported(int head_dim) {

@@ -41,8 +41,8 @@ namespace {
 
 namespace wmma = nvcuda::wmma;
 
-constexpr int kStageK = 64;             // k per pipeline stage
-constexpr int kTileLd = kStageK + 8;    // shared row stride, halves
+constexpr int kStageK = 64;           // k per pipeline stage
+constexpr int kTileLd = kStageK + 8;  // shared row stride, halves
 
 __device__ __forceinline__ __half2 u32_as_half2(uint32_t u) {
   __half2 h;
@@ -83,9 +83,10 @@ struct RowPointers {
 };
 __device__ __forceinline__ RowPointers row_pointers(const PackedMatrixView& m, int64_t row) {
   const PackedLayout& l = m.layout;
-  return {m.data + l.quants_offset + row * l.quant_row_bytes, m.data + l.high_offset + row * l.high_row_bytes,
-          m.data + l.scales_offset + row * l.scale_row_bytes, m.data + l.super_offset + row * l.super_row_bytes,
-          l.cols};
+  return {m.data + l.quants_offset + row * l.quant_row_bytes,
+          m.data + l.high_offset + row * l.high_row_bytes,
+          m.data + l.scales_offset + row * l.scale_row_bytes,
+          m.data + l.super_offset + row * l.super_row_bytes, l.cols};
 }
 
 // Int4 nibbles as exact fp16 integers 1024 + q, in natural order. Byte i of
@@ -108,8 +109,8 @@ __device__ __forceinline__ void int4_to_half2(const uint4& q, uint32_t (&h)[16],
 // Int8 bytes (values 4t..4t+3 in word t, natural order) as fp16 1024 + u,
 // u the unsigned byte.
 template <class Op>
-__device__ __forceinline__ void int8_to_half2(const uint4 (&q)[2], uint32_t flip,
-                                              uint32_t (&h)[16], Op op) {
+__device__ __forceinline__ void int8_to_half2(const uint4 (&q)[2], uint32_t flip, uint32_t (&h)[16],
+                                              Op op) {
 #pragma unroll
   for (int p = 0; p < 2; ++p) {
     const uint32_t words[4] = {q[p].x, q[p].y, q[p].z, q[p].w};
@@ -139,9 +140,8 @@ struct Chunk<PackedFormat::Int4Sym32> {
   __device__ void decode(int64_t, uint32_t (&h)[16]) const {
     const __half2 d2 = __half2half2(__ushort_as_half((unsigned short)d));
     const __half2 off = u32_as_half2(0x64086408u);  // 1032 = 1024 + 8
-    int4_to_half2(q, h, [&](uint32_t v) {
-      return half2_as_u32(__hmul2(__hsub2(u32_as_half2(v), off), d2));
-    });
+    int4_to_half2(
+        q, h, [&](uint32_t v) { return half2_as_u32(__hmul2(__hsub2(u32_as_half2(v), off), d2)); });
   }
 };
 
@@ -218,7 +218,8 @@ struct Chunk<PackedFormat::Int6K256> {
     sc = d = 0;
   }
   template <int t>
-  __device__ __forceinline__ void half_word(uint32_t nib, uint32_t cr, float a, uint32_t* out) const {
+  __device__ __forceinline__ void half_word(uint32_t nib, uint32_t cr, float a,
+                                            uint32_t* out) const {
     const uint32_t u = int6_assemble<t>(nib, cr) ^ 0x80808080u;
     const float b = -128.0f * a;
     out[0] = pack_half2(fmaf(a, small_uint_to_float(u & 0xFF), b),
@@ -317,7 +318,8 @@ struct Chunk<PackedFormat::F16> {
     const uint8_t* p = r.quants + c * 64;
     valid = r.cols - c * 32 < 32 ? int(r.cols - c * 32) : 32;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) q[i] = 8 * i < valid ? load_weights_16(p + 16 * i) : make_uint4(0, 0, 0, 0);
+    for (int i = 0; i < 4; ++i)
+      q[i] = 8 * i < valid ? load_weights_16(p + 16 * i) : make_uint4(0, 0, 0, 0);
   }
   __device__ void zero() {
     q[0] = q[1] = q[2] = q[3] = make_uint4(0, 0, 0, 0);
@@ -331,8 +333,10 @@ struct Chunk<PackedFormat::F16> {
     if (valid < 32) {
 #pragma unroll
       for (int j = 0; j < 16; ++j) {
-        if (2 * j >= valid) h[j] = 0;
-        else if (2 * j + 1 >= valid) h[j] &= 0xFFFFu;
+        if (2 * j >= valid)
+          h[j] = 0;
+        else if (2 * j + 1 >= valid)
+          h[j] &= 0xFFFFu;
       }
     }
   }
@@ -346,7 +350,8 @@ struct Chunk<PackedFormat::F32> {
     const uint8_t* p = r.quants + c * 128;
     valid = r.cols - c * 32 < 32 ? int(r.cols - c * 32) : 32;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) q[i] = 4 * i < valid ? load_weights_16(p + 16 * i) : make_uint4(0, 0, 0, 0);
+    for (int i = 0; i < 8; ++i)
+      q[i] = 4 * i < valid ? load_weights_16(p + 16 * i) : make_uint4(0, 0, 0, 0);
   }
   __device__ void zero() {
 #pragma unroll
@@ -405,14 +410,13 @@ __device__ __forceinline__ void load_x8_edge(const float* p, int64_t k, int64_t 
 // MinBlocks 2 caps registers at 128 so that two 128x128 blocks share an SM
 // where shared memory allows (sm_80+: 2 x 72 KB); the V100 holds one.
 template <PackedFormat F, int BM, int BN, int WM, int WN, int MinBlocks>
-__global__ void __launch_bounds__(WM * WN * 32, MinBlocks)
-    kernel_gemm_wmma(GemmArgs a, bool x_vec) {
+__global__ void __launch_bounds__(WM* WN * 32, MinBlocks) kernel_gemm_wmma(GemmArgs a, bool x_vec) {
   using S = TileShape<BM, BN, WM, WN>;
   constexpr int T = S::kThreads, FM = S::kFragsM, FN = S::kFragsN;
   constexpr int XP = S::kXPasses, XR = S::kXRowsPerPass;
   extern __shared__ __align__(128) unsigned char smem[];
   __half* sx = reinterpret_cast<__half*>(smem);  // [2][BM][kTileLd]
-  __half* sw = sx + 2 * BM * kTileLd;             // [2][BN][kTileLd]
+  __half* sw = sx + 2 * BM * kTileLd;            // [2][BN][kTileLd]
 
   const int tid = threadIdx.x, warp = tid >> 5;
   const int wm = warp / WN, wn = warp % WN;
@@ -436,8 +440,10 @@ __global__ void __launch_bounds__(WM * WN * 32, MinBlocks)
 
   auto load_stage = [&](int s) {
     const int64_t c = int64_t(s) * 2 + wc;
-    if (row_ok && c < chunks) chunk.load(w_row, c);
-    else chunk.zero();
+    if (row_ok && c < chunks)
+      chunk.load(w_row, c);
+    else
+      chunk.zero();
     const int64_t k0 = int64_t(s) * kStageK;
     if (x_rows_full && k0 + kStageK <= cols) {  // the common case: no checks
 #pragma unroll
@@ -460,7 +466,8 @@ __global__ void __launch_bounds__(WM * WN * 32, MinBlocks)
     chunk.decode(int64_t(s) * 2 + wc, h);
     uint4* dst = reinterpret_cast<uint4*>(sw + (buf * BN + wr) * kTileLd + wc * 32);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) dst[i] = make_uint4(h[4 * i], h[4 * i + 1], h[4 * i + 2], h[4 * i + 3]);
+    for (int i = 0; i < 4; ++i)
+      dst[i] = make_uint4(h[4 * i], h[4 * i + 1], h[4 * i + 2], h[4 * i + 3]);
 #pragma unroll
     for (int j = 0; j < XP; ++j) {
       const float4 lo = xv[2 * j], hi = xv[2 * j + 1];
@@ -489,7 +496,8 @@ __global__ void __launch_bounds__(WM * WN * 32, MinBlocks)
     for (int kk = 0; kk < kStageK / 16; ++kk) {
       wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> b[FN];
 #pragma unroll
-      for (int j = 0; j < FN; ++j) wmma::load_matrix_sync(b[j], w_tile + j * 16 * kTileLd + kk * 16, kTileLd);
+      for (int j = 0; j < FN; ++j)
+        wmma::load_matrix_sync(b[j], w_tile + j * 16 * kTileLd + kk * 16, kTileLd);
 #pragma unroll
       for (int i = 0; i < FM; ++i) {
         wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> xa;
@@ -508,8 +516,8 @@ __global__ void __launch_bounds__(WM * WN * 32, MinBlocks)
   for (int i = 0; i < FM; ++i)
 #pragma unroll
     for (int j = 0; j < FN; ++j)
-      wmma::store_matrix_sync(sc + (wm * FM * 16 + i * 16) * S::kLdc + wn * FN * 16 + j * 16, acc[i][j],
-                              S::kLdc, wmma::mem_row_major);
+      wmma::store_matrix_sync(sc + (wm * FM * 16 + i * 16) * S::kLdc + wn * FN * 16 + j * 16,
+                              acc[i][j], S::kLdc, wmma::mem_row_major);
   __syncthreads();
   for (int i = tid; i < BM * BN; i += T) {
     const int tm = i / BN, tn = i % BN;
@@ -531,7 +539,8 @@ void launch_tile(const GemmArgs& a, cudaStream_t stream) {
   auto kernel = kernel_gemm_wmma<F, BM, BN, WM, WN, MinBlocks>;
   // Above 48 KB of dynamic shared memory a kernel must opt in (once).
   static const bool opted_in = [&] {
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(S::kSmemBytes)));
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(S::kSmemBytes)));
     return true;
   }();
   (void)opted_in;

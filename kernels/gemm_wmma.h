@@ -30,8 +30,8 @@ struct GemmArgs {
   PackedMatrixView w;        // (rows, cols), on the device
   const float* x = nullptr;  // (n, ldx) fp32; 16-byte aligned rows read faster
   int64_t ldx = 0;
-  int n = 0;                 // tokens (rows of x and y), >= 1
-  float* y = nullptr;        // (n, ldy): y[t][0..rows) written, nothing else
+  int n = 0;           // tokens (rows of x and y), >= 1
+  float* y = nullptr;  // (n, ldy): y[t][0..rows) written, nothing else
   int64_t ldy = 0;
   const float* bias = nullptr;  // (rows) or null
   bool accumulate = false;      // y += W x (fused residual add)
@@ -41,9 +41,9 @@ struct GemmArgs {
 // rows and the device's SM count; the tests and the bench name one.
 enum class GemmTile : uint8_t {
   Auto,
-  T32x64,    // 4 warps: small n (batched decode) or few rows
-  T64x128,   // 8 warps
-  T128x128,  // 8 warps: prefill
+  T32x64,        // 4 warps: small n (batched decode) or few rows
+  T64x128,       // 8 warps
+  T128x128,      // 8 warps: prefill
   T128x128Occ2,  // the same capped at 128 registers: two blocks per SM where
                  // shared memory allows (sm_80+), one on the V100. Measured
                  // +10-15% for Q4_0/Q6_K/Q8_0 at 14336x4096, worse for Q4_K

@@ -100,7 +100,8 @@ __device__ void block_top_k(SelectShared& sm, int m, int k) {
   int remaining = k, equal = 0;
   auto any = [](int) { return true; };
   auto key_of = [&](int i) { return sm.keys[i]; };
-  for (int shift = 24; shift >= 0; shift -= 8) radix_pass(sm, m, shift, key_t, mask, remaining, equal, any, key_of);
+  for (int shift = 24; shift >= 0; shift -= 8)
+    radix_pass(sm, m, shift, key_t, mask, remaining, equal, any, key_of);
   // remaining of the `equal` candidates with key T are in; if not all, the
   // lowest indices (largest ~index) win.
   const bool ties = remaining < equal;
@@ -119,7 +120,7 @@ __device__ void block_top_k(SelectShared& sm, int m, int k) {
     const bool win = key > key_t || (key == key_t && (!ties || ~uint32_t(sm.ids[i]) >= inv_t));
     if (win) {
       const int slot = atomicAdd(&sm.slots, 1);
-      sm.hist[slot] = key;               // hist is free now: k <= 64 slots of keys
+      sm.hist[slot] = key;  // hist is free now: k <= 64 slots of keys
       sm.hist[kTopKMax + slot] = uint32_t(sm.ids[i]);
     }
   }
@@ -141,8 +142,8 @@ __device__ void block_top_k(SelectShared& sm, int m, int k) {
 
 // Writes the block's winners: to the final output or to the chunk's
 // candidate slots.
-__device__ void emit(const SelectShared& sm, int k, int32_t* ids_out, float* vals_out, uint32_t* cand_keys,
-                     int32_t* cand_ids) {
+__device__ void emit(const SelectShared& sm, int k, int32_t* ids_out, float* vals_out,
+                     uint32_t* cand_keys, int32_t* cand_ids) {
   for (int s = threadIdx.x; s < k; s += blockDim.x) {
     if (cand_keys) {
       cand_keys[s] = sm.win_keys[s];
@@ -156,10 +157,10 @@ __device__ void emit(const SelectShared& sm, int k, int32_t* ids_out, float* val
 
 // Chunks shorter than k are padded with keys 0 (NaN's key) and distinct
 // indices above any real one, which lose every tie.
-__global__ void __launch_bounds__(kThreads) kernel_topk_chunks(const float* __restrict__ logits, int64_t ld,
-                                                                int64_t n, int k, bool final_pass,
-                                                                uint32_t* cand_keys, int32_t* cand_ids,
-                                                                int32_t* out_ids, float* out_vals) {
+__global__ void __launch_bounds__(kThreads)
+    kernel_topk_chunks(const float* __restrict__ logits, int64_t ld, int64_t n, int k,
+                       bool final_pass, uint32_t* cand_keys, int32_t* cand_ids, int32_t* out_ids,
+                       float* out_vals) {
   __shared__ SelectShared sm;
   const int row = blockIdx.y, chunk = blockIdx.x, chunks = gridDim.x;
   const int64_t begin = int64_t(chunk) * kTopKChunk;
@@ -176,13 +177,15 @@ __global__ void __launch_bounds__(kThreads) kernel_topk_chunks(const float* __re
   __syncthreads();
   block_top_k(sm, max(m, k), k);
   const int64_t slot = (int64_t(row) * chunks + chunk) * k;
-  if (final_pass) emit(sm, k, out_ids + int64_t(row) * k, out_vals + int64_t(row) * k, nullptr, nullptr);
-  else emit(sm, k, nullptr, nullptr, cand_keys + slot, cand_ids + slot);
+  if (final_pass)
+    emit(sm, k, out_ids + int64_t(row) * k, out_vals + int64_t(row) * k, nullptr, nullptr);
+  else
+    emit(sm, k, nullptr, nullptr, cand_keys + slot, cand_ids + slot);
 }
 
-__global__ void __launch_bounds__(kThreads) kernel_topk_merge(const uint32_t* __restrict__ cand_keys,
-                                                               const int32_t* __restrict__ cand_ids, int chunks,
-                                                               int k, int32_t* out_ids, float* out_vals) {
+__global__ void __launch_bounds__(kThreads)
+    kernel_topk_merge(const uint32_t* __restrict__ cand_keys, const int32_t* __restrict__ cand_ids,
+                      int chunks, int k, int32_t* out_ids, float* out_vals) {
   __shared__ SelectShared sm;
   const int row = blockIdx.x, m = chunks * k;
   for (int i = threadIdx.x; i < m; i += blockDim.x) {
@@ -196,27 +199,30 @@ __global__ void __launch_bounds__(kThreads) kernel_topk_merge(const uint32_t* __
 
 }  // namespace
 
-void launch_topk(const float* logits, int64_t ld, int rows, int64_t n, int k, int32_t* out_ids, float* out_vals,
-                 void* scratch, cudaStream_t stream) {
+void launch_topk(const float* logits, int64_t ld, int rows, int64_t n, int k, int32_t* out_ids,
+                 float* out_vals, void* scratch, cudaStream_t stream) {
   if (rows == 0) return;
   VOLTAD_KERNEL_REQUIRE(k >= 1 && k <= kTopKMax && k <= n, "topk: 1 <= k <= min(64, n)");
   VOLTAD_KERNEL_REQUIRE(ld >= n && logits && out_ids && out_vals, "topk: buffers and row stride");
   const int64_t chunks = (n + kTopKChunk - 1) / kTopKChunk;
-  VOLTAD_KERNEL_REQUIRE(chunks * k <= kCapacity && n <= INT_MAX - kTopKMax, "topk: row too long for k");
+  VOLTAD_KERNEL_REQUIRE(chunks * k <= kCapacity && n <= INT_MAX - kTopKMax,
+                        "topk: row too long for k");
   VOLTAD_KERNEL_REQUIRE(rows <= 65535, "topk: at most 65535 rows");
   if (chunks == 1) {
-    kernel_topk_chunks<<<dim3(1, unsigned(rows)), kThreads, 0, stream>>>(logits, ld, n, k, true, nullptr, nullptr,
-                                                                          out_ids, out_vals);
+    kernel_topk_chunks<<<dim3(1, unsigned(rows)), kThreads, 0, stream>>>(
+        logits, ld, n, k, true, nullptr, nullptr, out_ids, out_vals);
     CUDA_CHECK(cudaGetLastError());
     return;
   }
   VOLTAD_KERNEL_REQUIRE(scratch != nullptr, "topk: scratch (topk_scratch_bytes)");
   uint32_t* cand_keys = static_cast<uint32_t*>(scratch);
-  int32_t* cand_ids = reinterpret_cast<int32_t*>(cand_keys + size_t(rows) * size_t(chunks) * size_t(k));
+  int32_t* cand_ids =
+      reinterpret_cast<int32_t*>(cand_keys + size_t(rows) * size_t(chunks) * size_t(k));
   kernel_topk_chunks<<<dim3(unsigned(chunks), unsigned(rows)), kThreads, 0, stream>>>(
       logits, ld, n, k, false, cand_keys, cand_ids, nullptr, nullptr);
   CUDA_CHECK(cudaGetLastError());
-  kernel_topk_merge<<<unsigned(rows), kThreads, 0, stream>>>(cand_keys, cand_ids, int(chunks), k, out_ids, out_vals);
+  kernel_topk_merge<<<unsigned(rows), kThreads, 0, stream>>>(cand_keys, cand_ids, int(chunks), k,
+                                                             out_ids, out_vals);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -131,11 +131,16 @@ struct Buffers {
 
 const char* tile_name(GemmTile t) {
   switch (t) {
-    case GemmTile::Auto: return "auto";
-    case GemmTile::T32x64: return "32x64";
-    case GemmTile::T64x128: return "64x128";
-    case GemmTile::T128x128: return "128x128";
-    case GemmTile::T128x128Occ2: return "128x128/2";
+    case GemmTile::Auto:
+      return "auto";
+    case GemmTile::T32x64:
+      return "32x64";
+    case GemmTile::T64x128:
+      return "64x128";
+    case GemmTile::T128x128:
+      return "128x128";
+    case GemmTile::T128x128Occ2:
+      return "128x128/2";
   }
   return "?";
 }
@@ -179,11 +184,12 @@ void cublas_reference(int n, int64_t rows, int64_t cols) {
   const float one = 1.0f, zero = 0.0f;
   // y (rows x n, column-major) = W^T(cols x rows, column-major)^T * x
   const float ms = time_ms([&] {
-    cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(rows), n, int(cols), &one, w, CUDA_R_16F, int(cols), x,
-                 CUDA_R_16F, int(cols), &zero, y, CUDA_R_32F, int(rows), CUBLAS_COMPUTE_32F,
-                 CUBLAS_GEMM_DEFAULT);
+    cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(rows), n, int(cols), &one, w, CUDA_R_16F,
+                 int(cols), x, CUDA_R_16F, int(cols), &zero, y, CUDA_R_32F, int(rows),
+                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   });
-  report("cuBLAS fp16 dense " + std::to_string(n) + "x" + std::to_string(rows) + "x" + std::to_string(cols),
+  report("cuBLAS fp16 dense " + std::to_string(n) + "x" + std::to_string(rows) + "x" +
+             std::to_string(cols),
          n, rows, cols, ms, true);
   cudaFree(w);
   cudaFree(x);
@@ -198,24 +204,29 @@ int main() {
   using namespace bench;
   cudaDeviceProp prop;
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("device: %s, %d SMs, sm_%d%d\n", prop.name, prop.multiProcessorCount, prop.major, prop.minor);
+  std::printf("device: %s, %d SMs, sm_%d%d\n", prop.name, prop.multiProcessorCount, prop.major,
+              prop.minor);
   Buffers buf(size_t(2048) * 14336, size_t(2048) * 14336);
 
   struct Fmt {
     PackedFormat f;
     const char* name;
   };
-  const Fmt formats[] = {{PackedFormat::Int4K256, "Q4_K"},  {PackedFormat::Int4Sym32, "Q4_0"},
-                         {PackedFormat::Int6K256, "Q6_K"},  {PackedFormat::Int8Sym32, "Q8_0"},
+  const Fmt formats[] = {{PackedFormat::Int4K256, "Q4_K"},
+                         {PackedFormat::Int4Sym32, "Q4_0"},
+                         {PackedFormat::Int6K256, "Q6_K"},
+                         {PackedFormat::Int8Sym32, "Q8_0"},
                          {PackedFormat::F16, "F16"}};
   struct Shape {
     int64_t rows, cols;
     const char* what;
   };
-  const Shape shapes[] = {{4096, 4096, "wq/wo"}, {14336, 4096, "gate/up"}, {4096, 14336, "down"},
+  const Shape shapes[] = {{4096, 4096, "wq/wo"},
+                          {14336, 4096, "gate/up"},
+                          {4096, 14336, "down"},
                           {1024, 4096, "wk/wv"}};
-  const GemmTile tiles[] = {GemmTile::T128x128, GemmTile::T128x128Occ2, GemmTile::T64x128, GemmTile::T32x64,
-                           GemmTile::Auto};
+  const GemmTile tiles[] = {GemmTile::T128x128, GemmTile::T128x128Occ2, GemmTile::T64x128,
+                            GemmTile::T32x64, GemmTile::Auto};
 
   std::printf("\n== 512 tokens: format x shape x tile ==\n");
   for (const Shape& s : shapes) {
@@ -225,8 +236,8 @@ int main() {
         const float ms = time_gemm(m, buf, 512, t);
         const std::string what = std::string(f.name) + " 512x" + std::to_string(s.rows) + "x" +
                                  std::to_string(s.cols) + " " + tile_name(t);
-        report(what, 512, s.rows, s.cols, ms, t == GemmTile::Auto && (f.f == PackedFormat::Int4K256 ||
-                                                                       f.f == PackedFormat::F16));
+        report(what, 512, s.rows, s.cols, ms,
+               t == GemmTile::Auto && (f.f == PackedFormat::Int4K256 || f.f == PackedFormat::F16));
       }
     }
   }
@@ -286,7 +297,8 @@ int main() {
     });
     char line[200];
     std::snprintf(line, sizeof line,
-                  "layer Q4_K_M 512 tokens: %.1f us, %.1f TFLOP/s; 32 layers %.1f ms = %.0f tok/s (GEMMs only)",
+                  "layer Q4_K_M 512 tokens: %.1f us, %.1f TFLOP/s; 32 layers %.1f ms = %.0f tok/s "
+                  "(GEMMs only)",
                   ms * 1e3, flops / (ms * 1e-3) / 1e12, 32 * ms, 512.0 / (32 * ms * 1e-3));
     std::printf("%s\n", line);
     g_summary.push_back(line);
@@ -355,8 +367,10 @@ int main() {
     const float ms_cc = time_ms([&] { launch_attention(aa, nullptr); });
     char line[200];
     std::snprintf(line, sizeof line,
-                  "attention 512 tokens after %4d: tensor cores %8.1f us %6.1f TFLOP/s | CUDA cores %8.1f us %6.1f TFLOP/s",
-                  start, ms_tc * 1e3, flops / (ms_tc * 1e-3) / 1e12, ms_cc * 1e3, flops / (ms_cc * 1e-3) / 1e12);
+                  "attention 512 tokens after %4d: tensor cores %8.1f us %6.1f TFLOP/s | CUDA "
+                  "cores %8.1f us %6.1f TFLOP/s",
+                  start, ms_tc * 1e3, flops / (ms_tc * 1e-3) / 1e12, ms_cc * 1e3,
+                  flops / (ms_cc * 1e-3) / 1e12);
     std::printf("%s\n", line);
     g_summary.push_back(line);
     cudaFree(kc), cudaFree(vc), cudaFree(q), cudaFree(out), cudaFree(partials);
@@ -376,9 +390,11 @@ int main() {
       CUDA_CHECK(cudaMalloc(&ids, size_t(rows) * k * 4));
       CUDA_CHECK(cudaMalloc(&scratch, topk_scratch_bytes(rows, n, k)));
       kernel_uniform<<<256, 256>>>(logits, size_t(rows) * n, 11);
-      const float ms = time_ms([&] { launch_topk(logits, n, rows, n, k, ids, vals, scratch, nullptr); });
+      const float ms =
+          time_ms([&] { launch_topk(logits, n, rows, n, k, ids, vals, scratch, nullptr); });
       char line[200];
-      std::snprintf(line, sizeof line, "topk rows %d n %lld k %2d: %7.1f us", rows, (long long)n, k, ms * 1e3);
+      std::snprintf(line, sizeof line, "topk rows %d n %lld k %2d: %7.1f us", rows, (long long)n, k,
+                    ms * 1e3);
       std::printf("%s\n", line);
       g_summary.push_back(line);
       cudaFree(logits), cudaFree(vals), cudaFree(ids), cudaFree(scratch);

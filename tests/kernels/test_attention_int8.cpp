@@ -34,14 +34,16 @@ struct Shape {
 
 // Runs one step over a random int8 cache: `seqs` sequences with cached[s]
 // positions already there plus new_tokens[s] in the step.
-void check_attention_int8(Shape sh, const std::vector<int>& cached, const std::vector<int>& new_tokens) {
+void check_attention_int8(Shape sh, const std::vector<int>& cached,
+                          const std::vector<int>& new_tokens) {
   std::ostringstream name;
   name << "heads " << sh.n_heads << "/" << sh.n_kv_heads << " head_dim " << sh.head_dim;
   CAPTURE(name.str());
   const int kv_dim = sh.n_kv_heads * sh.head_dim, q_dim = sh.n_heads * sh.head_dim;
   const int n_seqs = int(cached.size());
   int max_len = 0, n_tokens = 0;
-  for (int s = 0; s < n_seqs; ++s) max_len = std::max(max_len, cached[s] + new_tokens[s]), n_tokens += new_tokens[s];
+  for (int s = 0; s < n_seqs; ++s)
+    max_len = std::max(max_len, cached[s] + new_tokens[s]), n_tokens += new_tokens[s];
   const int blocks_per_seq = (max_len + 15) / 16;
   const int n_blocks = blocks_per_seq * n_seqs + 3;
   std::mt19937& rng = test_rng();
@@ -65,7 +67,8 @@ void check_attention_int8(Shape sh, const std::vector<int>& cached, const std::v
 
   std::vector<int32_t> positions, token_tables;
   for (int s = 0; s < n_seqs; ++s)
-    for (int i = 0; i < new_tokens[s]; ++i) positions.push_back(cached[s] + i), token_tables.push_back(s);
+    for (int i = 0; i < new_tokens[s]; ++i)
+      positions.push_back(cached[s] + i), token_tables.push_back(s);
   std::vector<float> q = random_floats(size_t(n_tokens) * size_t(q_dim));
   const float scale = 1.0f / std::sqrt(float(sh.head_dim));
 
@@ -74,7 +77,8 @@ void check_attention_int8(Shape sh, const std::vector<int>& cached, const std::v
   DeviceBuffer<int32_t> dpos(positions), dtt(token_tables), dtab(tables);
   DeviceBuffer<float> dq(q), dout(size_t(n_tokens) * size_t(q_dim));
   poison(dout);
-  DeviceBuffer<float> dpart(kernels::attention_partial_floats(n_tokens, sh.n_heads, sh.head_dim, max_len - 1));
+  DeviceBuffer<float> dpart(
+      kernels::attention_partial_floats(n_tokens, sh.n_heads, sh.head_dim, max_len - 1));
   kernels::AttentionArgs a;
   a.q = dq.get();
   a.ldq = q_dim;
@@ -94,7 +98,8 @@ void check_attention_int8(Shape sh, const std::vector<int>& cached, const std::v
   kernels::launch_attention_int8(a, {dk.get(), dv.get(), dks.get(), dvs.get()}, nullptr);
   std::vector<float> got = dout.download();
 
-  auto value = [&](const std::vector<int8_t>& vals, const std::vector<uint16_t>& sc, size_t slot, int kvh, int e) {
+  auto value = [&](const std::vector<int8_t>& vals, const std::vector<uint16_t>& sc, size_t slot,
+                   int kvh, int e) {
     return double(half_bits_to_float(sc[slot * size_t(sh.n_kv_heads) + size_t(kvh)])) *
            double(vals[slot * size_t(kv_dim) + size_t(kvh * sh.head_dim + e)]);
   };
@@ -107,7 +112,8 @@ void check_attention_int8(Shape sh, const std::vector<int>& cached, const std::v
       std::vector<double> scores(size_t(pos) + 1);
       double mx = -1e300;
       for (int p = 0; p <= pos; ++p) {
-        const size_t slot = size_t(tables[size_t(seq * blocks_per_seq + p / 16)]) * 16 + size_t(p % 16);
+        const size_t slot =
+            size_t(tables[size_t(seq * blocks_per_seq + p / 16)]) * 16 + size_t(p % 16);
         double s = 0;
         for (int e = 0; e < sh.head_dim; ++e)
           s += double(q[size_t(t * q_dim + h * sh.head_dim + e)]) * value(kq, ks, slot, kvh, e);
@@ -119,7 +125,8 @@ void check_attention_int8(Shape sh, const std::vector<int>& cached, const std::v
       for (int e = 0; e < sh.head_dim; ++e) {
         double acc = 0;
         for (int p = 0; p <= pos; ++p) {
-          const size_t slot = size_t(tables[size_t(seq * blocks_per_seq + p / 16)]) * 16 + size_t(p % 16);
+          const size_t slot =
+              size_t(tables[size_t(seq * blocks_per_seq + p / 16)]) * 16 + size_t(p % 16);
           acc += scores[size_t(p)] / sum * value(vq, vs, slot, kvh, e);
         }
         ref[size_t(t * q_dim + h * sh.head_dim + e)] = acc;
@@ -143,7 +150,8 @@ TEST_CASE("int8 kv_write: per-head scales and values match a CPU copy bit for bi
     DeviceBuffer<float> dk(k), dv(v);
     DeviceBuffer<int32_t> ds(slots);
     DeviceBuffer<int8_t> ck(size_t(n_slots * kv_dim)), cv(size_t(n_slots * kv_dim));
-    DeviceBuffer<uint16_t> cks(size_t(n_slots * sh.n_kv_heads)), cvs(size_t(n_slots * sh.n_kv_heads));
+    DeviceBuffer<uint16_t> cks(size_t(n_slots * sh.n_kv_heads)),
+        cvs(size_t(n_slots * sh.n_kv_heads));
     kernels::launch_fill_u16(cks.get(), cks.size(), 0x7E00, nullptr);
     kernels::launch_fill_u16(cvs.get(), cvs.size(), 0x7E00, nullptr);
     kernels::launch_kv_write_int8(dk.get(), dv.get(), ld, n, sh.n_kv_heads, sh.head_dim, ds.get(),
@@ -161,7 +169,8 @@ TEST_CASE("int8 kv_write: per-head scales and values match a CPU copy bit for bi
         const size_t slot = size_t(slots[size_t(t)]);
         for (int h = 0; h < sh.n_kv_heads; ++h) {
           float amax = 0.0f;
-          for (int e = 0; e < sh.head_dim; ++e) amax = std::max(amax, std::fabs(src[size_t(t * ld + h * sh.head_dim + e)]));
+          for (int e = 0; e < sh.head_dim; ++e)
+            amax = std::max(amax, std::fabs(src[size_t(t * ld + h * sh.head_dim + e)]));
           const uint16_t d_bits = float_to_half_bits(amax / 127.0f);
           const float d = half_bits_to_float(d_bits);
           bad += scales[slot * size_t(sh.n_kv_heads) + size_t(h)] != d_bits;
@@ -189,8 +198,8 @@ TEST_CASE("int8 kv_write: a non-finite value makes the head's scale NaN") {
   DeviceBuffer<int32_t> ds(std::vector<int32_t>{0});
   DeviceBuffer<int8_t> ck(64), cv(64);
   DeviceBuffer<uint16_t> cks(2), cvs(2);
-  kernels::launch_kv_write_int8(dk.get(), dv.get(), 64, 1, 2, 32, ds.get(), {ck.get(), cv.get(), cks.get(), cvs.get()},
-                                nullptr);
+  kernels::launch_kv_write_int8(dk.get(), dv.get(), 64, 1, 2, 32, ds.get(),
+                                {ck.get(), cv.get(), cks.get(), cvs.get()}, nullptr);
   const auto s = cks.download();
   CHECK(std::isnan(half_bits_to_float(s[0])));
   CHECK(std::isfinite(half_bits_to_float(s[1])));

@@ -27,8 +27,8 @@ struct Shape {
 // holds positions 0 .. start+n-1.
 void check_prefill(Shape sh, int start, int n) {
   std::ostringstream name;
-  name << "heads " << sh.n_heads << "/" << sh.n_kv_heads << " head_dim " << sh.head_dim << " start " << start
-       << " n " << n;
+  name << "heads " << sh.n_heads << "/" << sh.n_kv_heads << " head_dim " << sh.head_dim << " start "
+       << start << " n " << n;
   CAPTURE(name.str());
   const int kv_dim = sh.n_kv_heads * sh.head_dim, q_dim = sh.n_heads * sh.head_dim;
   const int len = start + n;
@@ -81,7 +81,8 @@ void check_prefill(Shape sh, int start, int n) {
   std::vector<double> ref(got.size(), 0.0), atol(got.size(), 1e300);
   const int group = sh.n_heads / sh.n_kv_heads;
   auto row = [&](int p, int kvh) {
-    return (size_t(table[size_t(p / 16)]) * 16 + size_t(p % 16)) * size_t(kv_dim) + size_t(kvh * sh.head_dim);
+    return (size_t(table[size_t(p / 16)]) * 16 + size_t(p % 16)) * size_t(kv_dim) +
+           size_t(kvh * sh.head_dim);
   };
   int stray = 0;
   for (int t = 0; t < n; ++t) {

@@ -107,7 +107,8 @@ double run_case(GgmlType type, const Case& c) {
   std::vector<float> w(size_t(c.cols));
   std::vector<double> xh(size_t(c.n * c.cols));
   for (int t = 0; t < c.n; ++t)
-    for (int64_t k = 0; k < c.cols; ++k) xh[size_t(t * c.cols + k)] = to_half(x[size_t(t * ldx + k)]);
+    for (int64_t k = 0; k < c.cols; ++k)
+      xh[size_t(t * c.cols + k)] = to_half(x[size_t(t * ldx + k)]);
   double worst_vs_fp32 = 0.0;
   int stray = 0;
   for (int64_t r = 0; r < c.rows; ++r) {
@@ -131,7 +132,8 @@ double run_case(GgmlType type, const Case& c) {
       ref[i] = sum + extra;
       atol[i] = 1e-4 * (mag + std::fabs(extra)) + 1e-30;
       if (exact_mag > 0)
-        worst_vs_fp32 = std::max(worst_vs_fp32, std::fabs(double(got[i]) - (exact + extra)) / exact_mag);
+        worst_vs_fp32 =
+            std::max(worst_vs_fp32, std::fabs(double(got[i]) - (exact + extra)) / exact_mag);
     }
   }
   // Everything outside [0, n) x [0, rows) must still be NaN.
@@ -164,8 +166,8 @@ TEST_CASE("gemm matches the float64 reference for every weight type, tile and sh
   const GgmlType types[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q4_K, GgmlType::Q5_0,
                             GgmlType::Q5_1, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0,
                             GgmlType::F16,  GgmlType::BF16, GgmlType::F32};
-  const GemmTile tiles[] = {GemmTile::T32x64, GemmTile::T64x128, GemmTile::T128x128, GemmTile::T128x128Occ2,
-                           GemmTile::Auto};
+  const GemmTile tiles[] = {GemmTile::T32x64, GemmTile::T64x128, GemmTile::T128x128,
+                            GemmTile::T128x128Occ2, GemmTile::Auto};
   const int ns[] = {9, 37, 130, 64, 200, 17, 33, 129};
   int i = 0;
   for (GgmlType type : types) {

@@ -46,7 +46,8 @@ void check_topk(int rows, int64_t n, int k, bool many_ties) {
   DeviceBuffer<int32_t> d_ids(size_t(rows * k));
   DeviceBuffer<uint8_t> d_scratch(std::max<size_t>(1, kernels::topk_scratch_bytes(rows, n, k)));
   poison(d_vals);
-  kernels::launch_topk(d_logits.get(), ld, rows, n, k, d_ids.get(), d_vals.get(), d_scratch.get(), nullptr);
+  kernels::launch_topk(d_logits.get(), ld, rows, n, k, d_ids.get(), d_vals.get(), d_scratch.get(),
+                       nullptr);
   CUDA_CHECK(cudaGetLastError());
   const std::vector<int32_t> ids = d_ids.download();
   const std::vector<float> vals = d_vals.download();
@@ -65,8 +66,8 @@ void check_topk(int rows, int64_t n, int k, bool many_ties) {
       const float want_v = row[want], got_v = vals[size_t(r * k + s)];
       const bool same_v = std::isnan(want_v) ? std::isnan(got_v) : got_v == want_v;
       if ((got != want || !same_v) && ++bad <= 5)
-        MESSAGE(name.str() << " row " << r << " rank " << s << ": got index " << got << " (" << got_v
-                           << "), want " << want << " (" << want_v << ")");
+        MESSAGE(name.str() << " row " << r << " rank " << s << ": got index " << got << " ("
+                           << got_v << "), want " << want << " (" << want_v << ")");
     }
   }
   CHECK(bad == 0);
@@ -85,8 +86,8 @@ TEST_CASE("topk: rows of one chunk (one pass)") {
 
 TEST_CASE("topk: vocabulary-sized rows (two passes)") {
   check_topk(3, 4097, 64, false);
-  check_topk(2, 32000, 1, false);      // argmax
-  check_topk(8, 128256, 40, false);    // Llama 3, a decode batch of 8
-  check_topk(2, 151936, 64, true);     // Qwen, many ties
-  check_topk(1, 262144, 64, false);    // the limit at k = 64
+  check_topk(2, 32000, 1, false);    // argmax
+  check_topk(8, 128256, 40, false);  // Llama 3, a decode batch of 8
+  check_topk(2, 151936, 64, true);   // Qwen, many ties
+  check_topk(1, 262144, 64, false);  // the limit at k = 64
 }
