@@ -50,6 +50,22 @@ enum class GemmTile : uint8_t {
                  // (spills) and F16: Auto does not pick it.
 };
 
+inline const char* gemm_tile_name(GemmTile t) {
+  switch (t) {
+    case GemmTile::Auto:
+      return "auto";
+    case GemmTile::T32x64:
+      return "32x64";
+    case GemmTile::T64x128:
+      return "64x128";
+    case GemmTile::T128x128:
+      return "128x128";
+    case GemmTile::T128x128Occ2:
+      return "128x128/2";
+  }
+  return "?";
+}
+
 // Every PackedFormat is supported. No scratch memory; graph-capturable.
 void launch_gemm(const GemmArgs& args, cudaStream_t stream);
 void launch_gemm(const GemmArgs& args, GemmTile tile, cudaStream_t stream);

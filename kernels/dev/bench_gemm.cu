@@ -129,22 +129,6 @@ struct Buffers {
   }
 };
 
-const char* tile_name(GemmTile t) {
-  switch (t) {
-    case GemmTile::Auto:
-      return "auto";
-    case GemmTile::T32x64:
-      return "32x64";
-    case GemmTile::T64x128:
-      return "64x128";
-    case GemmTile::T128x128:
-      return "128x128";
-    case GemmTile::T128x128Occ2:
-      return "128x128/2";
-  }
-  return "?";
-}
-
 std::vector<std::string> g_summary;
 
 float time_gemm(const Matrix& m, Buffers& buf, int n, GemmTile tile, bool accumulate = false) {
@@ -235,7 +219,7 @@ int main() {
       for (GemmTile t : tiles) {
         const float ms = time_gemm(m, buf, 512, t);
         const std::string what = std::string(f.name) + " 512x" + std::to_string(s.rows) + "x" +
-                                 std::to_string(s.cols) + " " + tile_name(t);
+                                 std::to_string(s.cols) + " " + gemm_tile_name(t);
         report(what, 512, s.rows, s.cols, ms,
                t == GemmTile::Auto && (f.f == PackedFormat::Int4K256 || f.f == PackedFormat::F16));
       }
@@ -267,7 +251,7 @@ int main() {
     for (int n : {9, 16, 32, 64, 128, 256, 1024, 2048}) {
       for (GemmTile t : tiles) {
         const float ms = time_gemm(m, buf, n, t);
-        report("Q4_K n=" + std::to_string(n) + " 4096x4096 " + tile_name(t), n, 4096, 4096, ms,
+        report("Q4_K n=" + std::to_string(n) + " 4096x4096 " + gemm_tile_name(t), n, 4096, 4096, ms,
                t == GemmTile::Auto && (n == 16 || n == 64 || n == 2048));
       }
     }

@@ -34,22 +34,6 @@ double to_half(float v) {
   return double(__half2float(__float2half_rn(v)));
 }
 
-const char* tile_name(GemmTile t) {
-  switch (t) {
-    case GemmTile::Auto:
-      return "auto";
-    case GemmTile::T32x64:
-      return "32x64";
-    case GemmTile::T64x128:
-      return "64x128";
-    case GemmTile::T128x128:
-      return "128x128";
-    case GemmTile::T128x128Occ2:
-      return "128x128/2";
-  }
-  return "?";
-}
-
 struct Case {
   int64_t rows, cols;
   int n;
@@ -62,8 +46,8 @@ double run_case(GgmlType type, const Case& c) {
   std::mt19937& rng = test_rng();
   std::ostringstream name;
   name << ggml_type_name(type) << " " << c.rows << "x" << c.cols << " n " << c.n << " tile "
-       << tile_name(c.tile) << (c.accumulate ? " +=" : "") << (c.with_bias ? " +bias" : "")
-       << (c.aligned_x ? "" : " unaligned-x");
+       << kernels::gemm_tile_name(c.tile) << (c.accumulate ? " +=" : "")
+       << (c.with_bias ? " +bias" : "") << (c.aligned_x ? "" : " unaligned-x");
   CAPTURE(name.str());
 
   const std::vector<uint8_t> gguf = random_valid_tensor(type, c.rows, c.cols, rng, 15);
