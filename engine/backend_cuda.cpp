@@ -13,6 +13,7 @@
 #include "kernels/activation.h"
 #include "kernels/attention.h"
 #include "kernels/attention_int8.h"
+#include "kernels/attention_prefill.h"
 #include "kernels/cuda_check.h"
 #include "kernels/embedding.h"
 #include "kernels/gather.h"
@@ -117,11 +118,17 @@ struct CudaBackend::Impl {
                        std::vector<uint8_t>& staging, uint64_t& done, uint64_t total);
   Status load_weights();
   Status allocate_workspace();
-  void attention(const Layer& layer, int n_tokens, int max_position, const int32_t* positions,
-                 const int32_t* token_tables);
+  // A run of consecutive tokens of one sequence in the step.
+  struct Span {
+    int first, count, start_pos, table_row;
+  };
+  // Split-K attention for n_tokens consecutive tokens whose queries start at q_in.
+  void attention(const Layer& layer, const float* q_in, float* out, int n_tokens, int max_position,
+                 const int32_t* positions, const int32_t* token_tables);
+  void attention_spans(const Layer& layer, const std::vector<Span>& spans, int max_position);
   // Every kernel of one step, on the stream (no copies, no syncs): what a
-  // decode graph captures. Inputs are read from d_ints.
-  void enqueue_step(int n, int n_out, int max_position);
+  // decode graph captures (spans == nullptr). Inputs are read from d_ints.
+  void enqueue_step(int n, int n_out, int max_position, const std::vector<Span>* spans = nullptr);
 };
 
 Status CudaBackend::Impl::upload_vector(const GgufTensor* t, float*& dst) {
@@ -335,8 +342,8 @@ Result<double> measure_copy_bandwidth(int device) {
   return 2.0 * double(bytes) / (double(ms[ms.size() / 2]) * 1e-3);
 }
 
-void CudaBackend::Impl::attention(const Layer& layer, int n_tokens, int max_position, const int32_t* positions,
-                                  const int32_t* token_tables) {
+void CudaBackend::Impl::attention(const Layer& layer, const float* q_in, float* out, int n_tokens, int max_position,
+                                  const int32_t* positions, const int32_t* token_tables) {
   const ModelConfig& c = model->config;
   // Tokens go in groups small enough for the split-K scratch.
   const size_t per_token = kernels::attention_partial_floats(1, int(c.n_heads), int(c.head_dim), max_position);
@@ -344,9 +351,9 @@ void CudaBackend::Impl::attention(const Layer& layer, int n_tokens, int max_posi
   for (int t0 = 0; t0 < n_tokens; t0 += group) {
     kernels::AttentionArgs a;
     a.n_tokens = std::min(group, n_tokens - t0);
-    a.q = q + int64_t(t0) * c.q_dim();
+    a.q = q_in + int64_t(t0) * c.q_dim();
     a.ldq = c.q_dim();
-    a.out = attn + int64_t(t0) * c.q_dim();
+    a.out = out + int64_t(t0) * c.q_dim();
     a.ldo = c.q_dim();
     a.cache = layer.kv;
     a.positions = positions + t0;
@@ -364,7 +371,7 @@ void CudaBackend::Impl::attention(const Layer& layer, int n_tokens, int max_posi
   }
 }
 
-void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position) {
+void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const std::vector<Span>* spans) {
   const ModelConfig& c = model->config;
   cudaStream_t st = stream;
   const int T = options.max_batch_tokens;
@@ -428,7 +435,8 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position) {
       kernels::launch_kv_write_int8(k, v, kvd, n, int(c.n_kv_heads), int(c.head_dim), d_slots, l.kv8, st);
     else
       kernels::launch_kv_write(k, v, kvd, n, kvd, d_slots, l.kv, st);
-    attention(l, n, max_position, d_positions, d_token_tables);
+    if (spans) attention_spans(l, *spans, max_position);
+    else attention(l, q, attn, n, max_position, d_positions, d_token_tables);
     quantize(attn, qd, qd);
     matvec(l.wo, attn, qd, n, x, dim, nullptr, true);  // residual add fused
 
@@ -447,6 +455,49 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position) {
     kernels::launch_quantize_activations(selected, dim, n_out, dim, xq, st);
     matvec(output, selected, dim, n_out, logits, c.n_vocab, nullptr, false);
   }
+}
+
+// Long prompt chunks go to the tensor-core prefill attention; everything
+// else (decode tokens, short chunks) to the split-K kernel, in runs of
+// consecutive tokens.
+void CudaBackend::Impl::attention_spans(const Layer& layer, const std::vector<Span>& spans, int max_position) {
+  const ModelConfig& c = model->config;
+  constexpr int kPrefillMinTokens = 16;
+  const bool tensor_cores = !options.kv_int8 && kernels::prefill_attention_supported(int(c.head_dim));
+  const int T = options.max_batch_tokens;
+  const int32_t* d_positions = d_ints + T;
+  const int32_t* d_token_tables = d_ints + 3 * T;
+  const int32_t* d_tables = d_ints + 5 * T + options.max_sequences;
+  int run_first = -1, run_end = -1;
+  auto flush = [&] {
+    if (run_first < 0) return;
+    attention(layer, q + int64_t(run_first) * c.q_dim(), attn + int64_t(run_first) * c.q_dim(),
+              run_end - run_first, max_position, d_positions + run_first, d_token_tables + run_first);
+    run_first = -1;
+  };
+  for (const Span& sp : spans) {
+    if (tensor_cores && sp.count >= kPrefillMinTokens) {
+      flush();
+      kernels::PrefillAttentionArgs a;
+      a.q = q + int64_t(sp.first) * c.q_dim();
+      a.ldq = c.q_dim();
+      a.out = attn + int64_t(sp.first) * c.q_dim();
+      a.ldo = c.q_dim();
+      a.cache = layer.kv;
+      a.block_table = d_tables + int64_t(sp.table_row) * table_stride;
+      a.start = sp.start_pos;
+      a.n = sp.count;
+      a.n_heads = int(c.n_heads);
+      a.n_kv_heads = int(c.n_kv_heads);
+      a.head_dim = int(c.head_dim);
+      a.scale = float(1.0 / std::sqrt(double(c.head_dim)));
+      kernels::launch_attention_prefill(a, stream);
+    } else {
+      if (run_first < 0) run_first = sp.first;
+      run_end = sp.first + sp.count;
+    }
+  }
+  flush();
 }
 
 Status CudaBackend::forward(std::span<const BatchChunk> chunks, ForwardOutput& out) {
@@ -515,7 +566,13 @@ Status CudaBackend::forward(std::span<const BatchChunk> chunks, ForwardOutput& o
     }
     CUDA_CHECK(cudaGraphLaunch(exec, st));
   } else {
-    m.enqueue_step(n, n_out, max_position);
+    std::vector<Impl::Span> spans;
+    int first = 0;
+    for (size_t s = 0; s < chunks.size(); ++s) {
+      spans.push_back({first, int(chunks[s].tokens.size()), chunks[s].start_pos, int(s)});
+      first += int(chunks[s].tokens.size());
+    }
+    m.enqueue_step(n, n_out, max_position, &spans);
   }
   if (n_out > 0) {
     CUDA_CHECK(cudaMemcpyAsync(m.h_logits, m.logits, out.logits.size() * sizeof(float), cudaMemcpyDeviceToHost, st));
