@@ -1,15 +1,16 @@
 #include "daemon/metrics.h"
 
-#include <cstdio>
+#include <charconv>
 
 namespace voltad {
 
 namespace {
 
+// Shortest text that reads back as the same double: "0.005", not "0.0050000000000000001".
 std::string number(double v) {
   char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.17g", v);
-  return buf;
+  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
+  return ec == std::errc() ? std::string(buf, end) : "NaN";
 }
 
 void header(std::string& out, const char* name, const char* type, const char* help) {
