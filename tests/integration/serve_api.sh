@@ -97,6 +97,25 @@ check "voltactl bench --json: two levels with rates" python3 -c "
 import json,sys; j=json.loads(sys.argv[1]); l=j['levels']
 assert [x['concurrency'] for x in l]==[1,2] and all(x['errors']==0 and x['ttft_s']>0 and x['aggregate_tokens_per_s']>0 for x in l)
 assert 550 <= j['prompt_chars'] <= 650" "$out"
+# Ctrl-C during an answer cancels it (the connection closes) and chat goes on.
+mkfifo "$tmp/chat_in"
+"$bin/voltactl" chat --max-tokens 400 <"$tmp/chat_in" >"$tmp/chat_out" 2>&1 &
+chat_pid=$!
+exec 7>"$tmp/chat_in"
+echo "Write a very long story about a dragon who learns to sing." >&7
+for _ in $(seq 600); do [[ -s $tmp/chat_out ]] && break; sleep 0.1; done
+kill -INT "$chat_pid"
+for _ in $(seq 100); do grep -q cancelled "$tmp/chat_out" && break; sleep 0.1; done
+check "voltactl chat: Ctrl-C cancels the answer" grep -q '^\[cancelled\]' "$tmp/chat_out"
+check "  ...and the daemon frees the sequence" python3 -c "
+import sys, time, subprocess
+sys.path.insert(0, '$(dirname "$0")')
+from serve_http import metrics, wait_for
+sys.exit(0 if wait_for(lambda: metrics('$sock')['voltad_running_sequences'] == 0, 20) else 1)"
+echo "/exit" >&7
+exec 7>&-
+wait "$chat_pid"
+check "  ...and chat goes on, then leaves on /exit (exit 0)" test $? -eq 0
 "$bin/voltactl" plan >/dev/null 2>&1
 check "voltactl plan: not available, non-zero" test $? -ne 0
 "$bin/voltactl" --socket "$tmp/none.sock" status >/dev/null 2>"$tmp/err"

@@ -41,7 +41,7 @@ if [[ -z $model || ! -s $model ]]; then
   exit 77
 fi
 
-# write_config FILE; $PER_USER, $MAX_SEQUENCES and $EXTRA_SERVER (indented
+# write_config FILE; $PER_USER, $MAX_SEQUENCES, $SHUTDOWN_GRACE and $EXTRA_SERVER (indented
 # lines for the server section) adjust it.
 write_config() {
   cat >"$1" <<YAML
@@ -55,7 +55,7 @@ server:
   max_header_bytes: 4KiB
   max_body_bytes: 64KiB
   max_requests_per_user: ${PER_USER:-64}
-  shutdown_grace: 10s
+  shutdown_grace: ${SHUTDOWN_GRACE:-10s}
 ${EXTRA_SERVER:-}
 engine:
   backend: cpu

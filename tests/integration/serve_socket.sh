@@ -46,6 +46,16 @@ check "a stale socket is replaced" grep -q "replacing stale socket $sock" "$log"
 check "and the new daemon answers" test "$(api /health | tail -n 1)" = 200
 stop_daemon
 
+# SIGTERM with a long stream running and shutdown_grace 1s.
+SHUTDOWN_GRACE=1s write_config "$tmp/voltad.yaml"
+start_daemon
+PYTHONPATH="$(dirname "$0")" python3 "$(dirname "$0")/serve_drain.py" "$sock" "$daemon_pid"
+check "drain: refuses new work, cancels the rest after the grace period" test $? -eq 0
+wait "$daemon_pid"
+check "drain: the daemon exits 0" test $? -eq 0
+daemon_pid=
+check "drain: logged the cancellation" grep -q "shutdown_grace has passed with 1 requests in flight" "$log"
+
 touch "$tmp/run/not-a-socket"
 sed "s|$sock|$tmp/run/not-a-socket|" "$tmp/voltad.yaml" >"$tmp/file.yaml"
 "$bin/voltad" --config "$tmp/file.yaml" >"$tmp/file.log" 2>&1
