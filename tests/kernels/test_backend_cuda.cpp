@@ -161,8 +161,17 @@ TEST_CASE("SmolLM2 on CUDA: greedy text as the reference, batched and single agr
   }
   ForwardOutput batched;
   REQUIRE(cuda->forward(chunks, batched).ok());
+  // Batched and alone run different kernel variants (rows per warp, batch
+  // slices, GEMM from 25 tokens), so their fp32 sums differ in order: ~1e-3
+  // of the largest logit. What this guards against is one sequence leaking
+  // into another, which shows as errors of order 1.
   for (size_t s = 0; s < prompts.size(); ++s) {
-    CHECK(relative_error(batched.row(int64_t(s)), alone[s]) < 1e-3);
+    double err = relative_error(batched.row(int64_t(s)), alone[s]);
+    MESSAGE("sequence " << s << ": batched vs alone relative error " << err);
+    CHECK(err < 5e-3);
+    auto row = batched.row(int64_t(s));
+    CHECK(std::max_element(row.begin(), row.end()) - row.begin() ==
+          std::max_element(alone[s].begin(), alone[s].end()) - alone[s].begin());
     cuda->kv_pool().release(int32_t(s));
   }
 
