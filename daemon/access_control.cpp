@@ -57,7 +57,8 @@ std::optional<uid_t> resolve_user(const std::string& name_or_uid) {
   if (auto id = parse_id<uid_t>(name_or_uid)) return id;
   std::vector<char> buf(lookup_buffer_size(_SC_GETPW_R_SIZE_MAX));
   passwd pw{}, *found = nullptr;
-  if (getpwnam_r(name_or_uid.c_str(), &pw, buf.data(), buf.size(), &found) != 0 || !found) return std::nullopt;
+  if (getpwnam_r(name_or_uid.c_str(), &pw, buf.data(), buf.size(), &found) != 0 || !found)
+    return std::nullopt;
   return pw.pw_uid;
 }
 
@@ -65,14 +66,16 @@ std::optional<gid_t> resolve_group(const std::string& name_or_gid) {
   if (auto id = parse_id<gid_t>(name_or_gid)) return id;
   std::vector<char> buf(lookup_buffer_size(_SC_GETGR_R_SIZE_MAX));
   group gr{}, *found = nullptr;
-  if (getgrnam_r(name_or_gid.c_str(), &gr, buf.data(), buf.size(), &found) != 0 || !found) return std::nullopt;
+  if (getgrnam_r(name_or_gid.c_str(), &gr, buf.data(), buf.size(), &found) != 0 || !found)
+    return std::nullopt;
   return gr.gr_gid;
 }
 
 std::string group_name(gid_t gid) {
   std::vector<char> buf(lookup_buffer_size(_SC_GETGR_R_SIZE_MAX));
   group gr{}, *found = nullptr;
-  if (getgrgid_r(gid, &gr, buf.data(), buf.size(), &found) != 0 || !found) return std::to_string(gid);
+  if (getgrgid_r(gid, &gr, buf.data(), buf.size(), &found) != 0 || !found)
+    return std::to_string(gid);
   return gr.gr_name;
 }
 
@@ -108,8 +111,8 @@ Result<PeerCredentials> peer_credentials(int fd) {
 }
 
 AccessPolicy AccessPolicy::create(const std::vector<std::string>& allow_users,
-                                  const std::vector<std::string>& allow_groups, gid_t default_group, uid_t own_uid,
-                                  std::vector<std::string>& warnings) {
+                                  const std::vector<std::string>& allow_groups, gid_t default_group,
+                                  uid_t own_uid, std::vector<std::string>& warnings) {
   AccessPolicy policy;
   policy.own_uid_ = own_uid;
   for (const auto& u : allow_users) {
@@ -131,10 +134,13 @@ AccessPolicy AccessPolicy::create(const std::vector<std::string>& allow_users,
 AccessDecision AccessPolicy::check(const PeerCredentials& peer) const {
   if (peer.uid == 0) return {true, "root"};
   if (peer.uid == own_uid_) return {true, "the daemon's own user"};
-  if (std::find(users_.begin(), users_.end(), peer.uid) != users_.end()) return {true, "user " + peer.user};
+  if (std::find(users_.begin(), users_.end(), peer.uid) != users_.end())
+    return {true, "user " + peer.user};
   for (gid_t g : peer.groups)
-    if (std::find(groups_.begin(), groups_.end(), g) != groups_.end()) return {true, "group " + group_name(g)};
-  return {false, "user " + peer.user + " is not in server.allow_users and in none of server.allow_groups"};
+    if (std::find(groups_.begin(), groups_.end(), g) != groups_.end())
+      return {true, "group " + group_name(g)};
+  return {false,
+          "user " + peer.user + " is not in server.allow_users and in none of server.allow_groups"};
 }
 
 std::string AccessPolicy::describe() const {
@@ -144,7 +150,9 @@ std::string AccessPolicy::describe() const {
   return s;
 }
 
-UserSlot::~UserSlot() { limiter_->release(uid_); }
+UserSlot::~UserSlot() {
+  limiter_->release(uid_);
+}
 
 std::unique_ptr<UserSlot> UserLimiter::try_acquire(uid_t uid) {
   std::lock_guard lock(mu_);

@@ -24,7 +24,7 @@ struct PeerCredentials {
   pid_t pid = 0;
   uid_t uid = 0;
   gid_t gid = 0;
-  std::string user;          // name from the password database; the uid as text when it has none
+  std::string user;           // name from the password database; the uid as text when it has none
   std::vector<gid_t> groups;  // primary and supplementary groups
 };
 
@@ -35,7 +35,8 @@ Result<PeerCredentials> peer_credentials(int fd);
 
 struct AccessDecision {
   bool allowed = false;
-  std::string reason;  // why, for the log: "root", "the daemon's own user", "user alice", "group voltad"
+  std::string
+      reason;  // why, for the log: "root", "the daemon's own user", "user alice", "group voltad"
 };
 
 class AccessPolicy {
@@ -44,8 +45,9 @@ class AccessPolicy {
   // allow_groups means `default_group` (the socket's group). Root and the
   // daemon's own effective uid are always allowed. Names that do not resolve
   // are reported in `warnings` and ignored.
-  static AccessPolicy create(const std::vector<std::string>& allow_users, const std::vector<std::string>& allow_groups,
-                             gid_t default_group, uid_t own_uid, std::vector<std::string>& warnings);
+  static AccessPolicy create(const std::vector<std::string>& allow_users,
+                             const std::vector<std::string>& allow_groups, gid_t default_group,
+                             uid_t own_uid, std::vector<std::string>& warnings);
 
   AccessDecision check(const PeerCredentials& peer) const;
   std::string describe() const;  // one line for the start-up log
@@ -61,7 +63,8 @@ class UserLimiter;
 // One request's place in its user's allowance; released on destruction.
 class UserSlot {
  public:
-  UserSlot(std::shared_ptr<UserLimiter> limiter, uid_t uid) : limiter_(std::move(limiter)), uid_(uid) {}
+  UserSlot(std::shared_ptr<UserLimiter> limiter, uid_t uid)
+      : limiter_(std::move(limiter)), uid_(uid) {}
   ~UserSlot();
   UserSlot(const UserSlot&) = delete;
   UserSlot& operator=(const UserSlot&) = delete;

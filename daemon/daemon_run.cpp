@@ -51,16 +51,18 @@ struct Failure {
   std::string message;
 };
 
-std::optional<Failure> load_engine(const config::Config& cfg, const std::string& model_path, ServerContext& ctx,
-                                   Engine& e) {
+std::optional<Failure> load_engine(const config::Config& cfg, const std::string& model_path,
+                                   ServerContext& ctx, Engine& e) {
   auto model = load_model(model_path);
   if (!model.ok()) return Failure{kExitModelData, model.error().message};
   e.model = model.value();
   auto data = tokenizer_data_from_gguf(*e.model->file);
-  if (!data.ok()) return Failure{kExitModelData, model_path + ": tokenizer: " + data.error().message};
+  if (!data.ok())
+    return Failure{kExitModelData, model_path + ": tokenizer: " + data.error().message};
   std::string chat_template = data->chat_template;
   auto tokenizer = Tokenizer::create(std::move(data.value()));
-  if (!tokenizer.ok()) return Failure{kExitModelData, model_path + ": tokenizer: " + tokenizer.error().message};
+  if (!tokenizer.ok())
+    return Failure{kExitModelData, model_path + ": tokenizer: " + tokenizer.error().message};
   e.tokenizer = std::make_unique<Tokenizer>(std::move(tokenizer.value()));
   auto format = choose_chat_format(chat_template, cfg.model.chat_template);
   if (!format.ok()) return Failure{kExitModelData, model_path + ": " + format.error().message};
@@ -79,25 +81,30 @@ std::optional<Failure> load_engine(const config::Config& cfg, const std::string&
     CudaBackendOptions options;
     options.max_context = int32_t(cfg.engine.max_context);
     options.max_sequences = int32_t(cfg.engine.max_sequences);
-    options.max_batch_tokens = int32_t(std::max(cfg.engine.max_batch_tokens, cfg.engine.max_sequences));
+    options.max_batch_tokens =
+        int32_t(std::max(cfg.engine.max_batch_tokens, cfg.engine.max_sequences));
     options.kv_int8 = cfg.engine.kv_cache_type == "int8";
-    options.on_progress = [last = -1](uint64_t done, uint64_t total, const std::string& tensor) mutable {
+    options.on_progress = [last = -1](uint64_t done, uint64_t total,
+                                      const std::string& tensor) mutable {
       int pct = int(100.0 * double(done) / double(std::max<uint64_t>(total, 1)));
       if (pct / 10 != last / 10) spdlog::info("loading weights: {}% ({})", pct, tensor);
       last = pct;
     };
     auto backend = CudaBackend::create(e.model, options);
-    // Never a silent fallback to the CPU: serving a big model there by surprise is worse than not starting.
+    // Never a silent fallback to the CPU: serving a big model there by surprise is worse than not
+    // starting.
     if (!backend.ok())
-      return Failure{kExitUnavailable, "engine.backend is cuda: " + backend.error().message +
-                                           " (voltad does not fall back to the CPU; set engine.backend: cpu to "
-                                           "serve on the CPU reference backend)"};
+      return Failure{kExitUnavailable,
+                     "engine.backend is cuda: " + backend.error().message +
+                         " (voltad does not fall back to the CPU; set engine.backend: cpu to "
+                         "serve on the CPU reference backend)"};
     e.served.kv_cache_bytes = backend.value()->memory_use().kv_cache;
     e.backend = std::move(backend.value());
 #else
-    return Failure{kExitUnavailable,
-                   "engine.backend is cuda, but this voltad was built without CUDA; rebuild with CUDA or set "
-                   "engine.backend: cpu"};
+    return Failure{
+        kExitUnavailable,
+        "engine.backend is cuda, but this voltad was built without CUDA; rebuild with CUDA or set "
+        "engine.backend: cpu"};
 #endif
   }
 
@@ -116,7 +123,8 @@ std::optional<Failure> load_engine(const config::Config& cfg, const std::string&
   s.tokenizer = e.tokenizer.get();
   s.chat_format = format.value();
   s.chat_options = chat_render_options_from_template(s.chat_format, chat_template);
-  // Llama 3's template writes BOS itself; the others get it as a token id when the model asks for one.
+  // Llama 3's template writes BOS itself; the others get it as a token id when the model asks for
+  // one.
   if (s.chat_format == ChatFormat::Llama3 && e.tokenizer->bos() >= 0)
     s.bos_text = e.tokenizer->token_piece(e.tokenizer->bos());
   else
@@ -184,9 +192,11 @@ int serve(const config::Config& cfg, const std::string& config_path) {
   const std::string model_path = config::expand_path(cfg.model.path);
   std::error_code fec;
   if (!std::filesystem::is_regular_file(model_path, fec)) {
-    spdlog::error("no model to serve: model.path is '{}' in {}, and no file is there. Set model.path to a GGUF file "
-                  "(scripts/fetch-demo-model.sh fetches a small one).",
-                  model_path, config_path);
+    spdlog::error(
+        "no model to serve: model.path is '{}' in {}, and no file is there. Set model.path to a "
+        "GGUF file "
+        "(scripts/fetch-demo-model.sh fetches a small one).",
+        model_path, config_path);
     return kExitNoModel;
   }
 
@@ -196,8 +206,8 @@ int serve(const config::Config& cfg, const std::string& config_path) {
   if (!cfg.server.socket_group.empty()) {
     socket.group = resolve_group(cfg.server.socket_group);
     if (!socket.group) {
-      spdlog::error("server.socket_group '{}' in {} is not a group on this system", cfg.server.socket_group,
-                    config_path);
+      spdlog::error("server.socket_group '{}' in {} is not a group on this system",
+                    cfg.server.socket_group, config_path);
       return kExitConfig;
     }
   }
@@ -209,8 +219,9 @@ int serve(const config::Config& cfg, const std::string& config_path) {
   ctx.limits.read_timeout = cfg.server.read_timeout.value;
   ctx.limits.write_timeout = cfg.server.write_timeout.value;
   std::vector<std::string> warnings;
-  ctx.access = AccessPolicy::create(cfg.server.allow_users, cfg.server.allow_groups,
-                                    socket.group ? *socket.group : ::getegid(), ::geteuid(), warnings);
+  ctx.access =
+      AccessPolicy::create(cfg.server.allow_users, cfg.server.allow_groups,
+                           socket.group ? *socket.group : ::getegid(), ::geteuid(), warnings);
   for (auto& w : warnings) spdlog::warn("{}", w);
   ctx.user_limiter = std::make_shared<UserLimiter>(cfg.server.max_requests_per_user);
   ctx.model_name = cfg.model.name.empty() ? default_model_name(model_path) : cfg.model.name;
@@ -229,8 +240,8 @@ int serve(const config::Config& cfg, const std::string& config_path) {
   ::stat(socket.path.c_str(), &socket_stat);
   auto listener = std::make_shared<Listener>(ioc, std::move(acceptor.value()), ctx);
   listener->run();
-  spdlog::info("listening on {} (mode {}, allowed: {}); loading {}", socket.path, cfg.server.socket_mode,
-               ctx.access.describe(), model_path);
+  spdlog::info("listening on {} (mode {}, allowed: {}); loading {}", socket.path,
+               cfg.server.socket_mode, ctx.access.describe(), model_path);
 
   std::atomic<int> exit_code{kExitOk};
   std::thread engine_thread([&] {
@@ -245,16 +256,19 @@ int serve(const config::Config& cfg, const std::string& config_path) {
     ctx.served.store(&engine.served, std::memory_order_release);
     HealthState expected = HealthState::Loading;
     // A stop requested during loading wins: nothing is served.
-    if (!ctx.state.compare_exchange_strong(expected, HealthState::Ready, std::memory_order_acq_rel)) return;
-    spdlog::info("ready: serving {} on {} (backend {}, context {} tokens, up to {} sequences, {} KV blocks)",
-                 ctx.model_name, socket.path, engine.served.backend, engine.served.max_context,
-                 cfg.engine.max_sequences, engine.scheduler->stats().kv_blocks_total);
+    if (!ctx.state.compare_exchange_strong(expected, HealthState::Ready, std::memory_order_acq_rel))
+      return;
+    spdlog::info(
+        "ready: serving {} on {} (backend {}, context {} tokens, up to {} sequences, {} KV blocks)",
+        ctx.model_name, socket.path, engine.served.backend, engine.served.max_context,
+        cfg.engine.max_sequences, engine.scheduler->stats().kv_blocks_total);
     engine.scheduler->run();
   });
 
   net::signal_set signals(ioc, SIGINT, SIGTERM);
   std::shared_ptr<Drain> drain;
-  std::function<void(boost::system::error_code, int)> on_signal = [&](boost::system::error_code ec, int sig) {
+  std::function<void(boost::system::error_code, int)> on_signal = [&](boost::system::error_code ec,
+                                                                      int sig) {
     if (ec) return;
     if (drain) {
       spdlog::warn("second signal ({}): cancelling every request now", strsignal(sig));
@@ -283,7 +297,8 @@ int serve(const config::Config& cfg, const std::string& config_path) {
   engine_thread.join();
   // Remove the socket only if it is still ours (not a successor's).
   struct stat now {};
-  if (::stat(socket.path.c_str(), &now) == 0 && now.st_ino == socket_stat.st_ino && now.st_dev == socket_stat.st_dev)
+  if (::stat(socket.path.c_str(), &now) == 0 && now.st_ino == socket_stat.st_ino &&
+      now.st_dev == socket_stat.st_dev)
     ::unlink(socket.path.c_str());
   spdlog::info("stopped");
   return exit_code.load();

@@ -6,8 +6,8 @@ namespace voltad {
 
 namespace http = boost::beast::http;
 
-HttpResponse make_response(unsigned status, std::string content_type, std::string body, unsigned version,
-                           bool keep_alive) {
+HttpResponse make_response(unsigned status, std::string content_type, std::string body,
+                           unsigned version, bool keep_alive) {
   HttpResponse res{static_cast<http::status>(status), version};
   res.set(http::field::server, "voltad/" VOLTAD_VERSION);
   res.set(http::field::content_type, content_type);
@@ -23,7 +23,8 @@ HttpResponse json_response(unsigned status, std::string body, unsigned version, 
 
 HttpResponse error_response(const ApiError& error, unsigned version, bool keep_alive) {
   HttpResponse res = json_response(unsigned(error.status), error_body(error), version, keep_alive);
-  if (error.retry_after_seconds > 0) res.set(http::field::retry_after, std::to_string(error.retry_after_seconds));
+  if (error.retry_after_seconds > 0)
+    res.set(http::field::retry_after, std::to_string(error.retry_after_seconds));
   return res;
 }
 

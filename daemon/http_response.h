@@ -12,8 +12,8 @@ namespace voltad {
 using HttpRequest = boost::beast::http::request<boost::beast::http::string_body>;
 using HttpResponse = boost::beast::http::response<boost::beast::http::string_body>;
 
-HttpResponse make_response(unsigned status, std::string content_type, std::string body, unsigned version,
-                           bool keep_alive);
+HttpResponse make_response(unsigned status, std::string content_type, std::string body,
+                           unsigned version, bool keep_alive);
 HttpResponse json_response(unsigned status, std::string body, unsigned version, bool keep_alive);
 // The OpenAI error object with its status; Retry-After when the error asks for it.
 HttpResponse error_response(const ApiError& error, unsigned version, bool keep_alive);

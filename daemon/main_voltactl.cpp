@@ -11,10 +11,13 @@ constexpr const char* kUsage =
     "usage: voltactl [--socket PATH] COMMAND [ARGS]\n"
     "commands:\n"
     "  generate PROMPT [--max-tokens N] [--temperature T] [--seed N]   continue PROMPT, streamed\n"
-    "  chat [--system TEXT] [--max-tokens N] [--temperature T]         interactive chat; Ctrl-C stops an answer\n"
-    "  status                                                          health, model, load, latency\n"
+    "  chat [--system TEXT] [--max-tokens N] [--temperature T]         interactive chat; Ctrl-C "
+    "stops an answer\n"
+    "  status                                                          health, model, load, "
+    "latency\n"
     "  models                                                          the models served\n"
-    "  bench [--concurrency 1,2,4,8] [--max-tokens 200] [--json]       TTFT, prompt and decode tokens/s\n"
+    "  bench [--concurrency 1,2,4,8] [--max-tokens 200] [--json]       TTFT, prompt and decode "
+    "tokens/s\n"
     "  plan | reload                                                   not available yet\n"
     "The socket is --socket, else $VOLTAD_SOCKET, else the daemon's default (%s).\n";
 }
@@ -53,8 +56,9 @@ int main(int argc, char** argv) {
   if (cmd == "models") return voltad::ctl::cmd_models(client, args);
   if (cmd == "bench") return voltad::ctl::cmd_bench(client, args);
   if (cmd == "plan" || cmd == "reload") {
-    std::fprintf(stderr, "voltactl %s: not available yet: voltad has no %s endpoint in this build\n", cmd.c_str(),
-                 cmd == "plan" ? "placement/memory plan" : "config reload");
+    std::fprintf(stderr,
+                 "voltactl %s: not available yet: voltad has no %s endpoint in this build\n",
+                 cmd.c_str(), cmd == "plan" ? "placement/memory plan" : "config reload");
     return voltad::kExitUnavailable;
   }
   std::fprintf(stderr, "voltactl: unknown command '%s'\n", cmd.c_str());

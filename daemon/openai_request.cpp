@@ -39,7 +39,8 @@ std::optional<ApiError> check_depth(std::string_view body) {
       in_string = true;
     } else if (c == '[' || c == '{') {
       if (++depth > kMaxDepth)
-        return bad_request("the JSON body nests deeper than " + std::to_string(kMaxDepth) + " levels");
+        return bad_request("the JSON body nests deeper than " + std::to_string(kMaxDepth) +
+                           " levels");
     } else if (c == ']' || c == '}') {
       --depth;
     }
@@ -54,9 +55,11 @@ std::optional<ApiError> parse_object(std::string_view body, Json& out) {
   } catch (const Json::exception& e) {
     // parse_error, and out_of_range for numbers too large for a double.
     std::string what = e.what();
-    // "[json.exception.parse_error.101] parse error at line 1, column 2: ..." -> from "parse error".
+    // "[json.exception.parse_error.101] parse error at line 1, column 2: ..." -> from "parse
+    // error".
     auto at = what.find("] ");
-    return bad_request("the request body is not valid JSON: " + (at == std::string::npos ? what : what.substr(at + 2)),
+    return bad_request("the request body is not valid JSON: " +
+                           (at == std::string::npos ? what : what.substr(at + 2)),
                        {}, "invalid_json");
   }
   if (!out.is_object()) return bad_request("the request body must be a JSON object");
@@ -65,13 +68,20 @@ std::optional<ApiError> parse_object(std::string_view body, Json& out) {
 
 const char* type_name(const Json& v) {
   switch (v.type()) {
-    case Json::value_t::null: return "null";
-    case Json::value_t::boolean: return "a boolean";
-    case Json::value_t::string: return "a string";
-    case Json::value_t::array: return "an array";
-    case Json::value_t::object: return "an object";
-    case Json::value_t::number_float: return "a number with a fraction";
-    default: return "a number";
+    case Json::value_t::null:
+      return "null";
+    case Json::value_t::boolean:
+      return "a boolean";
+    case Json::value_t::string:
+      return "a string";
+    case Json::value_t::array:
+      return "an array";
+    case Json::value_t::object:
+      return "an object";
+    case Json::value_t::number_float:
+      return "a number with a fraction";
+    default:
+      return "a number";
   }
 }
 
@@ -113,14 +123,17 @@ class Fields {
     out = float(d);
     return std::nullopt;
   }
-  std::optional<ApiError> get(const char* name, int64_t lo, int64_t hi, std::optional<int64_t>& out) const {
+  std::optional<ApiError> get(const char* name, int64_t lo, int64_t hi,
+                              std::optional<int64_t>& out) const {
     const Json* v = find(name);
     if (!v) return std::nullopt;
     if (!v->is_number_integer()) return wrong_type(name, "an integer", *v);
-    int64_t x = v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(INT64_MAX) ? INT64_MAX : v->get<int64_t>();
+    int64_t x = v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(INT64_MAX)
+                    ? INT64_MAX
+                    : v->get<int64_t>();
     if (x < lo || x > hi)
-      return bad_request("'" + std::string(name) + "' must be between " + std::to_string(lo) + " and " +
-                             std::to_string(hi) + ", not " + std::to_string(x),
+      return bad_request("'" + std::string(name) + "' must be between " + std::to_string(lo) +
+                             " and " + std::to_string(hi) + ", not " + std::to_string(x),
                          name);
     out = x;
     return std::nullopt;
@@ -130,8 +143,8 @@ class Fields {
   const Json& obj_;
 };
 
-#define VOLTAD_API_TRY(expr)     \
-  do {                           \
+#define VOLTAD_API_TRY(expr)         \
+  do {                               \
     if (auto e_ = (expr)) return e_; \
   } while (0)
 
@@ -146,15 +159,18 @@ std::optional<ApiError> parse_messages(const Json& object, std::vector<ChatMessa
     if (!m.is_object()) return wrong_type(where, "an object", m);
     ChatMessage msg;
     auto role = m.find("role");
-    if (role == m.end() || !role->is_string()) return bad_request("'" + where + ".role' must be a string", where + ".role");
+    if (role == m.end() || !role->is_string())
+      return bad_request("'" + where + ".role' must be a string", where + ".role");
     msg.role = role->get<std::string>();
     if (msg.role == "developer") msg.role = "system";  // OpenAI's newer name for the system prompt
     if (msg.role != "system" && msg.role != "user" && msg.role != "assistant")
-      return bad_request("'" + where + ".role' is '" + msg.role + "'; supported: system, developer, user, assistant",
+      return bad_request("'" + where + ".role' is '" + msg.role +
+                             "'; supported: system, developer, user, assistant",
                          where + ".role");
     auto content = m.find("content");
     if (content == m.end() || content->is_null()) {
-      if (msg.role != "assistant") return bad_request("'" + where + ".content' is required", where + ".content");
+      if (msg.role != "assistant")
+        return bad_request("'" + where + ".content' is required", where + ".content");
     } else if (content->is_string()) {
       msg.content = content->get<std::string>();
     } else if (content->is_array()) {
@@ -165,9 +181,11 @@ std::optional<ApiError> parse_messages(const Json& object, std::vector<ChatMessa
         if (!part.is_object()) return wrong_type(pw, "an object", part);
         auto type = part.find("type");
         if (type == part.end() || !type->is_string() || type->get<std::string>() != "text")
-          return bad_request("'" + pw + ".type' must be \"text\": this model reads text only", pw + ".type");
+          return bad_request("'" + pw + ".type' must be \"text\": this model reads text only",
+                             pw + ".type");
         auto text = part.find("text");
-        if (text == part.end() || !text->is_string()) return bad_request("'" + pw + ".text' must be a string", pw + ".text");
+        if (text == part.end() || !text->is_string())
+          return bad_request("'" + pw + ".text' must be a string", pw + ".text");
         msg.content += text->get<std::string>();
       }
     } else {
@@ -186,11 +204,13 @@ std::optional<ApiError> parse_stop(const Fields& f, std::vector<std::string>& ou
     return std::nullopt;
   }
   if (!v->is_array()) return wrong_type("stop", "a string or an array of strings", *v);
-  if (v->size() > 16) return bad_request("'stop' has " + std::to_string(v->size()) + " strings; at most 16", "stop");
+  if (v->size() > 16)
+    return bad_request("'stop' has " + std::to_string(v->size()) + " strings; at most 16", "stop");
   for (size_t i = 0; i < v->size(); ++i) {
     const Json& s = (*v)[i];
     if (!s.is_string()) return wrong_type("stop[" + std::to_string(i) + "]", "a string", s);
-    if (s.get<std::string>().size() > 1024) return bad_request("'stop' strings are at most 1024 bytes", "stop");
+    if (s.get<std::string>().size() > 1024)
+      return bad_request("'stop' strings are at most 1024 bytes", "stop");
     if (!s.get<std::string>().empty()) out.push_back(s.get<std::string>());
   }
   return std::nullopt;
@@ -202,14 +222,16 @@ std::optional<ApiError> parse_common(const Json& object, CompletionRequest& r) {
   VOLTAD_API_TRY(f.get("model", r.model));
   std::optional<int64_t> max_tokens, n, seed, top_k;
   VOLTAD_API_TRY(f.get("max_tokens", 1, 1 << 20, max_tokens));
-  if (r.kind == CompletionRequest::Kind::Chat) VOLTAD_API_TRY(f.get("max_completion_tokens", 1, 1 << 20, max_tokens));
+  if (r.kind == CompletionRequest::Kind::Chat)
+    VOLTAD_API_TRY(f.get("max_completion_tokens", 1, 1 << 20, max_tokens));
   if (max_tokens) r.max_tokens = int32_t(*max_tokens);
   VOLTAD_API_TRY(f.get("n", 1, 128, n));
   if (n && *n != 1) return bad_request("'n' must be 1: one choice per request is supported", "n");
   VOLTAD_API_TRY(f.get("seed", INT64_MIN, INT64_MAX, seed));
   if (seed) r.sampling.seed = uint64_t(*seed);
   VOLTAD_API_TRY(f.get("top_k", -1, 1 << 20, top_k));
-  if (top_k) r.sampling.top_k = int32_t(std::max<int64_t>(*top_k, 0));  // -1: off, as vLLM spells it
+  if (top_k)
+    r.sampling.top_k = int32_t(std::max<int64_t>(*top_k, 0));  // -1: off, as vLLM spells it
   VOLTAD_API_TRY(f.get("temperature", r.sampling.temperature));
   VOLTAD_API_TRY(f.get("top_p", r.sampling.top_p));
   VOLTAD_API_TRY(f.get("min_p", r.sampling.min_p));
@@ -219,7 +241,8 @@ std::optional<ApiError> parse_common(const Json& object, CompletionRequest& r) {
   if (auto status = r.sampling.validate(); !status.ok()) {
     // validate() says "field: why".
     const std::string& m = status.error().message;
-    return bad_request("'" + m.substr(0, m.find(':')) + "'" + m.substr(m.find(':')), m.substr(0, m.find(':')));
+    return bad_request("'" + m.substr(0, m.find(':')) + "'" + m.substr(m.find(':')),
+                       m.substr(0, m.find(':')));
   }
   VOLTAD_API_TRY(parse_stop(f, r.stop));
   VOLTAD_API_TRY(f.get("stream", r.stream));
@@ -237,9 +260,11 @@ std::optional<ApiError> parse_common(const Json& object, CompletionRequest& r) {
     return bad_request("'tools' are not supported by this server", "tools");
   if (const Json* rf = f.find("response_format")) {
     if (!rf->is_object() || rf->value("type", std::string()) != "text")
-      return bad_request("'response_format' other than {\"type\": \"text\"} is not supported", "response_format");
+      return bad_request("'response_format' other than {\"type\": \"text\"} is not supported",
+                         "response_format");
   }
-  if (const Json* lp = f.find("logprobs"); lp && !(lp->is_boolean() && !lp->get<bool>()) && !(lp->is_number_integer() && lp->get<int64_t>() == 0))
+  if (const Json* lp = f.find("logprobs"); lp && !(lp->is_boolean() && !lp->get<bool>()) &&
+                                           !(lp->is_number_integer() && lp->get<int64_t>() == 0))
     return bad_request("'logprobs' are not supported by this server", "logprobs");
   return std::nullopt;
 }
@@ -269,9 +294,11 @@ std::optional<ApiError> parse_text_completion(std::string_view body, CompletionR
     out.prompt = p[0].get<std::string>();
   } else if (p.is_array() && !p.empty() && p[0].is_number_integer()) {
     for (size_t i = 0; i < p.size(); ++i) {
-      if (!p[i].is_number_integer()) return wrong_type("prompt[" + std::to_string(i) + "]", "a token id", p[i]);
+      if (!p[i].is_number_integer())
+        return wrong_type("prompt[" + std::to_string(i) + "]", "a token id", p[i]);
       int64_t t = p[i].get<int64_t>();
-      if (t < 0 || t > INT32_MAX) return bad_request("'prompt[" + std::to_string(i) + "]' is not a token id", "prompt");
+      if (t < 0 || t > INT32_MAX)
+        return bad_request("'prompt[" + std::to_string(i) + "]' is not a token id", "prompt");
       out.prompt_tokens.push_back(int32_t(t));
     }
   } else if (p.is_array() && p.size() > 1) {
@@ -288,7 +315,8 @@ std::optional<ApiError> parse_text_completion(std::string_view body, CompletionR
   if (best_of && *best_of != 1) return bad_request("'best_of' must be 1", "best_of");
   std::string suffix;
   VOLTAD_API_TRY(f.get("suffix", suffix));
-  if (!suffix.empty()) return bad_request("'suffix' (insertion) is not supported by this server", "suffix");
+  if (!suffix.empty())
+    return bad_request("'suffix' (insertion) is not supported by this server", "suffix");
   return parse_common(object, out);
 }
 
@@ -320,7 +348,9 @@ std::optional<ApiError> parse_detokenize(std::string_view body, DetokenizeReques
   for (size_t i = 0; i < tokens->size(); ++i) {
     const Json& t = (*tokens)[i];
     if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX)
-      return bad_request("'tokens[" + std::to_string(i) + "]' must be a token id (a non-negative integer)", "tokens");
+      return bad_request(
+          "'tokens[" + std::to_string(i) + "]' must be a token id (a non-negative integer)",
+          "tokens");
     out.tokens.push_back(int32_t(t.get<int64_t>()));
   }
   return std::nullopt;

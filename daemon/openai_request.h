@@ -20,8 +20,8 @@ struct ApiError {
   int status = 400;
   std::string message;
   std::string type = "invalid_request_error";
-  std::string param;  // the offending field, when one is to blame
-  std::string code;   // machine-readable, e.g. "context_length_exceeded"
+  std::string param;            // the offending field, when one is to blame
+  std::string code;             // machine-readable, e.g. "context_length_exceeded"
   int retry_after_seconds = 0;  // sent as Retry-After when > 0
 };
 
@@ -30,12 +30,12 @@ ApiError bad_request(std::string message, std::string param = {}, std::string co
 // A chat or text completion request, before tokenization.
 struct CompletionRequest {
   enum class Kind { Chat, Text } kind = Kind::Chat;
-  std::string model;                  // empty: whatever is served
-  std::vector<ChatMessage> messages;  // Chat
-  std::string prompt;                 // Text: prompt as text...
+  std::string model;                   // empty: whatever is served
+  std::vector<ChatMessage> messages;   // Chat
+  std::string prompt;                  // Text: prompt as text...
   std::vector<int32_t> prompt_tokens;  // ...or as token ids
-  std::optional<int32_t> max_tokens;  // none: up to the end of the context
-  SamplingParams sampling;            // temperature defaults to 1, as in OpenAI's API
+  std::optional<int32_t> max_tokens;   // none: up to the end of the context
+  SamplingParams sampling;             // temperature defaults to 1, as in OpenAI's API
   std::vector<std::string> stop;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage

@@ -40,10 +40,12 @@ std::string new_completion_id(CompletionRequest::Kind kind) {
   return id;
 }
 
-const char* finish_reason_name(EndReason reason) { return reason == EndReason::Length ? "length" : "stop"; }
+const char* finish_reason_name(EndReason reason) {
+  return reason == EndReason::Length ? "length" : "stop";
+}
 
-CompletionFormatter::CompletionFormatter(CompletionRequest::Kind kind, std::string id, std::string model,
-                                         int64_t created)
+CompletionFormatter::CompletionFormatter(CompletionRequest::Kind kind, std::string id,
+                                         std::string model, int64_t created)
     : kind_(kind), id_(std::move(id)), model_(std::move(model)), created_(created) {}
 
 std::string CompletionFormatter::chunk_object() const {
@@ -58,32 +60,47 @@ std::string CompletionFormatter::response(const std::string& text, const StreamE
               {"logprobs", nullptr},
               {"finish_reason", finish_reason_name(last.end)}};
   } else {
-    choice = {{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish_reason_name(last.end)}};
+    choice = {{"index", 0},
+              {"text", text},
+              {"logprobs", nullptr},
+              {"finish_reason", finish_reason_name(last.end)}};
   }
-  Json j = {{"id", id_},
-            {"object", kind_ == CompletionRequest::Kind::Chat ? "chat.completion" : "text_completion"},
-            {"created", created_},
-            {"model", model_},
-            {"choices", Json::array({choice})},
-            {"usage", usage_json(last)}};
+  Json j = {
+      {"id", id_},
+      {"object", kind_ == CompletionRequest::Kind::Chat ? "chat.completion" : "text_completion"},
+      {"created", created_},
+      {"model", model_},
+      {"choices", Json::array({choice})},
+      {"usage", usage_json(last)}};
   return j.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
 std::string CompletionFormatter::first_chunk() const {
   if (kind_ != CompletionRequest::Kind::Chat) return {};
-  Json choice = {{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr},
+  Json choice = {{"index", 0},
+                 {"delta", {{"role", "assistant"}, {"content", ""}}},
+                 {"logprobs", nullptr},
                  {"finish_reason", nullptr}};
-  return sse({{"id", id_}, {"object", chunk_object()}, {"created", created_}, {"model", model_},
+  return sse({{"id", id_},
+              {"object", chunk_object()},
+              {"created", created_},
+              {"model", model_},
               {"choices", Json::array({choice})}});
 }
 
 std::string CompletionFormatter::text_chunk(const std::string& text) const {
   Json choice;
   if (kind_ == CompletionRequest::Kind::Chat)
-    choice = {{"index", 0}, {"delta", {{"content", text}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+    choice = {{"index", 0},
+              {"delta", {{"content", text}}},
+              {"logprobs", nullptr},
+              {"finish_reason", nullptr}};
   else
     choice = {{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
-  return sse({{"id", id_}, {"object", chunk_object()}, {"created", created_}, {"model", model_},
+  return sse({{"id", id_},
+              {"object", chunk_object()},
+              {"created", created_},
+              {"model", model_},
               {"choices", Json::array({choice})}});
 }
 
@@ -92,17 +109,29 @@ std::string CompletionFormatter::final_chunks(const StreamEvent& last, bool incl
   if (!last.text.empty()) out += text_chunk(last.text);
   Json choice;
   if (kind_ == CompletionRequest::Kind::Chat)
-    choice = {{"index", 0}, {"delta", Json::object()}, {"logprobs", nullptr},
+    choice = {{"index", 0},
+              {"delta", Json::object()},
+              {"logprobs", nullptr},
               {"finish_reason", finish_reason_name(last.end)}};
   else
-    choice = {{"index", 0}, {"text", ""}, {"logprobs", nullptr}, {"finish_reason", finish_reason_name(last.end)}};
-  Json finish = {{"id", id_}, {"object", chunk_object()}, {"created", created_}, {"model", model_},
+    choice = {{"index", 0},
+              {"text", ""},
+              {"logprobs", nullptr},
+              {"finish_reason", finish_reason_name(last.end)}};
+  Json finish = {{"id", id_},
+                 {"object", chunk_object()},
+                 {"created", created_},
+                 {"model", model_},
                  {"choices", Json::array({choice})}};
   if (include_usage) {
     finish["usage"] = nullptr;
     out += sse(finish);
-    out += sse({{"id", id_}, {"object", chunk_object()}, {"created", created_}, {"model", model_},
-                {"choices", Json::array()}, {"usage", usage_json(last)}});
+    out += sse({{"id", id_},
+                {"object", chunk_object()},
+                {"created", created_},
+                {"model", model_},
+                {"choices", Json::array()},
+                {"usage", usage_json(last)}});
   } else {
     finish["usage"] = usage_json(last);
     out += sse(finish);

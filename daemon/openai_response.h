@@ -18,7 +18,8 @@ std::string new_completion_id(CompletionRequest::Kind kind);
 
 class CompletionFormatter {
  public:
-  CompletionFormatter(CompletionRequest::Kind kind, std::string id, std::string model, int64_t created);
+  CompletionFormatter(CompletionRequest::Kind kind, std::string id, std::string model,
+                      int64_t created);
 
   // Non-streamed: the whole response.
   std::string response(const std::string& text, const StreamEvent& last) const;

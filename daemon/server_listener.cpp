@@ -44,24 +44,29 @@ Result<local::acceptor> open_unix_listener(net::strand<net::io_context::executor
   namespace fs = std::filesystem;
   if (o.path.empty()) return make_error("server.socket_path is empty");
   if (o.path.size() >= sizeof(sockaddr_un::sun_path))
-    return make_error("server.socket_path '" + o.path + "' is longer than a Unix socket path may be (" +
-                      std::to_string(sizeof(sockaddr_un::sun_path) - 1) + " bytes); choose a shorter path");
+    return make_error(
+        "server.socket_path '" + o.path + "' is longer than a Unix socket path may be (" +
+        std::to_string(sizeof(sockaddr_un::sun_path) - 1) + " bytes); choose a shorter path");
   std::error_code fec;
   fs::path parent = fs::path(o.path).parent_path();
   if (!parent.empty() && !fs::exists(parent, fec)) {
     fs::create_directories(parent, fec);
-    if (fec) return make_error("cannot create the socket's directory " + parent.string() + ": " + fec.message());
+    if (fec)
+      return make_error("cannot create the socket's directory " + parent.string() + ": " +
+                        fec.message());
     fs::permissions(parent, fs::perms(0755), fec);
   }
   struct stat st {};
   if (::lstat(o.path.c_str(), &st) == 0) {
     if (!S_ISSOCK(st.st_mode))
-      return make_error(o.path + " exists and is not a socket; remove it or choose another server.socket_path");
+      return make_error(
+          o.path + " exists and is not a socket; remove it or choose another server.socket_path");
     auto live = socket_is_live(o.path);
     if (!live.ok()) return live.error();
     if (*live)
-      return make_error("another process is already listening on " + o.path +
-                        " (a voltad already running?); stop it or choose another server.socket_path");
+      return make_error(
+          "another process is already listening on " + o.path +
+          " (a voltad already running?); stop it or choose another server.socket_path");
     spdlog::info("replacing stale socket {} (nothing listens on it)", o.path);
     if (::unlink(o.path.c_str()) != 0 && errno != ENOENT)
       return make_error("cannot remove the stale socket " + o.path + ": " + std::strerror(errno));
@@ -77,8 +82,9 @@ Result<local::acceptor> open_unix_listener(net::strand<net::io_context::executor
   if (o.group && ::chown(o.path.c_str(), uid_t(-1), *o.group) != 0) {
     int err = errno;
     ::unlink(o.path.c_str());
-    return make_error("cannot give the socket " + o.path + " to group " + group_name(*o.group) + ": " +
-                      std::strerror(err) + " (is the daemon a member of server.socket_group?)");
+    return make_error("cannot give the socket " + o.path + " to group " + group_name(*o.group) +
+                      ": " + std::strerror(err) +
+                      " (is the daemon a member of server.socket_group?)");
   }
   if (::chmod(o.path.c_str(), o.mode) != 0) {
     int err = errno;
@@ -94,7 +100,10 @@ Result<local::acceptor> open_unix_listener(net::strand<net::io_context::executor
 }
 
 Listener::Listener(net::io_context& ioc, local::acceptor acceptor, ServerContext& ctx)
-    : ioc_(ioc), acceptor_(std::move(acceptor)), retry_timer_(acceptor_.get_executor()), ctx_(ctx) {}
+    : ioc_(ioc),
+      acceptor_(std::move(acceptor)),
+      retry_timer_(acceptor_.get_executor()),
+      ctx_(ctx) {}
 
 void Listener::run() {
   net::post(acceptor_.get_executor(), [self = shared_from_this()] { self->do_accept(); });
@@ -111,9 +120,10 @@ void Listener::stop() {
 void Listener::do_accept() {
   if (!acceptor_.is_open()) return;
   // Each connection gets its own strand: its handlers never run concurrently.
-  acceptor_.async_accept(net::make_strand(ioc_), [self = shared_from_this()](auto ec, local::socket socket) {
-    self->on_accept(ec, std::move(socket));
-  });
+  acceptor_.async_accept(net::make_strand(ioc_),
+                         [self = shared_from_this()](auto ec, local::socket socket) {
+                           self->on_accept(ec, std::move(socket));
+                         });
 }
 
 void Listener::on_accept(boost::system::error_code ec, local::socket socket) {
@@ -134,25 +144,26 @@ void Listener::on_accept(boost::system::error_code ec, local::socket socket) {
   }
   auto creds = peer_credentials(socket.native_handle());
   if (!creds.ok()) {
-    spdlog::warn("closing a connection whose credentials cannot be read: {}", creds.error().message);
+    spdlog::warn("closing a connection whose credentials cannot be read: {}",
+                 creds.error().message);
     ctx_.metrics.count_connection(false, "credentials");
     return do_accept();
   }
   Session::Refusal refusal = Session::Refusal::None;
   AccessDecision access = ctx_.access.check(*creds);
   if (!access.allowed) {
-    spdlog::warn("refused a connection from uid {} ({}) pid {}: {}", creds->uid, creds->user, creds->pid,
-                 access.reason);
+    spdlog::warn("refused a connection from uid {} ({}) pid {}: {}", creds->uid, creds->user,
+                 creds->pid, access.reason);
     refusal = Session::Refusal::Forbidden;
     ctx_.metrics.count_connection(false, "forbidden");
   } else if (ctx_.open_connections.load() >= ctx_.limits.max_connections) {
-    spdlog::warn("refused a connection from uid {} pid {}: server.max_connections ({}) are open", creds->uid,
-                 creds->pid, ctx_.limits.max_connections);
+    spdlog::warn("refused a connection from uid {} pid {}: server.max_connections ({}) are open",
+                 creds->uid, creds->pid, ctx_.limits.max_connections);
     refusal = Session::Refusal::Overloaded;
     ctx_.metrics.count_connection(false, "max_connections");
   } else {
-    spdlog::debug("connection from uid {} ({}) pid {}: allowed as {}", creds->uid, creds->user, creds->pid,
-                  access.reason);
+    spdlog::debug("connection from uid {} ({}) pid {}: allowed as {}", creds->uid, creds->user,
+                  creds->pid, access.reason);
     ctx_.metrics.count_connection(true);
   }
   std::make_shared<Session>(std::move(socket), ctx_, std::move(*creds), refusal)->run();

@@ -37,11 +37,13 @@ struct UnixSocketOptions {
 
 // Binds and listens; every failure says what to do (the caller exits with kExitCantCreate).
 Result<boost::asio::local::stream_protocol::acceptor> open_unix_listener(
-    boost::asio::strand<boost::asio::io_context::executor_type> strand, const UnixSocketOptions& options);
+    boost::asio::strand<boost::asio::io_context::executor_type> strand,
+    const UnixSocketOptions& options);
 
 class Listener : public std::enable_shared_from_this<Listener> {
  public:
-  Listener(boost::asio::io_context& ioc, boost::asio::local::stream_protocol::acceptor acceptor, ServerContext& ctx);
+  Listener(boost::asio::io_context& ioc, boost::asio::local::stream_protocol::acceptor acceptor,
+           ServerContext& ctx);
   void run();
   void stop();
 

@@ -11,10 +11,14 @@ using Json = nlohmann::json;
 
 const char* health_state_name(HealthState state) {
   switch (state) {
-    case HealthState::Loading: return "loading";
-    case HealthState::Ready: return "ready";
-    case HealthState::Draining: return "draining";
-    case HealthState::Degraded: return "degraded";
+    case HealthState::Loading:
+      return "loading";
+    case HealthState::Ready:
+      return "ready";
+    case HealthState::Draining:
+      return "draining";
+    case HealthState::Degraded:
+      return "degraded";
   }
   return "loading";
 }
@@ -43,7 +47,8 @@ struct Call {
   unsigned version() const { return req.version(); }
   bool keep_alive() const { return req.keep_alive(); }
   HttpResponse json(unsigned status, const Json& body) const {
-    return json_response(status, body.dump(-1, ' ', false, Json::error_handler_t::replace), version(), keep_alive());
+    return json_response(status, body.dump(-1, ' ', false, Json::error_handler_t::replace),
+                         version(), keep_alive());
   }
   HttpResponse error(const ApiError& e) const { return error_response(e, version(), keep_alive()); }
 };
@@ -56,15 +61,18 @@ ApiError not_ready(const ServerContext& ctx) {
 
 std::optional<ApiError> check_model_name(const std::string& requested, const ServedModel& m) {
   if (requested.empty() || requested == m.name) return std::nullopt;
-  ApiError e = not_found("the model '" + requested + "' does not exist here; this server serves '" + m.name + "'",
-                         "model_not_found");
+  ApiError e = not_found(
+      "the model '" + requested + "' does not exist here; this server serves '" + m.name + "'",
+      "model_not_found");
   e.param = "model";
   return e;
 }
 
 HttpResponse health(const Call& c) {
   HealthState s = c.ctx.state.load(std::memory_order_acquire);
-  Json body = {{"status", health_state_name(s)}, {"model", c.ctx.model_name}, {"backend", c.ctx.backend_name}};
+  Json body = {{"status", health_state_name(s)},
+               {"model", c.ctx.model_name},
+               {"backend", c.ctx.backend_name}};
   if (const ServedModel* m = c.ctx.loaded()) {
     SchedulerStats st = m->scheduler->stats();
     body["running"] = st.running;
@@ -123,13 +131,17 @@ RouteOutcome generation(const Call& c, CompletionRequest::Kind kind, std::functi
   g.prompt = prompt_tokens(*m, r);
   const int64_t room = int64_t(m->max_context) - int64_t(g.prompt.size());
   if (room < 1 || (r.max_tokens && *r.max_tokens > room)) {
-    std::string msg = "this model's context is " + std::to_string(m->max_context) + " tokens; the prompt has " +
-                      std::to_string(g.prompt.size()) +
-                      (r.max_tokens ? " and max_tokens asks for " + std::to_string(*r.max_tokens) + " more"
-                                    : ", which leaves no room to generate") +
-                      ": shorten the prompt or lower max_tokens";
-    out.response = c.error(bad_request(msg, r.max_tokens ? "max_tokens" : (kind == CompletionRequest::Kind::Chat ? "messages" : "prompt"),
-                                       "context_length_exceeded"));
+    std::string msg =
+        "this model's context is " + std::to_string(m->max_context) + " tokens; the prompt has " +
+        std::to_string(g.prompt.size()) +
+        (r.max_tokens ? " and max_tokens asks for " + std::to_string(*r.max_tokens) + " more"
+                      : ", which leaves no room to generate") +
+        ": shorten the prompt or lower max_tokens";
+    out.response = c.error(
+        bad_request(msg,
+                    r.max_tokens ? "max_tokens"
+                                 : (kind == CompletionRequest::Kind::Chat ? "messages" : "prompt"),
+                    "context_length_exceeded"));
     return out;
   }
   g.max_tokens = r.max_tokens ? *r.max_tokens : int32_t(room);
@@ -146,15 +158,16 @@ RouteOutcome generation(const Call& c, CompletionRequest::Kind kind, std::functi
     e.status = 429;
     e.type = "rate_limit_exceeded";
     e.code = "too_many_requests";
-    e.message = "user " + c.peer.user + " already has " + std::to_string(c.ctx.user_limiter->max_per_user()) +
+    e.message = "user " + c.peer.user + " already has " +
+                std::to_string(c.ctx.user_limiter->max_per_user()) +
                 " requests in flight (server.max_requests_per_user); wait for one to finish";
     e.retry_after_seconds = 1;
     out.response = c.error(e);
     return out;
   }
   auto job = std::make_shared<GenerationJob>(
-      CompletionFormatter(kind, new_completion_id(kind), m->name, int64_t(std::time(nullptr))), r.stream,
-      r.include_usage);
+      CompletionFormatter(kind, new_completion_id(kind), m->name, int64_t(std::time(nullptr))),
+      r.stream, r.include_usage);
   job->stream = std::make_shared<RequestStream>(std::move(notify));
   job->user_slot = std::move(slot);
   job->endpoint = out.endpoint;
@@ -180,10 +193,12 @@ HttpResponse tokenize(const Call& c) {
   if (r.prompt) {
     tokens = m->tokenizer->encode(*r.prompt, r.add_special && m->add_bos, true);
   } else {
-    std::string text = render_chat(m->chat_format, r.messages, true, r.add_special ? m->bos_text : "", m->chat_options);
+    std::string text = render_chat(m->chat_format, r.messages, true,
+                                   r.add_special ? m->bos_text : "", m->chat_options);
     tokens = m->tokenizer->encode(text, r.add_special && m->add_bos, true);
   }
-  return c.json(200, {{"tokens", tokens}, {"count", tokens.size()}, {"max_model_len", m->max_context}});
+  return c.json(200,
+                {{"tokens", tokens}, {"count", tokens.size()}, {"max_model_len", m->max_context}});
 }
 
 HttpResponse detokenize(const Call& c) {
@@ -194,8 +209,9 @@ HttpResponse detokenize(const Call& c) {
   if (auto e = check_model_name(r.model, *m)) return c.error(*e);
   for (size_t i = 0; i < r.tokens.size(); ++i)
     if (size_t(r.tokens[i]) >= m->tokenizer->vocab_size())
-      return c.error(bad_request("'tokens[" + std::to_string(i) + "]' is " + std::to_string(r.tokens[i]) +
-                                     ", outside the vocabulary (" + std::to_string(m->tokenizer->vocab_size()) + ")",
+      return c.error(bad_request("'tokens[" + std::to_string(i) + "]' is " +
+                                     std::to_string(r.tokens[i]) + ", outside the vocabulary (" +
+                                     std::to_string(m->tokenizer->vocab_size()) + ")",
                                  "tokens"));
   return c.json(200, {{"prompt", m->tokenizer->decode(r.tokens)}});
 }
@@ -203,8 +219,8 @@ HttpResponse detokenize(const Call& c) {
 HttpResponse method_not_allowed(const Call& c, const char* allow) {
   ApiError e;
   e.status = 405;
-  e.message = std::string(c.req.method_string()) + " is not allowed on " + std::string(c.req.target()) +
-              "; use " + allow;
+  e.message = std::string(c.req.method_string()) + " is not allowed on " +
+              std::string(c.req.target()) + "; use " + allow;
   e.code = "method_not_allowed";
   HttpResponse res = c.error(e);
   res.set(http::field::allow, allow);
@@ -228,7 +244,9 @@ RouteOutcome route_request(ServerContext& ctx, const HttpRequest& req, const Pee
       out.response = method_not_allowed(c, "POST");
       return out;
     }
-    return generation(c, path == "/v1/chat/completions" ? CompletionRequest::Kind::Chat : CompletionRequest::Kind::Text,
+    return generation(c,
+                      path == "/v1/chat/completions" ? CompletionRequest::Kind::Chat
+                                                     : CompletionRequest::Kind::Text,
                       std::move(notify));
   }
   if (path == "/health" || path == "/metrics" || path == "/v1/models") {
@@ -237,8 +255,9 @@ RouteOutcome route_request(ServerContext& ctx, const HttpRequest& req, const Pee
     else if (path == "/health")
       out.response = health(c);
     else if (path == "/metrics")
-      out.response = make_response(200, "text/plain; version=0.0.4; charset=utf-8", ctx.metrics.render(ctx.snapshot()),
-                                   req.version(), req.keep_alive());
+      out.response =
+          make_response(200, "text/plain; version=0.0.4; charset=utf-8",
+                        ctx.metrics.render(ctx.snapshot()), req.version(), req.keep_alive());
     else
       out.response = c.json(200, {{"object", "list"}, {"data", Json::array({model_object(ctx)})}});
     return out;
@@ -250,7 +269,8 @@ RouteOutcome route_request(ServerContext& ctx, const HttpRequest& req, const Pee
     else if (path.substr(11) == ctx.model_name)
       out.response = c.json(200, model_object(ctx));
     else
-      out.response = c.error(not_found("the model '" + path.substr(11) + "' does not exist here; this server serves '" +
+      out.response = c.error(not_found("the model '" + path.substr(11) +
+                                           "' does not exist here; this server serves '" +
                                            ctx.model_name + "'",
                                        "model_not_found"));
     return out;
@@ -263,9 +283,10 @@ RouteOutcome route_request(ServerContext& ctx, const HttpRequest& req, const Pee
     return out;
   }
   out.endpoint = "other";
-  out.response = c.error(not_found("no route " + std::string(req.method_string()) + " " + path +
-                                   "; this server has /v1/chat/completions, /v1/completions, /v1/models, /tokenize, "
-                                   "/detokenize, /health and /metrics"));
+  out.response = c.error(
+      not_found("no route " + std::string(req.method_string()) + " " + path +
+                "; this server has /v1/chat/completions, /v1/completions, /v1/models, /tokenize, "
+                "/detokenize, /health and /metrics"));
   return out;
 }
 

@@ -39,8 +39,8 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 
 }  // namespace
 
-Session::Session(net::local::stream_protocol::socket&& socket, ServerContext& ctx, PeerCredentials peer,
-                 Refusal refusal)
+Session::Session(net::local::stream_protocol::socket&& socket, ServerContext& ctx,
+                 PeerCredentials peer, Refusal refusal)
     : stream_(std::move(socket)), ctx_(ctx), peer_(std::move(peer)), refusal_(refusal) {
   ++ctx_.open_connections;
 }
@@ -55,7 +55,8 @@ Session::~Session() {
 
 void Session::run() {
   // Start on the strand: the socket's executor is the connection's strand.
-  net::dispatch(stream_.get_executor(), beast::bind_front_handler(&Session::do_read, shared_from_this()));
+  net::dispatch(stream_.get_executor(),
+                beast::bind_front_handler(&Session::do_read, shared_from_this()));
 }
 
 void Session::do_read() {
@@ -65,7 +66,8 @@ void Session::do_read() {
   // The whole request, idle time before it included, must arrive within the
   // deadline: a client that trickles bytes (slow loris) is cut off.
   stream_.expires_after(ctx_.limits.read_timeout);
-  http::async_read(stream_, buffer_, *parser_, beast::bind_front_handler(&Session::on_read, shared_from_this()));
+  http::async_read(stream_, buffer_, *parser_,
+                   beast::bind_front_handler(&Session::on_read, shared_from_this()));
 }
 
 void Session::on_read(error_code ec, size_t) {
@@ -73,23 +75,28 @@ void Session::on_read(error_code ec, size_t) {
   endpoint_ = "other";
   if (ec == http::error::end_of_stream) return do_close();
   if (ec == http::error::header_limit) {
-    return send(error_response(status_error(431, "the request header is larger than server.max_header_bytes (" +
-                                                     std::to_string(ctx_.limits.max_header_bytes) + " bytes)"),
-                               11, false),
-                true);
+    return send(
+        error_response(
+            status_error(431, "the request header is larger than server.max_header_bytes (" +
+                                  std::to_string(ctx_.limits.max_header_bytes) + " bytes)"),
+            11, false),
+        true);
   }
   if (ec == http::error::body_limit) {
-    return send(error_response(status_error(413, "the request body is larger than server.max_body_bytes (" +
-                                                     std::to_string(ctx_.limits.max_body_bytes) + " bytes)"),
-                               11, false),
+    return send(error_response(
+                    status_error(413, "the request body is larger than server.max_body_bytes (" +
+                                          std::to_string(ctx_.limits.max_body_bytes) + " bytes)"),
+                    11, false),
                 true);
   }
   if (ec && ec.category() == http::make_error_code(http::error::bad_method).category() &&
       ec != http::error::partial_message) {
-    return send(error_response(bad_request("malformed HTTP request: " + ec.message()), 11, false), true);
+    return send(error_response(bad_request("malformed HTTP request: " + ec.message()), 11, false),
+                true);
   }
   if (ec == beast::error::timeout && !parser_->got_some()) {
-    spdlog::debug("connection from uid {} pid {}: idle past server.read_timeout; closing it", peer_.uid, peer_.pid);
+    spdlog::debug("connection from uid {} pid {}: idle past server.read_timeout; closing it",
+                  peer_.uid, peer_.pid);
     return do_close();
   }
   if (ec) return fail(ec, "read");
@@ -99,16 +106,18 @@ void Session::on_read(error_code ec, size_t) {
 
 void Session::handle_request() {
   if (refusal_ == Refusal::Forbidden) {
-    ApiError e = status_error(403, "access denied: user " + peer_.user + " (uid " + std::to_string(peer_.uid) +
-                                       ") may not use this server; ask its administrator to add you to "
-                                       "server.allow_users or server.allow_groups");
+    ApiError e = status_error(
+        403, "access denied: user " + peer_.user + " (uid " + std::to_string(peer_.uid) +
+                 ") may not use this server; ask its administrator to add you to "
+                 "server.allow_users or server.allow_groups");
     e.type = "permission_error";
     e.code = "forbidden";
     return send(error_response(e, req_.version(), false));
   }
   if (refusal_ == Refusal::Overloaded) {
-    return send(error_response(unavailable("too many connections are open (server.max_connections); retry shortly", 1),
-                               req_.version(), false));
+    return send(error_response(
+        unavailable("too many connections are open (server.max_connections); retry shortly", 1),
+        req_.version(), false));
   }
   // The engine thread calls this when events arrive; it only posts.
   auto notify = [weak = weak_from_this(), ex = stream_.get_executor()] {
@@ -128,8 +137,9 @@ void Session::send(HttpResponse res, bool then_linger) {
   res_ = std::make_shared<HttpResponse>(std::move(res));
   const bool close = res_->need_eof();
   stream_.expires_after(ctx_.limits.write_timeout);
-  http::async_write(stream_, *res_,
-                    beast::bind_front_handler(&Session::on_write, shared_from_this(), close, then_linger));
+  http::async_write(
+      stream_, *res_,
+      beast::bind_front_handler(&Session::on_write, shared_from_this(), close, then_linger));
 }
 
 void Session::on_write(bool close, bool linger, error_code ec, size_t) {
@@ -177,7 +187,8 @@ void Session::on_events() {
       if (!e.done) continue;
       HttpResponse res = e.end == EndReason::Error
                              ? error_response(unavailable(e.error, 5), req_.version(), keep_alive_)
-                             : json_response(200, job_->format.response(job_->text, e), req_.version(), keep_alive_);
+                             : json_response(200, job_->format.response(job_->text, e),
+                                             req_.version(), keep_alive_);
       end_job();
       return send(std::move(res));
     }
@@ -228,7 +239,8 @@ void Session::on_write_stream(error_code ec, size_t) {
 void Session::end_job() {
   if (!job_) return;
   // A non-streamed answer is timed by send(), which follows.
-  if (job_->streaming) ctx_.metrics.observe_request_seconds(endpoint_, seconds_since(request_started_));
+  if (job_->streaming)
+    ctx_.metrics.observe_request_seconds(endpoint_, seconds_since(request_started_));
   --ctx_.active_generations;
   ++job_serial_;  // a watch still pending is stale now
   if (watching_) {
@@ -242,8 +254,9 @@ void Session::end_job() {
 
 void Session::do_watch() {
   watching_ = true;
-  stream_.socket().async_wait(net::socket_base::wait_read,
-                              beast::bind_front_handler(&Session::on_watch, shared_from_this(), job_serial_));
+  stream_.socket().async_wait(
+      net::socket_base::wait_read,
+      beast::bind_front_handler(&Session::on_watch, shared_from_this(), job_serial_));
 }
 
 void Session::on_watch(uint64_t serial, error_code ec) {
@@ -260,7 +273,8 @@ void Session::on_watch(uint64_t serial, error_code ec) {
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return do_watch();
     gone = true;
   }
-  spdlog::debug("client uid {} pid {} hung up during a generation; cancelling it", peer_.uid, peer_.pid);
+  spdlog::debug("client uid {} pid {} hung up during a generation; cancelling it", peer_.uid,
+                peer_.pid);
   ctx_.metrics.count_disconnect_cancel();
   job_->stream->cancel();
   do_close();
@@ -273,13 +287,15 @@ void Session::do_linger() {
   error_code ignored;
   stream_.socket().shutdown(net::socket_base::shutdown_send, ignored);
   stream_.expires_after(std::chrono::seconds(1));
-  stream_.async_read_some(net::buffer(linger_buf_), beast::bind_front_handler(&Session::on_linger, shared_from_this()));
+  stream_.async_read_some(net::buffer(linger_buf_),
+                          beast::bind_front_handler(&Session::on_linger, shared_from_this()));
 }
 
 void Session::on_linger(error_code ec, size_t) {
   if (ec) return do_close();
   // Same deadline as before: not reset, so a trickling client cannot extend it.
-  stream_.async_read_some(net::buffer(linger_buf_), beast::bind_front_handler(&Session::on_linger, shared_from_this()));
+  stream_.async_read_some(net::buffer(linger_buf_),
+                          beast::bind_front_handler(&Session::on_linger, shared_from_this()));
 }
 
 void Session::do_close() {
@@ -291,11 +307,13 @@ void Session::do_close() {
 
 void Session::fail(error_code ec, const char* what) {
   if (ec == beast::error::timeout)
-    spdlog::info("connection from uid {} pid {}: {} deadline passed; closing it", peer_.uid, peer_.pid, what);
+    spdlog::info("connection from uid {} pid {}: {} deadline passed; closing it", peer_.uid,
+                 peer_.pid, what);
   else if (ec == net::error::operation_aborted || ec == net::error::broken_pipe ||
-           ec == net::error::connection_reset || ec == net::error::eof || ec == net::error::bad_descriptor ||
-           ec == http::error::partial_message)
-    spdlog::debug("connection from uid {} pid {}: {}: {}", peer_.uid, peer_.pid, what, ec.message());
+           ec == net::error::connection_reset || ec == net::error::eof ||
+           ec == net::error::bad_descriptor || ec == http::error::partial_message)
+    spdlog::debug("connection from uid {} pid {}: {}: {}", peer_.uid, peer_.pid, what,
+                  ec.message());
   else
     spdlog::warn("connection from uid {} pid {}: {}: {}", peer_.uid, peer_.pid, what, ec.message());
   do_close();

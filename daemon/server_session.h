@@ -34,8 +34,8 @@ class Session : public std::enable_shared_from_this<Session> {
   // Why a connection is answered with an error and closed instead of served.
   enum class Refusal { None, Forbidden, Overloaded };
 
-  Session(boost::asio::local::stream_protocol::socket&& socket, ServerContext& ctx, PeerCredentials peer,
-          Refusal refusal);
+  Session(boost::asio::local::stream_protocol::socket&& socket, ServerContext& ctx,
+          PeerCredentials peer, Refusal refusal);
   ~Session();
 
   void run();
@@ -76,13 +76,13 @@ class Session : public std::enable_shared_from_this<Session> {
   // The generation in flight, if any.
   std::shared_ptr<GenerationJob> job_;
   std::string endpoint_;
-  bool chunked_ = true;        // HTTP/1.1 streams in chunks; 1.0 streams raw and closes
+  bool chunked_ = true;  // HTTP/1.1 streams in chunks; 1.0 streams raw and closes
   bool header_sent_ = false;
-  bool writing_ = false;       // a stream write is pending
-  bool job_done_ = false;      // the final event has been queued for writing
+  bool writing_ = false;   // a stream write is pending
+  bool job_done_ = false;  // the final event has been queued for writing
   bool keep_alive_ = true;
   std::string write_buf_;
-  uint64_t job_serial_ = 0;    // tells a stale watch completion from the current one
+  uint64_t job_serial_ = 0;  // tells a stale watch completion from the current one
   bool watching_ = false;
   std::chrono::steady_clock::time_point request_started_;
   std::array<char, 4096> linger_buf_{};

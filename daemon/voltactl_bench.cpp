@@ -25,11 +25,16 @@ using Json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 constexpr const char* kBenchPrompt =
-    "The lighthouse keeper had kept a log for forty years. Each evening he wrote the weather, the ships that "
-    "passed, and one sentence about something he had noticed: a gull with a bent wing, the smell of rain on "
-    "warm stone, the way the lamp's beam caught the spray on a windy night. When he retired, the town asked "
-    "him what he had learned from all those pages. He thought for a long time before answering. Then he said "
-    "that the sea never repeats itself, that patience is mostly attention, and that a small light, kept "
+    "The lighthouse keeper had kept a log for forty years. Each evening he wrote the weather, the "
+    "ships that "
+    "passed, and one sentence about something he had noticed: a gull with a bent wing, the smell "
+    "of rain on "
+    "warm stone, the way the lamp's beam caught the spray on a windy night. When he retired, the "
+    "town asked "
+    "him what he had learned from all those pages. He thought for a long time before answering. "
+    "Then he said "
+    "that the sea never repeats itself, that patience is mostly attention, and that a small light, "
+    "kept "
     "burning every night, matters more than a bright one lit only once. Tell what happened next.";
 
 struct ClientRun {
@@ -41,9 +46,9 @@ struct ClientRun {
 
 ClientRun run_client(const ApiClient& client, int max_tokens, std::atomic<int64_t>& chunks) {
   ClientRun run;
-  Json body = {{"prompt", kBenchPrompt},        {"max_tokens", max_tokens}, {"temperature", 0},
-               {"ignore_eos", true},            {"stream", true},
-               {"stream_options", {{"include_usage", true}}}};
+  Json body = {{"prompt", kBenchPrompt}, {"max_tokens", max_tokens},
+               {"temperature", 0},       {"ignore_eos", true},
+               {"stream", true},         {"stream_options", {{"include_usage", true}}}};
   auto start = Clock::now();
   bool first = false;
   auto r = client.stream("/v1/completions", body.dump(), [&](const std::string& data) {
@@ -79,7 +84,8 @@ struct Level {
   int concurrency = 0;
   int errors = 0;
   std::string first_error;
-  double ttft_mean = 0, ttft_max = 0, prompt_tps = 0, decode_tps_per_client = 0, aggregate_tps = 0, wall = 0;
+  double ttft_mean = 0, ttft_max = 0, prompt_tps = 0, decode_tps_per_client = 0, aggregate_tps = 0,
+         wall = 0;
   int prompt_tokens = 0;
 };
 
@@ -97,8 +103,8 @@ Level run_level(const ApiClient& client, int concurrency, int max_tokens, bool p
   const int64_t expected = int64_t(concurrency) * max_tokens;
   while (finished.load() < concurrency) {
     if (progress) {
-      std::fprintf(stderr, "\r  %d client%s: %lld/%lld tokens", concurrency, concurrency == 1 ? " " : "s",
-                   (long long)chunks.load(), (long long)expected);
+      std::fprintf(stderr, "\r  %d client%s: %lld/%lld tokens", concurrency,
+                   concurrency == 1 ? " " : "s", (long long)chunks.load(), (long long)expected);
       std::fflush(stderr);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -141,10 +147,13 @@ int cmd_bench(const ApiClient& client, const Args& args) {
   bool json = false;
   std::vector<std::string> extra;
   if (!parse_options("bench", args,
-                     {{"--concurrency", &concurrency_list}, {"--max-tokens", &max_tokens_text}, {"--json", nullptr, &json}},
+                     {{"--concurrency", &concurrency_list},
+                      {"--max-tokens", &max_tokens_text},
+                      {"--json", nullptr, &json}},
                      extra) ||
       !extra.empty()) {
-    std::fprintf(stderr, "usage: voltactl bench [--concurrency 1,2,4,8] [--max-tokens 200] [--json]\n");
+    std::fprintf(stderr,
+                 "usage: voltactl bench [--concurrency 1,2,4,8] [--max-tokens 200] [--json]\n");
     return kExitUsage;
   }
   std::vector<int> levels;
@@ -160,8 +169,11 @@ int cmd_bench(const ApiClient& client, const Args& args) {
   } catch (const std::exception&) {
     levels.clear();
   }
-  if (levels.empty() || max_tokens < 1 || std::any_of(levels.begin(), levels.end(), [](int c) { return c < 1 || c > 1024; })) {
-    std::fprintf(stderr, "voltactl bench: --concurrency takes a list like 1,2,4,8 and --max-tokens a positive number\n");
+  if (levels.empty() || max_tokens < 1 ||
+      std::any_of(levels.begin(), levels.end(), [](int c) { return c < 1 || c > 1024; })) {
+    std::fprintf(stderr,
+                 "voltactl bench: --concurrency takes a list like 1,2,4,8 and --max-tokens a "
+                 "positive number\n");
     return kExitUsage;
   }
 
@@ -171,17 +183,21 @@ int cmd_bench(const ApiClient& client, const Args& args) {
     return kExitUnavailable;
   }
   std::string model = "?";
-  if (Json m = Json::parse(models->body, nullptr, false); m.is_object() && m.contains("data") && m["data"].is_array() &&
-                                                          !m["data"].empty() && m["data"][0].contains("id"))
+  if (Json m = Json::parse(models->body, nullptr, false);
+      m.is_object() && m.contains("data") && m["data"].is_array() && !m["data"].empty() &&
+      m["data"][0].contains("id"))
     model = m["data"][0]["id"].get<std::string>();
 
   const bool progress = !json && ::isatty(STDERR_FILENO);
   if (!json)
-    std::printf("voltactl bench: %s, prompt of %zu characters, %d tokens per client, streaming\n", model.c_str(),
-                std::string(kBenchPrompt).size(), max_tokens);
-  if (!json) std::printf("%8s %9s %9s %14s %16s %16s %8s\n", "clients", "ttft_s", "ttft_max", "prompt_tok/s",
-                         "decode_tok/s", "aggregate_tok/s", "errors");
-  Json out = {{"model", model}, {"prompt_chars", std::string(kBenchPrompt).size()}, {"max_tokens", max_tokens},
+    std::printf("voltactl bench: %s, prompt of %zu characters, %d tokens per client, streaming\n",
+                model.c_str(), std::string(kBenchPrompt).size(), max_tokens);
+  if (!json)
+    std::printf("%8s %9s %9s %14s %16s %16s %8s\n", "clients", "ttft_s", "ttft_max", "prompt_tok/s",
+                "decode_tok/s", "aggregate_tok/s", "errors");
+  Json out = {{"model", model},
+              {"prompt_chars", std::string(kBenchPrompt).size()},
+              {"max_tokens", max_tokens},
               {"levels", Json::array()}};
   int failures = 0;
   for (int c : levels) {
@@ -198,11 +214,13 @@ int cmd_bench(const ApiClient& client, const Args& args) {
                                {"wall_s", l.wall},
                                {"errors", l.errors}});
     } else {
-      std::printf("%8d %9.3f %9.3f %14.1f %16.2f %16.2f %8d\n", c, l.ttft_mean, l.ttft_max, l.prompt_tps,
-                  l.decode_tps_per_client, l.aggregate_tps, l.errors);
+      std::printf("%8d %9.3f %9.3f %14.1f %16.2f %16.2f %8d\n", c, l.ttft_mean, l.ttft_max,
+                  l.prompt_tps, l.decode_tps_per_client, l.aggregate_tps, l.errors);
       std::fflush(stdout);
     }
-    if (l.errors) std::fprintf(stderr, "voltactl bench: %d client(s) failed: %s\n", l.errors, l.first_error.c_str());
+    if (l.errors)
+      std::fprintf(stderr, "voltactl bench: %d client(s) failed: %s\n", l.errors,
+                   l.first_error.c_str());
   }
   if (json) std::printf("%s\n", out.dump(2).c_str());
   return failures ? kExitFailure : kExitOk;

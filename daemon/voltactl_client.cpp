@@ -39,7 +39,8 @@ Result<local::socket> connect(net::io_context& ioc, const std::string& path) {
   return socket;
 }
 
-http::request<http::string_body> make_request(http::verb verb, const std::string& target, const std::string& body) {
+http::request<http::string_body> make_request(http::verb verb, const std::string& target,
+                                              const std::string& body) {
   http::request<http::string_body> req{verb, target, 11};
   req.set(http::field::host, "voltad");
   req.set(http::field::user_agent, "voltactl/" VOLTAD_VERSION);
@@ -52,7 +53,8 @@ http::request<http::string_body> make_request(http::verb verb, const std::string
   return req;
 }
 
-Result<ApiResponse> call(const std::string& path, http::verb verb, const std::string& target, const std::string& body) {
+Result<ApiResponse> call(const std::string& path, http::verb verb, const std::string& target,
+                         const std::string& body) {
   net::io_context ioc;
   auto socket = connect(ioc, path);
   if (!socket.ok()) return socket.error();
@@ -82,8 +84,9 @@ Result<ApiResponse> ApiClient::post(const std::string& target, const std::string
   return call(socket_path_, http::verb::post, target, json);
 }
 
-Result<ApiResponse> ApiClient::stream(const std::string& target, const std::string& json,
-                                      const std::function<bool(const std::string&)>& on_data) const {
+Result<ApiResponse> ApiClient::stream(
+    const std::string& target, const std::string& json,
+    const std::function<bool(const std::string&)>& on_data) const {
   net::io_context ioc;
   auto socket = connect(ioc, socket_path_);
   if (!socket.ok()) return socket.error();
@@ -135,8 +138,8 @@ Result<ApiResponse> ApiClient::stream(const std::string& target, const std::stri
 
 std::string error_message(const ApiResponse& response) {
   auto j = nlohmann::json::parse(response.body, nullptr, false);
-  if (j.is_object() && j.contains("error") && j["error"].is_object() && j["error"].contains("message") &&
-      j["error"]["message"].is_string())
+  if (j.is_object() && j.contains("error") && j["error"].is_object() &&
+      j["error"].contains("message") && j["error"]["message"].is_string())
     return j["error"]["message"].get<std::string>();
   return response.body.empty() ? "HTTP " + std::to_string(response.status) : response.body;
 }

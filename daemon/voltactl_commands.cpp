@@ -54,19 +54,21 @@ int report(const Result<ApiResponse>& r) {
     std::fprintf(stderr, "voltactl: %s\n", r.error().message.c_str());
     return kExitUnavailable;
   }
-  std::fprintf(stderr, "voltactl: the server answered %d: %s\n", r->status, error_message(r.value()).c_str());
+  std::fprintf(stderr, "voltactl: the server answered %d: %s\n", r->status,
+               error_message(r.value()).c_str());
   return kExitFailure;
 }
 
 // Sampling options common to generate and chat, as request fields.
-bool add_sampling(const char* command, const std::string& max_tokens, const std::string& temperature,
-                  const std::string& seed, Json& body) {
+bool add_sampling(const char* command, const std::string& max_tokens,
+                  const std::string& temperature, const std::string& seed, Json& body) {
   try {
     if (!max_tokens.empty()) body["max_tokens"] = std::stoi(max_tokens);
     if (!temperature.empty()) body["temperature"] = std::stod(temperature);
     if (!seed.empty()) body["seed"] = std::stoll(seed);
   } catch (const std::exception&) {
-    std::fprintf(stderr, "voltactl %s: --max-tokens, --temperature and --seed take numbers\n", command);
+    std::fprintf(stderr, "voltactl %s: --max-tokens, --temperature and --seed take numbers\n",
+                 command);
     return false;
   }
   return true;
@@ -111,11 +113,14 @@ void on_sigint(int) {
 int cmd_generate(const ApiClient& client, const Args& args) {
   std::string max_tokens = "256", temperature, seed;
   std::vector<std::string> prompt;
-  if (!parse_options("generate", args,
-                     {{"--max-tokens", &max_tokens}, {"--temperature", &temperature}, {"--seed", &seed}}, prompt))
+  if (!parse_options(
+          "generate", args,
+          {{"--max-tokens", &max_tokens}, {"--temperature", &temperature}, {"--seed", &seed}},
+          prompt))
     return kExitUsage;
   if (prompt.empty()) {
-    std::fprintf(stderr, "usage: voltactl generate PROMPT [--max-tokens N] [--temperature T] [--seed N]\n");
+    std::fprintf(stderr,
+                 "usage: voltactl generate PROMPT [--max-tokens N] [--temperature T] [--seed N]\n");
     return kExitUsage;
   }
   std::string text;
@@ -142,11 +147,15 @@ int cmd_chat(const ApiClient& client, const Args& args) {
   std::string max_tokens, temperature, seed, system;
   std::vector<std::string> extra;
   if (!parse_options("chat", args,
-                     {{"--max-tokens", &max_tokens}, {"--temperature", &temperature}, {"--seed", &seed},
+                     {{"--max-tokens", &max_tokens},
+                      {"--temperature", &temperature},
+                      {"--seed", &seed},
                       {"--system", &system}},
                      extra) ||
       !extra.empty()) {
-    std::fprintf(stderr, "usage: voltactl chat [--system TEXT] [--max-tokens N] [--temperature T] [--seed N]\n");
+    std::fprintf(
+        stderr,
+        "usage: voltactl chat [--system TEXT] [--max-tokens N] [--temperature T] [--seed N]\n");
     return kExitUsage;
   }
   const bool tty = ::isatty(STDIN_FILENO);
@@ -154,8 +163,9 @@ int cmd_chat(const ApiClient& client, const Args& args) {
   sa.sa_handler = on_sigint;
   sigemptyset(&sa.sa_mask);
   ::sigaction(SIGINT, &sa, nullptr);
-  if (tty) std::printf("Chatting with voltad at %s. Ctrl-C stops an answer; Ctrl-D or /exit leaves.\n",
-                       client.socket_path().c_str());
+  if (tty)
+    std::printf("Chatting with voltad at %s. Ctrl-C stops an answer; Ctrl-D or /exit leaves.\n",
+                client.socket_path().c_str());
 
   Json history = Json::array();
   if (!system.empty()) history.push_back({{"role", "system"}, {"content", system}});
@@ -250,9 +260,11 @@ int cmd_status(const ApiClient& client, const Args& args) {
   if (!health.ok()) return report(health);
   Json h = Json::parse(health->body, nullptr, false);
   if (!h.is_object()) return report(health);
-  std::printf("voltad at %s: %s\n", client.socket_path().c_str(), h.value("status", std::string("?")).c_str());
+  std::printf("voltad at %s: %s\n", client.socket_path().c_str(),
+              h.value("status", std::string("?")).c_str());
   auto metrics = client.get("/metrics");
-  MetricsText m = metrics.ok() && metrics->status == 200 ? parse_metrics(metrics->body) : MetricsText{};
+  MetricsText m =
+      metrics.ok() && metrics->status == 200 ? parse_metrics(metrics->body) : MetricsText{};
   auto v = [&](const char* name) { return m.values.count(name) ? m.values[name] : 0.0; };
   std::string labels;
   for (auto& [k, val] : m.info)
@@ -261,7 +273,8 @@ int cmd_status(const ApiClient& client, const Args& args) {
               h.value("backend", std::string("?")).c_str());
   if (!labels.empty()) std::printf("  details     %s\n", labels.c_str());
   if (h.contains("running")) {
-    std::printf("  sequences   %d running, %d waiting\n", h.value("running", 0), h.value("waiting", 0));
+    std::printf("  sequences   %d running, %d waiting\n", h.value("running", 0),
+                h.value("waiting", 0));
     int used = h.value("kv_blocks_used", 0), total = h.value("kv_blocks_total", 0);
     std::printf("  kv cache    %d of %d blocks used, %.1f MiB in all\n", used, total,
                 v("voltad_kv_cache_bytes") / (1 << 20));
@@ -269,11 +282,14 @@ int cmd_status(const ApiClient& client, const Args& args) {
   std::printf("  served      %.0f prompt tokens, %.0f generated tokens, %.0f connections\n",
               v("voltad_prompt_tokens_total"), v("voltad_generated_tokens_total"),
               v("voltad_connections_total{result=\"accepted\"}"));
-  double ttft_n = v("voltad_time_to_first_token_seconds_count"), itl_n = v("voltad_inter_token_latency_seconds_count");
+  double ttft_n = v("voltad_time_to_first_token_seconds_count"),
+         itl_n = v("voltad_inter_token_latency_seconds_count");
   if (ttft_n > 0 && itl_n > 0) {
     double itl = v("voltad_inter_token_latency_seconds_sum") / itl_n;
-    std::printf("  latency     first token %.3f s on average, then %.1f ms per token (%.1f tokens/s per sequence)\n",
-                v("voltad_time_to_first_token_seconds_sum") / ttft_n, itl * 1000, itl > 0 ? 1 / itl : 0.0);
+    std::printf(
+        "  latency     first token %.3f s on average, then %.1f ms per token (%.1f tokens/s per "
+        "sequence)\n",
+        v("voltad_time_to_first_token_seconds_sum") / ttft_n, itl * 1000, itl > 0 ? 1 / itl : 0.0);
   }
   return health->status == 200 ? kExitOk : kExitUnavailable;
 }
@@ -292,7 +308,8 @@ int cmd_models(const ApiClient& client, const Args& args) {
   }
   for (const Json& m : j["data"]) {
     std::printf("%s", m.value("id", std::string("?")).c_str());
-    if (m.contains("max_model_len")) std::printf("  (context %d tokens)", m.value("max_model_len", 0));
+    if (m.contains("max_model_len"))
+      std::printf("  (context %d tokens)", m.value("max_model_len", 0));
     std::printf("\n");
   }
   return kExitOk;

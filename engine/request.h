@@ -38,7 +38,7 @@ enum class EndReason {
 const char* end_reason_name(EndReason reason);  // "stop", "length", "cancelled", "error"
 
 struct StreamEvent {
-  std::string text;  // new text: valid UTF-8, never part of a stop string
+  std::string text;   // new text: valid UTF-8, never part of a stop string
   bool done = false;  // the last event of the stream; the fields below are set
   EndReason end = EndReason::Stop;
   std::string error;

@@ -15,7 +15,8 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
 }  // namespace
 
 struct Scheduler::Sequence {
-  Sequence(GenerationRequest r, std::shared_ptr<RequestStream> st, const Tokenizer& tokenizer, uint64_t ord)
+  Sequence(GenerationRequest r, std::shared_ptr<RequestStream> st, const Tokenizer& tokenizer,
+           uint64_t ord)
       : order(ord),
         stream(std::move(st)),
         tokens(r.prompt),
@@ -26,7 +27,7 @@ struct Scheduler::Sequence {
         request(std::move(r)),
         submitted(Clock::now()) {}
 
-  uint64_t order;     // submission order: the newest has the largest
+  uint64_t order;       // submission order: the newest has the largest
   int32_t seq_id = -1;  // KV slot while it holds blocks; -1 while waiting
   std::shared_ptr<RequestStream> stream;
   std::vector<int32_t> tokens;  // prompt, then generated tokens
@@ -52,7 +53,8 @@ Scheduler::Scheduler(Backend& backend, const Tokenizer& tokenizer, SchedulerOpti
       observer_(observer),
       max_context_(pool_.max_seq_tokens()),
       pool_blocks_(pool_.n_blocks()) {
-  VOLTAD_CHECK(options_.max_sequences > 0 && options_.max_batch_tokens > 0 && options_.stream_queue_limit > 0);
+  VOLTAD_CHECK(options_.max_sequences > 0 && options_.max_batch_tokens > 0 &&
+               options_.stream_queue_limit > 0);
   stats_.kv_blocks_total = pool_blocks_;
   stats_.kv_blocks_used = pool_.used_blocks();
 }
@@ -63,16 +65,19 @@ Scheduler::~Scheduler() {
 
 SubmitResult Scheduler::check(const GenerationRequest& r) const {
   using Code = SubmitResult::Code;
-  if (r.prompt.empty()) return {Code::Invalid, "the prompt is empty: there is nothing to continue from"};
+  if (r.prompt.empty())
+    return {Code::Invalid, "the prompt is empty: there is nothing to continue from"};
   if (r.max_tokens < 1) return {Code::Invalid, "max_tokens must be at least 1"};
   const int64_t total = int64_t(r.prompt.size()) + r.max_tokens;
   if (total > max_context_)
-    return {Code::Invalid, "this model's context is " + std::to_string(max_context_) + " tokens; the prompt has " +
-                               std::to_string(r.prompt.size()) + " and max_tokens asks for " +
-                               std::to_string(r.max_tokens) + " more (" + std::to_string(total) +
+    return {Code::Invalid, "this model's context is " + std::to_string(max_context_) +
+                               " tokens; the prompt has " + std::to_string(r.prompt.size()) +
+                               " and max_tokens asks for " + std::to_string(r.max_tokens) +
+                               " more (" + std::to_string(total) +
                                "): shorten the prompt or lower max_tokens"};
   if (KvBlockPool::blocks_for(total) > pool_blocks_)
-    return {Code::Invalid, "the KV cache holds " + std::to_string(int64_t(pool_blocks_) * KvBlockPool::kBlockTokens) +
+    return {Code::Invalid, "the KV cache holds " +
+                               std::to_string(int64_t(pool_blocks_) * KvBlockPool::kBlockTokens) +
                                " tokens in all; this request needs " + std::to_string(total)};
   const int64_t vocab = int64_t(tokenizer_.vocab_size());
   for (int32_t t : r.prompt)
@@ -88,10 +93,12 @@ SubmitResult Scheduler::submit(GenerationRequest request, std::shared_ptr<Reques
   SubmitResult checked = check(request);
   if (!checked.ok()) return checked;
   std::lock_guard lock(mu_);
-  if (!admitting_ || shutdown_) return {SubmitResult::Code::Draining, "the server is shutting down"};
+  if (!admitting_ || shutdown_)
+    return {SubmitResult::Code::Draining, "the server is shutting down"};
   if (stats_.waiting + int32_t(inbox_.size()) >= options_.max_waiting)
     return {SubmitResult::Code::Busy, "too many requests are queued; retry shortly"};
-  inbox_.push_back(std::make_unique<Sequence>(std::move(request), std::move(stream), tokenizer_, next_order_++));
+  inbox_.push_back(
+      std::make_unique<Sequence>(std::move(request), std::move(stream), tokenizer_, next_order_++));
   cv_.notify_one();
   return {};
 }
@@ -198,7 +205,8 @@ void Scheduler::admit() {
     admitted = true;
   }
   if (admitted)
-    std::sort(running_.begin(), running_.end(), [](const SeqPtr& a, const SeqPtr& b) { return a->order < b->order; });
+    std::sort(running_.begin(), running_.end(),
+              [](const SeqPtr& a, const SeqPtr& b) { return a->order < b->order; });
 }
 
 Scheduler::Sequence* Scheduler::newest_running() {
@@ -232,7 +240,8 @@ bool Scheduler::step() {
   for (auto& sp : running_) {
     Sequence& s = *sp;
     if (s.seq_id < 0 || s.uncached() != 1 || budget == 0) continue;
-    if (s.stream->pending() >= size_t(options_.stream_queue_limit)) continue;  // the client is behind
+    if (s.stream->pending() >= size_t(options_.stream_queue_limit))
+      continue;  // the client is behind
     while (s.seq_id >= 0 && !pool_.reserve(s.seq_id, s.n_cached + 1)) {
       Sequence* victim = newest_running();
       VOLTAD_CHECK(victim != nullptr);
@@ -257,7 +266,8 @@ bool Scheduler::step() {
     for (auto& sp : running_)
       if (sp->seq_id < 0) waiting_.push_back(std::move(sp));
     std::erase(running_, nullptr);
-    std::sort(waiting_.begin(), waiting_.end(), [](const SeqPtr& a, const SeqPtr& b) { return a->order < b->order; });
+    std::sort(waiting_.begin(), waiting_.end(),
+              [](const SeqPtr& a, const SeqPtr& b) { return a->order < b->order; });
     std::erase_if(plan, [](const Planned& p) { return p.seq->seq_id < 0; });
   }
   if (plan.empty()) {
@@ -271,14 +281,16 @@ bool Scheduler::step() {
     BatchChunk c;
     c.seq_id = p.seq->seq_id;
     c.start_pos = int32_t(p.seq->n_cached);
-    c.tokens = std::span<const int32_t>(p.seq->tokens).subspan(size_t(p.seq->n_cached), size_t(p.n));
+    c.tokens =
+        std::span<const int32_t>(p.seq->tokens).subspan(size_t(p.seq->n_cached), size_t(p.n));
     c.logits = p.n == p.seq->uncached() ? BatchChunk::Logits::Last : BatchChunk::Logits::None;
     chunks.push_back(c);
   }
   Status forwarded = backend_.forward(chunks, out_);
   ++steps_;
   if (!forwarded.ok()) {
-    for (const Planned& p : plan) finish(*p.seq, EndReason::Error, "the engine failed: " + forwarded.error().message);
+    for (const Planned& p : plan)
+      finish(*p.seq, EndReason::Error, "the engine failed: " + forwarded.error().message);
     remove_finished();
     publish_stats();
     return true;

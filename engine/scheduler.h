@@ -41,9 +41,9 @@
 namespace voltad {
 
 struct SchedulerOptions {
-  int32_t max_sequences = 16;     // running at once
-  int32_t max_batch_tokens = 2048;  // tokens per forward step
-  int32_t max_waiting = 1024;     // queued beyond the running ones; more are refused as busy
+  int32_t max_sequences = 16;        // running at once
+  int32_t max_batch_tokens = 2048;   // tokens per forward step
+  int32_t max_waiting = 1024;        // queued beyond the running ones; more are refused as busy
   int32_t stream_queue_limit = 256;  // untaken events per stream before its sequence pauses
 };
 
@@ -141,7 +141,7 @@ class Scheduler {
   uint64_t next_order_ = 0;
 
   // Engine thread only.
-  std::deque<SeqPtr> waiting_;  // oldest first; preempted sequences keep their place
+  std::deque<SeqPtr> waiting_;   // oldest first; preempted sequences keep their place
   std::vector<SeqPtr> running_;  // oldest first
   int32_t seq_id_counter_ = 0;
   uint64_t steps_ = 0, preemptions_ = 0;

@@ -4,10 +4,14 @@ namespace voltad {
 
 const char* end_reason_name(EndReason reason) {
   switch (reason) {
-    case EndReason::Stop: return "stop";
-    case EndReason::Length: return "length";
-    case EndReason::Cancelled: return "cancelled";
-    case EndReason::Error: return "error";
+    case EndReason::Stop:
+      return "stop";
+    case EndReason::Length:
+      return "length";
+    case EndReason::Cancelled:
+      return "cancelled";
+    case EndReason::Error:
+      return "error";
   }
   return "error";
 }
@@ -35,7 +39,8 @@ size_t RequestStream::pending() const {
 
 std::vector<StreamEvent> RequestStream::take() {
   std::lock_guard lock(mu_);
-  std::vector<StreamEvent> out(std::make_move_iterator(events_.begin()), std::make_move_iterator(events_.end()));
+  std::vector<StreamEvent> out(std::make_move_iterator(events_.begin()),
+                               std::make_move_iterator(events_.end()));
   events_.clear();
   armed_ = true;
   return out;

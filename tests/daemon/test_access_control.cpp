@@ -30,7 +30,8 @@ TEST_CASE("root, the daemon's own user, listed users and group members are allow
   CHECK(policy.check(peer(4242, {4242})).allowed);
   CHECK(policy.check(peer(7, {7, 5000})).allowed);
   CHECK(policy.check(peer(7, {7, 5000})).reason.find("group") != std::string::npos);
-  auto refused = policy.check(peer(7, {7, 100}));  // the socket's group does not count when allow_groups is set
+  auto refused = policy.check(
+      peer(7, {7, 100}));  // the socket's group does not count when allow_groups is set
   CHECK_FALSE(refused.allowed);
   CHECK(refused.reason.find("u7") != std::string::npos);
 }

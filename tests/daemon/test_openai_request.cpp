@@ -59,13 +59,16 @@ TEST_CASE("a full chat request maps onto the native struct") {
 }
 
 TEST_CASE("defaults: no max_tokens, temperature 1, no stop; null is absent") {
-  auto r = chat_ok(R"({"messages":[{"role":"user","content":"x"}],"max_tokens":null,"stop":null,"seed":null})");
+  auto r = chat_ok(
+      R"({"messages":[{"role":"user","content":"x"}],"max_tokens":null,"stop":null,"seed":null})");
   CHECK_FALSE(r.max_tokens.has_value());
   CHECK(r.sampling.temperature == 1.0f);
   CHECK(r.stop.empty());
   CHECK_FALSE(r.sampling.seed.has_value());
-  CHECK(chat_ok(R"({"messages":[{"role":"user","content":"x"}],"max_completion_tokens":3})").max_tokens == 3);
-  CHECK(chat_ok(R"({"messages":[{"role":"user","content":"x"}],"stop":"##"})").stop == std::vector<std::string>{"##"});
+  CHECK(chat_ok(R"({"messages":[{"role":"user","content":"x"}],"max_completion_tokens":3})")
+            .max_tokens == 3);
+  CHECK(chat_ok(R"({"messages":[{"role":"user","content":"x"}],"stop":"##"})").stop ==
+        std::vector<std::string>{"##"});
   CHECK(chat_ok(R"({"messages":[{"role":"user","content":"x"}],"top_k":-1})").sampling.top_k == 0);
 }
 
@@ -82,7 +85,8 @@ TEST_CASE("every wrong type or value is a 400 naming its field") {
       {R"({"messages":[{"content":"x"}]})", "messages[0].role"},
       {R"({"messages":[{"role":"tool","content":"x"}]})", "messages[0].role"},
       {R"({"messages":[{"role":"user"}]})", "messages[0].content"},
-      {R"({"messages":[{"role":"user","content":[{"type":"image_url"}]}]})", "messages[0].content[0].type"},
+      {R"({"messages":[{"role":"user","content":[{"type":"image_url"}]}]})",
+       "messages[0].content[0].type"},
       {R"({"messages":[{"role":"user","content":"x"}],"max_tokens":0})", "max_tokens"},
       {R"({"messages":[{"role":"user","content":"x"}],"max_tokens":2.5})", "max_tokens"},
       {R"({"messages":[{"role":"user","content":"x"}],"temperature":"1"})", "temperature"},
@@ -97,7 +101,8 @@ TEST_CASE("every wrong type or value is a 400 naming its field") {
       {R"({"messages":[{"role":"user","content":"x"}],"n":3})", "n"},
       {R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]})", "tools"},
       {R"({"messages":[{"role":"user","content":"x"}],"logprobs":true})", "logprobs"},
-      {R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}})", "response_format"},
+      {R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}})",
+       "response_format"},
   };
   for (const Case& c : cases) {
     ApiError e = chat_error(c.body);
@@ -116,8 +121,10 @@ TEST_CASE("bodies that are not JSON objects") {
   CHECK(chat_error(std::string(1000, '[')).message.find("nests deeper") != std::string::npos);
   CHECK(chat_error("\"\xff\"").status == 400);
   // Found by the fuzzer: a number too large for a double threw out_of_range.
-  CHECK(chat_error(R"({"messages":[{"role":"user","content":"x"}],"top_p":7e7777777777})").status == 400);
-  CHECK(chat_error(R"({"messages":[{"role":"user","content":"x"}],"top_p":1e38})").param == "top_p");
+  CHECK(chat_error(R"({"messages":[{"role":"user","content":"x"}],"top_p":7e7777777777})").status ==
+        400);
+  CHECK(chat_error(R"({"messages":[{"role":"user","content":"x"}],"top_p":1e38})").param ==
+        "top_p");
 }
 
 TEST_CASE("text completion prompts: a string, one string in a list, or token ids") {
@@ -212,12 +219,17 @@ TEST_CASE("metrics exposition: cumulative buckets, sum and count, escaped labels
   s.state = "ready";
   s.info = {{"model", "a\"b"}};
   std::string text = m.render(s);
-  CHECK(text.find("voltad_time_to_first_token_seconds_bucket{le=\"0.001\"} 0\n") != std::string::npos);
-  CHECK(text.find("voltad_time_to_first_token_seconds_bucket{le=\"0.005\"} 1\n") != std::string::npos);
-  CHECK(text.find("voltad_time_to_first_token_seconds_bucket{le=\"0.25\"} 2\n") != std::string::npos);
-  CHECK(text.find("voltad_time_to_first_token_seconds_bucket{le=\"+Inf\"} 3\n") != std::string::npos);
+  CHECK(text.find("voltad_time_to_first_token_seconds_bucket{le=\"0.001\"} 0\n") !=
+        std::string::npos);
+  CHECK(text.find("voltad_time_to_first_token_seconds_bucket{le=\"0.005\"} 1\n") !=
+        std::string::npos);
+  CHECK(text.find("voltad_time_to_first_token_seconds_bucket{le=\"0.25\"} 2\n") !=
+        std::string::npos);
+  CHECK(text.find("voltad_time_to_first_token_seconds_bucket{le=\"+Inf\"} 3\n") !=
+        std::string::npos);
   CHECK(text.find("voltad_time_to_first_token_seconds_count 3\n") != std::string::npos);
-  CHECK(text.find("voltad_requests_total{endpoint=\"/v1/completions\",status=\"200\"} 2\n") != std::string::npos);
+  CHECK(text.find("voltad_requests_total{endpoint=\"/v1/completions\",status=\"200\"} 2\n") !=
+        std::string::npos);
   CHECK(text.find("endpoint=\"/x\\\"y\"") != std::string::npos);
   CHECK(text.find("voltad_info{model=\"a\\\"b\"} 1\n") != std::string::npos);
   CHECK(text.find("voltad_health_state{state=\"ready\"} 1\n") != std::string::npos);

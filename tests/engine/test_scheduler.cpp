@@ -21,7 +21,8 @@ namespace {
 
 std::string model_fixture() {
   const char* env = std::getenv("VOLTAD_SOURCE_DIR");
-  std::filesystem::path src = env ? env : std::filesystem::path(__FILE__).parent_path().parent_path().parent_path();
+  std::filesystem::path src =
+      env ? env : std::filesystem::path(__FILE__).parent_path().parent_path().parent_path();
   return (src / "tests" / "fixtures" / "models" / "tiny-llama.F32.gguf").string();
 }
 
@@ -40,7 +41,8 @@ struct Fixture {
     tokenizer = std::make_unique<Tokenizer>(std::move(t.value()));
   }
 
-  std::unique_ptr<CpuBackend> backend(int32_t max_context, int32_t max_sequences, int32_t kv_blocks = 0) {
+  std::unique_ptr<CpuBackend> backend(int32_t max_context, int32_t max_sequences,
+                                      int32_t kv_blocks = 0) {
     CpuBackendOptions o;
     o.threads = 1;
     o.max_context = max_context;
@@ -101,7 +103,8 @@ Collected collect(RequestStream& stream) {
 }
 
 // Steps until every stream has its final event (or a step limit).
-std::vector<Collected> run_to_end(Scheduler& s, std::vector<std::shared_ptr<RequestStream>>& streams) {
+std::vector<Collected> run_to_end(Scheduler& s,
+                                  std::vector<std::shared_ptr<RequestStream>>& streams) {
   std::vector<Collected> out(streams.size());
   for (int steps = 0; steps < 10000; ++steps) {
     bool all_done = true;
@@ -147,7 +150,8 @@ TEST_CASE("batched, chunked prefill and preemption leave every output unchanged"
     const char* name;
     int32_t kv_blocks, max_sequences, max_batch_tokens;
   };
-  for (Case c : {Case{"roomy", 0, 3, 2048}, Case{"small batches", 0, 4, 7}, Case{"scarce blocks", 9, 6, 64}}) {
+  for (Case c : {Case{"roomy", 0, 3, 2048}, Case{"small batches", 0, 4, 7},
+                 Case{"scarce blocks", 9, 6, 64}}) {
     CAPTURE(c.name);
     auto backend = fixture().backend(128, 6, c.kv_blocks);
     SchedulerOptions o;
