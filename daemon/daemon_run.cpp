@@ -98,7 +98,9 @@ std::optional<Failure> load_engine(const config::Config& cfg, const std::string&
                      "engine.backend is cuda: " + backend.error().message +
                          " (voltad does not fall back to the CPU; set engine.backend: cpu to "
                          "serve on the CPU reference backend)"};
-    e.served.kv_cache_bytes = backend.value()->memory_use().kv_cache;
+    const CudaMemoryUse& use = backend.value()->memory_use();
+    e.served.kv_cache_bytes = use.kv_cache;
+    e.served.device_memory_bytes = use.weights + use.kv_cache + use.workspace;
     e.backend = std::move(backend.value());
 #else
     return Failure{

@@ -187,6 +187,10 @@ std::string Metrics::render(const MetricsSnapshot& s) const {
         s.scheduler.kv_blocks_total);
   gauge(out, "voltad_kv_cache_bytes",
         "Memory held by the KV cache (device memory on a GPU backend).", double(s.kv_cache_bytes));
+  if (s.device_memory_bytes > 0)
+    gauge(out, "voltad_device_memory_used_bytes",
+          "Device memory voltad holds: weights, KV cache and workspace.",
+          double(s.device_memory_bytes));
   header(out, "voltad_engine_steps_total", "counter", "Forward steps the engine has run.");
   out += "voltad_engine_steps_total " + std::to_string(s.scheduler.steps) + '\n';
   header(out, "voltad_preemptions_total", "counter", "Sequences preempted for lack of KV blocks.");

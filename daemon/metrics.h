@@ -40,6 +40,7 @@ struct MetricsSnapshot {
   SchedulerStats scheduler;
   int64_t open_connections = 0;
   uint64_t kv_cache_bytes = 0;
+  uint64_t device_memory_bytes = 0;  // 0: no device (CPU backend), not exported
   // voltad_info labels: model, backend, version, chat format, placement...
   std::vector<std::pair<std::string, std::string>> info;
 };

@@ -46,6 +46,7 @@ struct ServedModel {
   Scheduler* scheduler = nullptr;
   int32_t max_context = 0;
   uint64_t kv_cache_bytes = 0;
+  uint64_t device_memory_bytes = 0;  // weights + KV cache + workspace on the GPU; 0 on the CPU
 };
 
 struct ServerContext {

@@ -32,6 +32,7 @@ MetricsSnapshot ServerContext::snapshot() const {
     s.engine_ready = true;
     s.scheduler = m->scheduler->stats();
     s.kv_cache_bytes = m->kv_cache_bytes;
+    s.device_memory_bytes = m->device_memory_bytes;
     s.info.emplace_back("chat_format", chat_format_name(m->chat_format));
     s.info.emplace_back("max_context", std::to_string(m->max_context));
   }
