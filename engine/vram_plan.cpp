@@ -247,6 +247,13 @@ uint64_t CudaWorkspace::total() const {
          selected + logits + argmax_ids + token_ids + positions + block_tables + attention_partials;
 }
 
+// {d1, d2, sum_x, 0} per block of activations (kernels/matvec.h; checked
+// against it below when CUDA is built).
+constexpr int kActivationRecordFloats = 4;
+#if VOLTAD_HAVE_CUDA
+static_assert(kActivationRecordFloats == kernels::kActivationRecordFloats);
+#endif
+
 CudaWorkspace cuda_workspace_bytes(const ModelConfig& m, const EngineLimits& l) {
   const uint64_t t = uint64_t(l.max_batch_tokens), s = uint64_t(l.max_sequences);
   // The widest input of any quantized matvec: dim (wq/wk/wv, w_gate/w_up,
@@ -261,7 +268,7 @@ CudaWorkspace cuda_workspace_bytes(const ModelConfig& m, const EngineLimits& l) 
   // Two int8 levels per value, a {d1, d2, sum_x, 0} record per 32 (kernels/matvec.h).
   w.quantized_x = align256(t * widest * 2);
   w.quantized_x_scales = align256(t * ceil_div(widest, kActivationBlockValues) *
-                                  uint64_t(kernels::kActivationRecordFloats) * 4);
+                                  uint64_t(kActivationRecordFloats) * 4);
   w.selected = align256(s * uint64_t(m.dim) * 4);
   w.logits = align256(s * uint64_t(m.n_vocab) * 4);
   w.argmax_ids = align256(s * 4);

@@ -28,14 +28,14 @@ constexpr const char* kUsage =
     "usage: voltad-bench -m MODEL.gguf [-p 512] [-n 128] [-b 1,2,4,8,16] [--ctx 512] [--repeat 3]\n"
     "                    [--kv fp16|int8] [--no-graphs] [--json]\n";
 
-std::vector<int> parse_list(const std::string& s) {
+[[maybe_unused]] std::vector<int> parse_list(const std::string& s) {
   std::vector<int> v;
   std::stringstream in(s);
   for (std::string item; std::getline(in, item, ',');) v.push_back(std::atoi(item.c_str()));
   return v;
 }
 
-double median(std::vector<double> v) {
+[[maybe_unused]] double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
 }
@@ -70,6 +70,7 @@ int main(int argc, char** argv) {
       *std::min_element(batches.begin(), batches.end()) < 1)
     return std::fprintf(stderr, "voltad-bench: need -m MODEL and positive sizes\n%s", kUsage), 64;
 #ifndef VOLTAD_HAVE_CUDA
+  (void)json, (void)kv_int8, (void)graphs, (void)prompt, (void)steps, (void)ctx, (void)repeat;
   std::fprintf(stderr, "voltad-bench: this build has no CUDA backend (configure with -DVOLTAD_CUDA=ON)\n");
   return 69;
 #else
