@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "daemon/access_control.h"
 #include "daemon/metrics.h"
@@ -49,6 +50,22 @@ struct ServedModel {
   uint64_t device_memory_bytes = 0;  // weights + KV cache + workspace on the GPU; 0 on the CPU
 };
 
+// The placement applied at start (daemon/placement_startup.h), as /health,
+// /metrics and D-Bus report it. Plain data, set before the first connection.
+struct PlacementSummary {
+  std::string gpu_bus_id;      // "0000:b7:00.0"; empty: no GPU chosen (CPU backend, none found)
+  std::string gpu_uuid;        // "GPU-..."; empty when unknown
+  std::string gpu_model;       // "Tesla V100-SXM2-32GB"
+  int32_t gpu_numa_node = -1;  // the GPU's own NUMA node; -1 when unknown or several
+  int32_t numa_node = -1;      // the node memory is bound to; -1 when not bound to one node
+  std::string numa_nodes;      // the memory policy's nodes, "1" or "0-1"; empty: not bound
+  std::string memory_policy = "off";  // bind, preferred, interleave, off
+  std::string cpus;                   // the process's CPU affinity, "20-39"
+  bool cpus_bound = false;            // that affinity is the planned one
+  uint32_t threads = 0;               // worker threads (CPU backend); 0: every hardware thread
+  std::vector<std::string> warnings;  // each logged once at start
+};
+
 struct ServerContext {
   ServerLimits limits;
   AccessPolicy access;
@@ -60,6 +77,9 @@ struct ServerContext {
   std::atomic<int64_t> open_connections{0};
   std::atomic<int64_t> active_generations{0};
   std::atomic<const ServedModel*> served{nullptr};  // see the thread note above
+
+  // Applied by serve() before any other thread exists; immutable afterwards.
+  PlacementSummary placement;
 
   // The model when it can take requests (Ready or Degraded); nullptr otherwise.
   const ServedModel* serving() const {
