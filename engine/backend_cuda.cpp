@@ -97,8 +97,35 @@ struct CudaBackend::Impl {
     for (cudaGraphExec_t g : decode_graphs)
       if (g) cudaGraphExecDestroy(g);
     for (void* p : allocations) cudaFree(p);
-    if (h_logits) cudaFreeHost(h_logits);
+    free_pinned(h_logits);
     if (stream) cudaStreamDestroy(stream);
+  }
+
+  // Pinned host memory: options.host_allocate's (on the GPU's NUMA node),
+  // registered with CUDA; else cudaMallocHost's.
+  template <class T>
+  cudaError_t alloc_pinned(T*& p, size_t bytes) {
+    void* raw = nullptr;
+    cudaError_t e = cudaSuccess;
+    if (!options.host_allocate) {
+      e = cudaMallocHost(&raw, bytes);
+    } else if (!(raw = options.host_allocate(bytes))) {
+      e = cudaErrorMemoryAllocation;
+    } else if ((e = cudaHostRegister(raw, bytes, cudaHostRegisterDefault)) != cudaSuccess) {
+      if (options.host_release) options.host_release(raw);
+      raw = nullptr;
+    }
+    p = static_cast<T*>(raw);
+    return e;
+  }
+  void free_pinned(void* p) {
+    if (!p) return;
+    if (!options.host_allocate) {
+      cudaFreeHost(p);
+      return;
+    }
+    cudaHostUnregister(p);
+    if (options.host_release) options.host_release(p);
   }
 
   template <class T>
@@ -248,7 +275,7 @@ Status CudaBackend::Impl::allocate_workspace() {
   auto ints = alloc<int32_t>(h_ints.size(), "step indices", memory.workspace);
   if (!ints) return ints.error();
   d_ints = ints.value();
-  cudaError_t e = cudaMallocHost(&h_logits, S * size_t(c.n_vocab) * sizeof(float));
+  cudaError_t e = alloc_pinned(h_logits, S * size_t(c.n_vocab) * sizeof(float));
   if (e != cudaSuccess) return cuda_error("allocating pinned host memory for logits", e);
 
   // The KV cache: per layer, K and V of every block.

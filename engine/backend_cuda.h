@@ -20,7 +20,7 @@ struct CudaBackendOptions {
   int32_t max_context = 4096;      // longest sequence, tokens
   int32_t max_sequences = 16;      // sequences per step
   int32_t max_batch_tokens = 512;  // tokens per step (prefill chunks + decodes)
-  int32_t kv_blocks = 0;           // KV pool size in 16-token blocks; 0: max_context x max_sequences
+  int32_t kv_blocks = 0;  // KV pool size in 16-token blocks; 0: max_context x max_sequences
   // Decode steps (one token per sequence) replay a CUDA graph captured per
   // batch size, instead of launching every kernel: launch gaps are a large
   // part of a ~1-5 ms token.
@@ -30,6 +30,14 @@ struct CudaBackendOptions {
   bool kv_int8 = false;
   // Called while weights load: (bytes done, bytes total, tensor name).
   std::function<void(uint64_t, uint64_t, const std::string&)> on_progress;
+  // Host memory for the pinned buffers the GPU copies to and from (the
+  // logits of each step): page-aligned and already on the GPU's NUMA node
+  // (the daemon passes daemon/placement_startup.h's node_local_host_memory),
+  // which the backend registers with cudaHostRegister and unregisters before
+  // host_release. Unset: cudaMallocHost, wherever the driver puts it. The
+  // engine itself stays free of NUMA libraries.
+  std::function<void*(size_t bytes)> host_allocate;
+  std::function<void(void* data)> host_release;
 };
 
 // Device memory the backend holds, by component.
@@ -69,5 +77,16 @@ Result<double> measure_copy_bandwidth(int device);
 // "NVIDIA H200 (sm_90, 139.8 GiB)": the device the backend would use, or an
 // error saying why there is none.
 Result<std::string> describe_cuda_device(int device);
+
+// The card's memory as the driver counts it (cudaMemGetInfo), for the VRAM
+// plan at start and the VRAM monitor while serving. The first call on a
+// thread makes `device` current there (creating voltad's CUDA context if
+// there is none yet). Thread-safe. engine/backend_cuda_device.cpp.
+struct CudaDeviceMemory {
+  uint64_t free_bytes = 0, total_bytes = 0;
+};
+Result<CudaDeviceMemory> cuda_device_memory(int device);
+// "0000:B7:00.0": the PCI bus id of `device`, for NVML.
+Result<std::string> cuda_pci_bus_id(int device);
 
 }  // namespace voltad
