@@ -27,18 +27,57 @@ struct BatchChunk {
   // Logits wanted: none, the last token's (generation), or every token's
   // (parity tests, perplexity).
   enum class Logits { None, Last, All } logits = Logits::Last;
+  // With Logits::Last: when > 0, only the top_k best of the last row are
+  // returned, as candidates (see ForwardOutput), so a GPU backend sends
+  // top_k pairs across PCIe instead of the whole vocabulary. At most
+  // kMaxCandidates.
+  int32_t top_k = 0;
 };
 
-// Output of one forward step: logits rows, one per requested token, in
-// chunk order, each n_vocab floats.
+constexpr int32_t kMaxCandidates = 64;
+
+// Output of one forward step.
+// - Full rows: one per requested token of chunks with top_k == 0, in chunk
+//   order, each n_vocab floats.
+// - Candidate rows: one per chunk with top_k > 0, in chunk order, each
+//   candidate_k (the largest top_k of the step) pairs of token id and logit,
+//   best first, ties to the lower id (the order argmax and the CPU sampler
+//   use). A chunk that asked for fewer reads the first top_k of its row.
 struct ForwardOutput {
   std::vector<float> logits;
   int64_t n_rows = 0;
   int64_t n_vocab = 0;
+  std::vector<int32_t> candidate_ids;
+  std::vector<float> candidate_logits;
+  int64_t n_candidate_rows = 0;
+  int32_t candidate_k = 0;
+
   std::span<const float> row(int64_t i) const {
     return std::span<const float>(logits).subspan(size_t(i * n_vocab), size_t(n_vocab));
   }
+  std::span<const int32_t> candidate_row_ids(int64_t i) const {
+    return std::span<const int32_t>(candidate_ids)
+        .subspan(size_t(i * candidate_k), size_t(candidate_k));
+  }
+  std::span<const float> candidate_row_logits(int64_t i) const {
+    return std::span<const float>(candidate_logits)
+        .subspan(size_t(i * candidate_k), size_t(candidate_k));
+  }
 };
+
+// The largest top_k among chunks that ask for candidates (0: none do).
+int32_t candidate_k_of(std::span<const BatchChunk> chunks);
+
+// Fills out's candidate rows from full logits rows: row r of `rows`
+// (n_vocab floats each) becomes candidate row r, the k best, best first, ties
+// to the lower id. What a backend without a faster way does.
+void select_candidates(std::span<const float> rows, int64_t n_rows, int64_t n_vocab, int32_t k,
+                       ForwardOutput& out);
+
+// Sets out from the logits of every requested row (chunk order, n_vocab
+// each): full rows where chunks want them, candidates where they ask for top_k.
+void set_output_rows(std::span<const BatchChunk> chunks, std::vector<float>&& all_rows,
+                     int64_t n_vocab, ForwardOutput& out);
 
 class Backend {
  public:
@@ -57,6 +96,7 @@ class Backend {
 
 // Checks chunk shapes against the model and pool: shared by backends so that
 // every backend refuses the same bad input with the same message.
-Status validate_chunks(std::span<const BatchChunk> chunks, int64_t n_vocab, const KvBlockPool& pool);
+Status validate_chunks(std::span<const BatchChunk> chunks, int64_t n_vocab,
+                       const KvBlockPool& pool);
 
 }  // namespace voltad

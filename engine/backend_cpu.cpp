@@ -215,10 +215,9 @@ Status CpuBackend::forward(std::span<const BatchChunk> chunks, ForwardOutput& ou
   for (int64_t r = 0; r < n_out; ++r)
     std::copy_n(&x[size_t(logit_rows[size_t(r)] * dim)], dim, &selected[size_t(r * dim)]);
   rms_norm(selected.data(), output_norm_, n_out, dim, selected.data());
-  out.n_rows = n_out;
-  out.n_vocab = c.n_vocab;
-  out.logits.assign(size_t(n_out * c.n_vocab), 0.0f);
-  if (n_out > 0) matmul(*w.output, selected.data(), n_out, out.logits.data());
+  std::vector<float> logits(size_t(n_out * c.n_vocab));
+  if (n_out > 0) matmul(*w.output, selected.data(), n_out, logits.data());
+  set_output_rows(chunks, std::move(logits), c.n_vocab, out);
   return {};
 }
 

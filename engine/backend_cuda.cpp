@@ -21,6 +21,7 @@
 #include "kernels/matvec.h"
 #include "kernels/norm.h"
 #include "kernels/rope.h"
+#include "kernels/topk.h"
 
 namespace voltad {
 
@@ -86,6 +87,12 @@ struct CudaBackend::Impl {
   int32_t *d_ints = nullptr;  // tokens, positions, slots, token_tables, logit_rows, block tables
   std::vector<int32_t> h_ints;
   float* h_logits = nullptr;  // pinned
+  // GPU top-k: (S, kMaxCandidates) ids then logits, on the device and pinned
+  // on the host; scratch for the first pass over long vocabularies.
+  int32_t* candidates = nullptr;
+  int32_t* h_candidates = nullptr;
+  void* topk_scratch = nullptr;
+  bool topk_fits = false;  // the vocabulary is within launch_topk's limits
   int32_t table_stride = 0;
   // Decode graphs by batch size (index = number of sequences).
   std::vector<cudaGraphExec_t> decode_graphs;
@@ -98,6 +105,7 @@ struct CudaBackend::Impl {
       if (g) cudaGraphExecDestroy(g);
     for (void* p : allocations) cudaFree(p);
     free_pinned(h_logits);
+    if (h_candidates) cudaFreeHost(h_candidates);
     if (stream) cudaStreamDestroy(stream);
   }
 
@@ -277,6 +285,19 @@ Status CudaBackend::Impl::allocate_workspace() {
   d_ints = ints.value();
   cudaError_t e = alloc_pinned(h_logits, S * size_t(c.n_vocab) * sizeof(float));
   if (e != cudaSuccess) return cuda_error("allocating pinned host memory for logits", e);
+  const size_t candidate_ints = 2 * S * size_t(kMaxCandidates);  // ids, then logits
+  auto cand = alloc<int32_t>(candidate_ints, "top-k candidates", memory.workspace);
+  if (!cand) return cand.error();
+  candidates = cand.value();
+  e = cudaMallocHost(&h_candidates, candidate_ints * sizeof(int32_t));
+  if (e != cudaSuccess) return cuda_error("allocating pinned host memory for top-k candidates", e);
+  const int64_t topk_chunks = (c.n_vocab + kernels::kTopKChunk - 1) / kernels::kTopKChunk;
+  topk_fits = c.n_vocab >= kMaxCandidates && topk_chunks * kMaxCandidates <= 4096;
+  if (size_t scratch = kernels::topk_scratch_bytes(int(S), c.n_vocab, kMaxCandidates); scratch > 0 && topk_fits) {
+    auto p = alloc<uint8_t>(scratch, "top-k scratch", memory.workspace);
+    if (!p) return p.error();
+    topk_scratch = p.value();
+  }
 
   // The KV cache: per layer, K and V of every block.
   const size_t per_layer = size_t(pool.n_blocks()) * KvBlockPool::kBlockTokens * size_t(c.kv_dim());
@@ -549,7 +570,15 @@ Status CudaBackend::forward(std::span<const BatchChunk> chunks, ForwardOutput& o
   int32_t* token_tables = slots + T;
   int32_t* logit_rows = token_tables + T;
   int32_t* tables = tokens + 5 * T + S;
-  int n_out = 0, t = 0, max_position = 0;
+  // Logits rows: full rows first, then the rows whose top-k is taken on the
+  // device (their last tokens), each group in chunk order.
+  const int32_t k = m.topk_fits ? candidate_k_of(chunks) : 0;
+  int n_full = 0;
+  for (auto& ch : chunks)
+    n_full += ch.logits == BatchChunk::Logits::All ? int(ch.tokens.size())
+              : ch.logits == BatchChunk::Logits::Last && (k == 0 || ch.top_k == 0) ? 1
+                                                                                     : 0;
+  int n_out = 0, n_candidate = 0, t = 0, max_position = 0;
   for (size_t s = 0; s < chunks.size(); ++s) {
     const BatchChunk& ch = chunks[s];
     const auto& table = m.pool.block_table(ch.seq_id);
@@ -561,19 +590,20 @@ Status CudaBackend::forward(std::span<const BatchChunk> chunks, ForwardOutput& o
       slots[t] = table[size_t(pos / KvBlockPool::kBlockTokens)] * KvBlockPool::kBlockTokens + pos % KvBlockPool::kBlockTokens;
       token_tables[t] = int32_t(s);
       max_position = std::max(max_position, pos);
-      bool want = ch.logits == BatchChunk::Logits::All ||
-                  (ch.logits == BatchChunk::Logits::Last && i + 1 == ch.tokens.size());
-      if (want) logit_rows[n_out++] = t;
+      const bool last = ch.logits == BatchChunk::Logits::Last && i + 1 == ch.tokens.size();
+      if (last && k > 0 && ch.top_k > 0)
+        logit_rows[n_full + n_candidate++] = t;
+      else if (last || ch.logits == BatchChunk::Logits::All)
+        logit_rows[n_out++] = t;
     }
   }
+  n_out += n_candidate;
   if (n_out > S)
     return make_error("logits for " + std::to_string(n_out) + " tokens requested; at most max_sequences (" +
                       std::to_string(S) + ") per step");
   cudaStream_t st = m.stream;
   CUDA_CHECK(cudaMemcpyAsync(m.d_ints, m.h_ints.data(), m.h_ints.size() * sizeof(int32_t), cudaMemcpyHostToDevice, st));
-  out.n_rows = n_out;
   out.n_vocab = c.n_vocab;
-  out.logits.resize(size_t(n_out) * size_t(c.n_vocab));
   const bool decode = n == int(chunks.size()) && n_out == n;
   if (decode && m.options.use_graphs) {
     // Graphs bake in their launch shapes: attention is sized for the longest
@@ -601,12 +631,34 @@ Status CudaBackend::forward(std::span<const BatchChunk> chunks, ForwardOutput& o
     }
     m.enqueue_step(n, n_out, max_position, &spans);
   }
-  if (n_out > 0) {
-    CUDA_CHECK(cudaMemcpyAsync(m.h_logits, m.logits, out.logits.size() * sizeof(float), cudaMemcpyDeviceToHost, st));
+  const size_t vocab = size_t(c.n_vocab);
+  const size_t n_cand_values = size_t(n_candidate) * size_t(k);
+  if (n_candidate > 0) {
+    int32_t* ids = m.candidates;
+    float* values = reinterpret_cast<float*>(m.candidates + n_cand_values);
+    kernels::launch_topk(m.logits + size_t(n_full) * vocab, c.n_vocab, n_candidate, c.n_vocab, k, ids, values,
+                         m.topk_scratch, st);
+    CUDA_CHECK(cudaMemcpyAsync(m.h_candidates, m.candidates, 2 * n_cand_values * sizeof(int32_t),
+                               cudaMemcpyDeviceToHost, st));
   }
+  if (n_full > 0)
+    CUDA_CHECK(cudaMemcpyAsync(m.h_logits, m.logits, size_t(n_full) * vocab * sizeof(float),
+                               cudaMemcpyDeviceToHost, st));
   cudaError_t e = cudaStreamSynchronize(st);
   if (e != cudaSuccess) return cuda_error("the forward step failed on " + m.device_name, e);
-  std::memcpy(out.logits.data(), m.h_logits, out.logits.size() * sizeof(float));
+  std::vector<float> full(m.h_logits, m.h_logits + size_t(n_full) * vocab);
+  if (candidate_k_of(chunks) > 0 && k == 0) {
+    // The vocabulary is beyond the GPU top-k's limits: choose on the host.
+    set_output_rows(chunks, std::move(full), c.n_vocab, out);
+    return {};
+  }
+  out.logits = std::move(full);
+  out.n_rows = n_full;
+  out.candidate_k = k;
+  out.n_candidate_rows = n_candidate;
+  out.candidate_ids.assign(m.h_candidates, m.h_candidates + n_cand_values);
+  const float* h_values = reinterpret_cast<const float*>(m.h_candidates + n_cand_values);
+  out.candidate_logits.assign(h_values, h_values + n_cand_values);
   return {};
 }
 

@@ -12,8 +12,8 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 }
 }  // namespace
 
-Result<GenerateResult> generate(Backend& backend, const Tokenizer& tokenizer, const std::vector<int32_t>& prompt,
-                                const GenerateOptions& options,
+Result<GenerateResult> generate(Backend& backend, const Tokenizer& tokenizer,
+                                const std::vector<int32_t>& prompt, const GenerateOptions& options,
                                 const std::function<bool(std::string_view)>& on_text) {
   if (prompt.empty()) return make_error("the prompt is empty: nothing to continue from");
   VOLTAD_TRY(options.sampling.validate());
@@ -45,6 +45,10 @@ Result<GenerateResult> generate(Backend& backend, const Tokenizer& tokenizer, co
     if (on_text && !on_text(text)) cancelled = true;
   };
 
+  // Only the candidates the sampler needs cross from the device, unless the
+  // caller watches whole rows.
+  const int32_t top_k = options.on_logits ? 0 : sampler.candidates_needed(kMaxCandidates);
+
   auto t0 = std::chrono::steady_clock::now();
   for (size_t start = 0; start < prompt.size(); start += size_t(options.prefill_chunk)) {
     size_t n = std::min(prompt.size() - start, size_t(options.prefill_chunk));
@@ -53,15 +57,20 @@ Result<GenerateResult> generate(Backend& backend, const Tokenizer& tokenizer, co
     chunk.start_pos = int32_t(start);
     chunk.tokens = std::span<const int32_t>(prompt).subspan(start, n);
     chunk.logits = start + n == prompt.size() ? BatchChunk::Logits::Last : BatchChunk::Logits::None;
+    if (chunk.logits == BatchChunk::Logits::Last) chunk.top_k = top_k;
     VOLTAD_TRY(backend.forward(std::span<const BatchChunk>(&chunk, 1), out));
   }
   result.prefill_seconds = seconds_since(t0);
 
   auto t1 = std::chrono::steady_clock::now();
   for (int32_t i = 0; i < options.max_tokens && !cancelled; ++i) {
-    if (options.on_logits) options.on_logits(out.row(0));
-    std::span<float> logits(out.logits.data(), size_t(out.n_vocab));
-    int32_t token = sampler.sample(logits, history);
+    int32_t token;
+    if (top_k > 0) {
+      token = sampler.sample_candidates(out.candidate_row_ids(0), out.candidate_row_logits(0));
+    } else {
+      if (options.on_logits) options.on_logits(out.row(0));
+      token = sampler.sample(std::span<float>(out.logits.data(), size_t(out.n_vocab)), history);
+    }
     if (tokenizer.is_end_of_generation(token)) {
       result.finish = FinishReason::Stop;
       break;
@@ -78,6 +87,7 @@ Result<GenerateResult> generate(Backend& backend, const Tokenizer& tokenizer, co
     chunk.seq_id = options.seq_id;
     chunk.start_pos = int32_t(history.size() - 1);
     chunk.tokens = std::span<const int32_t>(&history.back(), 1);
+    chunk.top_k = top_k;
     VOLTAD_TRY(backend.forward(std::span<const BatchChunk>(&chunk, 1), out));
   }
   if (!stops.stopped()) emit(stops.push(decoder.flush()) + stops.flush());

@@ -1,6 +1,5 @@
 #include "engine/kv_block_pool.h"
 
-#include "engine/backend.h"
 #include "engine/result.h"
 
 namespace voltad {
@@ -44,27 +43,6 @@ const std::vector<int32_t>& KvBlockPool::block_table(int32_t seq) const {
   static const std::vector<int32_t> kEmpty;
   auto it = tables_.find(seq);
   return it == tables_.end() ? kEmpty : it->second;
-}
-
-Status validate_chunks(std::span<const BatchChunk> chunks, int64_t n_vocab, const KvBlockPool& pool) {
-  for (size_t i = 0; i < chunks.size(); ++i) {
-    const BatchChunk& c = chunks[i];
-    std::string where = "chunk " + std::to_string(i) + " (sequence " + std::to_string(c.seq_id) + ")";
-    if (c.tokens.empty()) return make_error(where + ": no tokens");
-    if (c.start_pos < 0) return make_error(where + ": negative start position");
-    int64_t end = int64_t(c.start_pos) + int64_t(c.tokens.size());
-    if (end > pool.capacity(c.seq_id))
-      return make_error(where + ": positions up to " + std::to_string(end) + " but only " +
-                        std::to_string(pool.capacity(c.seq_id)) + " reserved in the KV cache");
-    for (size_t t = 0; t < c.tokens.size(); ++t)
-      if (c.tokens[t] < 0 || c.tokens[t] >= n_vocab)
-        return make_error(where + ": token id " + std::to_string(c.tokens[t]) + " at index " +
-                          std::to_string(t) + " is outside the vocabulary (" + std::to_string(n_vocab) + ")");
-    for (size_t j = 0; j < i; ++j)
-      if (chunks[j].seq_id == c.seq_id)
-        return make_error(where + ": the sequence appears twice in one step");
-  }
-  return {};
 }
 
 }  // namespace voltad

@@ -7,7 +7,9 @@
 namespace voltad {
 
 Status SamplingParams::validate() const {
-  auto bad = [](const char* field, const std::string& why) { return make_error(std::string(field) + ": " + why); };
+  auto bad = [](const char* field, const std::string& why) {
+    return make_error(std::string(field) + ": " + why);
+  };
   if (!std::isfinite(temperature) || temperature < 0 || temperature > 100)
     return bad("temperature", "must be between 0 and 100");
   if (top_k < 0) return bad("top_k", "must be 0 (off) or positive");
@@ -15,7 +17,8 @@ Status SamplingParams::validate() const {
   if (!(min_p >= 0 && min_p <= 1)) return bad("min_p", "must be in [0, 1]");
   if (!(repetition_penalty > 0 && repetition_penalty <= 10))
     return bad("repetition_penalty", "must be in (0, 10]");
-  if (!(presence_penalty >= -2 && presence_penalty <= 2)) return bad("presence_penalty", "must be in [-2, 2]");
+  if (!(presence_penalty >= -2 && presence_penalty <= 2))
+    return bad("presence_penalty", "must be in [-2, 2]");
   if (!(frequency_penalty >= -2 && frequency_penalty <= 2))
     return bad("frequency_penalty", "must be in [-2, 2]");
   return {};
@@ -50,13 +53,38 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
   for (int32_t i = 0; i < n; ++i) candidates_.push_back({logits[size_t(i)], i});
   size_t keep = candidates_.size();
   if (params_.top_k > 0) keep = std::min(keep, size_t(params_.top_k));
-  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
-  std::partial_sort(candidates_.begin(), candidates_.begin() + std::ptrdiff_t(keep), candidates_.end(), by_logit);
+  auto by_logit = [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
+  std::partial_sort(candidates_.begin(), candidates_.begin() + std::ptrdiff_t(keep),
+                    candidates_.end(), by_logit);
   candidates_.resize(keep);
 
+  return draw();
+}
+
+int32_t Sampler::candidates_needed(int32_t max_candidates) const {
+  if (params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f ||
+      params_.frequency_penalty != 0.0f)
+    return 0;
+  if (params_.temperature == 0.0f) return 1;
+  return params_.top_k > 0 && params_.top_k <= max_candidates ? params_.top_k : 0;
+}
+
+int32_t Sampler::sample_candidates(std::span<const int32_t> ids, std::span<const float> logits) {
+  VOLTAD_CHECK(!ids.empty() && ids.size() == logits.size());
+  if (params_.temperature == 0.0f) return ids[0];
+  const size_t keep = std::min(ids.size(), size_t(params_.top_k));
+  candidates_.clear();
+  for (size_t i = 0; i < keep; ++i) candidates_.push_back({logits[i], ids[i]});
+  return draw();
+}
+
+int32_t Sampler::draw() {
   const float max_logit = candidates_[0].first;
   double sum = 0;
-  for (auto& c : candidates_) sum += (c.first = std::exp((c.first - max_logit) / params_.temperature));
+  for (auto& c : candidates_)
+    sum += (c.first = std::exp((c.first - max_logit) / params_.temperature));
   for (auto& c : candidates_) c.first = float(c.first / sum);
 
   // min-p, relative to the most likely token; then the top-p nucleus.

@@ -36,6 +36,16 @@ class Sampler {
   // the penalties. `logits` is modified (penalties, temperature).
   int32_t sample(std::span<float> logits, std::span<const int32_t> history);
 
+  // How many of the best logits this sampler needs to choose exactly as
+  // sample() would (1 when greedy; top_k when it is on), or 0 when it needs
+  // the whole row (penalties, or no top_k while sampling). A backend can
+  // then send only those candidates (BatchChunk::top_k).
+  int32_t candidates_needed(int32_t max_candidates) const;
+  // Picks from candidates: the best `candidates_needed()` (or more) token
+  // ids and logits, best first, ties to the lower id. The same token
+  // sample() picks from the whole row, given the same random state.
+  int32_t sample_candidates(std::span<const int32_t> ids, std::span<const float> logits);
+
   const SamplingParams& params() const { return params_; }
   uint64_t seed() const { return seed_; }
 
@@ -43,6 +53,10 @@ class Sampler {
   SamplingParams params_;
   uint64_t seed_;
   std::mt19937_64 rng_;
+
+  // Softmax at the temperature over candidates_ (sorted, cut to top-k), then
+  // min-p, top-p, and the draw.
+  int32_t draw();
   std::vector<std::pair<float, int32_t>> candidates_;
 };
 

@@ -284,6 +284,7 @@ bool Scheduler::step() {
     c.tokens =
         std::span<const int32_t>(p.seq->tokens).subspan(size_t(p.seq->n_cached), size_t(p.n));
     c.logits = p.n == p.seq->uncached() ? BatchChunk::Logits::Last : BatchChunk::Logits::None;
+    if (c.logits == BatchChunk::Logits::Last) c.top_k = p.seq->sampler.candidates_needed(kMaxCandidates);
     chunks.push_back(c);
   }
   Status forwarded = backend_.forward(chunks, out_);
@@ -295,23 +296,31 @@ bool Scheduler::step() {
     publish_stats();
     return true;
   }
-  int64_t row = 0;
+  int64_t row = 0, candidate_row = 0;
   for (size_t i = 0; i < plan.size(); ++i) {
     Sequence& s = *plan[i].seq;
     s.n_cached += plan[i].n;
     if (chunks[i].logits != BatchChunk::Logits::Last) continue;
-    VOLTAD_CHECK(row < out_.n_rows);
-    std::span<float> logits(out_.logits.data() + row * out_.n_vocab, size_t(out_.n_vocab));
-    ++row;
-    handle_logits(s, logits);
+    int32_t token;
+    if (chunks[i].top_k > 0) {
+      VOLTAD_CHECK(candidate_row < out_.n_candidate_rows);
+      token = s.sampler.sample_candidates(out_.candidate_row_ids(candidate_row),
+                                          out_.candidate_row_logits(candidate_row));
+      ++candidate_row;
+    } else {
+      VOLTAD_CHECK(row < out_.n_rows);
+      std::span<float> logits(out_.logits.data() + row * out_.n_vocab, size_t(out_.n_vocab));
+      ++row;
+      token = s.sampler.sample(logits, s.tokens);
+    }
+    handle_token(s, token);
   }
   remove_finished();
   publish_stats();
   return true;
 }
 
-void Scheduler::handle_logits(Sequence& s, std::span<float> logits) {
-  int32_t token = s.sampler.sample(logits, s.tokens);
+void Scheduler::handle_token(Sequence& s, int32_t token) {
   Clock::time_point now = Clock::now();
   if (observer_) {
     if (s.generated() == 0 && s.last_token == Clock::time_point{})

@@ -116,7 +116,7 @@ class Scheduler {
   void admit();
   void preempt(Sequence& victim);
   Sequence* newest_running();
-  void handle_logits(Sequence& s, std::span<float> logits);
+  void handle_token(Sequence& s, int32_t token);
   void finish(Sequence& s, EndReason reason, std::string error = {});
   void remove_finished();
   void publish_stats();

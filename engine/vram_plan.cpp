@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <set>
 
+#include "engine/backend.h"
 #include "engine/weight_repack.h"
 
 #if VOLTAD_HAVE_CUDA
@@ -12,6 +13,9 @@
 #include "kernels/matvec.h"
 static_assert(voltad::kActivationBlockValues == voltad::kernels::kActivationBlock);
 static_assert(voltad::kAttentionSplitTokens == voltad::kernels::kAttentionSplitTokens);
+#include "kernels/topk.h"
+static_assert(voltad::kTopKChunkValues == voltad::kernels::kTopKChunk);
+static_assert(voltad::kMaxCandidates == voltad::kernels::kTopKMax);
 #endif
 
 namespace voltad {
@@ -244,7 +248,7 @@ const char* kv_cache_type_name(KvCacheType type) {
 
 uint64_t CudaWorkspace::total() const {
   return residual + normed + qkv + attention_out + ffn_gate_up + quantized_x + quantized_x_scales +
-         selected + logits + argmax_ids + token_ids + positions + block_tables + attention_partials;
+         selected + logits + candidates + topk_scratch + token_ids + positions + block_tables + attention_partials;
 }
 
 // {d1, d2, sum_x, 0} per block of activations (kernels/matvec.h; checked
@@ -271,7 +275,9 @@ CudaWorkspace cuda_workspace_bytes(const ModelConfig& m, const EngineLimits& l) 
                                   uint64_t(kActivationRecordFloats) * 4);
   w.selected = align256(s * uint64_t(m.dim) * 4);
   w.logits = align256(s * uint64_t(m.n_vocab) * 4);
-  w.argmax_ids = align256(s * 4);
+  w.candidates = align256(s * uint64_t(kMaxCandidates) * 8);
+  const uint64_t topk_chunks = ceil_div(uint64_t(m.n_vocab), kTopKChunkValues);
+  w.topk_scratch = topk_chunks > 1 ? align256(s * topk_chunks * uint64_t(kMaxCandidates) * 8) : 0;
   w.token_ids = align256(t * 4);
   w.positions = align256(t * 4);
   w.block_tables = align256(s * kv_blocks_per_sequence(l) * 4);

@@ -52,7 +52,8 @@ struct CudaWorkspace {
   uint64_t quantized_x_scales;  // (T, W/32, 4) fp32: {d1, d2, sum x, 0} per 32 values
   uint64_t selected;            // (S, dim) fp32: the rows whose logits are computed
   uint64_t logits;              // (S, n_vocab) fp32
-  uint64_t argmax_ids;          // (S) int32
+  uint64_t candidates;          // (S, kMaxCandidates) int32 ids + fp32 logits: GPU top-k
+  uint64_t topk_scratch;        // (S, ceil(n_vocab / kTopKChunk), kMaxCandidates) id+logit pairs
   uint64_t token_ids;           // (T) int32
   uint64_t positions;           // (T) int32
   uint64_t block_tables;        // (S, ceil(max_context/16)) int32
@@ -69,6 +70,8 @@ constexpr int64_t kActivationBlockValues = 32;
 constexpr int64_t kAttentionSplitTokens = 256;
 // Tokens per KV cache block (KvBlockPool::kBlockTokens).
 constexpr int64_t kKvBlockTokens = 16;
+// Values per block of the GPU top-k's first pass (kernels/topk.h).
+constexpr int64_t kTopKChunkValues = 4096;
 
 // K and V of one token over all layers: 2 x n_layers x kv_dim x 2 bytes
 // (fp16), or 2 x n_layers x (kv_dim bytes + 2 bytes per KV head) (int8).

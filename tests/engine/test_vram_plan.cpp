@@ -112,7 +112,9 @@ TEST_CASE("workspace: each buffer by its formula, 256-byte aligned, total their 
   CHECK(w.quantized_x_scales == 2048ull * (14336 / 32) * 4 * 4);
   CHECK(w.selected == 16 * 4096 * 4);
   CHECK(w.logits == 16ull * 128256 * 4);
-  CHECK(w.argmax_ids == 256);  // 64 bytes, aligned
+  CHECK(w.candidates == 16 * 64 * 8);
+  // 128256 / 4096 = 32 first-pass chunks of the top-k, 64 pairs each per sequence.
+  CHECK(w.topk_scratch == 16ull * 32 * 64 * 8);
   CHECK(w.token_ids == 2048 * 4);
   CHECK(w.positions == 2048 * 4);
   CHECK(w.block_tables == 16 * 256 * 4);
@@ -120,7 +122,7 @@ TEST_CASE("workspace: each buffer by its formula, 256-byte aligned, total their 
   CHECK(w.attention_partials == 16ull * 32 * 16 * (128 + 2) * 4);
   CHECK(w.total() == w.residual + w.normed + w.qkv + w.attention_out + w.ffn_gate_up +
                          w.quantized_x + w.quantized_x_scales + w.selected + w.logits +
-                         w.argmax_ids + w.token_ids + w.positions + w.block_tables +
+                         w.candidates + w.topk_scratch + w.token_ids + w.positions + w.block_tables +
                          w.attention_partials);
   // Qwen3-32B's wo input (q_dim 8192) is wider than dim: the int8 buffer
   // takes the widest matvec input, here ffn_dim.

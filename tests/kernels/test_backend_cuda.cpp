@@ -13,6 +13,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -161,6 +162,33 @@ TEST_CASE("SmolLM2 on CUDA: greedy text as the reference, batched and single agr
   }
   ForwardOutput batched;
   REQUIRE(cuda->forward(chunks, batched).ok());
+  REQUIRE(batched.n_rows == 3);
+
+  // The same step with the top-k taken on the device for two of the three:
+  // one full row, then candidates in chunk order, each the best of its row.
+  chunks[1].top_k = 40;
+  chunks[2].top_k = 1;
+  ForwardOutput mixed;
+  REQUIRE(cuda->forward(chunks, mixed).ok());
+  REQUIRE(mixed.n_rows == 1);
+  REQUIRE(mixed.n_candidate_rows == 2);
+  REQUIRE(mixed.candidate_k == 40);
+  CHECK(relative_error(mixed.row(0), batched.row(0)) < 1e-5);
+  for (int64_t r = 0; r < 2; ++r) {
+    auto full = batched.row(r + 1);
+    std::vector<float> sorted(full.begin(), full.end());
+    std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+    const float scale = std::abs(sorted[0]);
+    auto ids = mixed.candidate_row_ids(r);
+    auto values = mixed.candidate_row_logits(r);
+    for (int i = 0; i < 40; ++i) {
+      CHECK(std::abs(values[size_t(i)] - full[size_t(ids[size_t(i)])]) <= 1e-5f * scale);
+      CHECK(std::abs(values[size_t(i)] - sorted[size_t(i)]) <= 1e-5f * scale);
+      if (i > 0) CHECK(values[size_t(i)] <= values[size_t(i - 1)]);
+    }
+    CHECK(ids[0] == std::max_element(full.begin(), full.end()) - full.begin());
+  }
+  chunks[1].top_k = chunks[2].top_k = 0;
   // Batched and alone run different kernel variants (rows per warp, batch
   // slices, GEMM from 25 tokens), so their fp32 sums differ in order: ~1e-3
   // of the largest logit. What this guards against is one sequence leaking
