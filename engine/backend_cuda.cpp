@@ -105,7 +105,7 @@ struct CudaBackend::Impl {
       if (g) cudaGraphExecDestroy(g);
     for (void* p : allocations) cudaFree(p);
     free_pinned(h_logits);
-    if (h_candidates) cudaFreeHost(h_candidates);
+    free_pinned(h_candidates);
     if (stream) cudaStreamDestroy(stream);
   }
 
@@ -289,7 +289,7 @@ Status CudaBackend::Impl::allocate_workspace() {
   auto cand = alloc<int32_t>(candidate_ints, "top-k candidates", memory.workspace);
   if (!cand) return cand.error();
   candidates = cand.value();
-  e = cudaMallocHost(&h_candidates, candidate_ints * sizeof(int32_t));
+  e = alloc_pinned(h_candidates, candidate_ints * sizeof(int32_t));
   if (e != cudaSuccess) return cuda_error("allocating pinned host memory for top-k candidates", e);
   const int64_t topk_chunks = (c.n_vocab + kernels::kTopKChunk - 1) / kernels::kTopKChunk;
   topk_fits = c.n_vocab >= kMaxCandidates && topk_chunks * kMaxCandidates <= 4096;
