@@ -92,6 +92,11 @@ class Backend {
   // The block pool whose tables the backend reads; the scheduler reserves
   // and releases blocks through it.
   virtual KvBlockPool& kv_pool() = 0;
+
+  // Non-empty once the backend can run no more steps at all (a GPU whose
+  // context an earlier fault broke): what happened. The scheduler then stops,
+  // and the daemon exits with a code that makes systemd restart it.
+  virtual std::string unusable_reason() const { return {}; }
 };
 
 // Checks chunk shapes against the model and pool: shared by backends so that

@@ -94,6 +94,8 @@ struct CudaBackend::Impl {
   void* topk_scratch = nullptr;
   bool topk_fits = false;  // the vocabulary is within launch_topk's limits
   int32_t table_stride = 0;
+  // Set when a failed step left the context broken (see forward()).
+  std::string unusable;
   // Decode graphs by batch size (index = number of sequences).
   std::vector<cudaGraphExec_t> decode_graphs;
 
@@ -354,6 +356,7 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(std::shared_ptr<const M
 CudaBackend::CudaBackend(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CudaBackend::~CudaBackend() = default;
 KvBlockPool& CudaBackend::kv_pool() { return impl_->pool; }
+std::string CudaBackend::unusable_reason() const { return impl_->unusable; }
 const CudaMemoryUse& CudaBackend::memory_use() const { return impl_->memory; }
 std::string CudaBackend::device_name() const { return impl_->device_name; }
 uint64_t CudaBackend::decode_weight_bytes() const { return impl_->decode_bytes; }
@@ -549,6 +552,21 @@ void CudaBackend::Impl::attention_spans(const Layer& layer, const std::vector<Sp
 }
 
 Status CudaBackend::forward(std::span<const BatchChunk> chunks, ForwardOutput& out) {
+  if (!impl_->unusable.empty()) return make_error("the GPU context is unusable: " + impl_->unusable);
+  Status done = step(chunks, out);
+  if (!done.ok()) {
+    // A fault in a kernel (illegal address, ECC, a trap) is sticky: every
+    // later call fails with it. An error that is not (a bad launch, out of
+    // memory) leaves the device able to synchronize.
+    cudaError_t probe = cudaDeviceSynchronize();
+    if (probe != cudaSuccess)
+      impl_->unusable = std::string(cudaGetErrorName(probe)) + " on " + impl_->device_name + " after: " +
+                        done.error().message;
+  }
+  return done;
+}
+
+Status CudaBackend::step(std::span<const BatchChunk> chunks, ForwardOutput& out) {
   Impl& m = *impl_;
   const ModelConfig& c = m.model->config;
   VOLTAD_TRY(validate_chunks(chunks, c.n_vocab, m.pool));

@@ -56,6 +56,7 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   Status forward(std::span<const BatchChunk> chunks, ForwardOutput& out) override;
   KvBlockPool& kv_pool() override;
+  std::string unusable_reason() const override;
 
   const CudaMemoryUse& memory_use() const;
   std::string device_name() const;
@@ -66,6 +67,7 @@ class CudaBackend final : public Backend {
  private:
   struct Impl;
   explicit CudaBackend(std::unique_ptr<Impl> impl);
+  Status step(std::span<const BatchChunk> chunks, ForwardOutput& out);
   std::unique_ptr<Impl> impl_;
 };
 

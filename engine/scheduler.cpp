@@ -93,6 +93,7 @@ SubmitResult Scheduler::submit(GenerationRequest request, std::shared_ptr<Reques
   SubmitResult checked = check(request);
   if (!checked.ok()) return checked;
   std::lock_guard lock(mu_);
+  if (!fatal_.empty()) return {SubmitResult::Code::Draining, "the engine stopped: " + fatal_};
   if (!admitting_ || shutdown_)
     return {SubmitResult::Code::Draining, "the server is shutting down"};
   if (stats_.waiting + int32_t(inbox_.size()) >= options_.max_waiting)
@@ -133,6 +134,11 @@ void Scheduler::shutdown() {
   cv_.notify_one();
 }
 
+std::string Scheduler::fatal_error() const {
+  std::lock_guard lock(mu_);
+  return fatal_;
+}
+
 void Scheduler::run() {
   for (;;) {
     {
@@ -152,8 +158,10 @@ void Scheduler::run() {
   }
   // Whatever is left when the engine stops is ended, so no consumer waits forever.
   take_inbox();
-  for (auto& s : running_) finish(*s, EndReason::Error, "the server stopped");
-  for (auto& s : waiting_) finish(*s, EndReason::Error, "the server stopped");
+  const std::string fatal = fatal_error();
+  const std::string why = fatal.empty() ? "the server stopped" : "the engine stopped: " + fatal;
+  for (auto& s : running_) finish(*s, EndReason::Error, why);
+  for (auto& s : waiting_) finish(*s, EndReason::Error, why);
   remove_finished();
   publish_stats();
 }
@@ -293,6 +301,11 @@ bool Scheduler::step() {
     for (const Planned& p : plan)
       finish(*p.seq, EndReason::Error, "the engine failed: " + forwarded.error().message);
     remove_finished();
+    if (std::string why = backend_.unusable_reason(); !why.empty()) {
+      std::lock_guard lock(mu_);
+      fatal_ = std::move(why);
+      shutdown_ = true;  // run() ends the rest with the reason
+    }
     publish_stats();
     return true;
   }

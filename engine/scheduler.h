@@ -107,6 +107,10 @@ class Scheduler {
 
   int32_t max_context() const { return max_context_; }
 
+  // Thread-safe. Non-empty when run() stopped because the backend became
+  // unusable (Backend::unusable_reason): every request was failed with it.
+  std::string fatal_error() const;
+
  private:
   struct Sequence;
   using SeqPtr = std::unique_ptr<Sequence>;
@@ -136,6 +140,7 @@ class Scheduler {
   std::vector<SeqPtr> inbox_;
   bool admitting_ = true;
   bool shutdown_ = false;
+  std::string fatal_;  // see fatal_error()
   std::string cancel_all_message_;  // non-empty: cancel everything at the next step
   SchedulerStats stats_;
   uint64_t next_order_ = 0;

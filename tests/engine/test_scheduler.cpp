@@ -279,3 +279,51 @@ TEST_CASE("draining refuses new work; cancel_all ends the rest; run() stops on s
   CHECK(got.last->completion_tokens == 5);
   CHECK(backend->kv_pool().used_blocks() == 0);
 }
+
+namespace {
+// A backend that works for `good_steps` steps, then fails every step and
+// reports itself unusable (as a GPU whose context a kernel fault broke).
+class BreakingBackend final : public Backend {
+ public:
+  BreakingBackend(Backend& inner, int good_steps) : inner_(inner), left_(good_steps) {}
+  std::string name() const override { return "breaking"; }
+  Status forward(std::span<const BatchChunk> chunks, ForwardOutput& out) override {
+    if (left_-- > 0) return inner_.forward(chunks, out);
+    return make_error("cudaErrorIllegalAddress: an illegal memory access was encountered");
+  }
+  KvBlockPool& kv_pool() override { return inner_.kv_pool(); }
+  std::string unusable_reason() const override { return left_ < 0 ? "the device faulted" : ""; }
+
+ private:
+  Backend& inner_;
+  int left_;
+};
+}  // namespace
+
+TEST_CASE("an unusable backend stops the engine: every request fails with the reason") {
+  auto inner = fixture().backend(128, 4);
+  BreakingBackend backend(*inner, 3);
+  Scheduler s(backend, *fixture().tokenizer, SchedulerOptions{});
+  std::mt19937 rng(17);
+  auto running = std::make_shared<RequestStream>();
+  REQUIRE(s.submit(greedy(random_prompt(rng, 6), 50), running).ok());
+  std::thread engine([&] { s.run(); });  // returns by itself once the backend breaks
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  auto queued = std::make_shared<RequestStream>();
+  SubmitResult late = s.submit(greedy(random_prompt(rng, 6), 5), queued);  // before or after the break
+  engine.join();
+  SubmitResult after = s.submit(greedy(random_prompt(rng, 6), 5), std::make_shared<RequestStream>());
+  CHECK(after.code == SubmitResult::Code::Draining);
+  CHECK(after.message == "the engine stopped: the device faulted");
+  CHECK(s.fatal_error() == "the device faulted");
+  auto first = collect(*running).last;
+  REQUIRE(first);
+  CHECK(first->end == EndReason::Error);
+  CHECK(first->error.find("cudaErrorIllegalAddress") != std::string::npos);
+  if (late.ok()) {  // accepted before the break: ended with the error, not left waiting
+    auto second = collect(*queued).last;
+    REQUIRE(second);
+    CHECK(second->end == EndReason::Error);
+  }
+  CHECK(inner->kv_pool().used_blocks() == 0);
+}
