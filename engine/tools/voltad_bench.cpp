@@ -26,7 +26,9 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: voltad-bench -m MODEL.gguf [-p 512] [-n 128] [-b 1,2,4,8,16] [--ctx 512] [--repeat 3]\n"
-    "                    [--kv fp16|int8] [--no-graphs] [--json]\n";
+    "                    [--kv fp16|int8] [--no-graphs] [--top-k K] [--json]\n"
+    "  --top-k K: each decode step returns the K best logits per sequence, as the\n"
+    "             server does for greedy (1) or top-k sampling (0: whole rows)\n";
 
 [[maybe_unused]] std::vector<int> parse_list(const std::string& s) {
   std::vector<int> v;
@@ -44,7 +46,7 @@ constexpr const char* kUsage =
 
 int main(int argc, char** argv) {
   std::string model_path;
-  int prompt = 512, steps = 128, ctx = 512, repeat = 3;
+  int prompt = 512, steps = 128, ctx = 512, repeat = 3, top_k = 1;
   std::vector<int> batches = {1, 2, 4, 8, 16};
   bool json = false, kv_int8 = false, graphs = true;
   for (int i = 1; i < argc; ++i) {
@@ -58,6 +60,7 @@ int main(int argc, char** argv) {
     else if (a == "--repeat") repeat = std::atoi(next().c_str());
     else if (a == "--json") json = true;
     else if (a == "--no-graphs") graphs = false;
+    else if (a == "--top-k") top_k = std::atoi(next().c_str());
     else if (a == "--kv") {
       std::string k = next();
       if (k != "fp16" && k != "int8") return std::fprintf(stderr, "voltad-bench: --kv must be fp16 or int8\n"), 64;
@@ -66,11 +69,12 @@ int main(int argc, char** argv) {
     else if (a == "-h" || a == "--help") return std::fputs(kUsage, stdout), 0;
     else return std::fprintf(stderr, "voltad-bench: unknown argument '%s'\n%s", a.c_str(), kUsage), 64;
   }
+  if (top_k < 0 || top_k > 64) return std::fprintf(stderr, "voltad-bench: --top-k must be 0..64\n"), 64;
   if (model_path.empty() || prompt < 0 || steps < 1 || ctx < 1 || repeat < 1 || batches.empty() ||
       *std::min_element(batches.begin(), batches.end()) < 1)
     return std::fprintf(stderr, "voltad-bench: need -m MODEL and positive sizes\n%s", kUsage), 64;
 #ifndef VOLTAD_HAVE_CUDA
-  (void)json, (void)kv_int8, (void)graphs, (void)prompt, (void)steps, (void)ctx, (void)repeat;
+  (void)json, (void)kv_int8, (void)top_k, (void)graphs, (void)prompt, (void)steps, (void)ctx, (void)repeat;
   std::fprintf(stderr, "voltad-bench: this build has no CUDA backend (configure with -DVOLTAD_CUDA=ON)\n");
   return 69;
 #else
@@ -146,6 +150,7 @@ int main(int argc, char** argv) {
         chunks[size_t(s)].seq_id = s;
         chunks[size_t(s)].start_pos = ctx + std::max(0, i - warmup);
         chunks[size_t(s)].tokens = std::span<const int32_t>(&next[size_t(s)], 1);
+        chunks[size_t(s)].top_k = top_k;
       }
       auto t0 = clock::now();
       auto st = b.forward(chunks, out);
@@ -169,6 +174,7 @@ int main(int argc, char** argv) {
   if (json) {
     std::printf("{\n  \"model\": \"%s\",\n  \"device\": \"%s\",\n  \"copy_bandwidth_gbps\": %.1f,\n", model_path.c_str(),
                 b.device_name().c_str(), bandwidth.value() / 1e9);
+    std::printf("  \"top_k\": %d,\n", top_k);
     std::printf("  \"kv_cache_type\": \"%s\",\n  \"cuda_graphs\": %s,\n  \"load_seconds\": %.2f,\n  \"weights_bytes\": %llu,\n  \"decode_weight_bytes\": %llu,\n", kv_int8 ? "int8" : "fp16", graphs ? "true" : "false", load_s,
                 (unsigned long long)mem.weights, (unsigned long long)b.decode_weight_bytes());
     std::printf("  \"gguf_tensor_bytes\": %llu,\n  \"workspace_bytes\": %llu,\n  \"kv_cache_bytes\": %llu,\n",

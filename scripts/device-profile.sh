@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Where a decode step's time goes, kernel by kernel, on the GPU machine: runs
+# voltad-bench (batch 1, no graphs, a few steps) under Nsight Compute and
+# sums each kernel's duration over the decode steps. Run after
+# scripts/device-bench.sh has built build-bench/ and written the model:
+#   bash scripts/device-profile.sh [--model /tmp/voltad-models/llama3-8b-q4_k_m.gguf] [--steps 4]
+# Prints a table (kernel, launches per step, us per step, share); the CSV
+# goes to $OUT.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+model=/tmp/voltad-models/llama3-8b-q4_k_m.gguf
+steps=4
+while (($#)); do
+  case $1 in
+    --model) model=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    *) echo "usage: $0 [--model FILE] [--steps N]" >&2; exit 64 ;;
+  esac
+done
+out=${OUT:-$PWD/build-device/out}
+mkdir -p "$out"
+ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || true)
+[[ -n $ncu ]] || { echo "device-profile: no ncu on this machine" >&2; exit 1; }
+# Prompt of 1 token: the "prefill" is itself a decode-shaped step. --repeat 1
+# and -n steps: every profiled launch belongs to a batch-1 step.
+csv=$out/profile-decode.csv
+"$ncu" --clock-control none --csv --metrics gpu__time_duration.sum \
+  build-bench/bin/voltad-bench -m "$model" -p 1 -n "$steps" -b 1 --ctx 512 --repeat 1 --no-graphs \
+  >"$csv" 2>"$out/profile-ncu.log" || { tail -20 "$out/profile-ncu.log"; exit 1; }
+python3 - "$csv" <<'PY'
+import csv, sys, collections, re
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+head = rows[0]
+ki, vi, ui = head.index("Kernel Name"), head.index("Metric Value"), head.index("Metric Unit")
+total = collections.Counter(); count = collections.Counter()
+for r in rows[1:]:
+    if not r[vi].replace(",", "").replace(".", "").isdigit(): continue
+    v = float(r[vi].replace(",", ""))
+    v = v / 1000 if r[ui] in ("nsecond", "ns") else v * (1000 if r[ui] in ("msecond", "ms") else 1)
+    name = re.sub(r"\(.*", "", r[ki]).replace("void ", "")
+    name = re.sub(r"voltad::kernels::", "", name)
+    total[name] += v; count[name] += 1
+launches = sum(count.values()); s = sum(total.values())
+print(f"{launches} launches, {s:.0f} us of kernel time in all")
+for name, v in total.most_common(25):
+    print(f"{v/s*100:5.1f}%  {v:9.1f} us  {count[name]:5d} x  {v/count[name]:7.2f} us  {name[:110]}")
+PY
