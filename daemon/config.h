@@ -17,6 +17,7 @@ std::string check_gpu_spec(const std::string& spec);
 std::string check_numa_spec(const std::string& spec);
 std::string check_cpus_spec(const std::string& spec);
 std::string check_octal_mode(const std::string& mode);
+std::string check_instance_name(const std::string& name);
 
 struct ModelSection {
   std::string path;
@@ -49,6 +50,8 @@ struct ServerSection {
   int64_t max_requests_per_user = 0;
   int64_t write_queue_chunks = 0;
   Duration shutdown_grace;
+  std::string dbus;
+  std::string instance;
 
   template <class V>
   void visit(V& v) {
@@ -79,6 +82,16 @@ struct ServerSection {
       range<int64_t>(4, 65536));
     v(shutdown_grace, "shutdown_grace", Duration{std::chrono::seconds(30)},
       "On stop, how long running requests may finish before they are cancelled.");
+    v(dbus, "dbus", std::string("auto"),
+      "D-Bus interface org.voltad.Daemon1 (docs/DBUS.md): auto (the system bus for a system "
+      "service or root, the user bus for a user instance), system, user, or off. A bus that "
+      "cannot be reached is a warning, not a failure.",
+      one_of({"auto", "system", "user", "off"}));
+    v(instance, "instance", std::string(),
+      "Instance name when one daemon runs per GPU (voltad@gpu0.service): the D-Bus name becomes "
+      "org.voltad.Daemon1.NAME. Empty: the single instance.",
+      custom("empty, or letters, digits and _ not starting with a digit (gpu0)",
+             check_instance_name));
   }
 };
 

@@ -39,4 +39,14 @@ std::string check_octal_mode(const std::string& mode) {
   return "invalid mode '" + mode + "' (an octal mode such as 0660)";
 }
 
+// The name is appended to org.voltad.Daemon1 as one more element, so it
+// follows D-Bus's rule for elements (and leaves out '-', which D-Bus
+// discourages).
+std::string check_instance_name(const std::string& name) {
+  static const std::regex element("^[A-Za-z_][A-Za-z0-9_]{0,63}$");
+  if (name.empty() || std::regex_match(name, element)) return "";
+  return "invalid instance name '" + name +
+         "' (letters, digits and _, not starting with a digit, such as gpu0)";
+}
+
 }  // namespace voltad::config
