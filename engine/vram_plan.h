@@ -65,9 +65,9 @@ CudaWorkspace cuda_workspace_bytes(const ModelConfig& model, const EngineLimits&
 
 // Mirrors of the kernels' constants (kernels/matvec.h, kernels/attention.h;
 // a CUDA build checks they agree): activations are quantized in blocks of
-// 32 values, and split-K attention cuts a context into 256-token pieces.
+// 32 values, and split-K attention cuts a context into 128-token pieces.
 constexpr int64_t kActivationBlockValues = 32;
-constexpr int64_t kAttentionSplitTokens = 256;
+constexpr int64_t kAttentionSplitTokens = 128;
 // Tokens per KV cache block (KvBlockPool::kBlockTokens).
 constexpr int64_t kKvBlockTokens = 16;
 // Values per block of the GPU top-k's first pass (kernels/topk.h).

@@ -15,7 +15,7 @@ namespace voltad::kernels {
 
 constexpr int kKvBlockTokens = 16;
 constexpr int kAttentionMaxGroup = 8;      // query heads per KV head
-constexpr int kAttentionSplitTokens = 256;  // positions per split-K piece
+constexpr int kAttentionSplitTokens = 128;  // positions per split-K piece
 
 // KV cache of one layer: [n_blocks][16][kv_dim] halves for K, same for V.
 struct KvLayerView {

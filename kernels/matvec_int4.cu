@@ -178,7 +178,13 @@ template <PackedFormat F>
 void launch_int4_format(const MatvecArgs& a, cudaStream_t stream) {
   switch (a.batch) {
     case 1:
-      launch_int4<F, 1, 1, 2>(a, stream);
+      // One row per warp reads x (64 bytes + a record per 16 weight bytes)
+      // from L1 for every row; more rows per warp share each x load. Measured
+      // best (docs/KERNEL-NOTES.md run 4): 4 rows for Q4_K's, 2 for the others.
+      if constexpr (F == PackedFormat::Int4K256)
+        launch_int4<F, 4, 1, 1>(a, stream);
+      else
+        launch_int4<F, 2, 1, 2>(a, stream);
       break;
     case 2:
       launch_int4<F, 2, 2, 2>(a, stream);

@@ -286,7 +286,7 @@ void launch_int8_format(const MatvecArgs& a, cudaStream_t stream) {
 void launch_int6_format(const MatvecArgs& a, cudaStream_t stream) {
   switch (a.batch) {
     case 1:
-      launch_int6<1, 1, 2>(a, stream);
+      launch_int6<2, 1, 2>(a, stream);  // 2 rows share each x load (KERNEL-NOTES run 4)
       break;
     case 2:
       launch_int6<2, 2, 2>(a, stream);

@@ -118,8 +118,8 @@ TEST_CASE("workspace: each buffer by its formula, 256-byte aligned, total their 
   CHECK(w.token_ids == 2048 * 4);
   CHECK(w.positions == 2048 * 4);
   CHECK(w.block_tables == 16 * 256 * 4);
-  // 4096 positions = 16 split-K pieces of 256.
-  CHECK(w.attention_partials == 16ull * 32 * 16 * (128 + 2) * 4);
+  // 4096 positions = 32 split-K pieces of 128.
+  CHECK(w.attention_partials == 16ull * 32 * 32 * (128 + 2) * 4);
   CHECK(w.total() == w.residual + w.normed + w.qkv + w.attention_out + w.ffn_gate_up +
                          w.quantized_x + w.quantized_x_scales + w.selected + w.logits +
                          w.candidates + w.topk_scratch + w.token_ids + w.positions + w.block_tables +
