@@ -246,6 +246,7 @@ int serve(const config::Config& cfg, const std::string& config_path) {
                cfg.server.socket_mode, ctx.access.describe(), model_path);
 
   std::atomic<int> exit_code{kExitOk};
+  ctx.lifecycle.begin_loading("loading " + model_path);
   std::thread engine_thread([&] {
     auto failure = load_engine(cfg, model_path, ctx, engine);
     if (failure) {
@@ -256,10 +257,8 @@ int serve(const config::Config& cfg, const std::string& config_path) {
     }
     // Requests reach the scheduler only once the state says ready (ServerContext::serving).
     ctx.served.store(&engine.served, std::memory_order_release);
-    HealthState expected = HealthState::Loading;
     // A stop requested during loading wins: nothing is served.
-    if (!ctx.state.compare_exchange_strong(expected, HealthState::Ready, std::memory_order_acq_rel))
-      return;
+    if (!ctx.lifecycle.finish_loading("ready: serving " + ctx.model_name)) return;
     spdlog::info(
         "ready: serving {} on {} (backend {}, context {} tokens, up to {} sequences, {} KV blocks)",
         ctx.model_name, socket.path, engine.served.backend, engine.served.max_context,
@@ -280,7 +279,7 @@ int serve(const config::Config& cfg, const std::string& config_path) {
                    config::format_duration(cfg.server.shutdown_grace));
       // The socket stays open while draining: /health says so, and new
       // requests get a 503 with Retry-After instead of a refused connect.
-      ctx.state.store(HealthState::Draining, std::memory_order_release);
+      ctx.lifecycle.request_stop(strsignal(sig));
       if (const ServedModel* m = ctx.loaded()) m->scheduler->stop_admitting();
       drain = std::make_shared<Drain>(ioc, ctx, cfg.server.shutdown_grace.value);
       drain->start();

@@ -131,8 +131,8 @@ std::string Metrics::render(const MetricsSnapshot& s) const {
     out += (i ? "," : "") + s.info[i].first + "=\"" + prometheus_escape(s.info[i].second) + "\"";
   out += "} 1\n";
   header(out, "voltad_health_state", "gauge",
-         "1 for the current state (loading, ready, draining, degraded).");
-  for (const char* state : {"loading", "ready", "draining", "degraded"})
+         "1 for the current state (daemon/lifecycle.h).");
+  for (const char* state : {"starting", "loading", "ready", "degraded", "draining", "stopping"})
     out += std::string("voltad_health_state{state=\"") + state + "\"} " +
            (s.state == state ? "1" : "0") + '\n';
 

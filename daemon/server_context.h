@@ -1,5 +1,6 @@
-// What the connections share: limits, access policy, metrics, the health
-// state, and (once loaded) the served model and its scheduler.
+// What the connections share: limits, access policy, metrics, the lifecycle
+// (daemon/lifecycle.h: the state /health reports), and (once loaded) the
+// served model and its scheduler.
 //
 // Threads: the immutable parts are set before the first connection. `served`
 // is published once by the engine thread (an atomic pointer to data that is
@@ -15,15 +16,13 @@
 #include <vector>
 
 #include "daemon/access_control.h"
+#include "daemon/lifecycle.h"
 #include "daemon/metrics.h"
 #include "engine/chat_template.h"
 #include "engine/scheduler.h"
 #include "engine/tokenizer.h"
 
 namespace voltad {
-
-enum class HealthState { Loading, Ready, Draining, Degraded };
-const char* health_state_name(HealthState state);  // "loading", "ready", ...
 
 struct ServerLimits {
   int64_t max_connections = 256;
@@ -73,7 +72,7 @@ struct ServerContext {
   Metrics metrics;
   std::string model_name;    // known from the config before the model loads
   std::string backend_name;  // likewise
-  std::atomic<HealthState> state{HealthState::Loading};
+  Lifecycle lifecycle;       // the state machine; thread-safe
   std::atomic<int64_t> open_connections{0};
   std::atomic<int64_t> active_generations{0};
   std::atomic<const ServedModel*> served{nullptr};  // see the thread note above
@@ -82,10 +81,7 @@ struct ServerContext {
   PlacementSummary placement;
 
   // The model when it can take requests (Ready or Degraded); nullptr otherwise.
-  const ServedModel* serving() const {
-    HealthState s = state.load(std::memory_order_acquire);
-    return s == HealthState::Ready || s == HealthState::Degraded ? loaded() : nullptr;
-  }
+  const ServedModel* serving() const { return lifecycle.serving() ? loaded() : nullptr; }
   // The model once loaded, whatever the state (nullptr while loading).
   const ServedModel* loaded() const { return served.load(std::memory_order_acquire); }
   MetricsSnapshot snapshot() const;

@@ -9,23 +9,9 @@ namespace voltad {
 namespace http = boost::beast::http;
 using Json = nlohmann::json;
 
-const char* health_state_name(HealthState state) {
-  switch (state) {
-    case HealthState::Loading:
-      return "loading";
-    case HealthState::Ready:
-      return "ready";
-    case HealthState::Draining:
-      return "draining";
-    case HealthState::Degraded:
-      return "degraded";
-  }
-  return "loading";
-}
-
 MetricsSnapshot ServerContext::snapshot() const {
   MetricsSnapshot s;
-  s.state = health_state_name(state.load(std::memory_order_acquire));
+  s.state = health_state_name(lifecycle.state());
   s.open_connections = open_connections.load();
   s.info = {{"version", VOLTAD_VERSION}, {"model", model_name}, {"backend", backend_name}};
   if (const ServedModel* m = loaded()) {
@@ -55,8 +41,12 @@ struct Call {
 };
 
 ApiError not_ready(const ServerContext& ctx) {
-  HealthState s = ctx.state.load(std::memory_order_acquire);
-  if (s == HealthState::Loading) return unavailable("the model is still loading; retry shortly", 5);
+  HealthState s = ctx.lifecycle.state();
+  if (s == HealthState::Starting || s == HealthState::Loading)
+    return unavailable("the model is still loading; retry shortly", 5);
+  if (s == HealthState::Draining)
+    return unavailable(
+        "the server is draining (an administrator paused it) and takes no new requests", 10);
   return unavailable("the server is shutting down and takes no new requests", 10);
 }
 
@@ -70,7 +60,7 @@ std::optional<ApiError> check_model_name(const std::string& requested, const Ser
 }
 
 HttpResponse health(const Call& c) {
-  HealthState s = c.ctx.state.load(std::memory_order_acquire);
+  HealthState s = c.ctx.lifecycle.state();
   Json body = {{"status", health_state_name(s)},
                {"model", c.ctx.model_name},
                {"backend", c.ctx.backend_name}};
@@ -82,10 +72,11 @@ HttpResponse health(const Call& c) {
     body["kv_blocks_total"] = st.kv_blocks_total;
     body["max_context"] = m->max_context;
   }
-  // Ready and degraded still serve; loading and draining do not.
+  // Ready and degraded still serve; the other states do not.
   bool serving = s == HealthState::Ready || s == HealthState::Degraded;
+  bool loading = s == HealthState::Starting || s == HealthState::Loading;
   HttpResponse res = c.json(serving ? 200 : 503, body);
-  if (!serving) res.set(http::field::retry_after, s == HealthState::Loading ? "5" : "10");
+  if (!serving) res.set(http::field::retry_after, loading ? "5" : "10");
   return res;
 }
 

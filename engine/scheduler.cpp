@@ -110,6 +110,12 @@ void Scheduler::stop_admitting() {
   stats_.admitting = false;
 }
 
+void Scheduler::resume_admitting() {
+  std::lock_guard lock(mu_);
+  admitting_ = true;
+  stats_.admitting = true;
+}
+
 void Scheduler::cancel_all(std::string message) {
   std::lock_guard lock(mu_);
   cancel_all_message_ = message.empty() ? "cancelled" : std::move(message);
@@ -141,6 +147,7 @@ std::string Scheduler::fatal_error() const {
 
 void Scheduler::run() {
   for (;;) {
+    heartbeat_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
     {
       std::lock_guard lock(mu_);
       if (shutdown_) break;
@@ -148,11 +155,11 @@ void Scheduler::run() {
     if (step()) continue;
     // Nothing computable. With sequences paused by backpressure (or waiting
     // on a cancel to be noticed), poll briefly; otherwise sleep until a
-    // submit, cancel_all or shutdown.
+    // submit, cancel_all or shutdown, waking for the heartbeat meanwhile.
     std::unique_lock lock(mu_);
     auto woken = [&] { return shutdown_ || !inbox_.empty() || !cancel_all_message_.empty(); };
     if (running_.empty() && waiting_.empty())
-      cv_.wait(lock, woken);
+      cv_.wait_for(lock, options_.heartbeat_interval, woken);
     else
       cv_.wait_for(lock, std::chrono::milliseconds(3), woken);
   }

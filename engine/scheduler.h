@@ -25,6 +25,7 @@
 // memory.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -45,6 +46,9 @@ struct SchedulerOptions {
   int32_t max_batch_tokens = 2048;   // tokens per forward step
   int32_t max_waiting = 1024;        // queued beyond the running ones; more are refused as busy
   int32_t stream_queue_limit = 256;  // untaken events per stream before its sequence pauses
+  // An idle engine loop still wakes this often to beat its heartbeat, so a
+  // watchdog can tell "idle" from "stuck in a forward pass".
+  std::chrono::milliseconds heartbeat_interval{1000};
 };
 
 // A snapshot for /metrics and /health.
@@ -90,6 +94,8 @@ class Scheduler {
   SubmitResult check(const GenerationRequest& request) const;
   // Thread-safe. Later submits are refused as Draining; running work goes on.
   void stop_admitting();
+  // Thread-safe. Undoes stop_admitting (an administrator's drain ended).
+  void resume_admitting();
   // Thread-safe. Every queued and running sequence ends at the next step
   // with EndReason::Error and this message.
   void cancel_all(std::string message);
@@ -106,6 +112,13 @@ class Scheduler {
   bool step();
 
   int32_t max_context() const { return max_context_; }
+
+  // Thread-safe: when the engine loop last went round (a step, or an idle
+  // wake-up at least every heartbeat_interval); the epoch before run().
+  std::chrono::steady_clock::time_point last_heartbeat() const {
+    return std::chrono::steady_clock::time_point(
+        std::chrono::steady_clock::duration(heartbeat_.load(std::memory_order_relaxed)));
+  }
 
   // Thread-safe. Non-empty when run() stopped because the backend became
   // unusable (Backend::unusable_reason): every request was failed with it.
@@ -150,6 +163,7 @@ class Scheduler {
   std::vector<SeqPtr> running_;  // oldest first
   int32_t seq_id_counter_ = 0;
   uint64_t steps_ = 0, preemptions_ = 0;
+  std::atomic<std::chrono::steady_clock::rep> heartbeat_{0};  // written by the engine thread
   ForwardOutput out_;
 };
 

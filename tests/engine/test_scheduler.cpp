@@ -280,6 +280,33 @@ TEST_CASE("draining refuses new work; cancel_all ends the rest; run() stops on s
   CHECK(backend->kv_pool().used_blocks() == 0);
 }
 
+TEST_CASE("resume_admitting undoes a drain; an idle run() still beats its heartbeat") {
+  auto backend = fixture().backend(128, 2);
+  SchedulerOptions o;
+  o.heartbeat_interval = std::chrono::milliseconds(20);
+  Scheduler s(*backend, *fixture().tokenizer, o);
+  std::mt19937 rng(17);
+  s.stop_admitting();
+  CHECK(s.submit(greedy(random_prompt(rng, 4), 2), std::make_shared<RequestStream>()).code ==
+        SubmitResult::Code::Draining);
+  s.resume_admitting();
+  CHECK(s.stats().admitting);
+  CHECK(s.submit(greedy(random_prompt(rng, 4), 2), std::make_shared<RequestStream>()).ok());
+  s.cancel_all("done");
+
+  CHECK(s.last_heartbeat() == std::chrono::steady_clock::time_point{});  // not running yet
+  std::thread engine([&] { s.run(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // idle once the cancel is taken
+  auto first = s.last_heartbeat();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto second = s.last_heartbeat();
+  s.shutdown();
+  engine.join();
+  CHECK(first != std::chrono::steady_clock::time_point{});
+  CHECK(second > first);  // idle, yet the loop went round
+  CHECK(std::chrono::steady_clock::now() - second < std::chrono::milliseconds(500));
+}
+
 namespace {
 // A backend that works for `good_steps` steps, then fails every step and
 // reports itself unusable (as a GPU whose context a kernel fault broke).

@@ -1,5 +1,5 @@
 """Graceful stop: the caller sends SIGTERM once a long stream has started.
-While draining, /health says so with 503 and new generations get 503 +
+While draining on SIGTERM, /health says "stopping" with 503 and new generations get 503 +
 Retry-After; past shutdown_grace the running stream ends with an error event
 and [DONE].  usage: serve_drain.py SOCKET DAEMON_PID"""
 import json
@@ -31,7 +31,7 @@ t0 = time.time()
 os.kill(PID, signal.SIGTERM)
 time.sleep(0.3)
 st, h, body = request(SOCK, "GET", "/health", timeout=10)
-check("draining: /health 503 with status draining", st == 503 and json.loads(body)["status"] == "draining", (st, body))
+check("draining: /health 503 with status stopping", st == 503 and json.loads(body)["status"] == "stopping", (st, body))
 st, h, body = request(SOCK, "POST", "/v1/completions", {"prompt": "x", "max_tokens": 2}, timeout=10)
 check("draining: a new generation gets 503 with Retry-After", st == 503 and "retry-after" in h, (st, h))
 for part in chunks:
