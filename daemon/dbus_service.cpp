@@ -39,12 +39,6 @@ uint64_t monotonic_usec() {
   return uint64_t(ts.tv_sec) * 1000000u + uint64_t(ts.tv_nsec) / 1000u;
 }
 
-std::string join_lines(const std::vector<std::string>& lines) {
-  std::string out;
-  for (const std::string& l : lines) out += (out.empty() ? "" : "\n") + l;
-  return out;
-}
-
 }  // namespace
 
 std::vector<std::string> changed_dbus_properties(const DbusProperties& a, const DbusProperties& b) {
@@ -121,11 +115,11 @@ int DbusService::connect(DbusBus kind, const std::string& name) {
       VOLTAD_PROPERTY("RunningRequests", "u"),
       VOLTAD_PROPERTY("QueuedRequests", "u"),
       VOLTAD_PROPERTY("DecodeTokensPerSecond", "d"),
-      SD_BUS_METHOD_WITH_NAMES("Reload", "", SD_BUS_PARAM(), "as", SD_BUS_PARAM(notes),
+      SD_BUS_METHOD_WITH_NAMES("Reload", "", "", "sas", SD_BUS_PARAM(summary) SD_BUS_PARAM(notes),
                                DbusService::on_reload, SD_BUS_VTABLE_UNPRIVILEGED),
-      SD_BUS_METHOD_WITH_NAMES("Drain", "", SD_BUS_PARAM(), "as", SD_BUS_PARAM(notes),
+      SD_BUS_METHOD_WITH_NAMES("Drain", "", "", "sas", SD_BUS_PARAM(summary) SD_BUS_PARAM(notes),
                                DbusService::on_drain, SD_BUS_VTABLE_UNPRIVILEGED),
-      SD_BUS_METHOD_WITH_NAMES("Resume", "", SD_BUS_PARAM(), "as", SD_BUS_PARAM(notes),
+      SD_BUS_METHOD_WITH_NAMES("Resume", "", "", "sas", SD_BUS_PARAM(summary) SD_BUS_PARAM(notes),
                                DbusService::on_resume, SD_BUS_VTABLE_UNPRIVILEGED),
       SD_BUS_VTABLE_END};
 
@@ -292,28 +286,42 @@ int DbusService::get_property(sd_bus*, const char*, const char*, const char* pro
   return sd_bus_error_setf(error, SD_BUS_ERROR_UNKNOWN_PROPERTY, "no property %s", property);
 }
 
-int DbusService::reply(sd_bus_message* m, const DbusOutcome& outcome, const char* method,
-                       sd_bus_error* error) {
+// "D-Bus :1.42 uid 1000": the caller, for the logs and the lifecycle.
+std::string DbusService::describe_caller(sd_bus_message* m) {
   const char* sender = sd_bus_message_get_sender(m);
-  spdlog::info("D-Bus: {} from {}: {}{}", method, sender ? sender : "?",
-               outcome.ok ? "done" : "refused",
-               outcome.messages.empty() ? "" : " (" + join_lines(outcome.messages) + ")");
+  std::string who = std::string("D-Bus ") + (sender ? sender : "?");
+  sd_bus_creds* creds = nullptr;
+  uid_t uid = 0;
+  if (sd_bus_query_sender_creds(m, SD_BUS_CREDS_EUID, &creds) >= 0 &&
+      sd_bus_creds_get_euid(creds, &uid) >= 0)
+    who += " uid " + std::to_string(uid);
+  sd_bus_creds_unref(creds);
+  return who;
+}
+
+int DbusService::call(sd_bus_message* m, const char* method,
+                      const std::function<DbusOutcome(const std::string&)>& action,
+                      sd_bus_error* error) {
+  const std::string caller = describe_caller(m);
+  const DbusOutcome outcome = action(caller);
+  spdlog::info("D-Bus: {} from {}: {}{}", method, caller, outcome.ok ? "done" : "refused",
+               outcome.summary.empty() ? "" : ": " + outcome.summary);
   if (!outcome.ok) {
-    std::string text = join_lines(outcome.messages);
-    if (text.empty()) text = std::string(method) + " was refused";
+    std::string text = outcome.summary.empty() ? std::string(method) + " refused" : outcome.summary;
+    for (const std::string& p : outcome.details) text += "\n" + p;
     return sd_bus_error_set(error, kRefused, text.c_str());
   }
   sd_bus_message* raw = nullptr;
   int r = sd_bus_message_new_method_return(m, &raw);
   if (r < 0) return r;
-  MessagePtr ret(raw);
-  std::vector<char*> notes;
-  std::vector<std::string> copies = outcome.messages;
-  for (std::string& s : copies) notes.push_back(s.data());
-  notes.push_back(nullptr);
-  r = sd_bus_message_append_strv(ret.get(), notes.data());
-  if (r < 0) return r;
-  r = sd_bus_send(nullptr, ret.get(), nullptr);
+  MessagePtr reply(raw);
+  std::vector<std::string> notes = outcome.details;
+  std::vector<char*> strv;
+  for (std::string& n : notes) strv.push_back(n.data());
+  strv.push_back(nullptr);
+  r = sd_bus_message_append(reply.get(), "s", outcome.summary.c_str());
+  if (r >= 0) r = sd_bus_message_append_strv(reply.get(), strv.data());
+  if (r >= 0) r = sd_bus_send(nullptr, reply.get(), nullptr);
   // The method's effect (State and the rest) is announced right after its reply.
   update_properties();
   return r;
@@ -321,17 +329,17 @@ int DbusService::reply(sd_bus_message* m, const DbusOutcome& outcome, const char
 
 int DbusService::on_reload(sd_bus_message* m, void* userdata, sd_bus_error* error) {
   auto* self = static_cast<DbusService*>(userdata);
-  return self->reply(m, self->provider_.reload(), "Reload", error);
+  return self->call(m, "Reload", self->provider_.reload, error);
 }
 
 int DbusService::on_drain(sd_bus_message* m, void* userdata, sd_bus_error* error) {
   auto* self = static_cast<DbusService*>(userdata);
-  return self->reply(m, self->provider_.drain(), "Drain", error);
+  return self->call(m, "Drain", self->provider_.drain, error);
 }
 
 int DbusService::on_resume(sd_bus_message* m, void* userdata, sd_bus_error* error) {
   auto* self = static_cast<DbusService*>(userdata);
-  return self->reply(m, self->provider_.resume(), "Resume", error);
+  return self->call(m, "Resume", self->provider_.resume, error);
 }
 
 }  // namespace voltad

@@ -54,25 +54,26 @@ struct DbusProperties {
 std::vector<std::string> changed_dbus_properties(const DbusProperties& before,
                                                  const DbusProperties& after);
 
-// A method's outcome: done (with notes for the caller, e.g. keys a reload
-// could not apply), or refused with every problem.
+// A method's outcome: done, with a summary and notes for the caller (what a
+// reload could not apply), or refused, with every problem. A done method
+// replies (s summary, as notes); a refused one is the error
+// org.voltad.Daemon1.Error.Refused whose message is the summary and the
+// problems, one a line.
 struct DbusOutcome {
   bool ok = true;
-  std::vector<std::string> messages;
-  static DbusOutcome done(std::vector<std::string> notes = {}) { return {true, std::move(notes)}; }
-  static DbusOutcome refused(std::vector<std::string> problems) {
-    return {false, std::move(problems)};
-  }
+  std::string summary;
+  std::vector<std::string> details;  // ok: notes; refused: problems
 };
 
 // What the interface shows and does. Each function is called on the
 // service's strand, i.e. on an I/O thread beside the others: it must be
-// thread-safe with respect to the rest of the daemon, and quick.
+// thread-safe with respect to the rest of the daemon, and quick. `caller`
+// names who asked, for the logs ("D-Bus :1.42 uid 1000").
 struct DbusProvider {
   std::function<DbusProperties()> properties;
-  std::function<DbusOutcome()> reload;  // Reload() -> as: the notes; error: the problems
-  std::function<DbusOutcome()> drain;   // Drain(): stop taking requests, finish running ones
-  std::function<DbusOutcome()> resume;  // Resume(): take requests again
+  std::function<DbusOutcome(const std::string& caller)> reload;  // Reload()
+  std::function<DbusOutcome(const std::string& caller)> drain;   // Drain(): finish, take no more
+  std::function<DbusOutcome(const std::string& caller)> resume;  // Resume(): take requests again
 };
 
 enum class DbusBus { System, User };
@@ -125,7 +126,9 @@ class DbusService : public std::enable_shared_from_this<DbusService> {
   static int on_reload(sd_bus_message* m, void* userdata, sd_bus_error* error);
   static int on_drain(sd_bus_message* m, void* userdata, sd_bus_error* error);
   static int on_resume(sd_bus_message* m, void* userdata, sd_bus_error* error);
-  int reply(sd_bus_message* m, const DbusOutcome& outcome, const char* method, sd_bus_error* error);
+  static std::string describe_caller(sd_bus_message* m);
+  int call(sd_bus_message* m, const char* method,
+           const std::function<DbusOutcome(const std::string&)>& action, sd_bus_error* error);
 
   int connect(DbusBus kind, const std::string& name);
   void run();                // first wait
