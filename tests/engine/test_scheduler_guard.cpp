@@ -1,0 +1,169 @@
+// The scheduler's side of the VRAM guard (issue 8), on the CPU backend with
+// the tiny Llama fixture: a request that could never fit is refused up front
+// with the numbers, and a failed engine step (a CUDA out-of-memory error on
+// a GPU) ends exactly the sequences in that step while the rest go on and
+// later requests are served.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+
+#include "engine/backend_cpu.h"
+#include "engine/gguf_file.h"
+#include "engine/model.h"
+#include "engine/scheduler.h"
+
+using namespace voltad;
+
+namespace {
+
+std::string model_fixture() {
+  const char* env = std::getenv("VOLTAD_SOURCE_DIR");
+  std::filesystem::path src =
+      env ? env : std::filesystem::path(__FILE__).parent_path().parent_path().parent_path();
+  return (src / "tests" / "fixtures" / "models" / "tiny-llama.F32.gguf").string();
+}
+
+struct Fixture {
+  std::shared_ptr<const Model> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+  Fixture() {
+    auto m = load_model(model_fixture());
+    REQUIRE_MESSAGE(m.ok(), (m.ok() ? "" : m.error().message));
+    model = m.value();
+    auto data = tokenizer_data_from_gguf(*model->file);
+    REQUIRE(data.ok());
+    auto t = Tokenizer::create(std::move(data.value()));
+    REQUIRE(t.ok());
+    tokenizer = std::make_unique<Tokenizer>(std::move(t.value()));
+  }
+  std::unique_ptr<CpuBackend> backend(int32_t max_context, int32_t max_sequences,
+                                      int32_t kv_blocks = 0) {
+    CpuBackendOptions o;
+    o.threads = 1;
+    o.max_context = max_context;
+    o.max_sequences = max_sequences;
+    o.kv_blocks = kv_blocks;
+    auto b = CpuBackend::create(model, o);
+    REQUIRE(b.ok());
+    return std::move(b.value());
+  }
+};
+
+Fixture& fixture() {
+  static Fixture f;
+  return f;
+}
+
+GenerationRequest greedy(std::mt19937& rng, int n_prompt, int32_t max_tokens) {
+  std::uniform_int_distribution<int32_t> token(3, 319);
+  GenerationRequest r;
+  for (int i = 0; i < n_prompt; ++i) r.prompt.push_back(token(rng));
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = 0;
+  r.ignore_eos = true;
+  return r;
+}
+
+// A backend whose chosen steps fail the way a CUDA backend reports running
+// out of device memory.
+class FailingBackend final : public Backend {
+ public:
+  explicit FailingBackend(Backend& inner) : inner_(inner) {}
+  std::string name() const override { return inner_.name(); }
+  KvBlockPool& kv_pool() override { return inner_.kv_pool(); }
+  Status forward(std::span<const BatchChunk> chunks, ForwardOutput& out) override {
+    ++steps;
+    if (steps == fail_at) {
+      failed_seq_ids.clear();
+      for (const BatchChunk& c : chunks) failed_seq_ids.push_back(c.seq_id);
+      return make_error(
+          "the forward step failed on NVIDIA H200: cudaErrorMemoryAllocation (out of memory)");
+    }
+    return inner_.forward(chunks, out);
+  }
+  int steps = 0, fail_at = -1;
+  std::vector<int32_t> failed_seq_ids;
+
+ private:
+  Backend& inner_;
+};
+
+std::optional<StreamEvent> last_event(RequestStream& s, std::string* text = nullptr) {
+  std::optional<StreamEvent> last;
+  for (StreamEvent& e : s.take()) {
+    if (text) *text += e.text;
+    if (e.done) last = e;
+  }
+  return last;
+}
+
+}  // namespace
+
+TEST_CASE("a request beyond the whole KV pool is refused up front with the numbers") {
+  // The context is 128 tokens, but the pool holds 5 blocks = 80 tokens.
+  auto backend = fixture().backend(128, 2, 5);
+  Scheduler s(*backend, *fixture().tokenizer, SchedulerOptions{});
+  std::mt19937 rng(21);
+  auto r = s.check(greedy(rng, 60, 40));
+  CHECK(r.code == SubmitResult::Code::Invalid);
+  CHECK(r.message.find("80 tokens") != std::string::npos);
+  CHECK(r.message.find("100") != std::string::npos);
+  CHECK(s.submit(greedy(rng, 60, 40), std::make_shared<RequestStream>()).code ==
+        SubmitResult::Code::Invalid);
+  // One that fits the pool is taken.
+  CHECK(s.submit(greedy(rng, 40, 40), std::make_shared<RequestStream>()).ok());
+  // And beyond the context itself: both numbers and their sum.
+  auto c = s.check(greedy(rng, 100, 29));
+  CHECK(c.code == SubmitResult::Code::Invalid);
+  CHECK(c.message.find("128") != std::string::npos);
+  CHECK(c.message.find("129") != std::string::npos);
+}
+
+TEST_CASE("an out-of-memory step fails only its own sequences; the daemon's engine goes on") {
+  auto cpu = fixture().backend(128, 4);
+  FailingBackend backend(*cpu);
+  SchedulerOptions o;
+  o.max_sequences = 4;
+  o.stream_queue_limit = 4;
+  Scheduler s(backend, *fixture().tokenizer, o);
+  std::mt19937 rng(22);
+  // `paused` is admitted and prefilled, then stops being scheduled while its
+  // reader is behind (backpressure), so it is not in the failing step.
+  auto paused = std::make_shared<RequestStream>();
+  REQUIRE(s.submit(greedy(rng, 8, 30), paused).ok());
+  for (int i = 0; i < 10; ++i) s.step();
+  REQUIRE(paused->pending() >= 4);
+  auto a = std::make_shared<RequestStream>(), b = std::make_shared<RequestStream>();
+  REQUIRE(s.submit(greedy(rng, 12, 20), a).ok());
+  REQUIRE(s.submit(greedy(rng, 20, 20), b).ok());
+  backend.fail_at = backend.steps + 1;
+  REQUIRE(s.step());
+  CHECK(backend.failed_seq_ids.size() == 2);
+  auto la = last_event(*a), lb = last_event(*b);
+  REQUIRE(la);
+  REQUIRE(lb);
+  CHECK(la->end == EndReason::Error);
+  CHECK(lb->end == EndReason::Error);
+  CHECK(la->error.find("out of memory") != std::string::npos);
+  CHECK(s.stats().running == 1);  // the paused one is untouched
+
+  // The paused sequence finishes normally once read, and a new request is served.
+  auto c = std::make_shared<RequestStream>();
+  REQUIRE(s.submit(greedy(rng, 10, 12), c).ok());
+  std::optional<StreamEvent> lp, lc;
+  std::string text_c;
+  for (int i = 0; i < 2000 && !(lp && lc); ++i) {
+    if (auto e = last_event(*paused)) lp = e;
+    if (auto e = last_event(*c, &text_c)) lc = e;
+    s.step();
+  }
+  REQUIRE(lp);
+  REQUIRE(lc);
+  CHECK(lp->end == EndReason::Length);
+  CHECK(lp->completion_tokens == 30);
+  CHECK(lc->end == EndReason::Length);
+  CHECK(lc->completion_tokens == 12);
+  CHECK(cpu->kv_pool().used_blocks() == 0);
+}
