@@ -19,6 +19,9 @@
 #include "daemon/exit_codes.h"
 #include "daemon/log.h"
 #include "daemon/server_listener.h"
+#include "daemon/step_failure_log.h"
+#include "daemon/vram_guard.h"
+#include "daemon/vram_start.h"
 #include "engine/backend_cpu.h"
 #ifdef VOLTAD_HAVE_CUDA
 #include "engine/backend_cuda.h"
@@ -42,8 +45,11 @@ struct Engine {
   std::shared_ptr<const Model> model;
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<Backend> backend;
+  std::unique_ptr<StepFailureLog> step_log;  // the backend as the scheduler sees it
   std::unique_ptr<Scheduler> scheduler;
   ServedModel served;
+  std::string plan_text;              // the VRAM plan at start (CUDA); "" on the CPU
+  std::unique_ptr<VramMonitor> vram;  // the VRAM guard; none on the CPU backend
 };
 
 struct Failure {
@@ -90,6 +96,17 @@ std::optional<Failure> load_engine(const config::Config& cfg, const std::string&
       if (pct / 10 != last / 10) spdlog::info("loading weights: {}% ({})", pct, tensor);
       last = pct;
     };
+    // The VRAM plan first: refuse to start (exit 75, the table, the ways out)
+    // rather than fail at the first long request; else size the KV pool from
+    // it, so that what is allocated is what was planned.
+    auto vram = plan_vram_at_start(cfg, *e.model, options.device, ctx.placement.gpu_bus_id);
+    if (!vram.ok())
+      return Failure{kExitUnavailable, "engine.backend is cuda: " + vram.error().message +
+                                           " (voltad does not fall back to the CPU)"};
+    if (!vram->plan.fits) return Failure{kExitVramBudget, vram_refusal_text(vram.value())};
+    e.plan_text = vram_plan_text(vram->plan);
+    spdlog::info("VRAM plan (measured with {}):\n{}", vram->measured_with, e.plan_text);
+    options.kv_blocks = int32_t(vram->plan.kv.blocks);
     auto backend = CudaBackend::create(e.model, options);
     // Never a silent fallback to the CPU: serving a big model there by surprise is worse than not
     // starting.
@@ -116,7 +133,8 @@ std::optional<Failure> load_engine(const config::Config& cfg, const std::string&
   so.stream_queue_limit = int32_t(cfg.server.write_queue_chunks);
   // Queued requests are bounded by the per-user limit times the connections.
   so.max_waiting = int32_t(std::min<int64_t>(cfg.server.max_connections * 4, 1 << 20));
-  e.scheduler = std::make_unique<Scheduler>(*e.backend, *e.tokenizer, so, &ctx.metrics);
+  e.step_log = std::make_unique<StepFailureLog>(*e.backend, e.plan_text);
+  e.scheduler = std::make_unique<Scheduler>(*e.step_log, *e.tokenizer, so, &ctx.metrics);
 
   ServedModel& s = e.served;
   s.name = ctx.model_name;
@@ -133,6 +151,15 @@ std::optional<Failure> load_engine(const config::Config& cfg, const std::string&
     s.add_bos = e.tokenizer->data().add_bos;
   s.scheduler = e.scheduler.get();
   s.max_context = e.scheduler->max_context();
+
+  // The VRAM guard samples from now on: a card already past the budget
+  // makes the daemon come up degraded rather than ready. The CUDA backend
+  // runs on visible device 0 (placement narrows CUDA_VISIBLE_DEVICES).
+  if (auto source = daemon_vram_source(cfg.engine.backend, 0, ctx.placement.gpu_bus_id)) {
+    e.vram = make_vram_guard(cfg, std::move(*source), ctx.lifecycle);
+    e.vram->start();
+    ctx.vram.store(e.vram.get(), std::memory_order_release);
+  }
   return std::nullopt;
 }
 

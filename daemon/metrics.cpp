@@ -191,6 +191,27 @@ std::string Metrics::render(const MetricsSnapshot& s) const {
     gauge(out, "voltad_device_memory_used_bytes",
           "Device memory voltad holds: weights, KV cache and workspace.",
           double(s.device_memory_bytes));
+  if (s.vram_monitored && s.vram.sampled) {
+    // The whole card, every process included: what the VRAM guard compares
+    // with memory.vram_fraction (docs/PLANNING.md, "While serving").
+    gauge(out, "voltad_vram_card_used_bytes", "Memory in use on the card by all processes.",
+          double(s.vram.used_bytes));
+    gauge(out, "voltad_vram_card_total_bytes", "The card's memory.", double(s.vram.total_bytes));
+    gauge(out, "voltad_vram_degraded_above_bytes",
+          "Card usage above which voltad is degraded (memory.vram_fraction).",
+          double(s.vram.enter_above_bytes));
+    gauge(out, "voltad_vram_ready_below_bytes",
+          "Card usage below which a degraded voltad is ready again (minus memory.hysteresis).",
+          double(s.vram.leave_below_bytes));
+  }
+  if (s.vram_monitored) {
+    header(out, "voltad_vram_degraded_total", "counter",
+           "Times the card's usage crossed memory.vram_fraction (ready -> degraded).");
+    out += "voltad_vram_degraded_total " + std::to_string(s.vram.degraded_total) + '\n';
+    header(out, "voltad_vram_sample_errors_total", "counter",
+           "Samples of the card's memory that failed.");
+    out += "voltad_vram_sample_errors_total " + std::to_string(s.vram.sample_errors) + '\n';
+  }
   header(out, "voltad_engine_steps_total", "counter", "Forward steps the engine has run.");
   out += "voltad_engine_steps_total " + std::to_string(s.scheduler.steps) + '\n';
   header(out, "voltad_preemptions_total", "counter", "Sequences preempted for lack of KV blocks.");

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "daemon/vram_monitor.h"
 #include "engine/scheduler.h"
 
 namespace voltad {
@@ -41,6 +42,10 @@ struct MetricsSnapshot {
   int64_t open_connections = 0;
   uint64_t kv_cache_bytes = 0;
   uint64_t device_memory_bytes = 0;  // 0: no device (CPU backend), not exported
+  // The VRAM monitor's view of the card (daemon/vram_monitor.h); not
+  // exported when there is no monitor (CPU backend).
+  bool vram_monitored = false;
+  VramStatus vram;
   // voltad_info labels: model, backend, version, chat format, placement...
   std::vector<std::pair<std::string, std::string>> info;
 };

@@ -76,12 +76,20 @@ struct ServerContext {
   std::atomic<int64_t> open_connections{0};
   std::atomic<int64_t> active_generations{0};
   std::atomic<const ServedModel*> served{nullptr};  // see the thread note above
+  // The VRAM guard (daemon/vram_guard.h), published by the engine thread
+  // once the backend exists; nullptr on the CPU backend. Lives as long as
+  // `served`.
+  std::atomic<const VramMonitor*> vram{nullptr};
 
   // Applied by serve() before any other thread exists; immutable afterwards.
   PlacementSummary placement;
 
-  // The model when it can take requests (Ready or Degraded); nullptr otherwise.
-  const ServedModel* serving() const { return lifecycle.serving() ? loaded() : nullptr; }
+  // The model when new generations are admitted (ready); nullptr otherwise.
+  // Degraded (the card is past the VRAM budget) admits none: requests already
+  // running finish, new ones get 503 until the guard says ready again.
+  const ServedModel* serving() const {
+    return lifecycle.state() == HealthState::Ready ? loaded() : nullptr;
+  }
   // The model once loaded, whatever the state (nullptr while loading).
   const ServedModel* loaded() const { return served.load(std::memory_order_acquire); }
   MetricsSnapshot snapshot() const;

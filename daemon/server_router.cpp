@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "daemon/vram_guard.h"
+
 namespace voltad {
 
 namespace http = boost::beast::http;
@@ -21,6 +23,10 @@ MetricsSnapshot ServerContext::snapshot() const {
     s.device_memory_bytes = m->device_memory_bytes;
     s.info.emplace_back("chat_format", chat_format_name(m->chat_format));
     s.info.emplace_back("max_context", std::to_string(m->max_context));
+  }
+  if (const VramMonitor* v = vram.load(std::memory_order_acquire)) {
+    s.vram_monitored = true;
+    s.vram = v->status();
   }
   return s;
 }
@@ -44,6 +50,11 @@ ApiError not_ready(const ServerContext& ctx) {
   HealthState s = ctx.lifecycle.state();
   if (s == HealthState::Starting || s == HealthState::Loading)
     return unavailable("the model is still loading; retry shortly", 5);
+  if (s == HealthState::Degraded) {
+    if (const VramMonitor* v = ctx.vram.load(std::memory_order_acquire))
+      return unavailable(vram_refusal_message(v->status()), vram_retry_after_seconds(*v));
+    return unavailable("the server is degraded and takes no new requests; retry shortly", 5);
+  }
   if (s == HealthState::Draining)
     return unavailable(
         "the server is draining (an administrator paused it) and takes no new requests", 10);
@@ -72,11 +83,15 @@ HttpResponse health(const Call& c) {
     body["kv_blocks_total"] = st.kv_blocks_total;
     body["max_context"] = m->max_context;
   }
-  // Ready and degraded still serve; the other states do not.
-  bool serving = s == HealthState::Ready || s == HealthState::Degraded;
-  bool loading = s == HealthState::Starting || s == HealthState::Loading;
+  if (const VramMonitor* v = c.ctx.vram.load(std::memory_order_acquire))
+    body["vram"] = vram_health_json(v->status());
+  // Only ready takes new requests. Loading, degraded (the card is past the
+  // VRAM budget; running requests go on), draining and stopping answer 503,
+  // with the Retry-After a refused request would get.
+  bool serving = s == HealthState::Ready;
   HttpResponse res = c.json(serving ? 200 : 503, body);
-  if (!serving) res.set(http::field::retry_after, loading ? "5" : "10");
+  if (!serving)
+    res.set(http::field::retry_after, std::to_string(not_ready(c.ctx).retry_after_seconds));
   return res;
 }
 

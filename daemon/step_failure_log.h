@@ -30,6 +30,7 @@ class StepFailureLog final : public Backend {
   std::string name() const override { return inner_.name(); }
   Status forward(std::span<const BatchChunk> chunks, ForwardOutput& out) override;
   KvBlockPool& kv_pool() override { return inner_.kv_pool(); }
+  std::string unusable_reason() const override { return inner_.unusable_reason(); }
 
   uint64_t failed_steps() const { return failed_steps_.load(); }
   uint64_t out_of_memory_steps() const { return oom_steps_.load(); }

@@ -279,6 +279,18 @@ int cmd_status(const ApiClient& client, const Args& args) {
     std::printf("  kv cache    %d of %d blocks used, %.1f MiB in all\n", used, total,
                 v("voltad_kv_cache_bytes") / (1 << 20));
   }
+  if (h.contains("vram") && h["vram"].is_object()) {
+    // The VRAM guard's view: the whole card, every process included.
+    const Json& g = h["vram"];
+    auto gib = [&](const char* key) { return g.value(key, 0.0) / double(1 << 30); };
+    std::printf(
+        "  gpu memory  %.2f of %.2f GiB in use by all processes (%s); degraded above %.2f GiB,"
+        " ready again below %.2f GiB%s\n",
+        gib("card_used_bytes"), gib("card_total_bytes"),
+        g.value("source", std::string("?")).c_str(), gib("degraded_above_bytes"),
+        gib("ready_below_bytes"),
+        g.value("degraded", false) ? ": DEGRADED, new requests get 503" : "");
+  }
   std::printf("  served      %.0f prompt tokens, %.0f generated tokens, %.0f connections\n",
               v("voltad_prompt_tokens_total"), v("voltad_generated_tokens_total"),
               v("voltad_connections_total{result=\"accepted\"}"));

@@ -48,7 +48,6 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int t = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int sub = lane % kLanes;  // this lane's 8 elements: sub*8 .. sub*8+7
-  const int slot = warp * kSlots + lane / kLanes;
   const int group = a.n_heads / a.n_kv_heads;
   const int pos = a.positions[t];
   const int begin = split * kAttentionSplitTokens;
@@ -72,7 +71,11 @@ __global__ void __launch_bounds__(kWarps * 32)
 
   const __half* kc = reinterpret_cast<const __half*>(a.cache.k);
   const __half* vc = reinterpret_cast<const __half*>(a.cache.v);
-  for (int p0 = begin + slot; p0 < end; p0 += U * kStride) {
+  // The loop bound is the same for every lane of the warp (the shuffles
+  // below need all 32); positions past `end` are masked.
+  const int lane_slot = lane / kLanes;
+  for (int w0 = begin + warp * kSlots; w0 < end; w0 += U * kStride) {
+    const int p0 = w0 + lane_slot;
     uint4 kr[U], vr[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
