@@ -143,6 +143,27 @@ AccessDecision AccessPolicy::check(const PeerCredentials& peer) const {
           "user " + peer.user + " is not in server.allow_users and in none of server.allow_groups"};
 }
 
+void AccessPolicy::add_admin_groups(const std::vector<std::string>& admin_groups,
+                                    std::vector<std::string>& warnings) {
+  for (const auto& g : admin_groups) {
+    if (auto gid = resolve_group(g))
+      admin_groups_.push_back(*gid);
+    else
+      warnings.push_back("server.admin_groups: no group '" + g + "' on this system; ignored");
+  }
+}
+
+AccessDecision AccessPolicy::check_admin(const PeerCredentials& peer) const {
+  if (peer.uid == 0) return {true, "root"};
+  if (peer.uid == own_uid_) return {true, "the daemon's own user"};
+  for (gid_t g : peer.groups)
+    if (std::find(admin_groups_.begin(), admin_groups_.end(), g) != admin_groups_.end())
+      return {true, "group " + group_name(g)};
+  return {false, "user " + peer.user +
+                     " is not an administrator (root, the daemon's user, or a member of "
+                     "server.admin_groups)"};
+}
+
 std::string AccessPolicy::describe() const {
   std::string s = "root, uid " + std::to_string(own_uid_);
   for (uid_t u : users_) s += ", uid " + std::to_string(u);

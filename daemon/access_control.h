@@ -8,6 +8,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -49,13 +50,22 @@ class AccessPolicy {
                              const std::vector<std::string>& allow_groups, gid_t default_group,
                              uid_t own_uid, std::vector<std::string>& warnings);
 
+  // Before the policy is shared: groups whose members are administrators
+  // (server.admin_groups); unknown names go to `warnings`.
+  void add_admin_groups(const std::vector<std::string>& admin_groups,
+                        std::vector<std::string>& warnings);
+
   AccessDecision check(const PeerCredentials& peer) const;
+  // May the peer reload, drain and resume? Root, the daemon's own user and
+  // members of the admin groups.
+  AccessDecision check_admin(const PeerCredentials& peer) const;
   std::string describe() const;  // one line for the start-up log
 
  private:
   uid_t own_uid_ = 0;
   std::vector<uid_t> users_;
   std::vector<gid_t> groups_;
+  std::vector<gid_t> admin_groups_;
 };
 
 class UserLimiter;
@@ -80,13 +90,15 @@ class UserLimiter : public std::enable_shared_from_this<UserLimiter> {
   // nullptr when the user already has max_per_user requests in flight.
   std::unique_ptr<UserSlot> try_acquire(uid_t uid);
   int64_t in_flight(uid_t uid) const;
-  int64_t max_per_user() const { return max_per_user_; }
+  int64_t max_per_user() const { return max_per_user_.load(); }
+  // A reload: users over a lowered limit keep what they have and wait to go under it.
+  void set_max_per_user(int64_t max_per_user) { max_per_user_.store(max_per_user); }
 
  private:
   friend class UserSlot;
   void release(uid_t uid);
 
-  const int64_t max_per_user_;
+  std::atomic<int64_t> max_per_user_;
   mutable std::mutex mu_;
   std::unordered_map<uid_t, int64_t> counts_;
 };

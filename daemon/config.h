@@ -42,6 +42,7 @@ struct ServerSection {
   std::string socket_group;
   StringList allow_users;
   StringList allow_groups;
+  StringList admin_groups;
   int64_t max_connections = 0;
   ByteSize max_header_bytes;
   ByteSize max_body_bytes;
@@ -65,6 +66,9 @@ struct ServerSection {
       "Users (names or uids) allowed to use the API, besides root and allow_groups.");
     v(allow_groups, "allow_groups", StringList{},
       "Groups (names or gids) whose members may use the API; empty: the socket's group.");
+    v(admin_groups, "admin_groups", StringList{},
+      "Groups (names or gids) whose members may also reload, drain and resume the daemon "
+      "(voltactl reload/drain/resume); root and the daemon's own user always may.");
     v(max_connections, "max_connections", int64_t{256}, "Connections open at once; more are refused.",
       range<int64_t>(1, 65536));
     v(max_header_bytes, "max_header_bytes", ByteSize{16 << 10},

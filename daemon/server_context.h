@@ -2,7 +2,9 @@
 // (daemon/lifecycle.h: the state /health reports), and (once loaded) the
 // served model and its scheduler.
 //
-// Threads: the immutable parts are set before the first connection. `served`
+// Threads: the immutable parts are set before the first connection. Limits
+// and the access policy change on reload: read them through limits() and
+// access(), which return a snapshot that stays valid while held. `served`
 // is published once by the engine thread (an atomic pointer to data that is
 // immutable from then on) and stays valid until every connection is gone. Counters are atomics;
 // Metrics, AccessPolicy and UserLimiter state their own thread-safety.
@@ -12,6 +14,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -66,8 +69,26 @@ struct PlacementSummary {
 };
 
 struct ServerContext {
-  ServerLimits limits;
-  AccessPolicy access;
+  // Thread-safe snapshots of what a reload replaces (set_* swaps them).
+  std::shared_ptr<const ServerLimits> limits() const {
+    std::lock_guard lock(settings_mu_);
+    return limits_;
+  }
+  std::shared_ptr<const AccessPolicy> access() const {
+    std::lock_guard lock(settings_mu_);
+    return access_;
+  }
+  void set_limits(ServerLimits limits) {
+    auto p = std::make_shared<const ServerLimits>(std::move(limits));
+    std::lock_guard lock(settings_mu_);
+    limits_ = std::move(p);
+  }
+  void set_access(AccessPolicy access) {
+    auto p = std::make_shared<const AccessPolicy>(std::move(access));
+    std::lock_guard lock(settings_mu_);
+    access_ = std::move(p);
+  }
+
   std::shared_ptr<UserLimiter> user_limiter;
   Metrics metrics;
   std::string model_name;    // known from the config before the model loads
@@ -93,6 +114,11 @@ struct ServerContext {
   // The model once loaded, whatever the state (nullptr while loading).
   const ServedModel* loaded() const { return served.load(std::memory_order_acquire); }
   MetricsSnapshot snapshot() const;
+
+ private:
+  mutable std::mutex settings_mu_;
+  std::shared_ptr<const ServerLimits> limits_ = std::make_shared<const ServerLimits>();
+  std::shared_ptr<const AccessPolicy> access_ = std::make_shared<const AccessPolicy>();
 };
 
 }  // namespace voltad

@@ -137,7 +137,8 @@ void Listener::on_accept(boost::system::error_code ec, local::socket socket) {
     });
     return;
   }
-  if (ctx_.open_connections.load() >= 2 * ctx_.limits.max_connections) {
+  const auto limits = ctx_.limits();
+  if (ctx_.open_connections.load() >= 2 * limits->max_connections) {
     // Far over the limit even refusals cost too much: close at once.
     ctx_.metrics.count_connection(false, "max_connections");
     return do_accept();
@@ -150,15 +151,15 @@ void Listener::on_accept(boost::system::error_code ec, local::socket socket) {
     return do_accept();
   }
   Session::Refusal refusal = Session::Refusal::None;
-  AccessDecision access = ctx_.access.check(*creds);
+  AccessDecision access = ctx_.access()->check(*creds);
   if (!access.allowed) {
     spdlog::warn("refused a connection from uid {} ({}) pid {}: {}", creds->uid, creds->user,
                  creds->pid, access.reason);
     refusal = Session::Refusal::Forbidden;
     ctx_.metrics.count_connection(false, "forbidden");
-  } else if (ctx_.open_connections.load() >= ctx_.limits.max_connections) {
+  } else if (ctx_.open_connections.load() >= limits->max_connections) {
     spdlog::warn("refused a connection from uid {} pid {}: server.max_connections ({}) are open",
-                 creds->uid, creds->pid, ctx_.limits.max_connections);
+                 creds->uid, creds->pid, limits->max_connections);
     refusal = Session::Refusal::Overloaded;
     ctx_.metrics.count_connection(false, "max_connections");
   } else {

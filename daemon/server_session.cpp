@@ -61,11 +61,11 @@ void Session::run() {
 
 void Session::do_read() {
   parser_.emplace();
-  parser_->header_limit(uint32_t(std::min<uint64_t>(ctx_.limits.max_header_bytes, UINT32_MAX)));
-  parser_->body_limit(ctx_.limits.max_body_bytes);
+  parser_->header_limit(uint32_t(std::min<uint64_t>(ctx_.limits()->max_header_bytes, UINT32_MAX)));
+  parser_->body_limit(ctx_.limits()->max_body_bytes);
   // The whole request, idle time before it included, must arrive within the
   // deadline: a client that trickles bytes (slow loris) is cut off.
-  stream_.expires_after(ctx_.limits.read_timeout);
+  stream_.expires_after(ctx_.limits()->read_timeout);
   http::async_read(stream_, buffer_, *parser_,
                    beast::bind_front_handler(&Session::on_read, shared_from_this()));
 }
@@ -78,16 +78,17 @@ void Session::on_read(error_code ec, size_t) {
     return send(
         error_response(
             status_error(431, "the request header is larger than server.max_header_bytes (" +
-                                  std::to_string(ctx_.limits.max_header_bytes) + " bytes)"),
+                                  std::to_string(ctx_.limits()->max_header_bytes) + " bytes)"),
             11, false),
         true);
   }
   if (ec == http::error::body_limit) {
-    return send(error_response(
-                    status_error(413, "the request body is larger than server.max_body_bytes (" +
-                                          std::to_string(ctx_.limits.max_body_bytes) + " bytes)"),
-                    11, false),
-                true);
+    return send(
+        error_response(
+            status_error(413, "the request body is larger than server.max_body_bytes (" +
+                                  std::to_string(ctx_.limits()->max_body_bytes) + " bytes)"),
+            11, false),
+        true);
   }
   if (ec && ec.category() == http::make_error_code(http::error::bad_method).category() &&
       ec != http::error::partial_message) {
@@ -136,7 +137,7 @@ void Session::send(HttpResponse res, bool then_linger) {
   ctx_.metrics.observe_request_seconds(endpoint_, seconds_since(request_started_));
   res_ = std::make_shared<HttpResponse>(std::move(res));
   const bool close = res_->need_eof();
-  stream_.expires_after(ctx_.limits.write_timeout);
+  stream_.expires_after(ctx_.limits()->write_timeout);
   http::async_write(
       stream_, *res_,
       beast::bind_front_handler(&Session::on_write, shared_from_this(), close, then_linger));
@@ -217,7 +218,7 @@ void Session::on_events() {
 void Session::do_write_stream(std::string data) {
   write_buf_ = std::move(data);
   writing_ = true;
-  stream_.expires_after(ctx_.limits.write_timeout);
+  stream_.expires_after(ctx_.limits()->write_timeout);
   net::async_write(stream_, net::buffer(write_buf_),
                    beast::bind_front_handler(&Session::on_write_stream, shared_from_this()));
 }

@@ -82,3 +82,30 @@ TEST_CASE("the per-user limit counts requests in flight and frees them with thei
   CHECK(limiter->in_flight(7) == 1);
   CHECK(limiter->try_acquire(7));
 }
+
+TEST_CASE("administrators: root, the daemon's own user and members of admin_groups") {
+  std::vector<std::string> warnings;
+  auto policy = AccessPolicy::create({"4242"}, {"5000"}, 100, 1000, warnings);
+  policy.add_admin_groups({"6000", "no-such-group-xyz"}, warnings);
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0].find("server.admin_groups") != std::string::npos);
+  CHECK(policy.check_admin(peer(0, {0})).allowed);
+  CHECK(policy.check_admin(peer(1000, {1000})).allowed);
+  CHECK(policy.check_admin(peer(7, {7, 6000})).allowed);
+  auto user = policy.check_admin(peer(4242, {4242, 5000}));  // may use the API, not administer it
+  CHECK(policy.check(peer(4242, {4242, 5000})).allowed);
+  CHECK_FALSE(user.allowed);
+  CHECK(user.reason.find("not an administrator") != std::string::npos);
+}
+
+TEST_CASE("a reload can change the per-user limit; slots already held stay valid") {
+  auto limiter = std::make_shared<UserLimiter>(3);
+  auto a = limiter->try_acquire(7);
+  auto b = limiter->try_acquire(7);
+  limiter->set_max_per_user(1);
+  CHECK(limiter->max_per_user() == 1);
+  CHECK_FALSE(limiter->try_acquire(7));
+  a.reset();
+  b.reset();
+  CHECK(limiter->try_acquire(7));
+}
