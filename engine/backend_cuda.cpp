@@ -160,9 +160,12 @@ struct CudaBackend::Impl {
     int first, count, start_pos, table_row;
   };
   // Split-K attention for n_tokens consecutive tokens whose queries start at q_in.
-  void attention(const Layer& layer, const float* q_in, float* out, int n_tokens, int max_position,
-                 const int32_t* positions, const int32_t* token_tables);
-  void attention_spans(const Layer& layer, const std::vector<Span>& spans, int max_position);
+  // With quantize_out, the output also goes into xq (rows offset like out)
+  // when the kernel can do it; returns whether it did.
+  bool attention(const Layer& layer, const float* q_in, float* out, int n_tokens, int max_position,
+                 const int32_t* positions, const int32_t* token_tables, bool quantize_out = false);
+  // Returns whether every token's output was quantized on the way (see attention()).
+  bool attention_spans(const Layer& layer, const std::vector<Span>& spans, int max_position, bool quantize_out);
   // Every kernel of one step, on the stream (no copies, no syncs): what a
   // decode graph captures (spans == nullptr). Inputs are read from d_ints.
   void enqueue_step(int n, int n_out, int max_position, const std::vector<Span>* spans = nullptr);
@@ -393,9 +396,11 @@ Result<double> measure_copy_bandwidth(int device) {
   return 2.0 * double(bytes) / (double(ms[ms.size() / 2]) * 1e-3);
 }
 
-void CudaBackend::Impl::attention(const Layer& layer, const float* q_in, float* out, int n_tokens, int max_position,
-                                  const int32_t* positions, const int32_t* token_tables) {
+bool CudaBackend::Impl::attention(const Layer& layer, const float* q_in, float* out, int n_tokens, int max_position,
+                                  const int32_t* positions, const int32_t* token_tables, bool quantize_out) {
   const ModelConfig& c = model->config;
+  const bool fused = quantize_out && !options.kv_int8 && c.head_dim % kernels::kActivationBlock == 0;
+  const int64_t first_row = (q_in - q) / c.q_dim();  // xq rows follow the step's token rows
   // Tokens go in groups small enough for the split-K scratch.
   const size_t per_token = kernels::attention_partial_floats(1, int(c.n_heads), int(c.head_dim), max_position);
   const int group = int(std::max<size_t>(1, partial_floats / per_token));
@@ -417,9 +422,14 @@ void CudaBackend::Impl::attention(const Layer& layer, const float* q_in, float* 
     a.max_position = max_position;
     a.scale = float(1.0 / std::sqrt(double(c.head_dim)));
     a.partials = partials;
+    if (fused) {
+      a.out_q.q = xq.q + (first_row + t0) * kernels::quantized_activation_q_row(c.q_dim());
+      a.out_q.scales = xq.scales + (first_row + t0) * kernels::quantized_activation_scale_row(c.q_dim());
+    }
     if (options.kv_int8) kernels::launch_attention_int8(a, layer.kv8, stream);
     else kernels::launch_attention(a, stream);
   }
+  return fused;
 }
 
 void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const std::vector<Span>* spans) {
@@ -461,16 +471,20 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
     a.accumulate = accumulate;
     kernels::launch_matvec(a, st);
   };
-  auto quantize = [&](const float* xin, int64_t ld, int cols) {
-    if (n < kernels::kGemmMinTokens) kernels::launch_quantize_activations(xin, ld, n, cols, xq, st);
+  // Below the GEMM's threshold the matvecs read int8 activations: the
+  // kernels that make their inputs (RMSNorm, SwiGLU, the attention combine)
+  // quantize them on the way out, saving a launch each.
+  const bool quantized = n < kernels::kGemmMinTokens;
+  auto norm = [&](const float* weight) {
+    if (quantized) kernels::launch_rmsnorm_quantize(x, dim, weight, xn, dim, n, dim, c.rms_eps, xq, st);
+    else kernels::launch_rmsnorm(x, dim, weight, xn, dim, n, dim, c.rms_eps, st);
   };
 
   kernels::launch_embedding_gather(token_embd, d_tokens, n, x, dim, st);
   const auto ordering = c.rope_style == RopeStyle::Neox ? kernels::RopeOrdering::NeoX : kernels::RopeOrdering::Normal;
   for (size_t li = 0; li < layers.size(); ++li) {
     const Impl::Layer& l = layers[li];
-    kernels::launch_rmsnorm(x, dim, l.attn_norm, xn, dim, n, dim, c.rms_eps, st);
-    quantize(xn, dim, dim);
+    norm(l.attn_norm);
     matvec(l.wq, xn, dim, n, q, qd, l.bq, false);
     matvec(l.wk, xn, dim, n, k, kvd, l.bk, false);
     matvec(l.wv, xn, dim, n, v, kvd, l.bv, false);
@@ -478,32 +492,32 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
       kernels::launch_head_rmsnorm(q, qd, n, int(c.n_heads), int(c.head_dim), l.q_norm, c.rms_eps, st);
       kernels::launch_head_rmsnorm(k, kvd, n, int(c.n_kv_heads), int(c.head_dim), l.k_norm, c.rms_eps, st);
     }
-    kernels::launch_rope(q, qd, n, int(c.n_heads), int(c.head_dim), int(c.head_dim), d_positions, inv_freq,
-                         ordering, st);
-    kernels::launch_rope(k, kvd, n, int(c.n_kv_heads), int(c.head_dim), int(c.head_dim), d_positions, inv_freq,
-                         ordering, st);
-    if (options.kv_int8)
+    if (options.kv_int8) {
+      kernels::launch_rope(q, qd, n, int(c.n_heads), int(c.head_dim), int(c.head_dim), d_positions, inv_freq,
+                           ordering, st);
+      kernels::launch_rope(k, kvd, n, int(c.n_kv_heads), int(c.head_dim), int(c.head_dim), d_positions, inv_freq,
+                           ordering, st);
       kernels::launch_kv_write_int8(k, v, kvd, n, int(c.n_kv_heads), int(c.head_dim), d_slots, l.kv8, st);
-    else
-      kernels::launch_kv_write(k, v, kvd, n, kvd, d_slots, l.kv, st);
-    if (spans) attention_spans(l, *spans, max_position);
-    else attention(l, q, attn, n, max_position, d_positions, d_token_tables);
-    quantize(attn, qd, qd);
+    } else {
+      kernels::launch_rope_qk_kv_write(q, qd, k, v, kvd, n, int(c.n_heads), int(c.n_kv_heads), int(c.head_dim),
+                                       d_positions, inv_freq, ordering, d_slots, l.kv, st);
+    }
+    const bool attn_quantized = spans ? attention_spans(l, *spans, max_position, quantized)
+                                      : attention(l, q, attn, n, max_position, d_positions, d_token_tables, quantized);
+    if (quantized && !attn_quantized) kernels::launch_quantize_activations(attn, qd, n, qd, xq, st);
     matvec(l.wo, attn, qd, n, x, dim, nullptr, true);  // residual add fused
 
-    kernels::launch_rmsnorm(x, dim, l.ffn_norm, xn, dim, n, dim, c.rms_eps, st);
-    quantize(xn, dim, dim);
+    norm(l.ffn_norm);
     matvec(l.w_gate, xn, dim, n, gate, ffn, nullptr, false);
     matvec(l.w_up, xn, dim, n, up, ffn, nullptr, false);
-    kernels::launch_swiglu(gate, ffn, up, ffn, gate, ffn, n, ffn, st);
-    quantize(gate, ffn, ffn);
+    if (quantized) kernels::launch_swiglu_quantize(gate, ffn, up, ffn, gate, ffn, n, ffn, xq, st);
+    else kernels::launch_swiglu(gate, ffn, up, ffn, gate, ffn, n, ffn, st);
     matvec(l.w_down, gate, ffn, n, x, dim, nullptr, true);
   }
 
   if (n_out > 0) {
     kernels::launch_gather_rows(x, dim, d_logit_rows, n_out, dim, selected, dim, st);
-    kernels::launch_rmsnorm(selected, dim, output_norm, selected, dim, n_out, dim, c.rms_eps, st);
-    kernels::launch_quantize_activations(selected, dim, n_out, dim, xq, st);
+    kernels::launch_rmsnorm_quantize(selected, dim, output_norm, selected, dim, n_out, dim, c.rms_eps, xq, st);
     matvec(output, selected, dim, n_out, logits, c.n_vocab, nullptr, false);
   }
 }
@@ -511,7 +525,8 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
 // Long prompt chunks go to the tensor-core prefill attention; everything
 // else (decode tokens, short chunks) to the split-K kernel, in runs of
 // consecutive tokens.
-void CudaBackend::Impl::attention_spans(const Layer& layer, const std::vector<Span>& spans, int max_position) {
+bool CudaBackend::Impl::attention_spans(const Layer& layer, const std::vector<Span>& spans, int max_position,
+                                        bool quantize_out) {
   const ModelConfig& c = model->config;
   constexpr int kPrefillMinTokens = 16;
   const bool tensor_cores = !options.kv_int8 && kernels::prefill_attention_supported(int(c.head_dim));
@@ -520,10 +535,12 @@ void CudaBackend::Impl::attention_spans(const Layer& layer, const std::vector<Sp
   const int32_t* d_token_tables = d_ints + 3 * T;
   const int32_t* d_tables = d_ints + 5 * T + options.max_sequences;
   int run_first = -1, run_end = -1;
+  bool all_quantized = true;
   auto flush = [&] {
     if (run_first < 0) return;
-    attention(layer, q + int64_t(run_first) * c.q_dim(), attn + int64_t(run_first) * c.q_dim(),
-              run_end - run_first, max_position, d_positions + run_first, d_token_tables + run_first);
+    all_quantized &= attention(layer, q + int64_t(run_first) * c.q_dim(), attn + int64_t(run_first) * c.q_dim(),
+                               run_end - run_first, max_position, d_positions + run_first,
+                               d_token_tables + run_first, quantize_out);
     run_first = -1;
   };
   for (const Span& sp : spans) {
@@ -543,12 +560,14 @@ void CudaBackend::Impl::attention_spans(const Layer& layer, const std::vector<Sp
       a.head_dim = int(c.head_dim);
       a.scale = float(1.0 / std::sqrt(double(c.head_dim)));
       kernels::launch_attention_prefill(a, stream);
+      all_quantized = false;
     } else {
       if (run_first < 0) run_first = sp.first;
       run_end = sp.first + sp.count;
     }
   }
   flush();
+  return all_quantized;
 }
 
 Status CudaBackend::forward(std::span<const BatchChunk> chunks, ForwardOutput& out) {

@@ -4,6 +4,7 @@
 
 #include "kernels/activation.h"
 #include "kernels/cuda_check.h"
+#include "kernels/quantize_warp.cuh"
 
 namespace voltad::kernels {
 
@@ -16,6 +17,22 @@ __global__ void kernel_swiglu(const float* gate, int64_t ld_gate, const float* u
     const float g = gate[r * ld_gate + i];
     out[r * ld_out + i] = g / (1.0f + expf(-g)) * up[r * ld_up + i];
   }
+}
+
+// SwiGLU with the output also quantized: one warp per block of 32 values.
+// n % 32 == 0. The warp count is exact (no grid-stride), so every lane of a
+// warp reaches the quantizer's shuffles.
+__global__ void kernel_swiglu_quantize(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up,
+                                       float* out, int64_t ld_out, int rows, int n, QuantizedActivations xq) {
+  const int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int64_t blocks_per_row = n / kActivationBlock;
+  if (warp >= int64_t(rows) * blocks_per_row) return;  // whole warps only
+  const int64_t r = warp / blocks_per_row, b = warp % blocks_per_row;
+  const int64_t i = b * kActivationBlock + (threadIdx.x & 31);
+  const float g = gate[r * ld_gate + i];
+  const float v = g / (1.0f + expf(-g)) * up[r * ld_up + i];
+  out[r * ld_out + i] = v;
+  quantize_block_warp(v, xq, r, n, b);
 }
 
 __global__ void kernel_add_bias(float* y, int64_t ldy, const float* bias, int rows, int n) {
@@ -43,6 +60,19 @@ void launch_swiglu(const float* gate, int64_t ld_gate, const float* up, int64_t 
   if (int64_t(rows) * n == 0) return;
   kernel_swiglu<<<grid_for(int64_t(rows) * n, 256), 256, 0, stream>>>(gate, ld_gate, up, ld_up, out,
                                                                       ld_out, rows, n);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_swiglu_quantize(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up, float* out,
+                            int64_t ld_out, int rows, int n, QuantizedActivations xq, cudaStream_t stream) {
+  if (rows < 0 || n < 0 || n % kActivationBlock != 0 || ld_gate < n || ld_up < n || ld_out < n) {
+    std::fprintf(stderr, "launch_swiglu_quantize: bad shape rows=%d n=%d\n", rows, n);
+    std::abort();
+  }
+  const int64_t threads = int64_t(rows) * n;  // one lane per value
+  if (threads == 0) return;
+  kernel_swiglu_quantize<<<unsigned((threads + 255) / 256), 256, 0, stream>>>(gate, ld_gate, up, ld_up, out,
+                                                                              ld_out, rows, n, xq);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "kernels/matvec.h"
+
 namespace voltad::kernels {
 
 // out[b][i] = silu(gate[b][i]) * up[b][i], silu(g) = g / (1 + exp(-g)).
@@ -15,6 +17,11 @@ void launch_swiglu(const float* gate, int64_t ld_gate, const float* up, int64_t 
                    int64_t ld_out, int rows, int n, cudaStream_t stream);
 
 // y[b][i] += bias[i] (Qwen2's q/k/v biases when not fused into the matvec).
+// launch_swiglu, and the output also quantized into xq (rows x n, the layout
+// of kernels/matvec.h) for the down projection. n % 32 == 0.
+void launch_swiglu_quantize(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up, float* out,
+                            int64_t ld_out, int rows, int n, QuantizedActivations xq, cudaStream_t stream);
+
 void launch_add_bias(float* y, int64_t ldy, const float* bias, int rows, int n,
                      cudaStream_t stream);
 

@@ -14,12 +14,23 @@
 
 #include "kernels/attention.h"
 #include "kernels/cuda_check.h"
+#include "kernels/quantize_warp.cuh"
 
 namespace voltad::kernels {
 
 namespace {
 
 constexpr int kWarps = 4;
+
+// Positions per split for a token at `pos`: every split the grid has gets
+// work (a multiple of 16, at most kAttentionSplitTokens since the grid has
+// ceil((max_position + 1) / kAttentionSplitTokens) splits), so a short
+// context still spreads over many blocks, also in a decode graph sized for
+// the longest context.
+__device__ __forceinline__ int split_tokens(int pos, int splits) {
+  const int per = (pos + splits) / splits;  // ceil((pos + 1) / splits)
+  return (per + kKvBlockTokens - 1) / kKvBlockTokens * kKvBlockTokens;
+}
 
 __global__ void kernel_kv_write(const float* __restrict__ k, const float* __restrict__ v, int64_t ld,
                                 int kv_dim, const int32_t* __restrict__ slots, __half* __restrict__ kc,
@@ -50,8 +61,9 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int sub = lane % kLanes;  // this lane's 8 elements: sub*8 .. sub*8+7
   const int group = a.n_heads / a.n_kv_heads;
   const int pos = a.positions[t];
-  const int begin = split * kAttentionSplitTokens;
-  const int end = min(pos + 1, begin + kAttentionSplitTokens);
+  const int per = split_tokens(pos, gridDim.z);
+  const int begin = split * per;
+  const int end = min(pos + 1, begin + per);
   const int kv_dim = a.n_kv_heads * HD;
   const int32_t* table = a.block_tables + int64_t(a.token_tables[t]) * a.table_stride;
 
@@ -176,7 +188,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 __global__ void kernel_attention_combine(AttentionArgs a, int splits) {
   const int t = blockIdx.x, head = blockIdx.y;
   const float* parts = a.partials + (int64_t(t) * a.n_heads + head) * splits * (a.head_dim + 2);
-  const int used = min(splits, a.positions[t] / kAttentionSplitTokens + 1);
+  const int used = min(splits, a.positions[t] / split_tokens(a.positions[t], splits) + 1);
   float mm = -INFINITY;
   for (int s = 0; s < used; ++s) mm = fmaxf(mm, parts[s * (a.head_dim + 2)]);
   float ll = 0.0f;
@@ -190,7 +202,12 @@ __global__ void kernel_attention_combine(AttentionArgs a, int splits) {
       const float* p = parts + s * (a.head_dim + 2);
       if (p[0] != -INFINITY) v += p[2 + e] * __expf(p[0] - mm);
     }
-    a.out[int64_t(t) * a.ldo + head * a.head_dim + e] = v / ll;
+    const float o = v / ll;
+    a.out[int64_t(t) * a.ldo + head * a.head_dim + e] = o;
+    // With out_q the block has head_dim threads: one pass, whole warps.
+    if (a.out_q.q)
+      quantize_block_warp(o, a.out_q, t, int64_t(a.n_heads) * a.head_dim,
+                          (int64_t(head) * a.head_dim + e) / kActivationBlock);
   }
 }
 
@@ -219,7 +236,10 @@ void launch_attention(const AttentionArgs& a, cudaStream_t stream) {
     default: VOLTAD_KERNEL_REQUIRE(false, "head_dim must be 16, 32, 64, 128 or 256");
   }
   CUDA_CHECK(cudaGetLastError());
-  kernel_attention_combine<<<dim3(unsigned(a.n_tokens), unsigned(a.n_heads)), 64, 0, stream>>>(a, splits);
+  VOLTAD_KERNEL_REQUIRE(!a.out_q.q || a.head_dim % kActivationBlock == 0,
+                        "a quantized attention output needs head_dim % 32 == 0");
+  const int threads = a.out_q.q ? a.head_dim : 64;
+  kernel_attention_combine<<<dim3(unsigned(a.n_tokens), unsigned(a.n_heads)), threads, 0, stream>>>(a, splits);
   CUDA_CHECK(cudaGetLastError());
 }
 

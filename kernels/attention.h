@@ -11,6 +11,8 @@
 
 #include <cstdint>
 
+#include "kernels/matvec.h"
+
 namespace voltad::kernels {
 
 constexpr int kKvBlockTokens = 16;
@@ -47,6 +49,9 @@ struct AttentionArgs {
   // Split-K scratch: n_tokens * n_heads * splits * (head_dim + 2) floats,
   // with splits = ceil((max_position + 1) / kAttentionSplitTokens).
   float* partials = nullptr;
+  // When set (and head_dim % 32 == 0): the output also quantized for the
+  // matvec that reads it (rows of n_heads * head_dim), saving a launch.
+  QuantizedActivations out_q;
 };
 
 // Floats of split-K scratch a step needs.

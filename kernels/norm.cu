@@ -7,6 +7,7 @@
 #include "kernels/cuda_check.h"
 #include "kernels/device_common.cuh"
 #include "kernels/norm.h"
+#include "kernels/quantize_warp.cuh"
 
 namespace voltad::kernels {
 
@@ -29,6 +30,27 @@ __global__ void kernel_rmsnorm(float* x, const float* delta, int64_t ldx, const 
   const float inv = rsqrtf(sum / float(dim) + eps);
   float* dst = out + blockIdx.x * ldo;
   for (int k = threadIdx.x; k < dim; k += blockDim.x) dst[k] = row[k] * inv * weight[k];
+}
+
+// RMSNorm whose output also goes out quantized for the next matvec: after
+// the sum, each warp takes blocks of 32 values, writes them (fp32) and
+// quantizes them (kernels/quantize_warp.cuh). dim % 32 == 0.
+__global__ void kernel_rmsnorm_quantize(const float* x, int64_t ldx, const float* weight, float* out,
+                                        int64_t ldo, int dim, float eps, QuantizedActivations xq) {
+  __shared__ float scratch[32];
+  const float* row = x + blockIdx.x * ldx;
+  float sum = 0.0f;
+  for (int k = threadIdx.x; k < dim; k += blockDim.x) sum = fmaf(row[k], row[k], sum);
+  sum = block_sum(sum, scratch);
+  const float inv = rsqrtf(sum / float(dim) + eps);
+  float* dst = out + blockIdx.x * ldo;
+  const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+  for (int b = threadIdx.x >> 5; b < dim / kActivationBlock; b += warps) {
+    const int k = b * kActivationBlock + lane;
+    const float v = row[k] * inv * weight[k];
+    dst[k] = v;
+    quantize_block_warp(v, xq, blockIdx.x, dim, b);
+  }
 }
 
 // One warp per head: heads are short (64-256 values).
@@ -78,6 +100,15 @@ void launch_add_rmsnorm(float* residual, const float* delta, int64_t ld, const f
   if (rows == 0) return;
   kernel_rmsnorm<<<rows, threads_for(dim), 0, stream>>>(residual, delta, ld, weight, out, ldo, dim,
                                                         eps);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_rmsnorm_quantize(const float* x, int64_t ldx, const float* weight, float* out, int64_t ldo,
+                             int rows, int dim, float eps, QuantizedActivations xq, cudaStream_t stream) {
+  check_args("launch_rmsnorm_quantize", rows, dim, ldx, ldo);
+  VOLTAD_KERNEL_REQUIRE(dim % kActivationBlock == 0, "launch_rmsnorm_quantize: dim must be a multiple of 32");
+  if (rows == 0) return;
+  kernel_rmsnorm_quantize<<<rows, threads_for(dim), 0, stream>>>(x, ldx, weight, out, ldo, dim, eps, xq);
   CUDA_CHECK(cudaGetLastError());
 }
 

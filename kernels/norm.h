@@ -7,11 +7,19 @@
 
 #include <cstdint>
 
+#include "kernels/matvec.h"
+
 namespace voltad::kernels {
 
 // rows x dim, row strides ldx / ldo (elements).
 void launch_rmsnorm(const float* x, int64_t ldx, const float* weight, float* out, int64_t ldo,
                     int rows, int dim, float eps, cudaStream_t stream);
+
+// launch_rmsnorm, and the output also quantized into xq (rows x dim, the
+// layout of kernels/matvec.h) for the matvec that reads it: one launch
+// instead of two. dim % 32 == 0.
+void launch_rmsnorm_quantize(const float* x, int64_t ldx, const float* weight, float* out, int64_t ldo,
+                             int rows, int dim, float eps, QuantizedActivations xq, cudaStream_t stream);
 
 // residual += delta, then out = rmsnorm(residual) * weight. residual and
 // delta share the stride ld; out has ldo.

@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/attention.h"
+
 namespace voltad::kernels {
 
 enum class RopeOrdering {
@@ -40,5 +42,15 @@ inline std::vector<float> rope_inverse_frequencies(int rot_dims, double base,
 void launch_rope(float* x, int64_t ld, int rows, int n_heads, int head_dim, int rot_dims,
                  const int32_t* positions, const float* inv_freq, RopeOrdering ordering,
                  cudaStream_t stream);
+
+// The decode step's RoPE in one launch: q (n_heads per row, stride ldq) and
+// k (n_kv_heads, stride ldkv) rotate over the whole head_dim, and each
+// token's rotated k and its v (stride ldkv) go into its fp16 cache slot
+// (slots[t], as launch_kv_write). Replaces two launch_rope and one
+// launch_kv_write.
+void launch_rope_qk_kv_write(float* q, int64_t ldq, float* k, const float* v, int64_t ldkv, int rows,
+                             int n_heads, int n_kv_heads, int head_dim, const int32_t* positions,
+                             const float* inv_freq, RopeOrdering ordering, const int32_t* slots,
+                             KvLayerView cache, cudaStream_t stream);
 
 }  // namespace voltad::kernels
