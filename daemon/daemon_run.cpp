@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "daemon/config_paths.h"
+#include "daemon/dbus_provider.h"
 #include "daemon/exit_codes.h"
 #include "daemon/log.h"
 #include "daemon/server_listener.h"
@@ -328,10 +329,14 @@ int serve(const config::Config& cfg, const std::string& config_path) {
   };
   signals.async_wait(on_signal);
 
+  // org.voltad.Daemon1 on this loop (a strand of its own); nullptr without a bus.
+  auto dbus = start_dbus(ioc, cfg, ctx);
+
   std::vector<std::thread> io_threads;
   for (int i = 1; i < kIoThreads; ++i) io_threads.emplace_back([&] { ioc.run(); });
   ioc.run();
   for (auto& t : io_threads) t.join();
+  if (dbus) dbus->close();  // announces the last state
 
   // The engine thread either failed, saw the stop while loading, or runs the scheduler.
   if (const ServedModel* m = ctx.loaded()) m->scheduler->shutdown();

@@ -107,11 +107,13 @@ void Metrics::count_disconnect_cancel() {
 }
 
 void Metrics::on_first_token(double seconds) {
+  tokens_sampled_.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard lock(mu_);
   ttft_.observe(seconds);
 }
 
 void Metrics::on_next_token(double seconds) {
+  tokens_sampled_.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard lock(mu_);
   itl_.observe(seconds);
 }

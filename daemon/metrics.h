@@ -7,6 +7,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -67,6 +68,10 @@ class Metrics final : public SchedulerObserver {
 
   std::string render(const MetricsSnapshot& snapshot) const;
 
+  // Tokens sampled so far by every sequence (first and later ones), counted
+  // as they are made: the D-Bus DecodeTokensPerSecond is its rate.
+  uint64_t tokens_sampled() const { return tokens_sampled_.load(std::memory_order_relaxed); }
+
  private:
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;
@@ -77,6 +82,7 @@ class Metrics final : public SchedulerObserver {
   uint64_t disconnect_cancels_ = 0;
   uint64_t prompt_tokens_ = 0, generated_tokens_ = 0;
   Histogram ttft_, itl_;
+  std::atomic<uint64_t> tokens_sampled_{0};
 };
 
 // A Prometheus label value with \, " and newline escaped.
