@@ -12,7 +12,8 @@
 #include "kernels/attention.h"
 #include "kernels/matvec.h"
 static_assert(voltad::kActivationBlockValues == voltad::kernels::kActivationBlock);
-static_assert(voltad::kAttentionSplitTokens == voltad::kernels::kAttentionSplitTokens);
+static_assert(voltad::kAttentionMaxSplits == voltad::kernels::kAttentionMaxSplits);
+static_assert(voltad::kAttentionMinSplitTokens == voltad::kernels::kAttentionMinSplitTokens);
 #include "kernels/topk.h"
 static_assert(voltad::kTopKChunkValues == voltad::kernels::kTopKChunk);
 static_assert(voltad::kMaxCandidates == voltad::kernels::kTopKMax);
@@ -248,7 +249,7 @@ const char* kv_cache_type_name(KvCacheType type) {
 
 uint64_t CudaWorkspace::total() const {
   return residual + normed + qkv + attention_out + ffn_gate_up + quantized_x + quantized_x_scales +
-         selected + logits + candidates + topk_scratch + token_ids + positions + block_tables + attention_partials;
+         selected + logits + candidates + topk_scratch + step_indices + attention_partials;
 }
 
 // {d1, d2, sum_x, 0} per block of activations (kernels/matvec.h; checked
@@ -257,6 +258,14 @@ constexpr int kActivationRecordFloats = 4;
 #if VOLTAD_HAVE_CUDA
 static_assert(kActivationRecordFloats == kernels::kActivationRecordFloats);
 #endif
+
+int64_t topk_chunks(int64_t n_vocab) {
+  return int64_t(ceil_div(uint64_t(n_vocab), uint64_t(kTopKChunkValues)));
+}
+
+bool gpu_topk_fits(int64_t n_vocab) {
+  return n_vocab >= kMaxCandidates && topk_chunks(n_vocab) * kMaxCandidates <= kTopKMaxPairs;
+}
 
 CudaWorkspace cuda_workspace_bytes(const ModelConfig& m, const EngineLimits& l) {
   const uint64_t t = uint64_t(l.max_batch_tokens), s = uint64_t(l.max_sequences);
@@ -276,12 +285,12 @@ CudaWorkspace cuda_workspace_bytes(const ModelConfig& m, const EngineLimits& l) 
   w.selected = align256(s * uint64_t(m.dim) * 4);
   w.logits = align256(s * uint64_t(m.n_vocab) * 4);
   w.candidates = align256(s * uint64_t(kMaxCandidates) * 8);
-  const uint64_t topk_chunks = ceil_div(uint64_t(m.n_vocab), kTopKChunkValues);
-  w.topk_scratch = topk_chunks > 1 ? align256(s * topk_chunks * uint64_t(kMaxCandidates) * 8) : 0;
-  w.token_ids = align256(t * 4);
-  w.positions = align256(t * 4);
-  w.block_tables = align256(s * kv_blocks_per_sequence(l) * 4);
-  const uint64_t splits = ceil_div(uint64_t(l.max_context), kAttentionSplitTokens);
+  w.topk_scratch = gpu_topk_fits(m.n_vocab) && topk_chunks(m.n_vocab) > 1
+                       ? align256(s * uint64_t(topk_chunks(m.n_vocab)) * uint64_t(kMaxCandidates) * 8)
+                       : 0;
+  w.step_indices = align256((5 * t + s * kv_blocks_per_sequence(l)) * 4);
+  const uint64_t splits =
+      std::min<uint64_t>(uint64_t(kAttentionMaxSplits), ceil_div(uint64_t(l.max_context), kAttentionMinSplitTokens));
   w.attention_partials = align256(s * uint64_t(m.n_heads) * splits * uint64_t(m.head_dim + 2) * 4);
   return w;
 }
@@ -299,7 +308,7 @@ int64_t cuda_graph_buckets(int64_t max_sequences) {
   return n;
 }
 
-Result<uint64_t> repacked_weight_bytes(const ModelWeights& w) {
+Result<uint64_t> repacked_weight_bytes(const ModelWeights& w, const ModelConfig& config) {
   uint64_t total = 0;
   std::set<const GgufTensor*> seen;
   auto add = [&](const GgufTensor* t) -> Status {
@@ -311,8 +320,10 @@ Result<uint64_t> repacked_weight_bytes(const ModelWeights& w) {
     total += layout->total_bytes;
     return {};
   };
-  for (const GgufTensor* t : {w.token_embd, w.output_norm, w.output, w.rope_freqs})
-    VOLTAD_TRY(add(t));
+  for (const GgufTensor* t : {w.token_embd, w.output_norm, w.output}) VOLTAD_TRY(add(t));
+  auto inverse_frequencies = packed_layout_for(GgmlType::F32, 1, std::max<int64_t>(config.head_dim / 2, 1));
+  if (!inverse_frequencies) return inverse_frequencies.error();
+  total += inverse_frequencies->total_bytes;
   for (const LayerWeights& l : w.layers) {
     for (const GgufTensor* t : {l.attn_norm, l.wq, l.wk, l.wv, l.wo, l.bq, l.bk, l.bv, l.q_norm,
                                 l.k_norm, l.ffn_norm, l.w_gate, l.w_up, l.w_down})

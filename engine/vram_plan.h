@@ -39,9 +39,10 @@ struct EngineLimits {
 };
 
 // The CUDA backend's device buffers other than weights and KV cache, in
-// bytes, each rounded up to 256 (the backend carves them out of one
-// allocation at 256-byte boundaries; total() is that allocation).
-// T = max_batch_tokens, S = max_sequences, W = max(dim, ffn_dim).
+// bytes, each rounded up to 256. The backend carves them, in this order, out
+// of one allocation of total() bytes (engine/backend_cuda.cpp), so the plan
+// and the allocation are the same number by construction.
+// T = max_batch_tokens, S = max_sequences, W = max(dim, q_dim, ffn_dim).
 struct CudaWorkspace {
   uint64_t residual;            // (T, dim) fp32: the residual stream
   uint64_t normed;              // (T, dim) fp32: RMSNorm output
@@ -53,25 +54,35 @@ struct CudaWorkspace {
   uint64_t selected;            // (S, dim) fp32: the rows whose logits are computed
   uint64_t logits;              // (S, n_vocab) fp32
   uint64_t candidates;          // (S, kMaxCandidates) int32 ids + fp32 logits: GPU top-k
-  uint64_t topk_scratch;        // (S, ceil(n_vocab / kTopKChunk), kMaxCandidates) id+logit pairs
-  uint64_t token_ids;           // (T) int32
-  uint64_t positions;           // (T) int32
-  uint64_t block_tables;        // (S, ceil(max_context/16)) int32
+  uint64_t topk_scratch;        // (S, ceil(n_vocab / kTopKChunk), kMaxCandidates) id+logit pairs;
+                                // 0 for one chunk, or a vocabulary the GPU top-k cannot take
+  uint64_t step_indices;        // (5 T + S ceil(max_context/16)) int32: per token its id,
+                                // position, KV slot, block-table row and logits row; then
+                                // the block tables, one row per sequence
   uint64_t attention_partials;  // (S, n_heads, splits, head_dim + 2) fp32: split-K decode,
-                                // splits = ceil(max_context / kAttentionSplitTokens)
+                                // splits = min(64, ceil(max_context / 16))
   uint64_t total() const;
 };
 CudaWorkspace cuda_workspace_bytes(const ModelConfig& model, const EngineLimits& limits);
 
 // Mirrors of the kernels' constants (kernels/matvec.h, kernels/attention.h;
 // a CUDA build checks they agree): activations are quantized in blocks of
-// 32 values, and split-K attention cuts a context into 128-token pieces.
+// 32 values, and split-K attention cuts a context into at most 64 pieces of
+// at least 16 positions.
 constexpr int64_t kActivationBlockValues = 32;
-constexpr int64_t kAttentionSplitTokens = 128;
+constexpr int64_t kAttentionMaxSplits = 64;
+constexpr int64_t kAttentionMinSplitTokens = 16;
 // Tokens per KV cache block (KvBlockPool::kBlockTokens).
 constexpr int64_t kKvBlockTokens = 16;
 // Values per block of the GPU top-k's first pass (kernels/topk.h).
 constexpr int64_t kTopKChunkValues = 4096;
+// The GPU top-k takes a vocabulary of at least kMaxCandidates whose
+// ceil(n_vocab / kTopKChunkValues) x kMaxCandidates first-pass pairs are at
+// most 4096 (kernels/topk.h: n_vocab <= 262144); else the CUDA backend picks
+// candidates on the host and needs no scratch.
+constexpr int64_t kTopKMaxPairs = 4096;
+int64_t topk_chunks(int64_t n_vocab);
+bool gpu_topk_fits(int64_t n_vocab);
 
 // K and V of one token over all layers: 2 x n_layers x kv_dim x 2 bytes
 // (fp16), or 2 x n_layers x (kv_dim bytes + 2 bytes per KV head) (int8).
@@ -87,11 +98,14 @@ int64_t cuda_graph_buckets(int64_t max_sequences);
 // >= 11.7 contexts with lazy module loading take (docs/PLANNING.md).
 constexpr uint64_t kAssumedCudaContextBytes = 400ull << 20;
 
-// Device bytes of the weights once repacked (engine/weight_repack.h): exact.
+// Device bytes of the weights once repacked (engine/weight_repack.h): exact,
+// and the size of the one allocation the CUDA backend places them in.
 // Matrices take packed_layout_for(type, rows, cols).total_bytes; vectors
-// (norms, biases, rope_freqs) are F32 on the device. A tied output is the
-// embedding and is counted once. Error: a type the CUDA backend cannot run.
-Result<uint64_t> repacked_weight_bytes(const ModelWeights& weights);
+// (norms, biases) are F32 on the device; RoPE's head_dim/2 inverse
+// frequencies (with a file's rope_freqs folded in) are one more F32 vector.
+// Every piece starts at a 256-byte boundary. A tied output is the embedding
+// and is counted once. Error: a type the CUDA backend cannot run.
+Result<uint64_t> repacked_weight_bytes(const ModelWeights& weights, const ModelConfig& config);
 
 struct DeviceMemory {
   std::string name;                                   // "Tesla V100-SXM2-32GB", or "assumed"

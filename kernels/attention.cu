@@ -13,6 +13,7 @@
 #include <cuda_fp16.h>
 
 #include "kernels/attention.h"
+#include "kernels/attention_common.cuh"
 #include "kernels/cuda_check.h"
 #include "kernels/quantize_warp.cuh"
 
@@ -22,15 +23,6 @@ namespace {
 
 constexpr int kWarps = 4;
 
-// Positions per split for a token at `pos`: every split the grid has gets
-// work (a multiple of 16, at most kAttentionSplitTokens since the grid has
-// ceil((max_position + 1) / kAttentionSplitTokens) splits), so a short
-// context still spreads over many blocks, also in a decode graph sized for
-// the longest context.
-__device__ __forceinline__ int split_tokens(int pos, int splits) {
-  const int per = (pos + splits) / splits;  // ceil((pos + 1) / splits)
-  return (per + kKvBlockTokens - 1) / kKvBlockTokens * kKvBlockTokens;
-}
 
 __global__ void kernel_kv_write(const float* __restrict__ k, const float* __restrict__ v, int64_t ld,
                                 int kv_dim, const int32_t* __restrict__ slots, __half* __restrict__ kc,
@@ -225,7 +217,7 @@ void launch_attention(const AttentionArgs& a, cudaStream_t stream) {
   if (a.n_tokens == 0) return;
   VOLTAD_KERNEL_REQUIRE(a.n_kv_heads > 0 && a.n_heads % a.n_kv_heads == 0, "heads must divide into KV heads");
   VOLTAD_KERNEL_REQUIRE(a.n_heads / a.n_kv_heads <= kAttentionMaxGroup, "at most 8 query heads per KV head");
-  const int splits = (a.max_position + kAttentionSplitTokens) / kAttentionSplitTokens;
+  const int splits = attention_splits(a.max_position);
   dim3 grid(unsigned(a.n_tokens), unsigned(a.n_kv_heads), unsigned(splits));
   switch (a.head_dim) {
     case 16: kernel_attention_partial<16><<<grid, kWarps * 32, 0, stream>>>(a); break;

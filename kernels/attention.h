@@ -17,7 +17,17 @@ namespace voltad::kernels {
 
 constexpr int kKvBlockTokens = 16;
 constexpr int kAttentionMaxGroup = 8;      // query heads per KV head
-constexpr int kAttentionSplitTokens = 128;  // positions per split-K piece
+// Split-K: a token's positions [0, pos] are cut into pieces of a multiple of
+// 16 positions, as many as fit in kAttentionMaxSplits, so that a short
+// context still spreads over many blocks and the scratch does not grow with
+// the context.
+constexpr int kAttentionMaxSplits = 64;
+constexpr int kAttentionMinSplitTokens = 16;
+// Pieces for the longest position of a step (the grid's third dimension).
+inline int attention_splits(int max_position) {
+  const int s = (max_position + kAttentionMinSplitTokens) / kAttentionMinSplitTokens;
+  return s < kAttentionMaxSplits ? s : kAttentionMaxSplits;
+}
 
 // KV cache of one layer: [n_blocks][16][kv_dim] halves for K, same for V.
 struct KvLayerView {
@@ -46,8 +56,8 @@ struct AttentionArgs {
   int head_dim = 0;      // 32, 64, 128 or 256
   int max_position = 0;  // the largest position of any token in the step (sizes split-K)
   float scale = 1.0f;    // 1/sqrt(head_dim)
-  // Split-K scratch: n_tokens * n_heads * splits * (head_dim + 2) floats,
-  // with splits = ceil((max_position + 1) / kAttentionSplitTokens).
+  // Split-K scratch: n_tokens * n_heads * attention_splits(max_position) *
+  // (head_dim + 2) floats.
   float* partials = nullptr;
   // When set (and head_dim % 32 == 0): the output also quantized for the
   // matvec that reads it (rows of n_heads * head_dim), saving a launch.
@@ -56,7 +66,7 @@ struct AttentionArgs {
 
 // Floats of split-K scratch a step needs.
 inline size_t attention_partial_floats(int n_tokens, int n_heads, int head_dim, int max_position) {
-  size_t splits = size_t((max_position + kAttentionSplitTokens) / kAttentionSplitTokens);
+  size_t splits = size_t(attention_splits(max_position));
   return size_t(n_tokens) * size_t(n_heads) * splits * size_t(head_dim + 2);
 }
 

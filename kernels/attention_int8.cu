@@ -2,7 +2,7 @@
 // it. Contract in attention_int8.h.
 //
 // The attention has the structure of kernels/attention.cu (split-K over
-// pieces of kAttentionSplitTokens positions, GQA: one block per token, KV
+// pieces (kernels/attention_common.cuh), GQA: one block per token, KV
 // head and piece, 4 warps walking positions warp, warp+4, ..., a lane holding
 // head_dim/32 elements of every query head of the group); what differs is
 // the row read: VEC int8 values per lane (1 to 8 bytes) plus the row's fp16
@@ -12,6 +12,7 @@
 #include <cuda_fp16.h>
 
 #include "kernels/attention_int8.h"
+#include "kernels/attention_common.cuh"
 #include "kernels/cuda_check.h"
 #include "kernels/device_common.cuh"
 
@@ -82,8 +83,9 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = a.n_heads / a.n_kv_heads;
   const int pos = a.positions[t];
-  const int begin = split * kAttentionSplitTokens;
-  const int end = min(pos + 1, begin + kAttentionSplitTokens);
+  const int per = split_tokens(pos, gridDim.z);
+  const int begin = split * per;
+  const int end = min(pos + 1, begin + per);
   const int kv_dim = a.n_kv_heads * a.head_dim;
   const int32_t* table = a.block_tables + int64_t(a.token_tables[t]) * a.table_stride;
   const bool active = lane * VEC < a.head_dim;  // head_dim 16: half the lanes idle
@@ -171,7 +173,7 @@ __global__ void kernel_attention_int8_combine(AttentionArgs a, int splits) {
   const int t = blockIdx.x, head = blockIdx.y;
   const int stride = a.head_dim + 2;
   const float* parts = a.partials + (int64_t(t) * a.n_heads + head) * splits * stride;
-  const int used = min(splits, a.positions[t] / kAttentionSplitTokens + 1);
+  const int used = min(splits, a.positions[t] / split_tokens(a.positions[t], splits) + 1);
   float mm = -INFINITY;
   for (int s = 0; s < used; ++s) mm = fmaxf(mm, parts[s * stride]);
   float ll = 0.0f;
@@ -207,7 +209,7 @@ void launch_attention_int8(const AttentionArgs& a, KvInt8LayerView cache, cudaSt
                         "heads must divide into KV heads");
   VOLTAD_KERNEL_REQUIRE(a.n_heads / a.n_kv_heads <= kAttentionMaxGroup,
                         "at most 8 query heads per KV head");
-  const int splits = (a.max_position + kAttentionSplitTokens) / kAttentionSplitTokens;
+  const int splits = attention_splits(a.max_position);
   const dim3 grid(unsigned(a.n_tokens), unsigned(a.n_kv_heads), unsigned(splits));
   switch (a.head_dim) {
     case 16:

@@ -115,15 +115,16 @@ TEST_CASE("workspace: each buffer by its formula, 256-byte aligned, total their 
   CHECK(w.candidates == 16 * 64 * 8);
   // 128256 / 4096 = 32 first-pass chunks of the top-k, 64 pairs each per sequence.
   CHECK(w.topk_scratch == 16ull * 32 * 64 * 8);
-  CHECK(w.token_ids == 2048 * 4);
-  CHECK(w.positions == 2048 * 4);
-  CHECK(w.block_tables == 16 * 256 * 4);
-  // 4096 positions = 32 split-K pieces of 128.
-  CHECK(w.attention_partials == 16ull * 32 * 32 * (128 + 2) * 4);
+  // Per token: id, position, KV slot, block-table row, logits row; then a
+  // block table of 4096 / 16 = 256 entries per sequence.
+  CHECK(w.step_indices == (5 * 2048 + 16 * 256) * 4);
+  // 4096 positions: the most split-K pieces, 64 (of 64 positions).
+  CHECK(w.attention_partials == 16ull * 32 * 64 * (128 + 2) * 4);
+  // 256 positions: 16 pieces of 16.
+  CHECK(cuda_workspace_bytes(kLlama3_8b, limits(256)).attention_partials == 16ull * 32 * 16 * (128 + 2) * 4);
   CHECK(w.total() == w.residual + w.normed + w.qkv + w.attention_out + w.ffn_gate_up +
                          w.quantized_x + w.quantized_x_scales + w.selected + w.logits +
-                         w.candidates + w.topk_scratch + w.token_ids + w.positions + w.block_tables +
-                         w.attention_partials);
+                         w.candidates + w.topk_scratch + w.step_indices + w.attention_partials);
   // Qwen3-32B's wo input (q_dim 8192) is wider than dim: the int8 buffer
   // takes the widest matvec input, here ffn_dim.
   const CudaWorkspace q = cuda_workspace_bytes(kQwen3_32b, limits(4096, 1, 16));
@@ -132,10 +133,20 @@ TEST_CASE("workspace: each buffer by its formula, 256-byte aligned, total their 
   // The workspace grows with the batch and the sequences, not with the weights.
   CHECK(cuda_workspace_bytes(kLlama3_8b, limits(4096, 16, 512)).total() < w.total());
   CHECK(cuda_workspace_bytes(kLlama3_8b, limits(4096, 4)).total() < w.total());
-  // ... and with the context through the block tables and split-K scratch.
+  // ... and with the context through the block tables; the split-K scratch
+  // stops growing at 64 pieces.
   const CudaWorkspace long_context = cuda_workspace_bytes(kLlama3_8b, limits(65536));
-  CHECK(long_context.attention_partials == 16 * w.attention_partials);
-  CHECK(long_context.block_tables == 16 * w.block_tables);
+  CHECK(long_context.attention_partials == w.attention_partials);
+  CHECK(long_context.step_indices == (5 * 2048 + 16 * 4096) * 4);
+  // A vocabulary of one top-k chunk needs no scratch; one beyond the GPU
+  // top-k's limit neither (the host picks the candidates).
+  ModelConfig small = kLlama3_8b;
+  small.n_vocab = 4000;
+  CHECK(cuda_workspace_bytes(small, limits(4096)).topk_scratch == 0);
+  small.n_vocab = 300000;
+  CHECK_FALSE(gpu_topk_fits(small.n_vocab));
+  CHECK(cuda_workspace_bytes(small, limits(4096)).topk_scratch == 0);
+  CHECK(gpu_topk_fits(262144));
 }
 
 TEST_CASE("graph buckets: 1, 2, 4, ... up to max_sequences") {
@@ -302,19 +313,24 @@ TEST_CASE("a smaller budget fraction; a larger one as a way out") {
 
 TEST_CASE(
     "repacked weight bytes of a real file: packed layouts summed, vectors as F32, tied once") {
-  for (bool tied : {false, true}) {
+  for (int variant = 0; variant < 3; ++variant) {
+    const bool tied = variant == 1, rope_freqs = variant == 2;
     CAPTURE(tied);
+    CAPTURE(rope_freqs);
     test::TinyModelSpec spec;
     spec.tied = tied;
+    spec.rope_freqs = rope_freqs;  // folded into the inverse frequencies, not a tensor of its own
     spec.retype["blk.1.ffn_down.weight"] = GgmlType::Q4_0;
     auto file = GgufFile::from_bytes(test::tiny_model_writer(spec).to_bytes(), "tiny.gguf");
     REQUIRE(file.ok());
     auto model = load_model(std::move(file).value());
     REQUIRE_MESSAGE(model.ok(), (model.ok() ? "" : model.error().message));
-    auto bytes = repacked_weight_bytes(model.value()->weights);
+    auto bytes = repacked_weight_bytes(model.value()->weights, model.value()->config);
     REQUIRE(bytes.ok());
-    uint64_t expected = 0;
+    // RoPE's inverse frequencies: head_dim / 2 floats, in 256 bytes here.
+    uint64_t expected = 256;
     for (const GgufTensor& t : model.value()->file->tensors()) {
+      if (t.name == "rope_freqs.weight") continue;
       auto layout = t.n_dims == 1 ? packed_layout_for(GgmlType::F32, 1, int64_t(t.ne[0]))
                                   : packed_layout_for(t.type, int64_t(t.ne[1]), int64_t(t.ne[0]));
       REQUIRE(layout.ok());
