@@ -178,22 +178,24 @@ __global__ void __launch_bounds__(kWarps * 32)
 }
 
 __global__ void kernel_attention_combine(AttentionArgs a, int splits) {
+  __shared__ float weight[kAttentionMaxSplits];  // exp(m_s - max m) of each piece
   const int t = blockIdx.x, head = blockIdx.y;
-  const float* parts = a.partials + (int64_t(t) * a.n_heads + head) * splits * (a.head_dim + 2);
+  const int stride = a.head_dim + 2;
+  const float* parts = a.partials + (int64_t(t) * a.n_heads + head) * splits * stride;
   const int used = min(splits, a.positions[t] / split_tokens(a.positions[t], splits) + 1);
   float mm = -INFINITY;
-  for (int s = 0; s < used; ++s) mm = fmaxf(mm, parts[s * (a.head_dim + 2)]);
-  float ll = 0.0f;
-  for (int s = 0; s < used; ++s) {
-    const float* p = parts + s * (a.head_dim + 2);
-    if (p[0] != -INFINITY) ll += p[1] * __expf(p[0] - mm);
+  for (int s = 0; s < used; ++s) mm = fmaxf(mm, parts[s * stride]);
+  for (int s = threadIdx.x; s < used; s += blockDim.x) {
+    const float m = parts[s * stride];
+    weight[s] = m == -INFINITY ? 0.0f : __expf(m - mm);
   }
+  __syncthreads();
+  float ll = 0.0f;
+  for (int s = 0; s < used; ++s) ll += parts[s * stride + 1] * weight[s];
   for (int e = threadIdx.x; e < a.head_dim; e += blockDim.x) {
     float v = 0.0f;
-    for (int s = 0; s < used; ++s) {
-      const float* p = parts + s * (a.head_dim + 2);
-      if (p[0] != -INFINITY) v += p[2 + e] * __expf(p[0] - mm);
-    }
+#pragma unroll 8
+    for (int s = 0; s < used; ++s) v += parts[s * stride + 2 + e] * weight[s];
     const float o = v / ll;
     a.out[int64_t(t) * a.ldo + head * a.head_dim + e] = o;
     // With out_q the block has head_dim threads: one pass, whole warps.
@@ -230,7 +232,7 @@ void launch_attention(const AttentionArgs& a, cudaStream_t stream) {
   CUDA_CHECK(cudaGetLastError());
   VOLTAD_KERNEL_REQUIRE(!a.out_q.q || a.head_dim % kActivationBlock == 0,
                         "a quantized attention output needs head_dim % 32 == 0");
-  const int threads = a.out_q.q ? a.head_dim : 64;
+  const int threads = a.head_dim < 32 ? 32 : a.head_dim;
   kernel_attention_combine<<<dim3(unsigned(a.n_tokens), unsigned(a.n_heads)), threads, 0, stream>>>(a, splits);
   CUDA_CHECK(cudaGetLastError());
 }
