@@ -16,9 +16,9 @@
 #include <thread>
 
 #include "daemon/config_paths.h"
-#include "daemon/dbus_provider.h"
 #include "daemon/exit_codes.h"
 #include "daemon/log.h"
+#include "daemon/placement_startup.h"
 #include "daemon/server_listener.h"
 #include "daemon/step_failure_log.h"
 #include "daemon/vram_guard.h"
@@ -59,6 +59,7 @@ struct Failure {
 };
 
 std::optional<Failure> load_engine(const config::Config& cfg, const std::string& model_path,
+                                   [[maybe_unused]] const placement::PlacementPlan& plan,
                                    ServerContext& ctx, Engine& e) {
   auto model = load_model(model_path);
   if (!model.ok()) return Failure{kExitModelData, model.error().message};
@@ -76,7 +77,7 @@ std::optional<Failure> load_engine(const config::Config& cfg, const std::string&
 
   if (cfg.engine.backend == "cpu") {
     CpuBackendOptions options;
-    options.threads = int(cfg.placement.threads);
+    options.threads = int(ctx.placement.threads);  // the plan's: one per physical core
     options.max_context = int32_t(cfg.engine.max_context);
     options.max_sequences = int32_t(cfg.engine.max_sequences);
     auto backend = CpuBackend::create(e.model, options);
@@ -91,6 +92,9 @@ std::optional<Failure> load_engine(const config::Config& cfg, const std::string&
     options.max_batch_tokens =
         int32_t(std::max(cfg.engine.max_batch_tokens, cfg.engine.max_sequences));
     options.kv_int8 = cfg.engine.kv_cache_type == "int8";
+    auto host_memory = placement::node_local_host_memory(plan);
+    options.host_allocate = host_memory.allocate;
+    options.host_release = host_memory.release;
     options.on_progress = [last = -1](uint64_t done, uint64_t total,
                                       const std::string& tensor) mutable {
       int pct = int(100.0 * double(done) / double(std::max<uint64_t>(total, 1)));
@@ -164,28 +168,6 @@ std::optional<Failure> load_engine(const config::Config& cfg, const std::string&
   return std::nullopt;
 }
 
-// What a reload may change in the serving side: limits, who may connect and
-// administer, the per-user allowance. At start and on every accepted reload.
-void apply_server_settings(const config::Config& cfg, gid_t socket_gid, ServerContext& ctx) {
-  ServerLimits limits;
-  limits.max_connections = cfg.server.max_connections;
-  limits.max_header_bytes = cfg.server.max_header_bytes.bytes;
-  limits.max_body_bytes = cfg.server.max_body_bytes.bytes;
-  limits.read_timeout = cfg.server.read_timeout.value;
-  limits.write_timeout = cfg.server.write_timeout.value;
-  ctx.set_limits(limits);
-  std::vector<std::string> warnings;
-  auto access = AccessPolicy::create(cfg.server.allow_users, cfg.server.allow_groups, socket_gid,
-                                     ::geteuid(), warnings);
-  access.add_admin_groups(cfg.server.admin_groups, warnings);
-  for (auto& w : warnings) spdlog::warn("{}", w);
-  ctx.set_access(std::move(access));
-  if (ctx.user_limiter)
-    ctx.user_limiter->set_max_per_user(cfg.server.max_requests_per_user);
-  else
-    ctx.user_limiter = std::make_shared<UserLimiter>(cfg.server.max_requests_per_user);
-}
-
 std::string default_model_name(const std::string& model_path) {
   std::string stem = std::filesystem::path(model_path).filename().string();
   if (stem.size() > 5 && stem.substr(stem.size() - 5) == ".gguf") stem.resize(stem.size() - 5);
@@ -251,6 +233,14 @@ int serve(const config::Config& cfg, const std::string& config_path) {
         model_path, config_path);
     return kExitNoModel;
   }
+  // Before any thread exists (threads inherit the memory policy; it cannot
+  // be imposed on them later) and before CUDA reads CUDA_VISIBLE_DEVICES:
+  // keep this first.
+  auto placed = placement::place_process(cfg);
+  if (!placed) {
+    spdlog::error("placement: {}", placed.error().message);
+    return kExitPlacement;
+  }
 
   UnixSocketOptions socket;
   socket.path = config::expand_path(cfg.server.socket_path);
@@ -265,10 +255,20 @@ int serve(const config::Config& cfg, const std::string& config_path) {
   }
 
   ServerContext ctx;
-  const gid_t socket_gid = socket.group ? *socket.group : ::getegid();
-  apply_server_settings(cfg, socket_gid, ctx);
+  ctx.limits.max_connections = cfg.server.max_connections;
+  ctx.limits.max_header_bytes = cfg.server.max_header_bytes.bytes;
+  ctx.limits.max_body_bytes = cfg.server.max_body_bytes.bytes;
+  ctx.limits.read_timeout = cfg.server.read_timeout.value;
+  ctx.limits.write_timeout = cfg.server.write_timeout.value;
+  std::vector<std::string> warnings;
+  ctx.access =
+      AccessPolicy::create(cfg.server.allow_users, cfg.server.allow_groups,
+                           socket.group ? *socket.group : ::getegid(), ::geteuid(), warnings);
+  for (auto& w : warnings) spdlog::warn("{}", w);
+  ctx.user_limiter = std::make_shared<UserLimiter>(cfg.server.max_requests_per_user);
   ctx.model_name = cfg.model.name.empty() ? default_model_name(model_path) : cfg.model.name;
   ctx.backend_name = cfg.engine.backend;
+  ctx.placement = placement::summarize(*placed);
 
   // Declared before the I/O loop: sessions still queued in it when it is
   // destroyed may point into both.
@@ -284,12 +284,12 @@ int serve(const config::Config& cfg, const std::string& config_path) {
   auto listener = std::make_shared<Listener>(ioc, std::move(acceptor.value()), ctx);
   listener->run();
   spdlog::info("listening on {} (mode {}, allowed: {}); loading {}", socket.path,
-               cfg.server.socket_mode, ctx.access()->describe(), model_path);
+               cfg.server.socket_mode, ctx.access.describe(), model_path);
 
   std::atomic<int> exit_code{kExitOk};
   ctx.lifecycle.begin_loading("loading " + model_path);
   std::thread engine_thread([&] {
-    auto failure = load_engine(cfg, model_path, ctx, engine);
+    auto failure = load_engine(cfg, model_path, placed->plan, ctx, engine);
     if (failure) {
       spdlog::error("{}", failure->message);
       exit_code = failure->code;
@@ -329,14 +329,10 @@ int serve(const config::Config& cfg, const std::string& config_path) {
   };
   signals.async_wait(on_signal);
 
-  // org.voltad.Daemon1 on this loop (a strand of its own); nullptr without a bus.
-  auto dbus = start_dbus(ioc, cfg, ctx);
-
   std::vector<std::thread> io_threads;
   for (int i = 1; i < kIoThreads; ++i) io_threads.emplace_back([&] { ioc.run(); });
   ioc.run();
   for (auto& t : io_threads) t.join();
-  if (dbus) dbus->close();  // announces the last state
 
   // The engine thread either failed, saw the stop while loading, or runs the scheduler.
   if (const ServedModel* m = ctx.loaded()) m->scheduler->shutdown();

@@ -302,6 +302,13 @@ Result<Topology> load_topology_xml(const std::string& path) {
 Result<Topology> load_system_topology(const SystemPaths& paths) {
   auto topo = open_topology();
   if (!topo) return topo.error();
+  // hwloc's CUDA and OpenCL components (where a build has them) list GPUs by
+  // starting CUDA in this process, before voltad has set
+  // CUDA_VISIBLE_DEVICES, which CUDA reads once: that CUDA would show every
+  // GPU, and its threads would miss the memory policy. NVML and the driver's
+  // /proc files name the GPUs without starting CUDA.
+  for (const char* component : {"cuda", "opencl"})
+    hwloc_topology_set_components(topo->get(), HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, component);
   if (hwloc_topology_load(topo->get()) != 0)
     return make_error(std::string("hwloc could not read this machine's topology: ") +
                       std::strerror(errno));

@@ -16,6 +16,11 @@ MetricsSnapshot ServerContext::snapshot() const {
   s.state = health_state_name(lifecycle.state());
   s.open_connections = open_connections.load();
   s.info = {{"version", VOLTAD_VERSION}, {"model", model_name}, {"backend", backend_name}};
+  // Where it runs (the placement applied at start).
+  s.info.emplace_back("gpu_bus_id", placement.gpu_bus_id.empty() ? "none" : placement.gpu_bus_id);
+  s.info.emplace_back("numa_node", placement.numa_nodes.empty() ? "none" : placement.numa_nodes);
+  s.info.emplace_back("cpus", placement.cpus);
+  s.info.emplace_back("memory_policy", placement.memory_policy);
   if (const ServedModel* m = loaded()) {
     s.engine_ready = true;
     s.scheduler = m->scheduler->stats();
@@ -70,6 +75,23 @@ std::optional<ApiError> check_model_name(const std::string& requested, const Ser
   return e;
 }
 
+// null for what is not known or not bound.
+Json placement_json(const PlacementSummary& p) {
+  auto text = [](const std::string& v) { return v.empty() ? Json(nullptr) : Json(v); };
+  auto node = [](int32_t n) { return n < 0 ? Json(nullptr) : Json(n); };
+  return {{"gpu_bus_id", text(p.gpu_bus_id)},
+          {"gpu_uuid", text(p.gpu_uuid)},
+          {"gpu_model", text(p.gpu_model)},
+          {"gpu_numa_node", node(p.gpu_numa_node)},
+          {"numa_node", node(p.numa_node)},
+          {"numa_nodes", text(p.numa_nodes)},
+          {"memory_policy", p.memory_policy},
+          {"cpus", p.cpus},
+          {"cpus_bound", p.cpus_bound},
+          {"threads", p.threads},
+          {"warnings", p.warnings}};
+}
+
 HttpResponse health(const Call& c) {
   HealthState s = c.ctx.lifecycle.state();
   Json body = {{"status", health_state_name(s)},
@@ -83,6 +105,7 @@ HttpResponse health(const Call& c) {
     body["kv_blocks_total"] = st.kv_blocks_total;
     body["max_context"] = m->max_context;
   }
+  body["placement"] = placement_json(c.ctx.placement);
   if (const VramMonitor* v = c.ctx.vram.load(std::memory_order_acquire))
     body["vram"] = vram_health_json(v->status());
   // Only ready takes new requests. Loading, degraded (the card is past the

@@ -249,6 +249,30 @@ MetricsText parse_metrics(const std::string& text) {
   return m;
 }
 
+// "GPU 0000:b7:00.0 (Tesla V100-SXM2-32GB, node 1); memory bind to node 1;
+// CPUs 20-39; 20 worker threads", from /health's placement object.
+std::string placement_line(const Json& p) {
+  auto text = [&](const char* key) {
+    return p.contains(key) && p[key].is_string() ? p[key].get<std::string>() : std::string();
+  };
+  std::string gpu = text("gpu_bus_id");
+  std::string line = gpu.empty() ? "no GPU" : "GPU " + gpu;
+  std::string about = text("gpu_model");
+  if (p.contains("gpu_numa_node") && p["gpu_numa_node"].is_number())
+    about += (about.empty() ? "node " : ", node ") + std::to_string(p["gpu_numa_node"].get<int>());
+  if (!gpu.empty() && !about.empty()) line += " (" + about + ")";
+  std::string policy = text("memory_policy"), nodes = text("numa_nodes");
+  line += policy.empty() || policy == "off" || nodes.empty()
+              ? "; memory not bound"
+              : "; memory " + policy + " to node" +
+                    (nodes.find_first_of(",-") == std::string::npos ? " " : "s ") + nodes;
+  line += "; CPUs " + text("cpus");
+  if (p.value("cpus_bound", false) == false) line += " (not bound)";
+  if (int threads = p.value("threads", 0); threads > 0)
+    line += "; " + std::to_string(threads) + " worker thread" + (threads == 1 ? "" : "s");
+  return line;
+}
+
 }  // namespace
 
 int cmd_status(const ApiClient& client, const Args& args) {
@@ -266,12 +290,25 @@ int cmd_status(const ApiClient& client, const Args& args) {
   MetricsText m =
       metrics.ok() && metrics->status == 200 ? parse_metrics(metrics->body) : MetricsText{};
   auto v = [&](const char* name) { return m.values.count(name) ? m.values[name] : 0.0; };
+  // Model, backend and placement have lines of their own.
+  auto elsewhere = [](const std::string& k) {
+    for (const char* own : {"model", "backend", "gpu_bus_id", "numa_node", "cpus", "memory_policy"})
+      if (k == own) return true;
+    return false;
+  };
   std::string labels;
   for (auto& [k, val] : m.info)
-    if (k != "model" && k != "backend") labels += (labels.empty() ? "" : ", ") + k + " " + val;
+    if (!elsewhere(k)) labels += (labels.empty() ? "" : ", ") + k + " " + val;
   std::printf("  model       %s (backend %s)\n", h.value("model", std::string("?")).c_str(),
               h.value("backend", std::string("?")).c_str());
   if (!labels.empty()) std::printf("  details     %s\n", labels.c_str());
+  if (h.contains("placement") && h["placement"].is_object()) {
+    const Json& p = h["placement"];
+    std::printf("  placement   %s\n", placement_line(p).c_str());
+    if (size_t n = p.value("warnings", Json::array()).size(); n > 0)
+      std::printf("              %zu warning%s at start (the daemon's log says which)\n", n,
+                  n == 1 ? "" : "s");
+  }
   if (h.contains("running")) {
     std::printf("  sequences   %d running, %d waiting\n", h.value("running", 0),
                 h.value("waiting", 0));

@@ -24,3 +24,15 @@ voltad_placement_probe(placement_apply_late numa=0 cpus=narrow early_thread=true
 voltad_placement_probe(placement_strict_refuses numa=0 early_thread=true strict=true expect=refused)
 
 voltad_integration_test(placement_cli placement_cli.sh)
+
+# The daemon applies its placement at start: every thread of a running voltad
+# on the planned CPUs, /health, /metrics and voltactl status report it.
+voltad_integration_test(placement_daemon placement_daemon.sh)
+
+# On a GPU machine: after the start-up placement CUDA sees exactly the
+# planned GPU, for each GPU in turn. Needs no CUDA toolkit (the driver is
+# opened at run time); skipped (77) where there is no NVIDIA GPU or driver.
+add_executable(placement_gpu_check ${CMAKE_SOURCE_DIR}/tests/daemon/placement_gpu_check.cpp)
+target_link_libraries(placement_gpu_check PRIVATE voltad_daemon voltad_warnings ${CMAKE_DL_LIBS})
+add_test(NAME placement_gpu_check COMMAND placement_gpu_check --each)
+set_tests_properties(placement_gpu_check PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 120)
