@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "daemon/config_paths.h"
+#include "daemon/dbus_provider.h"
 #include "daemon/exit_codes.h"
 #include "daemon/log.h"
 #include "daemon/placement_startup.h"
@@ -168,6 +169,28 @@ std::optional<Failure> load_engine(const config::Config& cfg, const std::string&
   return std::nullopt;
 }
 
+// What a reload may change in the serving side: limits, who may connect and
+// administer, the per-user allowance. At start and on every accepted reload.
+void apply_server_settings(const config::Config& cfg, gid_t socket_gid, ServerContext& ctx) {
+  ServerLimits limits;
+  limits.max_connections = cfg.server.max_connections;
+  limits.max_header_bytes = cfg.server.max_header_bytes.bytes;
+  limits.max_body_bytes = cfg.server.max_body_bytes.bytes;
+  limits.read_timeout = cfg.server.read_timeout.value;
+  limits.write_timeout = cfg.server.write_timeout.value;
+  ctx.set_limits(limits);
+  std::vector<std::string> warnings;
+  auto access = AccessPolicy::create(cfg.server.allow_users, cfg.server.allow_groups, socket_gid,
+                                     ::geteuid(), warnings);
+  access.add_admin_groups(cfg.server.admin_groups, warnings);
+  for (auto& w : warnings) spdlog::warn("{}", w);
+  ctx.set_access(std::move(access));
+  if (ctx.user_limiter)
+    ctx.user_limiter->set_max_per_user(cfg.server.max_requests_per_user);
+  else
+    ctx.user_limiter = std::make_shared<UserLimiter>(cfg.server.max_requests_per_user);
+}
+
 std::string default_model_name(const std::string& model_path) {
   std::string stem = std::filesystem::path(model_path).filename().string();
   if (stem.size() > 5 && stem.substr(stem.size() - 5) == ".gguf") stem.resize(stem.size() - 5);
@@ -255,17 +278,8 @@ int serve(const config::Config& cfg, const std::string& config_path) {
   }
 
   ServerContext ctx;
-  ctx.limits.max_connections = cfg.server.max_connections;
-  ctx.limits.max_header_bytes = cfg.server.max_header_bytes.bytes;
-  ctx.limits.max_body_bytes = cfg.server.max_body_bytes.bytes;
-  ctx.limits.read_timeout = cfg.server.read_timeout.value;
-  ctx.limits.write_timeout = cfg.server.write_timeout.value;
-  std::vector<std::string> warnings;
-  ctx.access =
-      AccessPolicy::create(cfg.server.allow_users, cfg.server.allow_groups,
-                           socket.group ? *socket.group : ::getegid(), ::geteuid(), warnings);
-  for (auto& w : warnings) spdlog::warn("{}", w);
-  ctx.user_limiter = std::make_shared<UserLimiter>(cfg.server.max_requests_per_user);
+  const gid_t socket_gid = socket.group ? *socket.group : ::getegid();
+  apply_server_settings(cfg, socket_gid, ctx);
   ctx.model_name = cfg.model.name.empty() ? default_model_name(model_path) : cfg.model.name;
   ctx.backend_name = cfg.engine.backend;
   ctx.placement = placement::summarize(*placed);
@@ -284,7 +298,7 @@ int serve(const config::Config& cfg, const std::string& config_path) {
   auto listener = std::make_shared<Listener>(ioc, std::move(acceptor.value()), ctx);
   listener->run();
   spdlog::info("listening on {} (mode {}, allowed: {}); loading {}", socket.path,
-               cfg.server.socket_mode, ctx.access.describe(), model_path);
+               cfg.server.socket_mode, ctx.access()->describe(), model_path);
 
   std::atomic<int> exit_code{kExitOk};
   ctx.lifecycle.begin_loading("loading " + model_path);
@@ -329,10 +343,14 @@ int serve(const config::Config& cfg, const std::string& config_path) {
   };
   signals.async_wait(on_signal);
 
+  // org.voltad.Daemon1 on this loop (a strand of its own); nullptr without a bus.
+  auto dbus = start_dbus(ioc, cfg, ctx);
+
   std::vector<std::thread> io_threads;
   for (int i = 1; i < kIoThreads; ++i) io_threads.emplace_back([&] { ioc.run(); });
   ioc.run();
   for (auto& t : io_threads) t.join();
+  if (dbus) dbus->close();  // announces the last state
 
   // The engine thread either failed, saw the stop while loading, or runs the scheduler.
   if (const ServedModel* m = ctx.loaded()) m->scheduler->shutdown();
