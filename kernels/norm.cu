@@ -1,6 +1,7 @@
 // RMSNorm kernels: one block per row; the block's threads stride over the
 // row, sum squares, reduce through shared memory, then scale. Rows are short
 // (a few thousand floats), so the second pass re-reads x from L1.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
@@ -32,24 +33,40 @@ __global__ void kernel_rmsnorm(float* x, const float* delta, int64_t ldx, const 
   for (int k = threadIdx.x; k < dim; k += blockDim.x) dst[k] = row[k] * inv * weight[k];
 }
 
-// RMSNorm whose output also goes out quantized for the next matvec: after
-// the sum, each warp takes blocks of 32 values, writes them (fp32) and
-// quantizes them (kernels/quantize_warp.cuh). dim % 32 == 0.
+// RMSNorm whose output also goes out quantized for the next matvec, in one
+// pass: warp w owns blocks of 32 values w, w + warps, ... (at most
+// kNormMaxBlocksPerWarp), and each lane loads its value of x and of the
+// weight in every one of them up front, so all loads are in flight at once;
+// then the sum, and each warp writes and quantizes its blocks
+// (kernels/quantize_warp.cuh). dim % 32 == 0.
+constexpr int kNormMaxBlocksPerWarp = 8;
+
 __global__ void kernel_rmsnorm_quantize(const float* x, int64_t ldx, const float* weight, float* out,
                                         int64_t ldo, int dim, float eps, QuantizedActivations xq) {
   __shared__ float scratch[32];
   const float* row = x + blockIdx.x * ldx;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const int blocks = dim / kActivationBlock;
+  float v[kNormMaxBlocksPerWarp], w[kNormMaxBlocksPerWarp];
   float sum = 0.0f;
-  for (int k = threadIdx.x; k < dim; k += blockDim.x) sum = fmaf(row[k], row[k], sum);
+#pragma unroll
+  for (int i = 0; i < kNormMaxBlocksPerWarp; ++i) {
+    const int b = warp + i * warps;
+    const int k = b * kActivationBlock + lane;
+    v[i] = b < blocks ? row[k] : 0.0f;
+    w[i] = b < blocks ? weight[k] : 0.0f;
+    sum = fmaf(v[i], v[i], sum);
+  }
   sum = block_sum(sum, scratch);
   const float inv = rsqrtf(sum / float(dim) + eps);
   float* dst = out + blockIdx.x * ldo;
-  const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
-  for (int b = threadIdx.x >> 5; b < dim / kActivationBlock; b += warps) {
-    const int k = b * kActivationBlock + lane;
-    const float v = row[k] * inv * weight[k];
-    dst[k] = v;
-    quantize_block_warp(v, xq, blockIdx.x, dim, b);
+#pragma unroll
+  for (int i = 0; i < kNormMaxBlocksPerWarp; ++i) {
+    const int b = warp + i * warps;
+    if (b >= blocks) break;  // the same for every lane of the warp
+    const float o = v[i] * inv * w[i];
+    dst[b * kActivationBlock + lane] = o;
+    quantize_block_warp(o, xq, blockIdx.x, dim, b);
   }
 }
 
@@ -108,7 +125,15 @@ void launch_rmsnorm_quantize(const float* x, int64_t ldx, const float* weight, f
   check_args("launch_rmsnorm_quantize", rows, dim, ldx, ldo);
   VOLTAD_KERNEL_REQUIRE(dim % kActivationBlock == 0, "launch_rmsnorm_quantize: dim must be a multiple of 32");
   if (rows == 0) return;
-  kernel_rmsnorm_quantize<<<rows, threads_for(dim), 0, stream>>>(x, ldx, weight, out, ldo, dim, eps, xq);
+  // Enough warps that none holds more than kNormMaxBlocksPerWarp blocks.
+  const int blocks = dim / kActivationBlock;
+  const int warps = std::min(32, std::max((blocks + kNormMaxBlocksPerWarp - 1) / kNormMaxBlocksPerWarp,
+                                          (threads_for(dim) + 31) / 32));
+  if (blocks > warps * kNormMaxBlocksPerWarp) {  // dim > 8192: two launches
+    launch_rmsnorm(x, ldx, weight, out, ldo, rows, dim, eps, stream);
+    return launch_quantize_activations(out, ldo, rows, dim, xq, stream);
+  }
+  kernel_rmsnorm_quantize<<<rows, warps * 32, 0, stream>>>(x, ldx, weight, out, ldo, dim, eps, xq);
   CUDA_CHECK(cudaGetLastError());
 }
 
