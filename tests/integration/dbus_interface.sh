@@ -176,8 +176,11 @@ me=$(id -un)
 if [[ $(id -u) -eq 0 ]] && command -v setpriv >/dev/null; then
   # A second uid (nobody) plays the outsider, and the insider when given the
   # admin group. The admin group: one nobody is not in.
-  admin_group=$(getent group 1 | cut -d: -f1)
-  admin_gid=1
+  admin_group= admin_gid=
+  for g in $(getent group | cut -d: -f1,3); do
+    gid=${g#*:}
+    ((gid != 0 && gid != 65534)) && { admin_group=${g%%:*} admin_gid=$gid; break; }
+  done
   as_outsider() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
   as_insider() { setpriv --reuid=65534 --regid=65534 --groups="$admin_gid" "$@"; }
   second_uid=1
@@ -190,6 +193,11 @@ else
   done
   as_outsider() { "$@"; }
   second_uid=0
+fi
+if [[ -z $admin_group ]]; then
+  echo "FAIL no group to play the admin group (getent group lists none besides root and nogroup)"
+  fails=$((fails + 1))
+  finish
 fi
 sed -e "s/user=\"voltad\"/user=\"$me\"/" -e "s/group=\"voltad-admin\"/group=\"$admin_group\"/" \
   "$src/packaging/dbus/org.voltad.Daemon1.conf" >"$tmp/org.voltad.Daemon1.conf"
