@@ -103,7 +103,7 @@ PlanOutput render_plan(const PlanRequest& req) {
     return fail(kExitNoModel, "no model file at '" + model_path + "'");
   auto model = load_model(model_path);
   if (!model) return fail(kExitModelData, model.error().message);
-  auto weight_bytes = repacked_weight_bytes(model.value()->weights);
+  auto weight_bytes = repacked_weight_bytes(model.value()->weights, model.value()->config);
   if (!weight_bytes) return fail(kExitModelData, model_path + ": " + weight_bytes.error().message);
 
   if (req.assume_vram == 0) {
@@ -183,9 +183,7 @@ json vram_plan_json(const VramPlan& p) {
         {"logits", w.logits},
         {"candidates", w.candidates},
         {"topk_scratch", w.topk_scratch},
-        {"token_ids", w.token_ids},
-        {"positions", w.positions},
-        {"block_tables", w.block_tables},
+        {"step_indices", w.step_indices},
         {"attention_partials", w.attention_partials},
         {"total", w.total()}}},
       {"kv_pool",

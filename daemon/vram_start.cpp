@@ -82,7 +82,7 @@ Result<StartPlan> plan_vram_at_start(const config::Config& cfg, const Model& mod
   if (!after) return after.error();
   const VramSample after_sample{after->total_bytes - after->free_bytes, after->total_bytes};
 
-  auto weight_bytes = repacked_weight_bytes(model.weights);
+  auto weight_bytes = repacked_weight_bytes(model.weights, model.config);
   if (!weight_bytes) return weight_bytes.error();
   ModelConfig config = model.config;
   if (config.name.empty()) config.name = std::filesystem::path(cfg.model.path).filename().string();

@@ -9,6 +9,7 @@
 
 #include "engine/dequantize.h"
 #include "engine/thread_pool.h"
+#include "engine/vram_plan.h"
 #include "engine/weight_repack.h"
 #include "kernels/activation.h"
 #include "kernels/attention.h"
@@ -138,10 +139,27 @@ struct CudaBackend::Impl {
     if (options.host_release) options.host_release(p);
   }
 
+  // While set (load_weights), alloc() carves from this one allocation, at
+  // 256-byte boundaries, instead of calling cudaMalloc per tensor.
+  uint8_t* arena = nullptr;
+  uint64_t arena_left = 0;
+
   template <class T>
   Result<T*> alloc(size_t count, const char* what, uint64_t& counter) {
     void* p = nullptr;
     size_t bytes = std::max<size_t>(count * sizeof(T), 256);
+    if (arena) {
+      bytes = (bytes + 255) / 256 * 256;
+      if (bytes > arena_left)
+        return make_error(std::string("cuda backend: ") + what +
+                          " does not fit the weights' allocation that the VRAM plan sized "
+                          "(engine/vram_plan.cpp and the backend disagree: a bug)");
+      p = arena;
+      arena += bytes;
+      arena_left -= bytes;
+      counter += bytes;
+      return static_cast<T*>(p);
+    }
     cudaError_t e = cudaMalloc(&p, bytes);
     if (e != cudaSuccess)
       return cuda_error(std::string("allocating ") + what + " (" + gib(bytes) + ") on " + device_name, e);
@@ -154,7 +172,12 @@ struct CudaBackend::Impl {
   Status upload_matrix(const GgufTensor& t, kernels::PackedMatrixView& dst, ThreadPool& threads,
                        std::vector<uint8_t>& staging, uint64_t& done, uint64_t total);
   Status load_weights();
+  Status load_weight_tensors();  // into the arena load_weights sets up
   Status allocate_workspace();
+  // The decode graph for n sequences (n tokens, n logits rows), into
+  // decode_graphs[n]. Instantiating a graph allocates device memory, so
+  // create() makes every one up front: the request path allocates nothing.
+  Status capture_decode_graph(int n);
   // A run of consecutive tokens of one sequence in the step.
   struct Span {
     int first, count, start_pos, table_row;
@@ -212,6 +235,29 @@ Status CudaBackend::Impl::upload_matrix(const GgufTensor& t, kernels::PackedMatr
 
 Status CudaBackend::Impl::load_weights() {
   const ModelWeights& w = model->weights;
+  // Every tensor goes into one allocation of exactly the VRAM plan's size:
+  // no per-tensor cudaMalloc rounding (up to 2 MiB each) outside the plan.
+  auto planned = repacked_weight_bytes(w, model->config);
+  if (!planned) return planned.error();
+  uint64_t not_counted = 0;  // the pieces are counted as they are carved
+  auto block = alloc<uint8_t>(*planned, "weights", not_counted);
+  if (!block) return block.error();
+  arena = block.value();
+  arena_left = *planned;
+  Status placed = load_weight_tensors();
+  const uint64_t left = arena_left;
+  arena = nullptr;
+  arena_left = 0;
+  if (!placed) return placed;
+  if (left != 0)
+    return make_error("cuda backend: the VRAM plan counts " + std::to_string(left) +
+                      " bytes of weights more than were placed (engine/vram_plan.cpp and the backend "
+                      "disagree: a bug)");
+  return {};
+}
+
+Status CudaBackend::Impl::load_weight_tensors() {
+  const ModelWeights& w = model->weights;
   uint64_t total = 0, done = 0;
   for (const auto& t : model->file->tensors()) total += t.n_bytes;
   ThreadPool threads(0);
@@ -259,50 +305,63 @@ Status CudaBackend::Impl::allocate_workspace() {
   const ModelConfig& c = model->config;
   const size_t T = size_t(options.max_batch_tokens), S = size_t(options.max_sequences);
   const size_t widest = size_t(std::max({c.dim, c.ffn_dim, c.q_dim()}));
-  auto f = [&](size_t n, const char* what, float*& dst) -> Status {
-    auto p = alloc<float>(n, what, memory.workspace);
-    if (!p) return p.error();
-    dst = p.value();
-    return {};
+  // One allocation laid out as the VRAM plan counts it (engine/vram_plan.h),
+  // so the plan's workspace row is exactly what the card holds here. Each
+  // region is checked against what the kernels need: a plan that drifted
+  // from the code fails here, at start, not as an overrun later.
+  EngineLimits limits;
+  limits.max_context = options.max_context;
+  limits.max_sequences = options.max_sequences;
+  limits.max_batch_tokens = options.max_batch_tokens;
+  limits.kv_cache_type = options.kv_int8 ? KvCacheType::Int8 : KvCacheType::Fp16;
+  const CudaWorkspace ws = cuda_workspace_bytes(c, limits);
+  auto base = alloc<uint8_t>(ws.total(), "workspace", memory.workspace);
+  if (!base) return base.error();
+  uint8_t* next = base.value();
+  std::string drift;
+  auto take = [&](uint64_t planned, size_t needed, const char* what) {
+    if (needed > planned && drift.empty())
+      drift = std::string("the VRAM plan gives the ") + what + " " + std::to_string(planned) +
+              " bytes, the kernels need " + std::to_string(needed) +
+              " (engine/vram_plan.cpp and the CUDA backend disagree: a bug)";
+    uint8_t* p = next;
+    next += planned;
+    return p;
   };
-  VOLTAD_TRY(f(T * size_t(c.dim), "residual stream", x));
-  VOLTAD_TRY(f(T * size_t(c.dim), "normed activations", xn));
-  VOLTAD_TRY(f(T * size_t(c.q_dim()), "queries", q));
-  VOLTAD_TRY(f(T * size_t(c.kv_dim()), "keys", k));
-  VOLTAD_TRY(f(T * size_t(c.kv_dim()), "values", v));
-  VOLTAD_TRY(f(T * size_t(c.q_dim()), "attention output", attn));
-  VOLTAD_TRY(f(T * size_t(c.ffn_dim), "ffn gate", gate));
-  VOLTAD_TRY(f(T * size_t(c.ffn_dim), "ffn up", up));
-  VOLTAD_TRY(f(S * size_t(c.dim), "final activations", selected));
-  VOLTAD_TRY(f(S * size_t(c.n_vocab), "logits", logits));
-  partial_floats = kernels::attention_partial_floats(int(S), int(c.n_heads), int(c.head_dim), options.max_context - 1);
-  VOLTAD_TRY(f(partial_floats, "attention partials", partials));
-  auto qx = alloc<int8_t>(kernels::quantized_activation_q_bytes(int(T), int64_t(widest)),
-                          "quantized activations", memory.workspace);
-  if (!qx) return qx.error();
-  xq.q = qx.value();
-  VOLTAD_TRY(f(kernels::quantized_activation_scale_bytes(int(T), int64_t(widest)) / sizeof(float),
-               "activation scales", xq.scales));
+  const size_t f = sizeof(float);
+  x = reinterpret_cast<float*>(take(ws.residual, T * size_t(c.dim) * f, "residual stream"));
+  xn = reinterpret_cast<float*>(take(ws.normed, T * size_t(c.dim) * f, "normed activations"));
+  q = reinterpret_cast<float*>(
+      take(ws.qkv, T * size_t(c.q_dim() + 2 * c.kv_dim()) * f, "queries, keys and values"));
+  k = q + T * size_t(c.q_dim());
+  v = k + T * size_t(c.kv_dim());
+  attn = reinterpret_cast<float*>(take(ws.attention_out, T * size_t(c.q_dim()) * f, "attention output"));
+  gate = reinterpret_cast<float*>(take(ws.ffn_gate_up, 2 * T * size_t(c.ffn_dim) * f, "ffn gate and up"));
+  up = gate + T * size_t(c.ffn_dim);
+  xq.q = reinterpret_cast<int8_t*>(take(
+      ws.quantized_x, kernels::quantized_activation_q_bytes(int(T), int64_t(widest)), "quantized activations"));
+  xq.scales = reinterpret_cast<float*>(take(ws.quantized_x_scales,
+                                            kernels::quantized_activation_scale_bytes(int(T), int64_t(widest)),
+                                            "activation scales"));
+  selected = reinterpret_cast<float*>(take(ws.selected, S * size_t(c.dim) * f, "final activations"));
+  logits = reinterpret_cast<float*>(take(ws.logits, S * size_t(c.n_vocab) * f, "logits"));
+  const size_t candidate_ints = 2 * S * size_t(kMaxCandidates);  // ids, then logits
+  candidates = reinterpret_cast<int32_t*>(take(ws.candidates, candidate_ints * sizeof(int32_t), "top-k candidates"));
+  topk_fits = gpu_topk_fits(c.n_vocab);
+  const size_t scratch = topk_fits ? kernels::topk_scratch_bytes(int(S), c.n_vocab, kMaxCandidates) : 0;
+  uint8_t* scratch_at = take(ws.topk_scratch, scratch, "top-k scratch");
+  topk_scratch = scratch > 0 ? scratch_at : nullptr;
   table_stride = KvBlockPool::blocks_for(options.max_context);
-  h_ints.resize(5 * T + S + S * size_t(table_stride));
-  auto ints = alloc<int32_t>(h_ints.size(), "step indices", memory.workspace);
-  if (!ints) return ints.error();
-  d_ints = ints.value();
+  h_ints.resize(5 * T + S * size_t(table_stride));
+  d_ints = reinterpret_cast<int32_t*>(take(ws.step_indices, h_ints.size() * sizeof(int32_t), "step indices"));
+  partial_floats = kernels::attention_partial_floats(int(S), int(c.n_heads), int(c.head_dim), options.max_context - 1);
+  partials = reinterpret_cast<float*>(take(ws.attention_partials, partial_floats * f, "attention partials"));
+  VOLTAD_CHECK(next == base.value() + ws.total());
+  if (!drift.empty()) return make_error("cuda backend: " + drift);
   cudaError_t e = alloc_pinned(h_logits, S * size_t(c.n_vocab) * sizeof(float));
   if (e != cudaSuccess) return cuda_error("allocating pinned host memory for logits", e);
-  const size_t candidate_ints = 2 * S * size_t(kMaxCandidates);  // ids, then logits
-  auto cand = alloc<int32_t>(candidate_ints, "top-k candidates", memory.workspace);
-  if (!cand) return cand.error();
-  candidates = cand.value();
   e = alloc_pinned(h_candidates, candidate_ints * sizeof(int32_t));
   if (e != cudaSuccess) return cuda_error("allocating pinned host memory for top-k candidates", e);
-  const int64_t topk_chunks = (c.n_vocab + kernels::kTopKChunk - 1) / kernels::kTopKChunk;
-  topk_fits = c.n_vocab >= kMaxCandidates && topk_chunks * kMaxCandidates <= 4096;
-  if (size_t scratch = kernels::topk_scratch_bytes(int(S), c.n_vocab, kMaxCandidates); scratch > 0 && topk_fits) {
-    auto p = alloc<uint8_t>(scratch, "top-k scratch", memory.workspace);
-    if (!p) return p.error();
-    topk_scratch = p.value();
-  }
 
   // The KV cache: per layer, K and V of every block.
   const size_t per_layer = size_t(pool.n_blocks()) * KvBlockPool::kBlockTokens * size_t(c.kv_dim());
@@ -353,7 +412,29 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(std::shared_ptr<const M
   if (e != cudaSuccess) return cuda_error("creating a CUDA stream on " + impl->device_name, e);
   VOLTAD_TRY(impl->load_weights());
   VOLTAD_TRY(impl->allocate_workspace());
+  impl->decode_graphs.assign(size_t(options.max_sequences) + 1, nullptr);
+  if (options.use_graphs)
+    for (int n = 1; n <= options.max_sequences; ++n) VOLTAD_TRY(impl->capture_decode_graph(n));
   return std::unique_ptr<CudaBackend>(new CudaBackend(std::move(impl)));
+}
+
+Status CudaBackend::Impl::capture_decode_graph(int n) {
+  // Graphs bake in their launch shapes: attention is sized for the longest
+  // context (its blocks past a token's position exit at once). Nothing is
+  // read at capture, so the step indices need no contents yet.
+  cudaGraph_t graph = nullptr;
+  cudaError_t e = cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
+  if (e != cudaSuccess) return cuda_error("capturing the decode graph", e);
+  enqueue_step(n, n, options.max_context - 1);
+  e = cudaStreamEndCapture(stream, &graph);
+  if (e != cudaSuccess) return cuda_error("capturing the decode graph", e);
+  cudaGraphExec_t exec = nullptr;
+  e = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  if (e != cudaSuccess)
+    return cuda_error("instantiating the decode graph for " + std::to_string(n) + " sequences on " + device_name, e);
+  decode_graphs[size_t(n)] = exec;
+  return {};
 }
 
 CudaBackend::CudaBackend(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -414,7 +495,7 @@ bool CudaBackend::Impl::attention(const Layer& layer, const float* q_in, float* 
     a.cache = layer.kv;
     a.positions = positions + t0;
     a.token_tables = token_tables + t0;
-    a.block_tables = d_ints + 5 * options.max_batch_tokens + options.max_sequences;
+    a.block_tables = d_ints + 5 * options.max_batch_tokens;
     a.table_stride = table_stride;
     a.n_heads = int(c.n_heads);
     a.n_kv_heads = int(c.n_kv_heads);
@@ -533,7 +614,7 @@ bool CudaBackend::Impl::attention_spans(const Layer& layer, const std::vector<Sp
   const int T = options.max_batch_tokens;
   const int32_t* d_positions = d_ints + T;
   const int32_t* d_token_tables = d_ints + 3 * T;
-  const int32_t* d_tables = d_ints + 5 * T + options.max_sequences;
+  const int32_t* d_tables = d_ints + 5 * T;
   int run_first = -1, run_end = -1;
   bool all_quantized = true;
   auto flush = [&] {
@@ -606,7 +687,7 @@ Status CudaBackend::step(std::span<const BatchChunk> chunks, ForwardOutput& out)
   int32_t* slots = positions + T;
   int32_t* token_tables = slots + T;
   int32_t* logit_rows = token_tables + T;
-  int32_t* tables = tokens + 5 * T + S;
+  int32_t* tables = tokens + 5 * T;
   // Logits rows: full rows first, then the rows whose top-k is taken on the
   // device (their last tokens), each group in chunk order.
   const int32_t k = m.topk_fits ? candidate_k_of(chunks) : 0;
@@ -643,22 +724,10 @@ Status CudaBackend::step(std::span<const BatchChunk> chunks, ForwardOutput& out)
   out.n_vocab = c.n_vocab;
   const bool decode = n == int(chunks.size()) && n_out == n;
   if (decode && m.options.use_graphs) {
-    // Graphs bake in their launch shapes: attention is sized for the longest
-    // context (its blocks past a token's position exit at once).
-    if (m.decode_graphs.empty()) m.decode_graphs.assign(size_t(S) + 1, nullptr);
-    cudaGraphExec_t& exec = m.decode_graphs[size_t(n)];
-    if (!exec) {
-      cudaGraph_t graph = nullptr;
-      cudaError_t e = cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal);
-      if (e != cudaSuccess) return cuda_error("capturing the decode graph", e);
-      m.enqueue_step(n, n_out, m.options.max_context - 1);
-      e = cudaStreamEndCapture(st, &graph);
-      if (e != cudaSuccess) return cuda_error("capturing the decode graph", e);
-      e = cudaGraphInstantiate(&exec, graph, 0);
-      cudaGraphDestroy(graph);
-      if (e != cudaSuccess) return cuda_error("instantiating the decode graph", e);
-    }
-    CUDA_CHECK(cudaGraphLaunch(exec, st));
+    // Every graph was made by create(); a missing one (a failed capture is
+    // not kept) is made now.
+    if (!m.decode_graphs[size_t(n)]) VOLTAD_TRY(m.capture_decode_graph(n));
+    CUDA_CHECK(cudaGraphLaunch(m.decode_graphs[size_t(n)], st));
   } else {
     std::vector<Impl::Span> spans;
     int first = 0;
