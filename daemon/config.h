@@ -135,7 +135,6 @@ struct MemorySection {
   ByteSize kv_cache_bytes;
   Duration monitor_interval;
   double hysteresis = 0;
-  bool shrink_when_degraded = false;
 
   template <class V>
   void visit(V& v) {
@@ -148,8 +147,6 @@ struct MemorySection {
       "How often the card's total memory use is sampled.");
     v(hysteresis, "hysteresis", 0.02,
       "Leave degraded when usage falls this far below vram_fraction.", range(0.0, 0.5));
-    v(shrink_when_degraded, "shrink_when_degraded", false,
-      "Release idle KV cache blocks to the driver while degraded.");
   }
 };
 

@@ -161,8 +161,12 @@ struct CudaBackend::Impl {
       return static_cast<T*>(p);
     }
     cudaError_t e = cudaMalloc(&p, bytes);
-    if (e != cudaSuccess)
+    if (e != cudaSuccess) {
+      // A failed allocation stays the runtime's "last error" until read; the
+      // next launch's check would take it for its own failure.
+      cudaGetLastError();
       return cuda_error(std::string("allocating ") + what + " (" + gib(bytes) + ") on " + device_name, e);
+    }
     allocations.push_back(p);
     counter += bytes;
     return static_cast<T*>(p);
