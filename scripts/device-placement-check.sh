@@ -69,7 +69,7 @@ echo "gpus: $(grep -c '^GPU' "$out/nvidia-smi.txt") seen by nvidia-smi"
 echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 echo "voltad --print-placement: $(word "$print_rc")"
 echo "placement_probe backend=cuda: $(word "$probe_rc")"
-echo "placement_gpu_check --each: $(word "$gpu_rc"): $(tail -1 "$out/gpu-check.txt")"
+echo "placement_gpu_check --each: $(word "$gpu_rc") -- $(tail -1 "$out/gpu-check.txt")"
 ((print_rc == 0 && probe_rc == 0 && gpu_rc == 0)) && exit 0
 ((gpu_rc == 77 && probe_rc != 1 && print_rc != 0)) && exit 77
 exit 1
