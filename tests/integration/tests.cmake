@@ -18,4 +18,11 @@ voltad_integration_test(serve_robustness serve_robustness.sh)
 voltad_integration_test(serve_socket serve_socket.sh)
 voltad_integration_test(serve_openai_sdk serve_openai_sdk.sh)
 voltad_integration_test(vram_guard vram_guard.sh)
+# The VRAM guard on a real GPU (scripts/device-vram-guard.sh runs it there):
+# skipped without an NVIDIA GPU or PyTorch on CUDA.
+if(VOLTAD_CUDA_ENABLED)
+  add_test(NAME vram_guard_gpu COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/vram_guard_gpu.sh)
+  set_tests_properties(vram_guard_gpu PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
+                       ENVIRONMENT "${VOLTAD_INTEGRATION_ENV}" TIMEOUT 1500)
+endif()
 voltad_integration_test(dbus_interface dbus_interface.sh)
