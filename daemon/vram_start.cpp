@@ -80,14 +80,22 @@ Result<StartPlan> plan_vram_at_start(const config::Config& cfg, const Model& mod
   }
   auto after = cuda_device_memory(device);  // creates voltad's context
   if (!after) return after.error();
-  const VramSample after_sample{after->total_bytes - after->free_bytes, after->total_bytes};
+  VramSample after_sample{after->total_bytes - after->free_bytes, after->total_bytes};
+  // Both readings from one source: NVML's total is the one the monitor will
+  // compare with, and may differ from the runtime's by what the driver keeps.
+  if (before) {
+    if (auto s = nvml->sample(); s)
+      after_sample = s.value();
+    else
+      before.reset();
+  }
 
   auto weight_bytes = repacked_weight_bytes(model.weights, model.config);
   if (!weight_bytes) return weight_bytes.error();
   ModelConfig config = model.config;
   if (config.name.empty()) config.name = std::filesystem::path(cfg.model.path).filename().string();
   StartPlan s;
-  s.measured_with = before ? "nvml + cuda runtime" : "cuda runtime";
+  s.measured_with = before ? "nvml, before and after voltad's context" : "cuda runtime";
   s.plan = plan_vram(config, *weight_bytes, plan_engine_limits(cfg), plan_memory_limits(cfg),
                      device_memory_from_samples(name.value(), before, after_sample));
   return s;

@@ -4,10 +4,10 @@
 // so that what is allocated is what was planned.
 //
 // Measuring: NVML (if present) reads the card before voltad creates its CUDA
-// context -- that is the other processes' share -- and cudaMemGetInfo after,
-// which adds the context itself. Without NVML only the "after" reading
-// exists; the context is then assumed (400 MiB) and the rest counted as
-// other processes.
+// context -- that is the other processes' share -- and again after, which
+// adds the context itself (with every kernel: they are loaded eagerly).
+// Without NVML only cudaMemGetInfo's "after" reading exists; the context is
+// then assumed (400 MiB) and the rest counted as other processes'.
 #pragma once
 
 #include <optional>
@@ -34,7 +34,7 @@ DeviceMemory device_memory_from_samples(const std::string& name,
 
 struct StartPlan {
   VramPlan plan;
-  std::string measured_with;  // "nvml + cuda runtime", "cuda runtime"
+  std::string measured_with;  // "nvml, before and after voltad's context", "cuda runtime"
 };
 
 // Measures CUDA device `device` (PCI bus id `bus_id` for NVML; may be
