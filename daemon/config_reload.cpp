@@ -12,11 +12,20 @@ namespace {
 // What a reload applies. Everything else is read once at start. A key added
 // to config.h is restart-only until someone applies it live and lists it here.
 constexpr std::array kLiveKeys = {
-    "server.allow_users",     "server.allow_groups",         "server.admin_groups",
-    "server.max_connections", "server.max_header_bytes",     "server.max_body_bytes",
-    "server.read_timeout",    "server.write_timeout",        "server.max_requests_per_user",
-    "server.shutdown_grace",  "memory.vram_fraction",        "memory.monitor_interval",
-    "memory.hysteresis",      "memory.shrink_when_degraded", "log.level",
+    "server.allow_users",
+    "server.allow_groups",
+    "server.admin_groups",
+    "server.max_connections",
+    "server.max_header_bytes",
+    "server.max_body_bytes",
+    "server.read_timeout",
+    "server.write_timeout",
+    "server.max_requests_per_user",
+    "server.shutdown_grace",
+    "memory.vram_fraction",
+    "memory.monitor_interval",
+    "memory.hysteresis",
+    "log.level",
 };
 
 // Every key of a config, in declaration order: its name, its value as YAML,

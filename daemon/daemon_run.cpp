@@ -5,8 +5,6 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/signal_set.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 
 #include <atomic>
@@ -16,11 +14,15 @@
 #include <thread>
 
 #include "daemon/config_paths.h"
+#include "daemon/config_reload.h"
 #include "daemon/dbus_provider.h"
+#include "daemon/engine_warmup.h"
 #include "daemon/exit_codes.h"
 #include "daemon/log.h"
 #include "daemon/placement_startup.h"
 #include "daemon/server_listener.h"
+#include "daemon/service_control.h"
+#include "daemon/socket_activation.h"
 #include "daemon/step_failure_log.h"
 #include "daemon/vram_guard.h"
 #include "daemon/vram_start.h"
@@ -62,6 +64,7 @@ struct Failure {
 std::optional<Failure> load_engine(const config::Config& cfg, const std::string& model_path,
                                    [[maybe_unused]] const placement::PlacementPlan& plan,
                                    ServerContext& ctx, Engine& e) {
+  ctx.lifecycle.report_progress("reading " + model_path, -1);
   auto model = load_model(model_path);
   if (!model.ok()) return Failure{kExitModelData, model.error().message};
   e.model = model.value();
@@ -76,6 +79,7 @@ std::optional<Failure> load_engine(const config::Config& cfg, const std::string&
   auto format = choose_chat_format(chat_template, cfg.model.chat_template);
   if (!format.ok()) return Failure{kExitModelData, model_path + ": " + format.error().message};
 
+  ctx.lifecycle.report_progress("creating the " + cfg.engine.backend + " backend", -1);
   if (cfg.engine.backend == "cpu") {
     CpuBackendOptions options;
     options.threads = int(ctx.placement.threads);  // the plan's: one per physical core
@@ -96,9 +100,11 @@ std::optional<Failure> load_engine(const config::Config& cfg, const std::string&
     auto host_memory = placement::node_local_host_memory(plan);
     options.host_allocate = host_memory.allocate;
     options.host_release = host_memory.release;
-    options.on_progress = [last = -1](uint64_t done, uint64_t total,
-                                      const std::string& tensor) mutable {
-      int pct = int(100.0 * double(done) / double(std::max<uint64_t>(total, 1)));
+    options.on_progress = [last = -1, &ctx](uint64_t done, uint64_t total,
+                                            const std::string& tensor) mutable {
+      double fraction = double(done) / double(std::max<uint64_t>(total, 1));
+      ctx.lifecycle.report_progress("loading weights", fraction);  // STATUS=, EXTEND_TIMEOUT_USEC=
+      int pct = int(100.0 * fraction);
       if (pct / 10 != last / 10) spdlog::info("loading weights: {}% ({})", pct, tensor);
       last = pct;
     };
@@ -133,7 +139,11 @@ std::optional<Failure> load_engine(const config::Config& cfg, const std::string&
 #endif
   }
 
+  if (auto hang_file = hang_file_for_tests())
+    e.backend = make_hanging_backend_for_tests(std::move(e.backend), *hang_file);
+
   SchedulerOptions so;
+  so.heartbeat_interval = ServiceControl::heartbeat_interval();  // the watchdog reads the beats
   so.max_sequences = int32_t(cfg.engine.max_sequences);
   so.max_batch_tokens = int32_t(cfg.engine.max_batch_tokens);
   so.stream_queue_limit = int32_t(cfg.server.write_queue_chunks);
@@ -169,76 +179,11 @@ std::optional<Failure> load_engine(const config::Config& cfg, const std::string&
   return std::nullopt;
 }
 
-// What a reload may change in the serving side: limits, who may connect and
-// administer, the per-user allowance. At start and on every accepted reload.
-void apply_server_settings(const config::Config& cfg, gid_t socket_gid, ServerContext& ctx) {
-  ServerLimits limits;
-  limits.max_connections = cfg.server.max_connections;
-  limits.max_header_bytes = cfg.server.max_header_bytes.bytes;
-  limits.max_body_bytes = cfg.server.max_body_bytes.bytes;
-  limits.read_timeout = cfg.server.read_timeout.value;
-  limits.write_timeout = cfg.server.write_timeout.value;
-  ctx.set_limits(limits);
-  std::vector<std::string> warnings;
-  auto access = AccessPolicy::create(cfg.server.allow_users, cfg.server.allow_groups, socket_gid,
-                                     ::geteuid(), warnings);
-  access.add_admin_groups(cfg.server.admin_groups, warnings);
-  for (auto& w : warnings) spdlog::warn("{}", w);
-  ctx.set_access(std::move(access));
-  if (ctx.user_limiter)
-    ctx.user_limiter->set_max_per_user(cfg.server.max_requests_per_user);
-  else
-    ctx.user_limiter = std::make_shared<UserLimiter>(cfg.server.max_requests_per_user);
-}
-
 std::string default_model_name(const std::string& model_path) {
   std::string stem = std::filesystem::path(model_path).filename().string();
   if (stem.size() > 5 && stem.substr(stem.size() - 5) == ".gguf") stem.resize(stem.size() - 5);
   return stem;
 }
-
-// The graceful stop, run on the I/O loop: every 50 ms, see whether in-flight
-// work is done; past the grace period, cancel what is left and give the
-// connections a moment to send their error events.
-class Drain : public std::enable_shared_from_this<Drain> {
- public:
-  Drain(net::io_context& ioc, ServerContext& ctx, std::chrono::milliseconds grace)
-      : ioc_(ioc), ctx_(ctx), timer_(ioc), deadline_(std::chrono::steady_clock::now() + grace) {}
-
-  void start() { tick(); }
-  void force() { deadline_ = std::chrono::steady_clock::now(); }
-
- private:
-  void tick() {
-    const ServedModel* m = ctx_.loaded();
-    bool idle = ctx_.active_generations.load() == 0 && (!m || m->scheduler->idle());
-    auto now = std::chrono::steady_clock::now();
-    if (idle) {
-      spdlog::info("drained: no requests in flight; stopping");
-      return ioc_.stop();
-    }
-    if (now >= deadline_ && !cancelled_) {
-      spdlog::warn("server.shutdown_grace has passed with {} requests in flight; cancelling them",
-                   ctx_.active_generations.load());
-      if (m) m->scheduler->cancel_all("the server is shutting down");
-      cancelled_ = true;
-      deadline_ = now + std::chrono::seconds(2);
-    } else if (now >= deadline_) {
-      spdlog::warn("connections still busy after cancelling; stopping anyway");
-      return ioc_.stop();
-    }
-    timer_.expires_after(std::chrono::milliseconds(50));
-    timer_.async_wait([self = shared_from_this()](auto ec) {
-      if (!ec) self->tick();
-    });
-  }
-
-  net::io_context& ioc_;
-  ServerContext& ctx_;
-  net::steady_timer timer_;
-  std::chrono::steady_clock::time_point deadline_;
-  bool cancelled_ = false;
-};
 
 }  // namespace
 
@@ -277,8 +222,18 @@ int serve(const config::Config& cfg, const std::string& config_path) {
     }
   }
 
+  // Under socket activation the unit owns the socket (its path, mode and group).
+  auto activated = take_activated_socket();
+  if (!activated.ok()) {
+    spdlog::error("{}", activated.error().message);
+    return kExitCantCreate;
+  }
+  if (*activated && !(*activated)->path.empty()) socket.path = (*activated)->path;
+
   ServerContext ctx;
-  const gid_t socket_gid = socket.group ? *socket.group : ::getegid();
+  const gid_t socket_gid = *activated     ? (*activated)->group
+                           : socket.group ? *socket.group
+                                          : ::getegid();
   apply_server_settings(cfg, socket_gid, ctx);
   ctx.model_name = cfg.model.name.empty() ? default_model_name(model_path) : cfg.model.name;
   ctx.backend_name = cfg.engine.backend;
@@ -288,7 +243,8 @@ int serve(const config::Config& cfg, const std::string& config_path) {
   // destroyed may point into both.
   Engine engine;
   net::io_context ioc(kIoThreads);
-  auto acceptor = open_unix_listener(net::make_strand(ioc), socket);
+  auto acceptor = *activated ? adopt_unix_listener(net::make_strand(ioc), (*activated)->fd)
+                             : open_unix_listener(net::make_strand(ioc), socket);
   if (!acceptor.ok()) {
     spdlog::error("{}", acceptor.error().message);
     return kExitCantCreate;
@@ -297,17 +253,31 @@ int serve(const config::Config& cfg, const std::string& config_path) {
   ::stat(socket.path.c_str(), &socket_stat);
   auto listener = std::make_shared<Listener>(ioc, std::move(acceptor.value()), ctx);
   listener->run();
-  spdlog::info("listening on {} (mode {}, allowed: {}); loading {}", socket.path,
-               cfg.server.socket_mode, ctx.access()->describe(), model_path);
+  spdlog::info("listening on {} ({}, allowed: {}); loading {}", socket.path,
+               *activated ? "passed by systemd" : "mode " + cfg.server.socket_mode,
+               ctx.access()->describe(), model_path);
+
+  // Signals, reload, drain, the graceful stop and the watchdog; before the
+  // engine thread, whose failures stop the daemon through the lifecycle.
+  RunningConfig running_config(config_path, cfg);
+  ServiceControl control(ioc, ctx, running_config, socket_gid);
+  control.start();
 
   std::atomic<int> exit_code{kExitOk};
   ctx.lifecycle.begin_loading("loading " + model_path);
   std::thread engine_thread([&] {
     auto failure = load_engine(cfg, model_path, placed->plan, ctx, engine);
+    if (!failure) {
+      // READY=1 only after one forward pass has worked.
+      ctx.lifecycle.report_progress("warming up: one forward pass", -1);
+      int32_t bos = engine.tokenizer->bos();
+      if (Status warm = warm_up(*engine.backend, bos >= 0 ? bos : 0); !warm.ok())
+        failure = Failure{kExitInternal, warm.error().message};
+    }
     if (failure) {
       spdlog::error("{}", failure->message);
       exit_code = failure->code;
-      ioc.stop();
+      ctx.lifecycle.fail(failure->code, failure->message);  // stopping: the loop ends
       return;
     }
     // Requests reach the scheduler only once the state says ready (ServerContext::serving).
@@ -319,29 +289,11 @@ int serve(const config::Config& cfg, const std::string& config_path) {
         ctx.model_name, socket.path, engine.served.backend, engine.served.max_context,
         cfg.engine.max_sequences, engine.scheduler->stats().kv_blocks_total);
     engine.scheduler->run();
-  });
-
-  net::signal_set signals(ioc, SIGINT, SIGTERM);
-  std::shared_ptr<Drain> drain;
-  std::function<void(boost::system::error_code, int)> on_signal = [&](boost::system::error_code ec,
-                                                                      int sig) {
-    if (ec) return;
-    if (drain) {
-      spdlog::warn("second signal ({}): cancelling every request now", strsignal(sig));
-      drain->force();
-    } else {
-      spdlog::info("{}: draining (no new requests; up to {} for running ones)", strsignal(sig),
-                   config::format_duration(cfg.server.shutdown_grace));
-      // The socket stays open while draining: /health says so, and new
-      // requests get a 503 with Retry-After instead of a refused connect.
-      ctx.lifecycle.request_stop(strsignal(sig));
-      if (const ServedModel* m = ctx.loaded()) m->scheduler->stop_admitting();
-      drain = std::make_shared<Drain>(ioc, ctx, cfg.server.shutdown_grace.value);
-      drain->start();
+    if (std::string fatal = engine.scheduler->fatal_error(); !fatal.empty()) {
+      exit_code = kExitInternal;
+      ctx.lifecycle.fail(kExitInternal, "the engine stopped: " + fatal);
     }
-    signals.async_wait(on_signal);
-  };
-  signals.async_wait(on_signal);
+  });
 
   // org.voltad.Daemon1 on this loop (a strand of its own); nullptr without a bus.
   auto dbus = start_dbus(ioc, cfg, ctx);
@@ -355,9 +307,10 @@ int serve(const config::Config& cfg, const std::string& config_path) {
   // The engine thread either failed, saw the stop while loading, or runs the scheduler.
   if (const ServedModel* m = ctx.loaded()) m->scheduler->shutdown();
   engine_thread.join();
-  // Remove the socket only if it is still ours (not a successor's).
+  // Remove the socket only if it is still ours: not the unit's (socket
+  // activation), not a successor's.
   struct stat now {};
-  if (::stat(socket.path.c_str(), &now) == 0 && now.st_ino == socket_stat.st_ino &&
+  if (!*activated && ::stat(socket.path.c_str(), &now) == 0 && now.st_ino == socket_stat.st_ino &&
       now.st_dev == socket_stat.st_dev)
     ::unlink(socket.path.c_str());
   spdlog::info("stopped");

@@ -37,11 +37,6 @@ ControlResult ControlResult::success(std::string summary, std::vector<std::strin
   return r;
 }
 
-bool Lifecycle::serving() const {
-  HealthState s = state();
-  return s == HealthState::Ready || s == HealthState::Degraded;
-}
-
 uint64_t Lifecycle::add_observer(Observer observer) {
   std::lock_guard lock(mu_);
   uint64_t id = next_observer_id_++;

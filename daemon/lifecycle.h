@@ -17,7 +17,8 @@
 //   degraded                      the VRAM guard reports pressure
 //   ready                         otherwise
 //
-// Ready and degraded serve requests; the others answer 503.
+// Only ready admits new requests. Degraded and draining let running ones
+// finish and answer new ones 503; so do starting, loading and stopping.
 //
 // Threads: every method is thread-safe. Observers run on the thread that
 // caused the event, one event at a time and in order, under the lifecycle's
@@ -83,8 +84,8 @@ class Lifecycle {
   Lifecycle& operator=(const Lifecycle&) = delete;
 
   HealthState state() const { return state_.load(std::memory_order_acquire); }
-  // Ready or degraded: requests are taken.
-  bool serving() const;
+  // Ready: new requests are admitted.
+  bool serving() const { return state() == HealthState::Ready; }
 
   // Returns an id for remove_observer. Observers added later miss earlier events.
   uint64_t add_observer(Observer observer);

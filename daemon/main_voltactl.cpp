@@ -18,7 +18,11 @@ constexpr const char* kUsage =
     "  models                                                          the models served\n"
     "  bench [--concurrency 1,2,4,8] [--max-tokens 200] [--json]       TTFT, prompt and decode "
     "tokens/s\n"
-    "  plan | reload                                                   not available yet\n"
+    "  reload                                                          re-read the daemon's config "
+    "file\n"
+    "  drain | resume                                                  stop / start taking new "
+    "requests\n"
+    "  plan                                                            not available yet\n"
     "The socket is --socket, else $VOLTAD_SOCKET, else the daemon's default (%s).\n";
 }
 
@@ -55,10 +59,12 @@ int main(int argc, char** argv) {
   if (cmd == "status") return voltad::ctl::cmd_status(client, args);
   if (cmd == "models") return voltad::ctl::cmd_models(client, args);
   if (cmd == "bench") return voltad::ctl::cmd_bench(client, args);
-  if (cmd == "plan" || cmd == "reload") {
+  if (cmd == "reload" || cmd == "drain" || cmd == "resume")
+    return voltad::ctl::cmd_admin(client, cmd, args);
+  if (cmd == "plan") {
     std::fprintf(stderr,
-                 "voltactl %s: not available yet: voltad has no %s endpoint in this build\n",
-                 cmd.c_str(), cmd == "plan" ? "placement/memory plan" : "config reload");
+                 "voltactl plan: not available yet: voltad has no placement/memory plan endpoint "
+                 "in this build\n");
     return voltad::kExitUnavailable;
   }
   std::fprintf(stderr, "voltactl: unknown command '%s'\n", cmd.c_str());

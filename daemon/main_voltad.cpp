@@ -13,6 +13,7 @@
 #include "daemon/log.h"
 #include "daemon/placement_print.h"
 #include "daemon/plan_command.h"
+#include "daemon/systemd_notify.h"
 
 namespace {
 
@@ -20,11 +21,14 @@ constexpr const char* kUsage =
     "usage: voltad [--config FILE]             run the daemon\n"
     "       voltad --verify-config FILE       check a config file; every problem as FILE:LINE:COL\n"
     "       voltad --dump-config [--config FILE]  print the effective config as YAML\n"
-    "       voltad --config-reference         print docs/CONFIG.md (generated from the key declarations)\n"
+    "       voltad --config-reference         print docs/CONFIG.md (generated from the key "
+    "declarations)\n"
     "       voltad --print-placement [--config FILE] [--topology-xml FILE] [--gpu SPEC] [--json]\n"
-    "                                         print the machine and the GPU/CPU/memory placement plan\n"
+    "                                         print the machine and the GPU/CPU/memory placement "
+    "plan\n"
     "       voltad --plan [--config FILE] [--model FILE] [--assume-vram BYTES] [--json]\n"
-    "                                         print the VRAM plan without allocating (--plan --help)\n"
+    "                                         print the VRAM plan without allocating (--plan "
+    "--help)\n"
     "       voltad --version | --help\n";
 
 struct Args {
@@ -68,13 +72,17 @@ int run_daemon(const std::string& path) {
   auto r = voltad::config::load_config_file(path);
   if (!r.ok()) {
     print_problems(r);
-    std::fprintf(stderr, "voltad: not starting: %s is invalid (check it with voltad --verify-config)\n",
+    std::fprintf(stderr,
+                 "voltad: not starting: %s is invalid (check it with voltad --verify-config)\n",
                  path.c_str());
+    voltad::sd::notify_exit(voltad::kExitConfig);
     return voltad::kExitConfig;
   }
   auto& cfg = r.config;
   voltad::log::setup(cfg.log.format, cfg.log.level);
-  return voltad::serve(cfg, path);
+  int rc = voltad::serve(cfg, path);
+  voltad::sd::notify_exit(rc);  // ERRNO= for systemd; the lifecycle said what failed, if it knew
+  return rc;
 }
 
 }  // namespace
@@ -120,8 +128,8 @@ int main(int argc, char** argv) {
       return usage_error("unknown argument '" + a + "'");
     }
   }
-  if (args.mode != "placement" && (args.placement.json || !args.placement.gpu.empty() ||
-                                   !args.placement.topology_xml.empty()))
+  if (args.mode != "placement" &&
+      (args.placement.json || !args.placement.gpu.empty() || !args.placement.topology_xml.empty()))
     return usage_error("--topology-xml, --gpu and --json go with --print-placement");
   if (args.mode == "placement") {
     args.placement.config_path = args.config_path;  // none: every key at its default

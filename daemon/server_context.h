@@ -99,8 +99,8 @@ struct ServerContext {
   std::atomic<const ServedModel*> served{nullptr};  // see the thread note above
   // The VRAM guard (daemon/vram_guard.h), published by the engine thread
   // once the backend exists; nullptr on the CPU backend. Lives as long as
-  // `served`.
-  std::atomic<const VramMonitor*> vram{nullptr};
+  // `served`. Its methods are thread-safe; a reload reconfigures it.
+  std::atomic<VramMonitor*> vram{nullptr};
 
   // Applied by serve() before any other thread exists; immutable afterwards.
   PlacementSummary placement;

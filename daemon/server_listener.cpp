@@ -99,6 +99,15 @@ Result<local::acceptor> open_unix_listener(net::strand<net::io_context::executor
   return acceptor;
 }
 
+Result<local::acceptor> adopt_unix_listener(net::strand<net::io_context::executor_type> strand,
+                                            int fd) {
+  local::acceptor acceptor(strand);
+  boost::system::error_code ec;
+  acceptor.assign(local(), fd, ec);
+  if (ec) return make_error("cannot use the socket systemd passed: " + ec.message());
+  return acceptor;
+}
+
 Listener::Listener(net::io_context& ioc, local::acceptor acceptor, ServerContext& ctx)
     : ioc_(ioc),
       acceptor_(std::move(acceptor)),

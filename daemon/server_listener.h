@@ -40,6 +40,11 @@ Result<boost::asio::local::stream_protocol::acceptor> open_unix_listener(
     boost::asio::strand<boost::asio::io_context::executor_type> strand,
     const UnixSocketOptions& options);
 
+// Takes over a socket that is already listening (socket activation,
+// daemon/socket_activation.h); the acceptor owns the descriptor from then on.
+Result<boost::asio::local::stream_protocol::acceptor> adopt_unix_listener(
+    boost::asio::strand<boost::asio::io_context::executor_type> strand, int fd);
+
 class Listener : public std::enable_shared_from_this<Listener> {
  public:
   Listener(boost::asio::io_context& ioc, boost::asio::local::stream_protocol::acceptor acceptor,

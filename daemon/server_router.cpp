@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "daemon/server_admin.h"
 #include "daemon/vram_guard.h"
 
 namespace voltad {
@@ -310,6 +311,11 @@ RouteOutcome route_request(ServerContext& ctx, const HttpRequest& req, const Pee
       out.response = method_not_allowed(c, "POST");
     else
       out.response = path == "/tokenize" ? tokenize(c) : detokenize(c);
+    return out;
+  }
+  if (path.rfind("/admin/", 0) == 0) {
+    out.endpoint = "/admin";
+    out.response = admin_request(ctx, req, peer, path);
     return out;
   }
   out.endpoint = "other";

@@ -16,6 +16,8 @@ int cmd_chat(const ApiClient& client, const Args& args);
 int cmd_status(const ApiClient& client, const Args& args);
 int cmd_models(const ApiClient& client, const Args& args);
 int cmd_bench(const ApiClient& client, const Args& args);  // voltactl_bench.cpp
+// reload | drain | resume (voltactl_admin.cpp): administrators only.
+int cmd_admin(const ApiClient& client, const std::string& action, const Args& args);
 
 // "--name VALUE" option parsing shared by the commands: false (and a message
 // on stderr) for an unknown option or a missing value.

@@ -73,7 +73,7 @@ TEST_CASE("lifecycle: memory pressure and drain compose") {
   lc.finish_loading("loaded");
   lc.set_memory_pressure(true, "VRAM 95% > 90%");
   CHECK(lc.state() == HealthState::Degraded);
-  CHECK(lc.serving());
+  CHECK_FALSE(lc.serving());  // running requests finish; new ones wait for ready
   CHECK(lc.request_drain("test").ok);
   CHECK(lc.state() == HealthState::Draining);
   CHECK_FALSE(lc.serving());
