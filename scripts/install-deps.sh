@@ -10,7 +10,8 @@ packages=(
   libhwloc-dev hwloc libnuma-dev      # placement (daemon/)
   libyaml-cpp-dev                     # config (daemon/)
   libboost1.74-dev                    # Asio + Beast (daemon/)
-  libsystemd-dev systemd dbus         # notify, sd-bus (daemon/)
+  libsystemd-dev systemd dbus         # notify, sd-bus (daemon/); systemd-analyze and
+                                      # systemd-socket-activate for the unit and activation tests
   libspdlog-dev libfmt-dev            # logging
   nlohmann-json3-dev                  # JSON (daemon/, engine tools)
   doctest-dev                         # unit tests
