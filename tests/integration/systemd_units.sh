@@ -79,12 +79,16 @@ for g in voltad voltad-clients voltad-admin; do
 done
 check "the socket units' SocketGroup= exists" \
   grep -q "^$(sed -n 's/^SocketGroup=//p' "$units/voltad.socket"):" "$root/etc/group"
-check "tmpfiles.d/voltad.conf applies" \
-  systemd-tmpfiles --root="$root" --create "$units/tmpfiles.d/voltad.conf"
-uid=$(awk -F: '$1 == "voltad" { print $3 }' "$root/etc/passwd")
-check "/run/voltad: 0755, owned by voltad" test "$(stat -c '%a %u' "$root/run/voltad")" = "755 $uid"
-check "/var/lib/voltad/models: 0750, owned by voltad" \
-  test "$(stat -c '%a %u' "$root/var/lib/voltad/models")" = "750 $uid"
+if [[ $(id -u) -eq 0 ]]; then
+  check "tmpfiles.d/voltad.conf applies" \
+    systemd-tmpfiles --root="$root" --create "$units/tmpfiles.d/voltad.conf"
+  uid=$(awk -F: '$1 == "voltad" { print $3 }' "$root/etc/passwd")
+  check "/run/voltad: 0755, owned by voltad" test "$(stat -c '%a %u' "$root/run/voltad")" = "755 $uid"
+  check "/var/lib/voltad/models: 0750, owned by voltad" \
+    test "$(stat -c '%a %u' "$root/var/lib/voltad/models")" = "750 $uid"
+else
+  echo "skip tmpfiles.d checks (giving the directories to voltad needs root)"
+fi
 
 if ((fails)); then
   echo "$fails check(s) failed"
