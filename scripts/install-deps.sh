@@ -16,6 +16,7 @@ packages=(
   nlohmann-json3-dev                  # JSON (daemon/, engine tools)
   doctest-dev                         # unit tests
   python3 python3-venv                # fixture and client scripts
+  lintian debootstrap groff-base      # the .deb: lint, a fresh Debian 12 root, man pages (tests/packaging)
 )
 
 missing=()
