@@ -6,6 +6,7 @@
 #include <boost/beast/http.hpp>
 
 #include <cstdlib>
+#include <filesystem>
 
 #include <nlohmann/json.hpp>
 
@@ -147,7 +148,16 @@ std::string error_message(const ApiResponse& response) {
 std::string default_socket_path() {
   if (const char* env = std::getenv("VOLTAD_SOCKET"); env && *env) return env;
   config::Config defaults = config::Config::defaults();
-  return config::expand_path(defaults.server.socket_path);
+  return pick_socket_path(config::expand_path(defaults.server.socket_path), kSystemSocketPath);
+}
+
+std::string pick_socket_path(const std::string& own, const std::string& system) {
+  // A user's own default lives under $XDG_RUNTIME_DIR; with no daemon of
+  // their own there, the machine's service (the packaged voltad.socket) is
+  // the one they mean.
+  std::error_code ec;
+  if (!std::filesystem::exists(own, ec) && std::filesystem::exists(system, ec)) return system;
+  return own;
 }
 
 }  // namespace voltad::ctl

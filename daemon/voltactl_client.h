@@ -43,7 +43,13 @@ class ApiClient {
 // The message of an OpenAI error body, or the body itself.
 std::string error_message(const ApiResponse& response);
 
-// $VOLTAD_SOCKET, else the daemon's default (server.socket_path expanded).
+// The system service's socket (systemd/voltad.socket).
+inline constexpr const char* kSystemSocketPath = "/run/voltad/voltad.sock";
+
+// $VOLTAD_SOCKET, else the daemon's default (server.socket_path expanded for
+// this user), else -- when nothing is there -- the system service's socket.
 std::string default_socket_path();
+// OWN when something is there or SYSTEM is not; else SYSTEM.
+std::string pick_socket_path(const std::string& own, const std::string& system);
 
 }  // namespace voltad::ctl
