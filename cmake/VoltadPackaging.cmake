@@ -23,6 +23,15 @@ set(VOLTAD_MAN_DIR ${CMAKE_SOURCE_DIR}/packaging/man)
 set(VOLTAD_DOC_DEST share/doc/voltad)
 
 install(TARGETS voltad voltactl voltad-run voltad-bench RUNTIME DESTINATION bin)
+# A stripped install (CPack's) also drops .comment, the compilers' version
+# strings, as Debian's own dh_strip does: of no use at run time.
+install(CODE "
+  if(CMAKE_INSTALL_DO_STRIP)
+    foreach(b voltad voltactl voltad-run voltad-bench)
+      execute_process(COMMAND \"${CMAKE_OBJCOPY}\" --remove-section=.comment
+                              \"\$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}/bin/\${b}\")
+    endforeach()
+  endif()")
 install(FILES ${CMAKE_SOURCE_DIR}/etc/voltad.yaml DESTINATION /etc/voltad)
 
 file(GLOB VOLTAD_UNITS ${CMAKE_SOURCE_DIR}/systemd/*.service ${CMAKE_SOURCE_DIR}/systemd/*.socket)
