@@ -4,6 +4,7 @@
 #   - every option its page names is one the binary accepts (run with it,
 #     the binary does not call it unknown);
 #   - voltad.yaml(5) lists every key `voltad --config-reference` knows;
+#   - voltad(8) and docs/OPERATIONS.md list every code of daemon/exit_codes.h;
 #   - each page formats without a warning from groff, carries the binary's
 #     version, and was rebuilt from its source (the .gz matches).
 set -uo pipefail
@@ -95,6 +96,19 @@ for k in $keys; do grep -qxF ".B $k" "$tmp/keys.5" || missing+=("$k"); done
 check "voltad.yaml.5 KEYS has every key${missing:+ (missing: ${missing[*]})}" test ${#missing[@]} -eq 0
 check "voltad.yaml.5 KEYS has no key voltad does not know" \
   test "$(grep -cE '^\.B [a-z_]+\.[a-z_]+$' "$tmp/keys.5")" -eq "$(wc -w <<<"$keys")"
+
+# --- Every exit code of daemon/exit_codes.h is in voltad(8) and in
+# docs/OPERATIONS.md's table, by number and name.
+src=${VOLTAD_SOURCE_DIR:?}
+codes=$(sed -nE 's/^ *(kExit[A-Za-z]+) = ([0-9]+),.*/\1 \2/p' "$src/daemon/exit_codes.h")
+check "exit_codes.h has exit codes" test "$(wc -l <<<"$codes")" -ge 10
+sed -n '/^\.SH EXIT STATUS/,/^\.SH /p' "$man/voltad.8" >"$tmp/exit.8"
+missing=()
+while read -r name code; do
+  grep -qxF ".B $code" "$tmp/exit.8" || missing+=("$code in voltad.8")
+  grep -qE "^\| $code \| \`$name\` \|" "$src/docs/OPERATIONS.md" || missing+=("$code $name in OPERATIONS.md")
+done <<<"$codes"
+check "every exit code is documented${missing:+ (missing: ${missing[*]})}" test ${#missing[@]} -eq 0
 
 # --- Format and version.
 version=$("$bin/voltad" --version | awk '{print $2}')
