@@ -1,10 +1,31 @@
-// Device helpers shared by the split-K decode attention kernels (fp16 and
-// int8 KV caches).
+// The split-K decode attention shared by the fp16 and the int8 KV cache
+// (kernels/attention.cu, kernels/attention_int8.cu): the piece rule, pass 1
+// templated on a cache reader, and the launch of both passes. Pass 2 (the
+// combine, with the optional quantized output) is one kernel for both caches,
+// in attention.cu.
+//
+// Pass 1, kernel_attention_partial: grid (tokens, kv heads, splits), 4 warps.
+// head_dim/8 lanes share a position (8 elements each: one 16-byte load of
+// fp16 K and of V, or 8 bytes of int8), so a warp covers 32/(head_dim/8)
+// positions per step, with 4 steps' loads in flight: decode is a chain of
+// dependent memory latencies otherwise (one position per warp step measured
+// 52 us for 256 positions on the H200; docs/KERNEL-NOTES.md). A lane holds
+// its 8 elements of each query head of the group, so a key row is read once
+// for every head that shares it. Each lane group keeps an online softmax
+// (running max m, sum l, weighted V sum); the groups merge through shuffles,
+// the four warps through shared memory, and one partial per (token, head,
+// split) is written: {m, l, acc[head_dim]}.
 #pragma once
 
+#include <cuda_runtime.h>
+
 #include "kernels/attention.h"
+#include "kernels/cuda_check.h"
 
 namespace voltad::kernels {
+
+constexpr int kAttentionWarps = 4;
+constexpr int kAttentionLaneElements = 8;  // of a K or V row, per lane
 
 // Positions per piece for a token at `pos` in a grid of `splits` pieces:
 // ceil((pos + 1) / splits) rounded up to a multiple of 16 (a KV block), so
@@ -13,6 +34,193 @@ namespace voltad::kernels {
 __device__ __forceinline__ int split_tokens(int pos, int splits) {
   const int per = (pos + splits) / splits;
   return (per + kAttentionMinSplitTokens - 1) / kAttentionMinSplitTokens * kAttentionMinSplitTokens;
+}
+
+// A cache reader gives pass 1 one lane's 8 elements of a position's K and V
+// rows, in two steps so that several positions' loads are in flight before
+// the first is used:
+//   struct Rows;  the raw loads in registers; Rows{} stands for a masked
+//                 position (decodes to finite values)
+//   Rows load(int64_t head_row, int64_t at) const;
+//                 head_row = slot * n_kv_heads + kv head (per-row data such
+//                 as a scale), at = slot * kv_dim + kv head * head_dim + the
+//                 lane's first element
+//   static void decode(const Rows&, float (&k)[8], float (&v)[8],
+//                      float& k_scale, float& v_scale);
+// The key is k_scale * k, the value v_scale * v: the scales multiply the dot
+// product and the softmax weight, not every element (a reader without
+// scales returns 1, which the compiler folds away).
+template <int HD, class Reader>
+__global__ void __launch_bounds__(kAttentionWarps * 32)
+    kernel_attention_partial(AttentionArgs a, Reader cache) {
+  constexpr int VEC = kAttentionLaneElements;
+  constexpr int kLanes = HD / VEC;                   // lanes per position
+  constexpr int kSlots = 32 / kLanes;                // positions per warp step
+  constexpr int kStride = kAttentionWarps * kSlots;  // positions per block step
+  constexpr int U = 4;                               // block steps in flight
+  const int t = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int sub = lane % kLanes;  // this lane's 8 elements: sub*8 .. sub*8+7
+  const int group = a.n_heads / a.n_kv_heads;
+  const int pos = a.positions[t];
+  const int per = split_tokens(pos, gridDim.z);
+  const int begin = split * per;
+  const int end = min(pos + 1, begin + per);
+  const int kv_dim = a.n_kv_heads * HD;
+  const int32_t* table = a.block_tables + int64_t(a.token_tables[t]) * a.table_stride;
+
+  float q[kAttentionMaxGroup][VEC];
+  float acc[kAttentionMaxGroup][VEC];
+  float m[kAttentionMaxGroup], l[kAttentionMaxGroup];
+#pragma unroll
+  for (int g = 0; g < kAttentionMaxGroup; ++g) {
+    m[g] = -INFINITY;
+    l[g] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+      acc[g][e] = 0.0f;
+      q[g][e] = g < group
+                    ? a.q[int64_t(t) * a.ldq + (kvh * group + g) * HD + sub * VEC + e] * a.scale
+                    : 0.0f;
+    }
+  }
+
+  // The loop bound is the same for every lane of the warp (the shuffles
+  // below need all 32); positions past `end` are masked.
+  const int lane_slot = lane / kLanes;
+  for (int w0 = begin + warp * kSlots; w0 < end; w0 += U * kStride) {
+    const int p0 = w0 + lane_slot;
+    typename Reader::Rows rows[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int p = p0 + u * kStride;
+      if (p < end) {
+        const int64_t slot =
+            int64_t(table[p / kKvBlockTokens]) * kKvBlockTokens + p % kKvBlockTokens;
+        rows[u] =
+            cache.load(slot * a.n_kv_heads + kvh, slot * kv_dim + int64_t(kvh) * HD + sub * VEC);
+      } else {
+        rows[u] = typename Reader::Rows{};
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const bool valid = p0 + u * kStride < end;
+      float kf[VEC], vf[VEC], k_scale, v_scale;
+      Reader::decode(rows[u], kf, vf, k_scale, v_scale);
+#pragma unroll
+      for (int g = 0; g < kAttentionMaxGroup; ++g) {
+        if (g >= group) break;
+        float s = 0.0f;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) s = fmaf(q[g][e], kf[e], s);
+#pragma unroll
+        for (int o = kLanes / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (!valid) continue;
+        s *= k_scale;
+        const float m_new = fmaxf(m[g], s);
+        const float correction = __expf(m[g] - m_new);
+        const float w = __expf(s - m_new);
+        l[g] = l[g] * correction + w;
+        const float wv = w * v_scale;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) acc[g][e] = fmaf(acc[g][e], correction, wv * vf[e]);
+        m[g] = m_new;
+      }
+    }
+  }
+  // Merge the warp's position slots (lanes kLanes apart hold the same elements).
+#pragma unroll
+  for (int o = kLanes; o < 32; o <<= 1) {
+#pragma unroll
+    for (int g = 0; g < kAttentionMaxGroup; ++g) {
+      if (g >= group) break;
+      const float mo = __shfl_xor_sync(0xffffffffu, m[g], o);
+      const float lo = __shfl_xor_sync(0xffffffffu, l[g], o);
+      const float mm = fmaxf(m[g], mo);
+      const float c1 = m[g] == -INFINITY ? 0.0f : __expf(m[g] - mm);
+      const float c2 = mo == -INFINITY ? 0.0f : __expf(mo - mm);
+      l[g] = l[g] * c1 + lo * c2;
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const float ao = __shfl_xor_sync(0xffffffffu, acc[g][e], o);
+        acc[g][e] = acc[g][e] * c1 + ao * c2;
+      }
+      m[g] = mm;
+    }
+  }
+
+  // Merge the warps: each writes its (m, l, acc) to shared memory, warp 0 combines.
+  __shared__ float sm_m[kAttentionWarps][kAttentionMaxGroup],
+      sm_l[kAttentionWarps][kAttentionMaxGroup];
+  __shared__ float sm_acc[kAttentionWarps][kAttentionMaxGroup][HD];
+#pragma unroll
+  for (int g = 0; g < kAttentionMaxGroup; ++g) {
+    if (g >= group) break;
+    if (lane == 0) sm_m[warp][g] = m[g], sm_l[warp][g] = l[g];
+    if (lane < kLanes) {
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) sm_acc[warp][g][sub * VEC + e] = acc[g][e];
+    }
+  }
+  __syncthreads();
+  const int splits = gridDim.z;
+  // Threads spread over (group head, element) pairs to finish the merge.
+  for (int i = threadIdx.x; i < group * HD; i += blockDim.x) {
+    const int g = i / HD, e = i % HD;
+    float mm = -INFINITY;
+    for (int w = 0; w < kAttentionWarps; ++w) mm = fmaxf(mm, sm_m[w][g]);
+    float ll = 0.0f, aa = 0.0f;
+    for (int w = 0; w < kAttentionWarps; ++w) {
+      const float c = sm_m[w][g] == -INFINITY ? 0.0f : __expf(sm_m[w][g] - mm);
+      ll += sm_l[w][g] * c;
+      aa += sm_acc[w][g][e] * c;
+    }
+    const int head = kvh * group + g;
+    float* part = a.partials + ((int64_t(t) * a.n_heads + head) * splits + split) * (HD + 2);
+    part[2 + e] = aa;
+    if (e == 0) part[0] = mm, part[1] = ll;
+  }
+}
+
+// Pass 2 (attention.cu): out = sum_s acc_s e^(m_s - m) / sum_s l_s e^(m_s - m)
+// over the pieces that hold positions, quantized into args.out_q when set.
+void launch_attention_combine(const AttentionArgs& args, int splits, cudaStream_t stream);
+
+// Both passes over the cache that `cache` reads.
+template <class Reader>
+void launch_attention_split_k(const AttentionArgs& a, Reader cache, cudaStream_t stream) {
+  if (a.n_tokens == 0) return;
+  VOLTAD_KERNEL_REQUIRE(a.n_kv_heads > 0 && a.n_heads % a.n_kv_heads == 0,
+                        "heads must divide into KV heads");
+  VOLTAD_KERNEL_REQUIRE(a.n_heads / a.n_kv_heads <= kAttentionMaxGroup,
+                        "at most 8 query heads per KV head");
+  VOLTAD_KERNEL_REQUIRE(!a.out_q.q || a.head_dim % kActivationBlock == 0,
+                        "a quantized attention output needs head_dim % 32 == 0");
+  const int splits = attention_splits(a.max_position);
+  const dim3 grid(unsigned(a.n_tokens), unsigned(a.n_kv_heads), unsigned(splits));
+  constexpr int threads = kAttentionWarps * 32;
+  switch (a.head_dim) {
+    case 16:
+      kernel_attention_partial<16, Reader><<<grid, threads, 0, stream>>>(a, cache);
+      break;
+    case 32:
+      kernel_attention_partial<32, Reader><<<grid, threads, 0, stream>>>(a, cache);
+      break;
+    case 64:
+      kernel_attention_partial<64, Reader><<<grid, threads, 0, stream>>>(a, cache);
+      break;
+    case 128:
+      kernel_attention_partial<128, Reader><<<grid, threads, 0, stream>>>(a, cache);
+      break;
+    case 256:
+      kernel_attention_partial<256, Reader><<<grid, threads, 0, stream>>>(a, cache);
+      break;
+    default:
+      VOLTAD_KERNEL_REQUIRE(false, "head_dim must be 16, 32, 64, 128 or 256");
+  }
+  CUDA_CHECK(cudaGetLastError());
+  launch_attention_combine(a, splits, stream);
 }
 
 }  // namespace voltad::kernels

@@ -1,26 +1,22 @@
 // INT8 KV cache: the per-head quantizing KV write, and paged attention over
 // it. Contract in attention_int8.h.
 //
-// The attention has the structure of kernels/attention.cu (split-K over
-// pieces (kernels/attention_common.cuh), GQA: one block per token, KV
-// head and piece, 4 warps walking positions warp, warp+4, ..., a lane holding
-// head_dim/32 elements of every query head of the group); what differs is
-// the row read: VEC int8 values per lane (1 to 8 bytes) plus the row's fp16
-// scale (one address for the whole warp), so a position costs head_dim bytes
-// of K and of V instead of 2*head_dim. The scale multiplies the dot product
-// (K) and the softmax weight (V), not every element.
+// The attention is the split-K decode attention of kernels/attention_common.cuh
+// (the fp16 cache's, same lanes, pieces, partials and combine pass, so the
+// combine can also quantize the output for the next matvec); Int8KvReader
+// is what differs: 8 int8 values (one 8-byte load) of K and of V per lane
+// plus the row's two fp16 scales (one address for the lanes of a position),
+// so a position costs head_dim bytes of K and of V instead of 2*head_dim.
 #include <cuda_fp16.h>
 
-#include "kernels/attention_int8.h"
 #include "kernels/attention_common.cuh"
+#include "kernels/attention_int8.h"
 #include "kernels/cuda_check.h"
 #include "kernels/device_common.cuh"
 
 namespace voltad::kernels {
 
 namespace {
-
-constexpr int kWarps = 4;
 
 // One warp per (token, KV head): amax over the head, then the int8 values.
 __global__ void kernel_kv_write_int8(const float* __restrict__ k, const float* __restrict__ v,
@@ -55,140 +51,45 @@ __global__ void kernel_kv_write_int8(const float* __restrict__ k, const float* _
   }
 }
 
-// VEC consecutive int8 values as floats (VEC = 1, 2, 4, 8; p aligned to VEC).
-template <int VEC>
-__device__ __forceinline__ void load_int8(const int8_t* p, float (&out)[VEC]) {
-  if constexpr (VEC == 1) {
-    out[0] = float(*p);
-  } else if constexpr (VEC == 2) {
-    const char2 c = *reinterpret_cast<const char2*>(p);
-    out[0] = float(c.x), out[1] = float(c.y);
-  } else if constexpr (VEC == 4) {
-    const char4 c = *reinterpret_cast<const char4*>(p);
-    out[0] = float(c.x), out[1] = float(c.y), out[2] = float(c.z), out[3] = float(c.w);
-  } else {
-    const int2 w = *reinterpret_cast<const int2*>(p);
+// 8 int8 values as floats without I2F (a quarter of the FP32 rate or less,
+// and the partial pass converts 2*head_dim values per position): flipping each byte's sign bit
+// gives b + 128 in 0..255; as the low mantissa byte of 2^23 (bits 0x4B000000) that is the float
+// 2^23 + b + 128, and subtracting 2^23 + 128 leaves b exactly. A byte
+// permute and an add per value.
+__device__ __forceinline__ void int8x8_to_float(uint2 w, float (&out)[8]) {
+  const uint32_t lo = w.x ^ 0x80808080u, hi = w.y ^ 0x80808080u;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      out[i] = float(int8_t(w.x >> (8 * i)));
-      out[4 + i] = float(int8_t(w.y >> (8 * i)));
-    }
+  for (int i = 0; i < 4; ++i) {
+    // Selector 0x744i: byte i of lo, then bytes 0, 0, 3 of 0x4B000000.
+    out[i] = __uint_as_float(__byte_perm(lo, 0x4B000000u, 0x7440u + unsigned(i))) - 8388736.0f;
+    out[4 + i] = __uint_as_float(__byte_perm(hi, 0x4B000000u, 0x7440u + unsigned(i))) - 8388736.0f;
   }
 }
 
-template <int VEC>
-__global__ void __launch_bounds__(kWarps * 32)
-    kernel_attention_int8_partial(AttentionArgs a, KvInt8LayerView c) {
-  const int t = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int group = a.n_heads / a.n_kv_heads;
-  const int pos = a.positions[t];
-  const int per = split_tokens(pos, gridDim.z);
-  const int begin = split * per;
-  const int end = min(pos + 1, begin + per);
-  const int kv_dim = a.n_kv_heads * a.head_dim;
-  const int32_t* table = a.block_tables + int64_t(a.token_tables[t]) * a.table_stride;
-  const bool active = lane * VEC < a.head_dim;  // head_dim 16: half the lanes idle
-
-  float q[kAttentionMaxGroup][VEC], acc[kAttentionMaxGroup][VEC];
-  float m[kAttentionMaxGroup], l[kAttentionMaxGroup];
-#pragma unroll
-  for (int g = 0; g < kAttentionMaxGroup; ++g) {
-    m[g] = -INFINITY;
-    l[g] = 0.0f;
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) {
-      acc[g][e] = 0.0f;
-      q[g][e] =
-          g < group && active
-              ? a.q[int64_t(t) * a.ldq + (kvh * group + g) * a.head_dim + lane * VEC + e] * a.scale
-              : 0.0f;
-    }
+// The int8 cache as pass 1 reads it (attention_common.cuh): a lane's 8
+// values of K and of V (8-byte loads: `at` is a multiple of 8) and the
+// position's two scales.
+struct Int8KvReader {
+  const int8_t* k;
+  const int8_t* v;
+  const uint16_t* k_scale;
+  const uint16_t* v_scale;
+  struct Rows {
+    uint2 k, v;
+    uint16_t k_scale, v_scale;
+  };
+  __device__ __forceinline__ Rows load(int64_t head_row, int64_t at) const {
+    return {*reinterpret_cast<const uint2*>(k + at), *reinterpret_cast<const uint2*>(v + at),
+            k_scale[head_row], v_scale[head_row]};
   }
-
-  for (int p = begin + warp; p < end; p += kWarps) {
-    const int64_t slot = int64_t(table[p / kKvBlockTokens]) * kKvBlockTokens + p % kKvBlockTokens;
-    const int64_t at = slot * kv_dim + int64_t(kvh) * a.head_dim + lane * VEC;
-    const float dk = __half2float(__ushort_as_half(c.k_scale[slot * a.n_kv_heads + kvh]));
-    const float dv = __half2float(__ushort_as_half(c.v_scale[slot * a.n_kv_heads + kvh]));
-    float kf[VEC], vf[VEC];
-    if (active) {
-      load_int8<VEC>(c.k + at, kf);
-      load_int8<VEC>(c.v + at, vf);
-    } else {
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) kf[e] = vf[e] = 0.0f;
-    }
-#pragma unroll
-    for (int g = 0; g < kAttentionMaxGroup; ++g) {
-      if (g >= group) break;
-      float s = 0.0f;
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) s += q[g][e] * kf[e];
-      s = warp_sum(s) * dk;
-      const float m_new = fmaxf(m[g], s);
-      const float correction = __expf(m[g] - m_new);
-      const float w = __expf(s - m_new);
-      l[g] = l[g] * correction + w;
-      const float wv = w * dv;
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) acc[g][e] = acc[g][e] * correction + wv * vf[e];
-      m[g] = m_new;
-    }
+  __device__ __forceinline__ static void decode(const Rows& r, float (&kf)[8], float (&vf)[8],
+                                                float& ks, float& vs) {
+    int8x8_to_float(r.k, kf);
+    int8x8_to_float(r.v, vf);
+    ks = __half2float(__ushort_as_half(r.k_scale));
+    vs = __half2float(__ushort_as_half(r.v_scale));
   }
-
-  // The four warps' (m, l, acc) meet in shared memory; threads spread over
-  // (head of the group, element) finish the merge and write the partial
-  // {m, l, acc[head_dim]} of this split.
-  __shared__ float sm_m[kWarps][kAttentionMaxGroup], sm_l[kWarps][kAttentionMaxGroup];
-  __shared__ float sm_acc[kWarps][kAttentionMaxGroup][VEC * 32];
-#pragma unroll
-  for (int g = 0; g < kAttentionMaxGroup; ++g) {
-    if (g >= group) break;
-    if (lane == 0) sm_m[warp][g] = m[g], sm_l[warp][g] = l[g];
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) sm_acc[warp][g][lane * VEC + e] = acc[g][e];
-  }
-  __syncthreads();
-  const int splits = gridDim.z;
-  for (int i = threadIdx.x; i < group * a.head_dim; i += blockDim.x) {
-    const int g = i / a.head_dim, e = i % a.head_dim;
-    float mm = -INFINITY;
-    for (int w = 0; w < kWarps; ++w) mm = fmaxf(mm, sm_m[w][g]);
-    float ll = 0.0f, aa = 0.0f;
-    for (int w = 0; w < kWarps; ++w) {
-      const float f = sm_m[w][g] == -INFINITY ? 0.0f : __expf(sm_m[w][g] - mm);
-      ll += sm_l[w][g] * f;
-      aa += sm_acc[w][g][e] * f;
-    }
-    float* part = a.partials +
-                  ((int64_t(t) * a.n_heads + kvh * group + g) * splits + split) * (a.head_dim + 2);
-    part[2 + e] = aa;
-    if (e == 0) part[0] = mm, part[1] = ll;
-  }
-}
-
-// Pass 2: out = sum_s acc_s e^(m_s - m) / sum_s l_s e^(m_s - m).
-__global__ void kernel_attention_int8_combine(AttentionArgs a, int splits) {
-  const int t = blockIdx.x, head = blockIdx.y;
-  const int stride = a.head_dim + 2;
-  const float* parts = a.partials + (int64_t(t) * a.n_heads + head) * splits * stride;
-  const int used = min(splits, a.positions[t] / split_tokens(a.positions[t], splits) + 1);
-  float mm = -INFINITY;
-  for (int s = 0; s < used; ++s) mm = fmaxf(mm, parts[s * stride]);
-  float ll = 0.0f;
-  for (int s = 0; s < used; ++s)
-    if (parts[s * stride] != -INFINITY)
-      ll += parts[s * stride + 1] * __expf(parts[s * stride] - mm);
-  const float inv = 1.0f / ll;
-  for (int e = threadIdx.x; e < a.head_dim; e += blockDim.x) {
-    float o = 0.0f;
-    for (int s = 0; s < used; ++s)
-      if (parts[s * stride] != -INFINITY)
-        o += parts[s * stride + 2 + e] * __expf(parts[s * stride] - mm);
-    a.out[int64_t(t) * a.ldo + head * a.head_dim + e] = o * inv;
-  }
-}
+};
 
 }  // namespace
 
@@ -204,34 +105,7 @@ void launch_kv_write_int8(const float* k, const float* v, int64_t ld, int n_toke
 }
 
 void launch_attention_int8(const AttentionArgs& a, KvInt8LayerView cache, cudaStream_t stream) {
-  if (a.n_tokens == 0) return;
-  VOLTAD_KERNEL_REQUIRE(a.n_kv_heads > 0 && a.n_heads % a.n_kv_heads == 0,
-                        "heads must divide into KV heads");
-  VOLTAD_KERNEL_REQUIRE(a.n_heads / a.n_kv_heads <= kAttentionMaxGroup,
-                        "at most 8 query heads per KV head");
-  const int splits = attention_splits(a.max_position);
-  const dim3 grid(unsigned(a.n_tokens), unsigned(a.n_kv_heads), unsigned(splits));
-  switch (a.head_dim) {
-    case 16:
-    case 32:
-      kernel_attention_int8_partial<1><<<grid, kWarps * 32, 0, stream>>>(a, cache);
-      break;
-    case 64:
-      kernel_attention_int8_partial<2><<<grid, kWarps * 32, 0, stream>>>(a, cache);
-      break;
-    case 128:
-      kernel_attention_int8_partial<4><<<grid, kWarps * 32, 0, stream>>>(a, cache);
-      break;
-    case 256:
-      kernel_attention_int8_partial<8><<<grid, kWarps * 32, 0, stream>>>(a, cache);
-      break;
-    default:
-      VOLTAD_KERNEL_REQUIRE(false, "head_dim must be 16, 32, 64, 128 or 256");
-  }
-  CUDA_CHECK(cudaGetLastError());
-  kernel_attention_int8_combine<<<dim3(unsigned(a.n_tokens), unsigned(a.n_heads)), 64, 0, stream>>>(
-      a, splits);
-  CUDA_CHECK(cudaGetLastError());
+  launch_attention_split_k(a, Int8KvReader{cache.k, cache.v, cache.k_scale, cache.v_scale}, stream);
 }
 
 }  // namespace voltad::kernels

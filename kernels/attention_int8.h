@@ -43,7 +43,7 @@ void launch_kv_write_int8(const float* k, const float* v, int64_t ld, int n_toke
                           cudaStream_t stream);
 
 // launch_attention over the INT8 cache: args as in attention.h (partials
-// sized by attention_partial_floats), args.cache ignored.
+// sized by attention_partial_floats, out_q honoured), args.cache ignored.
 void launch_attention_int8(const AttentionArgs& args, KvInt8LayerView cache, cudaStream_t stream);
 
 }  // namespace voltad::kernels

@@ -1,7 +1,8 @@
 // Helpers of the kernel tests: device buffers, fresh random inputs (the seed
 // is printed so a failure can be replayed with VOLTAD_TEST_SEED), poisoning,
-// and the |out - ref| <= atol + rtol*|ref| comparison that prints the first
-// mismatches.
+// the |out - ref| <= atol + rtol*|ref| comparison that prints the first
+// mismatches, and the bitwise comparisons of fused kernels against the
+// separate ones they replace.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -10,12 +11,14 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "kernels/cuda_check.h"
 #include "kernels/fill.h"
+#include "kernels/matvec.h"
 
 namespace voltad::test {
 
@@ -90,6 +93,30 @@ inline int count_mismatches(const std::string& what, const std::vector<float>& g
 inline int count_mismatches(const std::string& what, const std::vector<float>& got,
                             const std::vector<double>& ref, double atol, double rtol) {
   return count_mismatches(what, got, ref, std::vector<double>(ref.size(), atol), rtol);
+}
+
+// Bitwise equality of float vectors (NaN payloads included).
+inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Two-level int8 activations (kernels/matvec.h) of `rows` rows of `cols`,
+// poisoned: bytes 0x55, scales NaN.
+struct QuantBuffers {
+  DeviceBuffer<int8_t> q;
+  DeviceBuffer<float> scales;
+  QuantBuffers(int rows, int64_t cols)
+      : q(kernels::quantized_activation_q_bytes(rows, cols)),
+        scales(kernels::quantized_activation_scale_bytes(rows, cols) / sizeof(float)) {
+    CUDA_CHECK(cudaMemset(q.get(), 0x55, q.size()));
+    poison(scales);
+  }
+  kernels::QuantizedActivations view() const { return {q.get(), scales.get()}; }
+};
+
+inline void check_same_quantization(const QuantBuffers& fused, const QuantBuffers& separate) {
+  CHECK(fused.q.download() == separate.q.download());
+  CHECK(same_bits(fused.scales.download(), separate.scales.download()));
 }
 
 }  // namespace voltad::test

@@ -1,7 +1,8 @@
 // INT8 KV cache: the quantizing KV write bit for bit against a CPU copy, and
 // the paged attention over int8 values against a float64 reference computed
 // from the dequantized cache (d * q), for decode and prefill shapes, GQA,
-// split-K and every head_dim.
+// split-K and every head_dim; its output quantized on the way (out_q) must be
+// bit for bit what launch_quantize_activations makes of the plain output.
 #include <doctest/doctest.h>
 
 #include <cuda_fp16.h>
@@ -95,8 +96,23 @@ void check_attention_int8(Shape sh, const std::vector<int>& cached,
   a.max_position = max_len - 1;
   a.scale = scale;
   a.partials = dpart.get();
-  kernels::launch_attention_int8(a, {dk.get(), dv.get(), dks.get(), dvs.get()}, nullptr);
+  const kernels::KvInt8LayerView cache{dk.get(), dv.get(), dks.get(), dvs.get()};
+  kernels::launch_attention_int8(a, cache, nullptr);
   std::vector<float> got = dout.download();
+
+  if (sh.head_dim % kernels::kActivationBlock == 0) {
+    DeviceBuffer<float> dout_fused(dout.size());
+    poison(dout_fused);
+    QuantBuffers fused(n_tokens, q_dim), separate(n_tokens, q_dim);
+    kernels::AttentionArgs af = a;
+    af.out = dout_fused.get();
+    af.out_q = fused.view();
+    kernels::launch_attention_int8(af, cache, nullptr);
+    kernels::launch_quantize_activations(dout.get(), q_dim, n_tokens, q_dim, separate.view(),
+                                         nullptr);
+    CHECK(same_bits(dout_fused.download(), got));
+    check_same_quantization(fused, separate);
+  }
 
   auto value = [&](const std::vector<int8_t>& vals, const std::vector<uint16_t>& sc, size_t slot,
                    int kvh, int e) {
@@ -218,4 +234,29 @@ TEST_CASE("int8 attention: prefill tokens attend causally, also after cached one
   check_attention_int8({8, 2, 64}, {0}, {77});
   check_attention_int8({8, 2, 128}, {300}, {33});
   check_attention_int8({16, 4, 256}, {5, 0}, {20, 9});
+}
+
+TEST_CASE("int8 attention: contexts off the 16-position grid, one position, every GQA ratio") {
+  check_attention_int8({8, 2, 64}, {0}, {1});  // a single position
+  check_attention_int8({8, 2, 128}, {0, 14, 30, 46, 99}, {1, 1, 1, 1, 1});
+  check_attention_int8({8, 8, 128}, {129}, {1});    // 1 query head per KV head
+  check_attention_int8({6, 2, 128}, {333}, {1});    // 3
+  check_attention_int8({10, 2, 64}, {77}, {1});     // 5
+  check_attention_int8({12, 2, 32}, {60}, {1});     // 6
+  check_attention_int8({7, 1, 64}, {200}, {1});     // 7
+  check_attention_int8({16, 2, 128}, {1500}, {1});  // 8
+}
+
+TEST_CASE("int8 attention: piece counts at the split boundaries, short tokens in long steps") {
+  // attention_splits: 63 pieces up to max_position 1007, 64 from 1008;
+  // pieces of 32 positions from position 1024 (the last one holding 1 or 2).
+  check_attention_int8({8, 2, 128}, {1007}, {1});
+  check_attention_int8({8, 2, 64}, {1008}, {1});
+  check_attention_int8({4, 1, 128}, {1023, 1024, 1025}, {1, 1, 1});
+  // Tokens of 1, 6 and 1009 positions in a grid sized for 4096: most of
+  // their pieces are empty.
+  check_attention_int8({8, 2, 128}, {4095, 0, 5, 1008}, {1, 1, 1, 1});
+  // 128 positions a piece: each warp goes round its loop several times.
+  check_attention_int8({4, 1, 128}, {8191}, {1});
+  check_attention_int8({4, 1, 256}, {2000}, {1});
 }

@@ -20,33 +20,11 @@ using namespace voltad::test;
 
 namespace {
 
-struct QuantBuffers {
-  DeviceBuffer<int8_t> q;
-  DeviceBuffer<float> scales;
-  QuantBuffers(int rows, int64_t cols)
-      : q(kernels::quantized_activation_q_bytes(rows, cols)),
-        scales(kernels::quantized_activation_scale_bytes(rows, cols) / sizeof(float)) {
-    CUDA_CHECK(cudaMemset(q.get(), 0x55, q.size()));
-    poison(scales);
-  }
-  kernels::QuantizedActivations view() const { return {q.get(), scales.get()}; }
-};
-
 uint16_t half_bits(float x) {
   __half h = __float2half_rn(x);
   uint16_t bits;
   std::memcpy(&bits, &h, sizeof bits);
   return bits;
-}
-
-// Bitwise equality of float vectors (NaN payloads included).
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-void check_same_quantization(const QuantBuffers& fused, const QuantBuffers& separate) {
-  CHECK(fused.q.download() == separate.q.download());
-  CHECK(same_bits(fused.scales.download(), separate.scales.download()));
 }
 
 std::vector<float> with_outliers(size_t n) {
@@ -67,7 +45,8 @@ TEST_CASE("rmsnorm_quantize = rmsnorm, then quantize_activations") {
     poison(out_a);
     poison(out_b);
     QuantBuffers qa(rows, dim), qb(rows, dim);
-    kernels::launch_rmsnorm_quantize(d_x.get(), ld, d_w.get(), out_a.get(), ld, rows, dim, 1e-5f, qa.view(), nullptr);
+    kernels::launch_rmsnorm_quantize(d_x.get(), ld, d_w.get(), out_a.get(), ld, rows, dim, 1e-5f,
+                                     qa.view(), nullptr);
     kernels::launch_rmsnorm(d_x.get(), ld, d_w.get(), out_b.get(), ld, rows, dim, 1e-5f, nullptr);
     kernels::launch_quantize_activations(out_b.get(), ld, rows, dim, qb.view(), nullptr);
     CHECK(same_bits(out_a.download(), out_b.download()));
@@ -84,7 +63,8 @@ TEST_CASE("swiglu_quantize = swiglu, then quantize_activations") {
     poison(out_a);
     poison(out_b);
     QuantBuffers qa(rows, n), qb(rows, n);
-    kernels::launch_swiglu_quantize(d_g.get(), n, d_u.get(), n, out_a.get(), n, rows, n, qa.view(), nullptr);
+    kernels::launch_swiglu_quantize(d_g.get(), n, d_u.get(), n, out_a.get(), n, rows, n, qa.view(),
+                                    nullptr);
     kernels::launch_swiglu(d_g.get(), n, d_u.get(), n, out_b.get(), n, rows, n, nullptr);
     kernels::launch_quantize_activations(out_b.get(), n, rows, n, qb.view(), nullptr);
     CHECK(same_bits(out_a.download(), out_b.download()));
@@ -98,7 +78,8 @@ TEST_CASE("a non-finite value makes its block's scales NaN in the fused quantize
   u[5] = INFINITY;
   DeviceBuffer<float> d_g(g), d_u(u), out(static_cast<size_t>(n));
   QuantBuffers qa(rows, n), qb(rows, n);
-  kernels::launch_swiglu_quantize(d_g.get(), n, d_u.get(), n, out.get(), n, rows, n, qa.view(), nullptr);
+  kernels::launch_swiglu_quantize(d_g.get(), n, d_u.get(), n, out.get(), n, rows, n, qa.view(),
+                                  nullptr);
   kernels::launch_quantize_activations(out.get(), n, rows, n, qb.view(), nullptr);
   check_same_quantization(qa, qb);
   const std::vector<float> s = qa.scales.download();
@@ -112,24 +93,27 @@ TEST_CASE("rope_qk_kv_write = rope(q), rope(k), kv_write") {
       CAPTURE(head_dim);
       const int rows = 3, n_heads = 8, n_kv_heads = 2, n_blocks = 4;
       const int64_t ldq = n_heads * head_dim, ldkv = n_kv_heads * head_dim, kv_dim = ldkv;
-      std::vector<float> q = random_floats(size_t(rows * ldq)), k = random_floats(size_t(rows * ldkv)),
+      std::vector<float> q = random_floats(size_t(rows * ldq)),
+                         k = random_floats(size_t(rows * ldkv)),
                          v = random_floats(size_t(rows * ldkv));
       std::vector<int32_t> pos = {0, 33, 4000}, slots = {5, 17, 62};
       const std::vector<float> inv = kernels::rope_inverse_frequencies(head_dim, 1e6);
       DeviceBuffer<float> qa(q), ka(k), qb(q), kb(k), d_v(v), d_inv(inv);
       DeviceBuffer<int32_t> d_pos(pos), d_slots(slots);
       const size_t cache_elems = size_t(n_blocks) * kernels::kKvBlockTokens * size_t(kv_dim);
-      DeviceBuffer<uint16_t> kc_a(cache_elems), vc_a(cache_elems), kc_b(cache_elems), vc_b(cache_elems);
-      for (auto* b : {&kc_a, &vc_a, &kc_b, &vc_b}) CUDA_CHECK(cudaMemset(b->get(), 0x7e, cache_elems * 2));
-      kernels::launch_rope_qk_kv_write(qa.get(), ldq, ka.get(), d_v.get(), ldkv, rows, n_heads, n_kv_heads, head_dim,
-                                       d_pos.get(), d_inv.get(), ordering, d_slots.get(), {kc_a.get(), vc_a.get()},
-                                       nullptr);
-      kernels::launch_rope(qb.get(), ldq, rows, n_heads, head_dim, head_dim, d_pos.get(), d_inv.get(), ordering,
-                           nullptr);
-      kernels::launch_rope(kb.get(), ldkv, rows, n_kv_heads, head_dim, head_dim, d_pos.get(), d_inv.get(), ordering,
-                           nullptr);
-      kernels::launch_kv_write(kb.get(), d_v.get(), ldkv, rows, int(kv_dim), d_slots.get(), {kc_b.get(), vc_b.get()},
-                               nullptr);
+      DeviceBuffer<uint16_t> kc_a(cache_elems), vc_a(cache_elems), kc_b(cache_elems),
+          vc_b(cache_elems);
+      for (auto* b : {&kc_a, &vc_a, &kc_b, &vc_b})
+        CUDA_CHECK(cudaMemset(b->get(), 0x7e, cache_elems * 2));
+      kernels::launch_rope_qk_kv_write(qa.get(), ldq, ka.get(), d_v.get(), ldkv, rows, n_heads,
+                                       n_kv_heads, head_dim, d_pos.get(), d_inv.get(), ordering,
+                                       d_slots.get(), {kc_a.get(), vc_a.get()}, nullptr);
+      kernels::launch_rope(qb.get(), ldq, rows, n_heads, head_dim, head_dim, d_pos.get(),
+                           d_inv.get(), ordering, nullptr);
+      kernels::launch_rope(kb.get(), ldkv, rows, n_kv_heads, head_dim, head_dim, d_pos.get(),
+                           d_inv.get(), ordering, nullptr);
+      kernels::launch_kv_write(kb.get(), d_v.get(), ldkv, rows, int(kv_dim), d_slots.get(),
+                               {kc_b.get(), vc_b.get()}, nullptr);
       CHECK(same_bits(qa.download(), qb.download()));
       CHECK(same_bits(ka.download(), kb.download()));
       CHECK(kc_a.download() == kc_b.download());
@@ -155,7 +139,8 @@ TEST_CASE("attention with a quantized output = attention, then quantize_activati
   DeviceBuffer<int32_t> d_tables(tables), d_pos(pos), d_tt(token_tables);
   DeviceBuffer<float> d_q(random_floats(size_t(n_tokens * q_dim)));
   const int max_position = 600;
-  DeviceBuffer<float> parts(kernels::attention_partial_floats(n_tokens, n_heads, head_dim, max_position));
+  DeviceBuffer<float> parts(
+      kernels::attention_partial_floats(n_tokens, n_heads, head_dim, max_position));
   DeviceBuffer<float> out_a(size_t(n_tokens * q_dim)), out_b(size_t(n_tokens * q_dim));
   QuantBuffers qa(n_tokens, q_dim), qb(n_tokens, q_dim);
   kernels::AttentionArgs a;
