@@ -484,7 +484,7 @@ Result<double> measure_copy_bandwidth(int device) {
 bool CudaBackend::Impl::attention(const Layer& layer, const float* q_in, float* out, int n_tokens, int max_position,
                                   const int32_t* positions, const int32_t* token_tables, bool quantize_out) {
   const ModelConfig& c = model->config;
-  const bool fused = quantize_out && !options.kv_int8 && c.head_dim % kernels::kActivationBlock == 0;
+  const bool fused = quantize_out && c.head_dim % kernels::kActivationBlock == 0;
   const int64_t first_row = (q_in - q) / c.q_dim();  // xq rows follow the step's token rows
   // Tokens go in groups small enough for the split-K scratch.
   const size_t per_token = kernels::attention_partial_floats(1, int(c.n_heads), int(c.head_dim), max_position);
