@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstring>
 #include <mutex>
+#include <span>
+#include <vector>
 
 #include "engine/dequantize.h"
 #include "engine/thread_pool.h"
@@ -67,10 +69,21 @@ struct CudaBackend::Impl {
   CudaMemoryUse memory;
   std::vector<void*> allocations;
 
+  // A stack of projections (engine/weight_repack.h): one matvec writes
+  // columns [column, column + w.layout.rows) of the step's q|k|v or
+  // gate|up rows.
+  struct ProjectionStack {
+    kernels::PackedMatrixView w;
+    float* bias = nullptr;  // (w.layout.rows) or null
+    int64_t column = 0;
+  };
   struct Layer {
-    kernels::PackedMatrixView wq, wk, wv, wo, w_gate, w_up, w_down;
-    float *attn_norm = nullptr, *ffn_norm = nullptr, *bq = nullptr, *bk = nullptr, *bv = nullptr,
-          *q_norm = nullptr, *k_norm = nullptr;
+    // q, k, v: one stack when wq, wk, wv share a type, else up to three.
+    std::vector<ProjectionStack> qkv;
+    // gate, up: one stack when they share a type, else two.
+    std::vector<ProjectionStack> gate_up;
+    kernels::PackedMatrixView wo, w_down;
+    float *attn_norm = nullptr, *ffn_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr;
     kernels::KvLayerView kv;
     kernels::KvInt8LayerView kv8;
   };
@@ -80,9 +93,13 @@ struct CudaBackend::Impl {
   uint64_t decode_bytes = 0;  // what one decode step reads of the weights
   float* inv_freq = nullptr;
 
-  // Step buffers, sized for max_batch_tokens tokens (T).
+  // Step buffers, sized for max_batch_tokens tokens (T). A token's q, k
+  // and v are one row of ld_qkv() floats (k and v point into row 0), its
+  // gate and up one row of 2 ffn_dim: what the stacked projections write.
   float *x = nullptr, *xn = nullptr, *q = nullptr, *k = nullptr, *v = nullptr, *attn = nullptr;
   float *gate = nullptr, *up = nullptr, *selected = nullptr, *logits = nullptr, *partials = nullptr;
+  int64_t ld_qkv() const { return model->config.q_dim() + 2 * model->config.kv_dim(); }
+  int64_t ld_gate_up() const { return 2 * model->config.ffn_dim; }
   size_t partial_floats = 0;
   kernels::QuantizedActivations xq;
   int32_t *d_ints = nullptr;  // tokens, positions, slots, token_tables, logit_rows, block tables
@@ -173,8 +190,15 @@ struct CudaBackend::Impl {
   }
 
   Status upload_vector(const GgufTensor* t, float*& dst);
-  Status upload_matrix(const GgufTensor& t, kernels::PackedMatrixView& dst, ThreadPool& threads,
-                       std::vector<uint8_t>& staging, uint64_t& done, uint64_t total);
+  // The vectors one after another (a stack's biases).
+  Status upload_vectors(std::span<const GgufTensor* const> parts, float*& dst);
+  // The matrices as one stack (engine/weight_repack.h); one: as it is.
+  Status upload_matrix(std::span<const GgufTensor* const> parts, kernels::PackedMatrixView& dst,
+                       ThreadPool& threads, std::vector<uint8_t>& staging, uint64_t& done,
+                       uint64_t total);
+  Status upload_projections(std::initializer_list<Projection> projections,
+                            std::vector<ProjectionStack>& dst, ThreadPool& threads,
+                            std::vector<uint8_t>& staging, uint64_t& done, uint64_t total);
   Status load_weights();
   Status load_weight_tensors();  // into the arena load_weights sets up
   Status allocate_workspace();
@@ -186,11 +210,10 @@ struct CudaBackend::Impl {
   struct Span {
     int first, count, start_pos, table_row;
   };
-  // Split-K attention for n_tokens consecutive tokens whose queries start at q_in.
-  // With quantize_out, the output also goes into xq (rows offset like out)
-  // when the kernel can do it; returns whether it did.
-  bool attention(const Layer& layer, const float* q_in, float* out, int n_tokens, int max_position,
-                 const int32_t* positions, const int32_t* token_tables, bool quantize_out = false);
+  // Split-K attention for the n_tokens consecutive tokens from row `first`.
+  // With quantize_out, the output also goes into xq when the kernel can do
+  // it; returns whether it did.
+  bool attention(const Layer& layer, int first, int n_tokens, int max_position, bool quantize_out);
   // Returns whether every token's output was quantized on the way (see attention()).
   bool attention_spans(const Layer& layer, const std::vector<Span>& spans, int max_position, bool quantize_out);
   // Every kernel of one step, on the stream (no copies, no syncs): what a
@@ -200,9 +223,17 @@ struct CudaBackend::Impl {
 
 Status CudaBackend::Impl::upload_vector(const GgufTensor* t, float*& dst) {
   if (!t) return {};
-  std::vector<float> host(t->n_elements);
-  dequantize_rows(*t, 0, t->n_rows(), host.data());
-  auto p = alloc<float>(host.size(), t->name.c_str(), memory.weights);
+  return upload_vectors(std::span<const GgufTensor* const>(&t, 1), dst);
+}
+
+Status CudaBackend::Impl::upload_vectors(std::span<const GgufTensor* const> parts, float*& dst) {
+  std::vector<float> host;
+  for (const GgufTensor* t : parts) {
+    const size_t at = host.size();
+    host.resize(at + t->n_elements);
+    dequantize_rows(*t, 0, t->n_rows(), host.data() + at);
+  }
+  auto p = alloc<float>(host.size(), parts[0]->name.c_str(), memory.weights);
   if (!p) return p.error();
   dst = p.value();
   decode_bytes += host.size() * sizeof(float);
@@ -210,30 +241,62 @@ Status CudaBackend::Impl::upload_vector(const GgufTensor* t, float*& dst) {
   return {};
 }
 
-Status CudaBackend::Impl::upload_matrix(const GgufTensor& t, kernels::PackedMatrixView& dst, ThreadPool& threads,
-                                        std::vector<uint8_t>& staging, uint64_t& done, uint64_t total) {
-  const int64_t rows = int64_t(t.n_rows()), cols = int64_t(t.ne[0]);
-  auto layout = packed_layout_for(t.type, rows, cols);
-  if (!layout) return make_error("tensor '" + t.name + "': " + layout.error().message);
+Status CudaBackend::Impl::upload_matrix(std::span<const GgufTensor* const> parts,
+                                        kernels::PackedMatrixView& dst, ThreadPool& threads,
+                                        std::vector<uint8_t>& staging, uint64_t& done,
+                                        uint64_t total) {
+  const GgufTensor& first = *parts[0];
+  std::vector<GgufMatrix> matrices;
+  for (const GgufTensor* t : parts) matrices.push_back(gguf_matrix(*t));
+  auto layout = stacked_layout_for(matrices);
+  if (!layout) return make_error("tensor '" + first.name + "': " + layout.error().message);
   staging.assign(layout->total_bytes, 0);
-  Status failed;
-  std::mutex mu;
-  threads.parallel_for(rows, [&](int64_t begin, int64_t end) {
-    Status s = repack_rows(t.type, t.data, layout.value(), begin, end - begin, staging.data());
-    if (!s) {
-      std::lock_guard<std::mutex> lock(mu);
-      failed = s;
-    }
-  });
-  if (!failed) return make_error("tensor '" + t.name + "': " + failed.error().message);
-  auto p = alloc<uint8_t>(layout->total_bytes, t.name.c_str(), memory.weights);
+  int64_t at = 0;
+  for (const GgufTensor* t : parts) {
+    Status failed;
+    std::mutex mu;
+    threads.parallel_for(int64_t(t->n_rows()), [&](int64_t begin, int64_t end) {
+      Status s =
+          repack_rows_at(t->type, t->data, layout.value(), at, begin, end - begin, staging.data());
+      if (!s) {
+        std::lock_guard<std::mutex> lock(mu);
+        failed = s;
+      }
+    });
+    if (!failed) return make_error("tensor '" + t->name + "': " + failed.error().message);
+    at += int64_t(t->n_rows());
+  }
+  auto p = alloc<uint8_t>(layout->total_bytes, first.name.c_str(), memory.weights);
   if (!p) return p.error();
   CUDA_CHECK(cudaMemcpy(p.value(), staging.data(), layout->total_bytes, cudaMemcpyHostToDevice));
   dst.layout = layout.value();
   dst.data = p.value();
-  if (&t != model->weights.token_embd || model->weights.output == &t) decode_bytes += kernels::packed_payload_bytes(dst.layout);
-  done += t.n_bytes;
-  if (options.on_progress) options.on_progress(done, total, t.name);
+  if (&first != model->weights.token_embd || model->weights.output == &first)
+    decode_bytes += kernels::packed_payload_bytes(dst.layout);
+  for (const GgufTensor* t : parts) {
+    done += t->n_bytes;
+    if (options.on_progress) options.on_progress(done, total, t->name);
+  }
+  return {};
+}
+
+Status CudaBackend::Impl::upload_projections(std::initializer_list<Projection> projections,
+                                             std::vector<ProjectionStack>& dst, ThreadPool& threads,
+                                             std::vector<uint8_t>& staging, uint64_t& done,
+                                             uint64_t total) {
+  int64_t column = 0;
+  for (const auto& stack : projection_stacks(projections)) {
+    std::vector<const GgufTensor*> weights, biases;
+    for (const Projection& p : stack) {
+      weights.push_back(p.weight);
+      if (p.bias) biases.push_back(p.bias);
+    }
+    ProjectionStack& out = dst.emplace_back();
+    out.column = column;
+    VOLTAD_TRY(upload_matrix(weights, out.w, threads, staging, done, total));
+    if (!biases.empty()) VOLTAD_TRY(upload_vectors(biases, out.bias));
+    column += out.w.layout.rows;
+  }
   return {};
 }
 
@@ -267,7 +330,8 @@ Status CudaBackend::Impl::load_weight_tensors() {
   ThreadPool threads(0);
   std::vector<uint8_t> staging;
   auto matrix = [&](const GgufTensor* t, kernels::PackedMatrixView& dst) {
-    return upload_matrix(*t, dst, threads, staging, done, total);
+    return upload_matrix(std::span<const GgufTensor* const>(&t, 1), dst, threads, staging, done,
+                         total);
   };
   VOLTAD_TRY(matrix(w.token_embd, token_embd));
   if (w.output == w.token_embd) output = token_embd;
@@ -277,18 +341,14 @@ Status CudaBackend::Impl::load_weight_tensors() {
   for (size_t i = 0; i < w.layers.size(); ++i) {
     const LayerWeights& lw = w.layers[i];
     Layer& l = layers[i];
-    VOLTAD_TRY(matrix(lw.wq, l.wq));
-    VOLTAD_TRY(matrix(lw.wk, l.wk));
-    VOLTAD_TRY(matrix(lw.wv, l.wv));
+    VOLTAD_TRY(upload_projections({{lw.wq, lw.bq}, {lw.wk, lw.bk}, {lw.wv, lw.bv}}, l.qkv, threads,
+                                  staging, done, total));
     VOLTAD_TRY(matrix(lw.wo, l.wo));
-    VOLTAD_TRY(matrix(lw.w_gate, l.w_gate));
-    VOLTAD_TRY(matrix(lw.w_up, l.w_up));
+    VOLTAD_TRY(upload_projections({{lw.w_gate, nullptr}, {lw.w_up, nullptr}}, l.gate_up, threads,
+                                  staging, done, total));
     VOLTAD_TRY(matrix(lw.w_down, l.w_down));
     VOLTAD_TRY(upload_vector(lw.attn_norm, l.attn_norm));
     VOLTAD_TRY(upload_vector(lw.ffn_norm, l.ffn_norm));
-    VOLTAD_TRY(upload_vector(lw.bq, l.bq));
-    VOLTAD_TRY(upload_vector(lw.bk, l.bk));
-    VOLTAD_TRY(upload_vector(lw.bv, l.bv));
     VOLTAD_TRY(upload_vector(lw.q_norm, l.q_norm));
     VOLTAD_TRY(upload_vector(lw.k_norm, l.k_norm));
   }
@@ -335,13 +395,13 @@ Status CudaBackend::Impl::allocate_workspace() {
   const size_t f = sizeof(float);
   x = reinterpret_cast<float*>(take(ws.residual, T * size_t(c.dim) * f, "residual stream"));
   xn = reinterpret_cast<float*>(take(ws.normed, T * size_t(c.dim) * f, "normed activations"));
-  q = reinterpret_cast<float*>(
-      take(ws.qkv, T * size_t(c.q_dim() + 2 * c.kv_dim()) * f, "queries, keys and values"));
-  k = q + T * size_t(c.q_dim());
-  v = k + T * size_t(c.kv_dim());
+  q = reinterpret_cast<float*>(take(ws.qkv, T * size_t(ld_qkv()) * f, "queries, keys and values"));
+  k = q + c.q_dim();
+  v = k + c.kv_dim();
   attn = reinterpret_cast<float*>(take(ws.attention_out, T * size_t(c.q_dim()) * f, "attention output"));
-  gate = reinterpret_cast<float*>(take(ws.ffn_gate_up, 2 * T * size_t(c.ffn_dim) * f, "ffn gate and up"));
-  up = gate + T * size_t(c.ffn_dim);
+  gate = reinterpret_cast<float*>(
+      take(ws.ffn_gate_up, T * size_t(ld_gate_up()) * f, "ffn gate and up"));
+  up = gate + c.ffn_dim;
   xq.q = reinterpret_cast<int8_t*>(take(
       ws.quantized_x, kernels::quantized_activation_q_bytes(int(T), int64_t(widest)), "quantized activations"));
   xq.scales = reinterpret_cast<float*>(take(ws.quantized_x_scales,
@@ -481,20 +541,23 @@ Result<double> measure_copy_bandwidth(int device) {
   return 2.0 * double(bytes) / (double(ms[ms.size() / 2]) * 1e-3);
 }
 
-bool CudaBackend::Impl::attention(const Layer& layer, const float* q_in, float* out, int n_tokens, int max_position,
-                                  const int32_t* positions, const int32_t* token_tables, bool quantize_out) {
+bool CudaBackend::Impl::attention(const Layer& layer, int first, int n_tokens, int max_position,
+                                  bool quantize_out) {
   const ModelConfig& c = model->config;
   const bool fused = quantize_out && c.head_dim % kernels::kActivationBlock == 0;
-  const int64_t first_row = (q_in - q) / c.q_dim();  // xq rows follow the step's token rows
+  const int T = options.max_batch_tokens;
+  const int32_t* positions = d_ints + T + first;
+  const int32_t* token_tables = d_ints + 3 * T + first;
   // Tokens go in groups small enough for the split-K scratch.
   const size_t per_token = kernels::attention_partial_floats(1, int(c.n_heads), int(c.head_dim), max_position);
   const int group = int(std::max<size_t>(1, partial_floats / per_token));
   for (int t0 = 0; t0 < n_tokens; t0 += group) {
     kernels::AttentionArgs a;
+    const int64_t row = first + t0;  // xq rows follow the step's token rows
     a.n_tokens = std::min(group, n_tokens - t0);
-    a.q = q_in + int64_t(t0) * c.q_dim();
-    a.ldq = c.q_dim();
-    a.out = out + int64_t(t0) * c.q_dim();
+    a.q = q + row * ld_qkv();
+    a.ldq = ld_qkv();
+    a.out = attn + row * c.q_dim();
     a.ldo = c.q_dim();
     a.cache = layer.kv;
     a.positions = positions + t0;
@@ -508,8 +571,8 @@ bool CudaBackend::Impl::attention(const Layer& layer, const float* q_in, float* 
     a.scale = float(1.0 / std::sqrt(double(c.head_dim)));
     a.partials = partials;
     if (fused) {
-      a.out_q.q = xq.q + (first_row + t0) * kernels::quantized_activation_q_row(c.q_dim());
-      a.out_q.scales = xq.scales + (first_row + t0) * kernels::quantized_activation_scale_row(c.q_dim());
+      a.out_q.q = xq.q + row * kernels::quantized_activation_q_row(c.q_dim());
+      a.out_q.scales = xq.scales + row * kernels::quantized_activation_scale_row(c.q_dim());
     }
     if (options.kv_int8) kernels::launch_attention_int8(a, layer.kv8, stream);
     else kernels::launch_attention(a, stream);
@@ -526,7 +589,8 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
   const int32_t* d_slots = d_positions + T;
   const int32_t* d_token_tables = d_slots + T;
   const int32_t* d_logit_rows = d_token_tables + T;
-  const int dim = int(c.dim), ffn = int(c.ffn_dim), qd = int(c.q_dim()), kvd = int(c.kv_dim());
+  const int dim = int(c.dim), ffn = int(c.ffn_dim), qd = int(c.q_dim());
+  const int64_t ldqkv = ld_qkv(), ldgu = ld_gate_up();
   // Up to 8 tokens: the dp4a matvecs read the weights once at full
   // bandwidth. From 9 on (prefill, large batches): the tensor-core GEMM, which
   // takes fp32 activations directly, so nothing is quantized for it.
@@ -570,34 +634,41 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
   for (size_t li = 0; li < layers.size(); ++li) {
     const Impl::Layer& l = layers[li];
     norm(l.attn_norm);
-    matvec(l.wq, xn, dim, n, q, qd, l.bq, false);
-    matvec(l.wk, xn, dim, n, k, kvd, l.bk, false);
-    matvec(l.wv, xn, dim, n, v, kvd, l.bv, false);
+    // q, k and v of a token side by side in one row of ldqkv.
+    for (const ProjectionStack& p : l.qkv)
+      matvec(p.w, xn, dim, n, q + p.column, ldqkv, p.bias, false);
     if (c.qk_norm) {
-      kernels::launch_head_rmsnorm(q, qd, n, int(c.n_heads), int(c.head_dim), l.q_norm, c.rms_eps, st);
-      kernels::launch_head_rmsnorm(k, kvd, n, int(c.n_kv_heads), int(c.head_dim), l.k_norm, c.rms_eps, st);
+      kernels::launch_head_rmsnorm(q, ldqkv, n, int(c.n_heads), int(c.head_dim), l.q_norm,
+                                   c.rms_eps, st);
+      kernels::launch_head_rmsnorm(k, ldqkv, n, int(c.n_kv_heads), int(c.head_dim), l.k_norm,
+                                   c.rms_eps, st);
     }
     if (options.kv_int8) {
-      kernels::launch_rope(q, qd, n, int(c.n_heads), int(c.head_dim), int(c.head_dim), d_positions, inv_freq,
-                           ordering, st);
-      kernels::launch_rope(k, kvd, n, int(c.n_kv_heads), int(c.head_dim), int(c.head_dim), d_positions, inv_freq,
-                           ordering, st);
-      kernels::launch_kv_write_int8(k, v, kvd, n, int(c.n_kv_heads), int(c.head_dim), d_slots, l.kv8, st);
+      kernels::launch_rope(q, ldqkv, n, int(c.n_heads), int(c.head_dim), int(c.head_dim),
+                           d_positions, inv_freq, ordering, st);
+      kernels::launch_rope(k, ldqkv, n, int(c.n_kv_heads), int(c.head_dim), int(c.head_dim),
+                           d_positions, inv_freq, ordering, st);
+      kernels::launch_kv_write_int8(k, v, ldqkv, n, int(c.n_kv_heads), int(c.head_dim), d_slots,
+                                    l.kv8, st);
     } else {
-      kernels::launch_rope_qk_kv_write(q, qd, k, v, kvd, n, int(c.n_heads), int(c.n_kv_heads), int(c.head_dim),
-                                       d_positions, inv_freq, ordering, d_slots, l.kv, st);
+      kernels::launch_rope_qk_kv_write(q, ldqkv, k, v, ldqkv, n, int(c.n_heads), int(c.n_kv_heads),
+                                       int(c.head_dim), d_positions, inv_freq, ordering, d_slots,
+                                       l.kv, st);
     }
     const bool attn_quantized = spans ? attention_spans(l, *spans, max_position, quantized)
-                                      : attention(l, q, attn, n, max_position, d_positions, d_token_tables, quantized);
+                                      : attention(l, 0, n, max_position, quantized);
     if (quantized && !attn_quantized) kernels::launch_quantize_activations(attn, qd, n, qd, xq, st);
     matvec(l.wo, attn, qd, n, x, dim, nullptr, true);  // residual add fused
 
     norm(l.ffn_norm);
-    matvec(l.w_gate, xn, dim, n, gate, ffn, nullptr, false);
-    matvec(l.w_up, xn, dim, n, up, ffn, nullptr, false);
-    if (quantized) kernels::launch_swiglu_quantize(gate, ffn, up, ffn, gate, ffn, n, ffn, xq, st);
-    else kernels::launch_swiglu(gate, ffn, up, ffn, gate, ffn, n, ffn, st);
-    matvec(l.w_down, gate, ffn, n, x, dim, nullptr, true);
+    // gate and up side by side in one row of ldgu; SwiGLU's output over gate.
+    for (const ProjectionStack& p : l.gate_up)
+      matvec(p.w, xn, dim, n, gate + p.column, ldgu, nullptr, false);
+    if (quantized)
+      kernels::launch_swiglu_quantize(gate, ldgu, up, ldgu, gate, ldgu, n, ffn, xq, st);
+    else
+      kernels::launch_swiglu(gate, ldgu, up, ldgu, gate, ldgu, n, ffn, st);
+    matvec(l.w_down, gate, ldgu, n, x, dim, nullptr, true);
   }
 
   if (n_out > 0) {
@@ -616,24 +687,20 @@ bool CudaBackend::Impl::attention_spans(const Layer& layer, const std::vector<Sp
   constexpr int kPrefillMinTokens = 16;
   const bool tensor_cores = !options.kv_int8 && kernels::prefill_attention_supported(int(c.head_dim));
   const int T = options.max_batch_tokens;
-  const int32_t* d_positions = d_ints + T;
-  const int32_t* d_token_tables = d_ints + 3 * T;
   const int32_t* d_tables = d_ints + 5 * T;
   int run_first = -1, run_end = -1;
   bool all_quantized = true;
   auto flush = [&] {
     if (run_first < 0) return;
-    all_quantized &= attention(layer, q + int64_t(run_first) * c.q_dim(), attn + int64_t(run_first) * c.q_dim(),
-                               run_end - run_first, max_position, d_positions + run_first,
-                               d_token_tables + run_first, quantize_out);
+    all_quantized &= attention(layer, run_first, run_end - run_first, max_position, quantize_out);
     run_first = -1;
   };
   for (const Span& sp : spans) {
     if (tensor_cores && sp.count >= kPrefillMinTokens) {
       flush();
       kernels::PrefillAttentionArgs a;
-      a.q = q + int64_t(sp.first) * c.q_dim();
-      a.ldq = c.q_dim();
+      a.q = q + int64_t(sp.first) * ld_qkv();
+      a.ldq = ld_qkv();
       a.out = attn + int64_t(sp.first) * c.q_dim();
       a.ldo = c.q_dim();
       a.cache = layer.kv;

@@ -324,10 +324,30 @@ Result<uint64_t> repacked_weight_bytes(const ModelWeights& w, const ModelConfig&
   auto inverse_frequencies = packed_layout_for(GgmlType::F32, 1, std::max<int64_t>(config.head_dim / 2, 1));
   if (!inverse_frequencies) return inverse_frequencies.error();
   total += inverse_frequencies->total_bytes;
+  // Projections as the backend stacks them: one matrix, and one bias
+  // vector, per stack (engine/weight_repack.h).
+  auto add_stacks = [&](std::initializer_list<Projection> projections) -> Status {
+    for (const auto& stack : projection_stacks(projections)) {
+      std::vector<GgufMatrix> parts;
+      int64_t rows = 0;
+      for (const Projection& p : stack) {
+        parts.push_back(gguf_matrix(*p.weight));
+        rows += parts.back().rows;
+      }
+      auto layout = stacked_layout_for(parts);
+      if (!layout)
+        return make_error("tensor '" + stack[0].weight->name + "': " + layout.error().message);
+      total += layout->total_bytes;
+      if (stack[0].bias)
+        total += kernels::make_packed_layout(kernels::PackedFormat::F32, 1, rows).total_bytes;
+    }
+    return {};
+  };
   for (const LayerWeights& l : w.layers) {
-    for (const GgufTensor* t : {l.attn_norm, l.wq, l.wk, l.wv, l.wo, l.bq, l.bk, l.bv, l.q_norm,
-                                l.k_norm, l.ffn_norm, l.w_gate, l.w_up, l.w_down})
+    for (const GgufTensor* t : {l.attn_norm, l.wo, l.q_norm, l.k_norm, l.ffn_norm, l.w_down})
       VOLTAD_TRY(add(t));
+    VOLTAD_TRY(add_stacks({{l.wq, l.bq}, {l.wk, l.bk}, {l.wv, l.bv}}));
+    VOLTAD_TRY(add_stacks({{l.w_gate, nullptr}, {l.w_up, nullptr}}));
   }
   return total;
 }

@@ -100,8 +100,10 @@ constexpr uint64_t kAssumedCudaContextBytes = 400ull << 20;
 
 // Device bytes of the weights once repacked (engine/weight_repack.h): exact,
 // and the size of the one allocation the CUDA backend places them in.
-// Matrices take packed_layout_for(type, rows, cols).total_bytes; vectors
-// (norms, biases) are F32 on the device; RoPE's head_dim/2 inverse
+// Matrices take packed_layout_for(type, rows, cols).total_bytes, with q/k/v
+// and gate/up as the backend stacks them (projection_stacks: one layout of
+// the summed rows, and one bias vector, per stack); vectors (norms, biases)
+// are F32 on the device; RoPE's head_dim/2 inverse
 // frequencies (with a file's rope_freqs folded in) are one more F32 vector.
 // Every piece starts at a 256-byte boundary. A tied output is the embedding
 // and is counted once. Error: a type the CUDA backend cannot run.

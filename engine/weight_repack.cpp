@@ -10,6 +10,8 @@
 #include <cstring>
 #include <string>
 
+#include "engine/gguf_file.h"
+
 namespace voltad {
 
 using kernels::PackedFormat;
@@ -259,6 +261,13 @@ Result<PackedLayout> packed_layout_for(GgmlType type, int64_t rows, int64_t cols
 
 Status repack_rows(GgmlType type, const uint8_t* gguf_data, const PackedLayout& layout,
                    int64_t first_row, int64_t n_rows, uint8_t* dst) {
+  return repack_rows_at(type, gguf_data, layout, 0, first_row, n_rows, dst);
+}
+
+Status repack_rows_at(GgmlType type, const uint8_t* gguf_data, const PackedLayout& layout,
+                      int64_t at_row, int64_t first_row, int64_t n_rows, uint8_t* dst) {
+  VOLTAD_CHECK(at_row >= 0 && first_row >= 0 && n_rows >= 0 &&
+               at_row + first_row + n_rows <= layout.rows);
   const int64_t cols = layout.cols;
   const int64_t row_bytes = [&]() -> int64_t {
     switch (type) {
@@ -286,7 +295,7 @@ Status repack_rows(GgmlType type, const uint8_t* gguf_data, const PackedLayout& 
   }();
   for (int64_t r = first_row; r < first_row + n_rows; ++r) {
     const uint8_t* in = gguf_data + r * row_bytes;
-    const RowOut out = row_out(layout, dst, r);
+    const RowOut out = row_out(layout, dst, at_row + r);
     if (type != GgmlType::BF16) {
       repack_row(type, in, cols, out);
       continue;
@@ -314,6 +323,52 @@ Result<PackedMatrix> repack_matrix(GgmlType type, const uint8_t* gguf_data, int6
   m.bytes.assign(m.layout.total_bytes, 0);
   VOLTAD_TRY(repack_rows(type, gguf_data, m.layout, 0, rows, m.bytes.data()));
   return m;
+}
+
+GgufMatrix gguf_matrix(const GgufTensor& t) {
+  return {t.type, t.data, int64_t(t.n_rows()), int64_t(t.ne[0])};
+}
+
+Result<PackedLayout> stacked_layout_for(std::span<const GgufMatrix> parts) {
+  if (parts.empty()) return make_error("a stack of matrices needs at least one");
+  int64_t rows = 0;
+  for (const GgufMatrix& p : parts) {
+    if (p.type != parts[0].type || p.cols != parts[0].cols)
+      return make_error("cannot stack a " + ggml_type_name(p.type) + " matrix of rows of " +
+                        std::to_string(p.cols) + " on a " + ggml_type_name(parts[0].type) +
+                        " matrix of rows of " + std::to_string(parts[0].cols) +
+                        ": a stack has one type and one row length");
+    rows += p.rows;
+  }
+  return packed_layout_for(parts[0].type, rows, parts[0].cols);
+}
+
+Result<PackedMatrix> repack_stacked(std::span<const GgufMatrix> parts) {
+  auto layout = stacked_layout_for(parts);
+  if (!layout) return layout.error();
+  PackedMatrix m;
+  m.layout = *layout;
+  m.bytes.assign(m.layout.total_bytes, 0);
+  int64_t at = 0;
+  for (const GgufMatrix& p : parts) {
+    VOLTAD_TRY(repack_rows_at(p.type, p.data, m.layout, at, 0, p.rows, m.bytes.data()));
+    at += p.rows;
+  }
+  return m;
+}
+
+std::vector<std::vector<Projection>> projection_stacks(std::span<const Projection> projections) {
+  std::vector<std::vector<Projection>> stacks;
+  auto joins = [](const Projection& a, const Projection& b) {
+    return a.weight->type == b.weight->type && a.weight->ne[0] == b.weight->ne[0] &&
+           (a.bias == nullptr) == (b.bias == nullptr);
+  };
+  for (const Projection& p : projections) {
+    VOLTAD_CHECK(p.weight != nullptr);
+    if (stacks.empty() || !joins(stacks.back().back(), p)) stacks.emplace_back();
+    stacks.back().push_back(p);
+  }
+  return stacks;
 }
 
 // The decode below mirrors the kernels': each value is a product of exact

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "engine/ggml_types.h"
@@ -26,6 +27,8 @@
 #include "kernels/matvec_format.h"
 
 namespace voltad {
+
+struct GgufTensor;
 
 struct PackedMatrix {
   kernels::PackedLayout layout;  // (rows, cols) = (ne[1], ne[0])
@@ -53,6 +56,49 @@ Status repack_rows(GgmlType type, const uint8_t* gguf_data, const kernels::Packe
 // The whole tensor, into a fresh zeroed buffer.
 Result<PackedMatrix> repack_matrix(GgmlType type, const uint8_t* gguf_data, int64_t rows,
                                    int64_t cols);
+
+// Stacks. Projections that read the same input (wq, wk, wv; w_gate, w_up)
+// are packed as one matrix holding their rows in order, so that one matvec
+// computes them all: row r of part i is row (rows of parts 0..i-1) + r of the
+// stack, and its output lands in the matching column of y. The stack is an
+// ordinary packed matrix (make_packed_layout of the summed rows); only parts
+// of one GGUF type and one row length stack.
+
+// A GGUF matrix in memory: rows x cols values of `type`, row 0 at `data`.
+struct GgufMatrix {
+  GgmlType type = GgmlType::F32;
+  const uint8_t* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+GgufMatrix gguf_matrix(const GgufTensor& t);
+
+// The layout of the stack of `parts`. Errors: no parts, parts of different
+// types or row lengths, or what packed_layout_for refuses.
+Result<kernels::PackedLayout> stacked_layout_for(std::span<const GgufMatrix> parts);
+
+// repack_rows with the tensor's rows going `at_row` rows further down:
+// rows [first_row, first_row + n_rows) of one part of a stack, the part
+// starting at row `at_row` of `layout`.
+Status repack_rows_at(GgmlType type, const uint8_t* gguf_data, const kernels::PackedLayout& layout,
+                      int64_t at_row, int64_t first_row, int64_t n_rows, uint8_t* dst);
+
+// The whole stack, into a fresh zeroed buffer.
+Result<PackedMatrix> repack_stacked(std::span<const GgufMatrix> parts);
+
+// One projection of a layer: its weight (rows, cols) and bias (rows) or null.
+struct Projection {
+  const GgufTensor* weight = nullptr;
+  const GgufTensor* bias = nullptr;
+};
+
+// How the CUDA backend places consecutive projections whose outputs are
+// adjacent columns (q, k, v; gate, up): each run of neighbours with one
+// GGUF type, one row length and a bias on all or none is one stack, and its
+// biases are concatenated too. [wq Q4_K, wk Q4_K, wv Q6_K] -> [wq wk], [wv];
+// a run of one is a matrix of its own. The VRAM plan counts the same
+// (repacked_weight_bytes).
+std::vector<std::vector<Projection>> projection_stacks(std::span<const Projection> projections);
 
 // One row decoded to floats by the packed layout: the CPU reference of what
 // the kernels decode (out has layout.cols floats).

@@ -4,6 +4,10 @@
 // kv_cache_bytes; and the exact repacked weight size of a real file.
 #include <doctest/doctest.h>
 
+#include <set>
+#include <string>
+#include <vector>
+
 #include "engine/model.h"
 #include "engine/vram_plan.h"
 #include "engine/weight_repack.h"
@@ -312,25 +316,83 @@ TEST_CASE("a smaller budget fraction; a larger one as a way out") {
 }
 
 TEST_CASE(
-    "repacked weight bytes of a real file: packed layouts summed, vectors as F32, tied once") {
-  for (int variant = 0; variant < 3; ++variant) {
-    const bool tied = variant == 1, rope_freqs = variant == 2;
-    CAPTURE(tied);
-    CAPTURE(rope_freqs);
+    "repacked weight bytes of a real file: packed layouts summed, q/k/v and gate/up stacked by "
+    "type, "
+    "vectors as F32, tied once") {
+  // Each variant names the stacks its layers get (the rest are matrices and
+  // vectors of their own): wq/wk/wv and w_gate/w_up of one type are one
+  // packed matrix of their summed rows, with their biases one vector.
+  struct Variant {
+    const char* what;
     test::TinyModelSpec spec;
-    spec.tied = tied;
-    spec.rope_freqs = rope_freqs;  // folded into the inverse frequencies, not a tensor of its own
-    spec.retype["blk.1.ffn_down.weight"] = GgmlType::Q4_0;
-    auto file = GgufFile::from_bytes(test::tiny_model_writer(spec).to_bytes(), "tiny.gguf");
+    std::vector<std::vector<std::string>> stacks;
+  };
+  auto plain_stacks = [](int layers) {
+    std::vector<std::vector<std::string>> s;
+    for (int i = 0; i < layers; ++i) {
+      const std::string b = "blk." + std::to_string(i) + ".";
+      s.push_back({b + "attn_q.weight", b + "attn_k.weight", b + "attn_v.weight"});
+      s.push_back({b + "ffn_gate.weight", b + "ffn_up.weight"});
+    }
+    return s;
+  };
+  std::vector<Variant> variants(5);
+  variants[0].what = "one type: everything stacked";
+  variants[1].what = "tied output";
+  variants[1].spec.tied = true;
+  variants[2].what = "rope_freqs";
+  variants[2].spec.rope_freqs =
+      true;  // folded into the inverse frequencies, not a tensor of its own
+  for (int v = 0; v < 3; ++v) {
+    variants[size_t(v)].spec.retype["blk.1.ffn_down.weight"] = GgmlType::Q4_0;
+    variants[size_t(v)].stacks = plain_stacks(2);
+  }
+  variants[3].what = "qwen2 biases; attn_v and ffn_up of another type";
+  variants[3].spec.arch = "qwen2";
+  variants[3].spec.retype["blk.0.attn_v.weight"] = GgmlType::Q4_0;
+  variants[3].spec.retype["blk.1.ffn_up.weight"] = GgmlType::Q4_0;
+  variants[3].stacks = {{"blk.0.attn_q.weight", "blk.0.attn_k.weight"},
+                        {"blk.0.attn_q.bias", "blk.0.attn_k.bias"},
+                        {"blk.0.ffn_gate.weight", "blk.0.ffn_up.weight"},
+                        {"blk.1.attn_q.weight", "blk.1.attn_k.weight", "blk.1.attn_v.weight"},
+                        {"blk.1.attn_q.bias", "blk.1.attn_k.bias", "blk.1.attn_v.bias"}};
+  variants[4].what = "attn_q alone, then k+v; then nothing stacks";
+  variants[4].spec.retype["blk.0.attn_q.weight"] = GgmlType::Q4_0;
+  variants[4].spec.retype["blk.1.attn_k.weight"] = GgmlType::Q4_0;
+  variants[4].spec.retype["blk.1.ffn_gate.weight"] = GgmlType::F32;
+  variants[4].stacks = {{"blk.0.attn_k.weight", "blk.0.attn_v.weight"},
+                        {"blk.0.ffn_gate.weight", "blk.0.ffn_up.weight"}};
+  for (const Variant& v : variants) {
+    CAPTURE(v.what);
+    auto file = GgufFile::from_bytes(test::tiny_model_writer(v.spec).to_bytes(), "tiny.gguf");
     REQUIRE(file.ok());
     auto model = load_model(std::move(file).value());
     REQUIRE_MESSAGE(model.ok(), (model.ok() ? "" : model.error().message));
     auto bytes = repacked_weight_bytes(model.value()->weights, model.value()->config);
-    REQUIRE(bytes.ok());
+    REQUIRE_MESSAGE(bytes.ok(), (bytes.ok() ? "" : bytes.error().message));
+    const GgufFile& f = *model.value()->file;
     // RoPE's inverse frequencies: head_dim / 2 floats, in 256 bytes here.
     uint64_t expected = 256;
-    for (const GgufTensor& t : model.value()->file->tensors()) {
-      if (t.name == "rope_freqs.weight") continue;
+    std::set<std::string> in_stacks;
+    for (const auto& stack : v.stacks) {
+      const GgufTensor* first = f.find_tensor(stack[0]);
+      REQUIRE(first != nullptr);
+      int64_t rows = 0;
+      for (const std::string& name : stack) {
+        const GgufTensor* t = f.find_tensor(name);
+        REQUIRE(t != nullptr);
+        REQUIRE(t->type == first->type);
+        rows += t->n_dims == 1 ? int64_t(t->ne[0]) : int64_t(t->ne[1]);
+        in_stacks.insert(name);
+      }
+      auto layout = first->n_dims == 1
+                        ? packed_layout_for(GgmlType::F32, 1, rows)
+                        : packed_layout_for(first->type, rows, int64_t(first->ne[0]));
+      REQUIRE(layout.ok());
+      expected += layout->total_bytes;
+    }
+    for (const GgufTensor& t : f.tensors()) {
+      if (t.name == "rope_freqs.weight" || in_stacks.count(t.name)) continue;
       auto layout = t.n_dims == 1 ? packed_layout_for(GgmlType::F32, 1, int64_t(t.ne[0]))
                                   : packed_layout_for(t.type, int64_t(t.ne[1]), int64_t(t.ne[0]));
       REQUIRE(layout.ok());
@@ -339,7 +401,7 @@ TEST_CASE(
     CHECK(*bytes == expected);
     // Every sub-array is 256-byte aligned, so even a 64-value norm takes 256.
     CHECK(*bytes % 256 == 0);
-    CHECK(*bytes > model.value()->file->file_size() / 2);
+    CHECK(*bytes > f.file_size() / 2);
   }
 }
 

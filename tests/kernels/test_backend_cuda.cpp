@@ -10,6 +10,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -22,6 +23,9 @@
 #include "engine/chat_template.h"
 #include "engine/generate.h"
 #include "engine/tokenizer.h"
+#include "engine/vram_plan.h"
+#include "tests/engine/test_gguf_support.h"
+#include "tests/kernels/random_weights.h"
 
 using namespace voltad;
 namespace fs = std::filesystem;
@@ -57,6 +61,68 @@ double relative_error(std::span<const float> a, std::span<const float> b) {
 }
 
 std::vector<float> to_float(const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); }
+
+// A tiny qwen2-shaped model (q/k/v biases) whose layers take every path of
+// the CUDA backend's projection stacks (engine/weight_repack.h):
+//   layer 0: q k v Q8_0, gate up Q4_K        -> one q|k|v stack, one gate|up stack
+//   layer 1: q k Q4_K, v Q6_K, gate Q4_K, up Q6_K
+//                                            -> [q k] [v] (Q4_K_M's usual), gate and up apart
+//   layer 2: q Q6_K, k v Q4_0, gate up F16   -> [q] [k v], one gate|up stack
+//   layer 3: q Q4_0, k Q8_0, v Q4_0, gate Q8_0, up Q4_0
+//                                            -> three matrices, gate and up apart
+// Random valid blocks, with scales bounded per type so that the weights stay
+// below about 1 and the activations finite. A q|k|v or gate|up column out of
+// place shows as errors of order 1, far above the 5e-2 of the arithmetic.
+std::shared_ptr<const Model> mixed_type_model() {
+  test::TinyModelSpec spec;
+  spec.arch = "qwen2";
+  spec.dim = 256;
+  spec.n_layers = 4;
+  spec.n_heads = 4;
+  spec.n_kv_heads = 2;
+  spec.ffn_dim = 512;
+  spec.n_vocab = 96;
+  spec.seed = 11;
+  using G = GgmlType;
+  const std::vector<std::array<G, 5>> types = {{G::Q8_0, G::Q8_0, G::Q8_0, G::Q4_K, G::Q4_K},
+                                               {G::Q4_K, G::Q4_K, G::Q6_K, G::Q4_K, G::Q6_K},
+                                               {G::Q6_K, G::Q4_0, G::Q4_0, G::F16, G::F16},
+                                               {G::Q4_0, G::Q8_0, G::Q4_0, G::Q8_0, G::Q4_0}};
+  const char* names[] = {"attn_q", "attn_k", "attn_v", "ffn_gate", "ffn_up"};
+  for (int64_t layer = 0; layer < spec.n_layers; ++layer)
+    for (const char* n : names)
+      spec.omit.insert("blk." + std::to_string(layer) + "." + n + ".weight");
+  GgufWriter w = test::tiny_model_writer(spec);
+  auto max_exponent = [](GgmlType t) {  // fp16 scales up to 2^(e - 14)
+    switch (t) {
+      case GgmlType::Q4_K:
+        return 4;
+      case GgmlType::Q6_K:
+        return 2;
+      case GgmlType::Q8_0:
+        return 7;
+      case GgmlType::Q4_0:
+        return 10;
+      default:
+        return 11;  // F16 values
+    }
+  };
+  std::mt19937 rng(spec.seed);
+  const uint64_t dim = 256, q = 256, kv = 128, ffn = 512;
+  const uint64_t rows[] = {q, kv, kv, ffn, ffn};
+  for (int64_t layer = 0; layer < spec.n_layers; ++layer)
+    for (int i = 0; i < 5; ++i) {
+      const GgmlType t = types[size_t(layer)][size_t(i)];
+      w.add_tensor(
+          "blk." + std::to_string(layer) + "." + names[i] + ".weight", t, {dim, rows[i]},
+          test::random_valid_tensor(t, int64_t(rows[i]), int64_t(dim), rng, max_exponent(t)));
+    }
+  auto file = GgufFile::from_bytes(w.to_bytes(), "mixed-types.gguf");
+  REQUIRE_MESSAGE(file.ok(), (file.ok() ? "" : file.error().message));
+  auto model = load_model(std::move(file).value());
+  REQUIRE_MESSAGE(model.ok(), (model.ok() ? "" : model.error().message));
+  return model.value();
+}
 
 }  // namespace
 
@@ -265,5 +331,59 @@ TEST_CASE("INT8 KV cache: logits stay close to the FP16 cache's on every tiny mo
     double err = relative_error(results[1], results[0]);
     MESSAGE(name << ": INT8 vs FP16 KV relative error " << err);
     CHECK(err < 3e-2);
+  }
+}
+
+TEST_CASE("stacked, partly stacked and separate projections: CUDA follows the CPU backend") {
+  auto model = mixed_type_model();
+  auto planned = repacked_weight_bytes(model->weights, model->config);
+  REQUIRE(planned.ok());
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 48; ++i) tokens.push_back(int32_t((i * 37 + 5) % model->config.n_vocab));
+  // The reference: a 40-token prompt, then 8 tokens decoded one by one.
+  auto run = [&](Backend& b) {
+    std::vector<std::vector<float>> rows;
+    REQUIRE(b.kv_pool().reserve(0, int64_t(tokens.size())));
+    BatchChunk prompt;
+    prompt.tokens = std::span<const int32_t>(tokens).first(40);  // the GEMM path (>= 25 tokens)
+    ForwardOutput out;
+    REQUIRE(b.forward(std::span<const BatchChunk>(&prompt, 1), out).ok());
+    rows.emplace_back(out.logits.begin(), out.logits.end());
+    for (size_t p = 40; p < tokens.size(); ++p) {  // the matvec path, decode graphs
+      BatchChunk one;
+      one.start_pos = int32_t(p);
+      one.tokens = std::span<const int32_t>(tokens).subspan(p, 1);
+      REQUIRE(b.forward(std::span<const BatchChunk>(&one, 1), out).ok());
+      rows.emplace_back(out.logits.begin(), out.logits.end());
+    }
+    b.kv_pool().release(0);
+    return rows;
+  };
+  CpuBackendOptions co;
+  co.max_context = 256;
+  auto cpu = CpuBackend::create(model, co);
+  REQUIRE(cpu.ok());
+  const auto want = run(*cpu.value());
+  for (bool int8 : {false, true}) {
+    CAPTURE(int8);
+    CudaBackendOptions o;
+    o.max_context = 256;
+    o.max_sequences = 4;
+    o.max_batch_tokens = 256;
+    o.kv_int8 = int8;
+    auto cuda = CudaBackend::create(model, o);
+    REQUIRE_MESSAGE(cuda.ok(), (cuda.ok() ? "" : cuda.error().message));
+    CHECK(cuda.value()->memory_use().weights == *planned);
+    const auto got = run(*cuda.value());
+    REQUIRE(got.size() == want.size());
+    for (size_t r = 0; r < got.size(); ++r) {
+      CAPTURE(r);
+      REQUIRE(got[r].size() == want[r].size());
+      for (float v : want[r]) REQUIRE(std::isfinite(v));
+      const double err = relative_error(got[r], want[r]);
+      CHECK_MESSAGE(err < 5e-2, "step " << r << ": relative error " << err);
+      if (r == 0 || r + 1 == got.size())
+        MESSAGE("step " << r << ": CUDA vs CPU relative error " << err);
+    }
   }
 }
