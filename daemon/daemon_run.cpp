@@ -97,6 +97,7 @@ std::optional<Failure> load_engine(const config::Config& cfg, const std::string&
     options.max_batch_tokens =
         int32_t(std::max(cfg.engine.max_batch_tokens, cfg.engine.max_sequences));
     options.kv_int8 = cfg.engine.kv_cache_type == "int8";
+    options.kernels = kernels::parse_kernel_set(cfg.engine.kernels).value_or(kernels::KernelSet::Auto);
     auto host_memory = placement::node_local_host_memory(plan);
     options.host_allocate = host_memory.allocate;
     options.host_release = host_memory.release;
@@ -127,6 +128,8 @@ std::optional<Failure> load_engine(const config::Config& cfg, const std::string&
                      "engine.backend is cuda: " + backend.error().message +
                          " (voltad does not fall back to the CPU; set engine.backend: cpu to "
                          "serve on the CPU reference backend)"};
+    spdlog::info("CUDA backend on {}: kernels {} (engine.kernels: {})", backend.value()->device_name(),
+                 backend.value()->kernels_in_use(), cfg.engine.kernels);
     const CudaMemoryUse& use = backend.value()->memory_use();
     e.served.kv_cache_bytes = use.kv_cache;
     e.served.device_memory_bytes = use.weights + use.kv_cache + use.workspace;

@@ -1,6 +1,7 @@
 // voltad: the daemon. Command-line modes that inspect and exit, then serving.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -88,6 +89,9 @@ int run_daemon(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Every CUDA kernel loaded with the context, none at its first launch
+  // during serving (engine/backend_cuda.h, prefer_eager_kernel_loading).
+  setenv("CUDA_MODULE_LOADING", "EAGER", /*overwrite=*/0);
   Args args;
   std::vector<std::string> argv_list(argv + 1, argv + argc);
   if (std::find(argv_list.begin(), argv_list.end(), "--plan") != argv_list.end())

@@ -20,6 +20,7 @@
 #include "kernels/cuda_check.h"
 #include "kernels/embedding.h"
 #include "kernels/gather.h"
+#include "kernels/gemm_sm80.h"
 #include "kernels/gemm_wmma.h"
 #include "kernels/matvec.h"
 #include "kernels/norm.h"
@@ -102,6 +103,7 @@ struct CudaBackend::Impl {
   int64_t ld_gate_up() const { return 2 * model->config.ffn_dim; }
   size_t partial_floats = 0;
   kernels::QuantizedActivations xq;
+  kernels::GemmScratch gemm_scratch;  // aliases xq.q (allocate_workspace)
   int32_t *d_ints = nullptr;  // tokens, positions, slots, token_tables, logit_rows, block tables
   std::vector<int32_t> h_ints;
   float* h_logits = nullptr;  // pinned
@@ -404,6 +406,10 @@ Status CudaBackend::Impl::allocate_workspace() {
   up = gate + c.ffn_dim;
   xq.q = reinterpret_cast<int8_t*>(take(
       ws.quantized_x, kernels::quantized_activation_q_bytes(int(T), int64_t(widest)), "quantized activations"));
+  // The sm_80 GEMM's fp16 copy of x borrows the same bytes: steps that run
+  // a GEMM (kGemmMinTokens+ tokens) quantize no activations until the final
+  // norm, after the last GEMM (kernels/gemm_sm80.h).
+  gemm_scratch = {xq.q, size_t(ws.quantized_x)};
   xq.scales = reinterpret_cast<float*>(take(ws.quantized_x_scales,
                                             kernels::quantized_activation_scale_bytes(int(T), int64_t(widest)),
                                             "activation scales"));
@@ -479,7 +485,9 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(std::shared_ptr<const M
   impl->decode_graphs.assign(size_t(options.max_sequences) + 1, nullptr);
   if (options.use_graphs)
     for (int n = 1; n <= options.max_sequences; ++n) VOLTAD_TRY(impl->capture_decode_graph(n));
-  return std::unique_ptr<CudaBackend>(new CudaBackend(std::move(impl)));
+  std::unique_ptr<CudaBackend> backend(new CudaBackend(std::move(impl)));
+  VOLTAD_TRY(backend->warm_up());
+  return backend;
 }
 
 Status CudaBackend::Impl::capture_decode_graph(int n) {
@@ -498,6 +506,12 @@ Status CudaBackend::Impl::capture_decode_graph(int n) {
   if (e != cudaSuccess)
     return cuda_error("instantiating the decode graph for " + std::to_string(n) + " sequences on " + device_name, e);
   decode_graphs[size_t(n)] = exec;
+  // The graph's device-side resources now, not at its first launch: memory
+  // taken while serving is memory the VRAM plan did not see at start.
+  e = cudaGraphUpload(exec, stream);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+  if (e != cudaSuccess)
+    return cuda_error("uploading the decode graph for " + std::to_string(n) + " sequences to " + device_name, e);
   return {};
 }
 
@@ -507,6 +521,10 @@ KvBlockPool& CudaBackend::kv_pool() { return impl_->pool; }
 std::string CudaBackend::unusable_reason() const { return impl_->unusable; }
 const CudaMemoryUse& CudaBackend::memory_use() const { return impl_->memory; }
 std::string CudaBackend::device_name() const { return impl_->device_name; }
+std::string CudaBackend::kernels_in_use() const {
+  if (impl_->options.kernels == kernels::KernelSet::Portable) return "portable";
+  return kernels::gemm_sm80_available() ? "auto: sm80-gemm" : "auto: portable";
+}
 uint64_t CudaBackend::decode_weight_bytes() const { return impl_->decode_bytes; }
 
 Result<double> measure_copy_bandwidth(int device) {
@@ -606,7 +624,7 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
       g.ldy = ldy;
       g.bias = bias;
       g.accumulate = accumulate;
-      return kernels::launch_gemm(g, st);
+      return kernels::launch_gemm_for(options.kernels, g, gemm_scratch, st);
     }
     kernels::MatvecArgs a;
     a.w = w;
@@ -720,6 +738,47 @@ bool CudaBackend::Impl::attention_spans(const Layer& layer, const std::vector<Sp
   }
   flush();
   return all_quantized;
+}
+
+// Every kind of step once, at creation: a prompt chunk of max_batch_tokens
+// tokens (the GEMM path), then decode steps of 1..max_sequences sequences
+// (the graphs), with full logits rows and with the top-k on the device.
+// Whatever the driver takes lazily at a first launch (seen on the H200: 2
+// MiB of device memory at the first steps, though kernels load eagerly and
+// graphs are uploaded) is then taken before the VRAM plan is compared with
+// the card, not while serving. The KV cache is written and then released.
+Status CudaBackend::warm_up() {
+  Impl& m = *impl_;
+  // As much as the KV pool holds (a pool planned smaller than one chunk).
+  const int32_t blocks = m.pool.free_blocks();
+  const int32_t T = std::min({m.options.max_batch_tokens, m.options.max_context,
+                              int32_t(int64_t(blocks) * KvBlockPool::kBlockTokens)});
+  const int32_t S = std::min(m.options.max_sequences, blocks);
+  if (T < 1) return {};
+  std::vector<int32_t> zeros(size_t(std::max(T, S)), 0);
+  ForwardOutput out;
+  for (int32_t top_k : {0, m.topk_fits ? 1 : 0}) {
+    if (!m.pool.reserve(0, T)) return make_error("cuda backend warm-up: no KV blocks for one prompt chunk");
+    BatchChunk prompt;
+    prompt.tokens = std::span<const int32_t>(zeros.data(), size_t(T));
+    prompt.top_k = top_k;
+    VOLTAD_TRY(forward(std::span<const BatchChunk>(&prompt, 1), out));
+    m.pool.release(0);
+    for (int32_t n = 1; n <= S; ++n) {
+      std::vector<BatchChunk> decode(static_cast<size_t>(n));
+      for (int32_t s = 0; s < n; ++s) {
+        if (!m.pool.reserve(s, 1)) return make_error("cuda backend warm-up: no KV blocks for a decode step");
+        decode[size_t(s)].seq_id = s;
+        decode[size_t(s)].tokens = std::span<const int32_t>(zeros.data(), 1);
+        decode[size_t(s)].top_k = top_k;
+      }
+      VOLTAD_TRY(forward(decode, out));
+      for (int32_t s = 0; s < n; ++s) m.pool.release(s);
+    }
+  }
+  cudaError_t e = cudaStreamSynchronize(m.stream);
+  if (e != cudaSuccess) return cuda_error("cuda backend warm-up", e);
+  return {};
 }
 
 Status CudaBackend::forward(std::span<const BatchChunk> chunks, ForwardOutput& out) {

@@ -12,6 +12,7 @@
 
 #include "engine/backend.h"
 #include "engine/model.h"
+#include "kernels/kernel_set.h"
 
 namespace voltad {
 
@@ -28,6 +29,9 @@ struct CudaBackendOptions {
   // KV cache elements: fp16, or int8 with one scale per head and token (half
   // the memory; the V100 has no FP8).
   bool kv_int8 = false;
+  // Portable: only the kernels a V100 runs. Auto: per-architecture variants
+  // where the card has them (kernels/kernel_set.h).
+  kernels::KernelSet kernels = kernels::KernelSet::Auto;
   // Called while weights load: (bytes done, bytes total, tensor name).
   std::function<void(uint64_t, uint64_t, const std::string&)> on_progress;
   // Host memory for the pinned buffers the GPU copies to and from (the
@@ -60,11 +64,16 @@ class CudaBackend final : public Backend {
 
   const CudaMemoryUse& memory_use() const;
   std::string device_name() const;
+  // The kernels in use, for logs and benchmarks: "portable", or "auto:
+  // sm80-gemm" when the card runs the sm_80+ prefill GEMM, "auto: portable"
+  // when it has no variant (a V100, or a build without sm_80+ code).
+  std::string kernels_in_use() const;
   // Bytes of weights one decode step reads: every matrix and vector except
   // the embedding table (unless it doubles as the output matrix).
   uint64_t decode_weight_bytes() const;
 
  private:
+  Status warm_up();  // every kind of step once, at creation (backend_cuda.cpp)
   struct Impl;
   explicit CudaBackend(std::unique_ptr<Impl> impl);
   Status step(std::span<const BatchChunk> chunks, ForwardOutput& out);
@@ -75,6 +84,14 @@ class CudaBackend final : public Backend {
 // the median of several 1 GiB copies: the ceiling decode efficiency is
 // measured against.
 Result<double> measure_copy_bandwidth(int device);
+
+// Makes the CUDA runtime load every kernel when the context is created
+// (CUDA_MODULE_LOADING=EAGER, unless the environment already names a mode).
+// Lazy loading, the default since CUDA 12.2, allocates device memory for a
+// kernel's code at its first launch: during serving, after the VRAM plan
+// was checked, and seen on the H200 as the card growing by 2 MiB at the
+// first prompt. Call it first in main, before any CUDA call.
+void prefer_eager_kernel_loading();
 
 // "NVIDIA H200 (sm_90, 139.8 GiB)": the device the backend would use, or an
 // error saying why there is none.

@@ -2,6 +2,8 @@
 // its PCI address (engine/backend_cuda.h). Built only with CUDA.
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+
 #include "engine/backend_cuda.h"
 
 namespace voltad {
@@ -11,6 +13,10 @@ Error cuda_error(const std::string& what, cudaError_t e) {
   return make_error(what + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
 }
 }  // namespace
+
+void prefer_eager_kernel_loading() {
+  setenv("CUDA_MODULE_LOADING", "EAGER", /*overwrite=*/0);
+}
 
 Result<CudaDeviceMemory> cuda_device_memory(int device) {
   cudaError_t e = cudaSetDevice(device);

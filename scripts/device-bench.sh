@@ -8,6 +8,10 @@
 # (the shared llama3 and qwen3 tokenizers: tar -C ../shared/tokenizers
 # -cJf .tok/tok.tar.xz llama3 qwen3), carried to the machine.
 #   bash scripts/device-bench.sh [--models llama3-8b:q4_k_m,llama3-8b:q4_0] [--ctx 512,4096] [--arch 90]
+#                                [--batches 1,8] [--kernels auto,portable]
+# Each model runs every context with engine.kernels auto; with portable in
+# the list also once more with the portable kernels (the first context,
+# batch 1 and 8: prefill and decode as a V100 runs them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -15,13 +19,15 @@ models="llama3-8b:q4_k_m,llama3-8b:q4_0,qwen3-8b:q4_k_m"
 contexts="512,4096"
 arch=90
 batches="1,2,4,8,16,32"
+kernel_sets="auto,portable"
 while (($#)); do
   case $1 in
     --models) models=$2; shift 2 ;;
     --ctx) contexts=$2; shift 2 ;;
     --arch) arch=$2; shift 2 ;;
     --batches) batches=$2; shift 2 ;;
-    *) echo "usage: $0 [--models SHAPE:TYPE,...] [--ctx N,...] [--arch NN] [--batches B,...]" >&2; exit 64 ;;
+    --kernels) kernel_sets=$2; shift 2 ;;
+    *) echo "usage: $0 [--models SHAPE:TYPE,...] [--ctx N,...] [--arch NN] [--batches B,...] [--kernels auto,portable]" >&2; exit 64 ;;
   esac
 done
 out=${OUT:-$root/build-device/out}
@@ -40,17 +46,23 @@ for spec in ${models//,/ }; do
   case $shape in qwen*) tok=qwen3 ;; *) tok=llama3 ;; esac
   file=/tmp/voltad-models/$shape-$type.gguf
   [[ -s $file ]] || "$build/bin/voltad-mkmodel" --shape "$shape" --type "$type" --tokenizer /tmp/voltad-tok/$tok -o "$file" 2>&1 | tail -1
+  runs=()
   for ctx in ${contexts//,/ }; do
     b=$batches
     [[ $ctx -gt 1024 ]] && b=1,8
-    json=$out/bench-$shape-$type-ctx$ctx.json
-    "$build/bin/voltad-bench" -m "$file" -p 512 -n 64 -b "$b" --ctx "$ctx" --json >"$json"
+    [[ ,$kernel_sets, == *,auto,* ]] && runs+=("auto $ctx $b")
+  done
+  [[ ,$kernel_sets, == *,portable,* ]] && runs+=("portable ${contexts%%,*} 1,8")
+  for run in "${runs[@]}"; do
+    read -r kernels ctx b <<<"$run"
+    json=$out/bench-$shape-$type-ctx$ctx-$kernels.json
+    "$build/bin/voltad-bench" -m "$file" -p 512 -n 64 -b "$b" --ctx "$ctx" --kernels "$kernels" --json >"$json"
     summary+=("$(python3 - "$json" "$shape-$type" "$ctx" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 rows = " ".join(f"b{r['batch']}={r['tokens_per_second']:.0f}tok/s({r['efficiency']:.2f})" for r in d["decode"])
-print(f"{sys.argv[2]} ctx{sys.argv[3]}: prefill {d['prefill']['tokens_per_second']:.0f} tok/s; {rows}; "
-      f"weights {d['weights_bytes']/1e9:.3f} GB vs GGUF {d['gguf_tensor_bytes']/1e9:.3f} GB; "
+print(f"{sys.argv[2]} ctx{sys.argv[3]} kernels {d['kernels']}: prefill {d['prefill']['tokens_per_second']:.0f} tok/s; "
+      f"{rows}; weights {d['weights_bytes']/1e9:.3f} GB vs GGUF {d['gguf_tensor_bytes']/1e9:.3f} GB; "
       f"workspace {d['workspace_bytes']/1e6:.0f} MB; load {d['load_seconds']:.1f} s; copy {d['copy_bandwidth_gbps']:.0f} GB/s")
 PY
 )")

@@ -26,7 +26,9 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: voltad-bench -m MODEL.gguf [-p 512] [-n 128] [-b 1,2,4,8,16] [--ctx 512] [--repeat 3]\n"
-    "                    [--kv fp16|int8] [--no-graphs] [--top-k K] [--json]\n"
+    "                    [--kv fp16|int8] [--kernels auto|portable] [--no-graphs] [--top-k K] [--json]\n"
+    "  --kernels: auto (per-architecture variants where the card has them, the\n"
+    "             default) or portable (only what a V100 runs)\n"
     "  --top-k K: each decode step returns the K best logits per sequence, as the\n"
     "             server does for greedy (1) or top-k sampling (0: whole rows)\n";
 
@@ -45,10 +47,14 @@ constexpr const char* kUsage =
 }  // namespace
 
 int main(int argc, char** argv) {
+#ifdef VOLTAD_HAVE_CUDA
+  voltad::prefer_eager_kernel_loading();  // before any CUDA call
+#endif
   std::string model_path;
   int prompt = 512, steps = 128, ctx = 512, repeat = 3, top_k = 1;
   std::vector<int> batches = {1, 2, 4, 8, 16};
   bool json = false, kv_int8 = false, graphs = true;
+  std::string kernel_set = "auto";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -65,6 +71,11 @@ int main(int argc, char** argv) {
       std::string k = next();
       if (k != "fp16" && k != "int8") return std::fprintf(stderr, "voltad-bench: --kv must be fp16 or int8\n"), 64;
       kv_int8 = k == "int8";
+    }
+    else if (a == "--kernels") {
+      kernel_set = next();
+      if (kernel_set != "auto" && kernel_set != "portable")
+        return std::fprintf(stderr, "voltad-bench: --kernels must be auto or portable\n"), 64;
     }
     else if (a == "-h" || a == "--help") return std::fputs(kUsage, stdout), 0;
     else return std::fprintf(stderr, "voltad-bench: unknown argument '%s'\n%s", a.c_str(), kUsage), 64;
@@ -93,6 +104,7 @@ int main(int argc, char** argv) {
   o.max_batch_tokens = std::max(prompt, max_b);
   o.kv_int8 = kv_int8;
   o.use_graphs = graphs;
+  o.kernels = *kernels::parse_kernel_set(kernel_set);
   o.on_progress = [json](uint64_t done, uint64_t total, const std::string&) {
     if (!json) std::fprintf(stderr, "\rvoltad-bench: loading %3d%%", int(100.0 * double(done) / double(total)));
   };
@@ -174,7 +186,7 @@ int main(int argc, char** argv) {
   if (json) {
     std::printf("{\n  \"model\": \"%s\",\n  \"device\": \"%s\",\n  \"copy_bandwidth_gbps\": %.1f,\n", model_path.c_str(),
                 b.device_name().c_str(), bandwidth.value() / 1e9);
-    std::printf("  \"top_k\": %d,\n", top_k);
+    std::printf("  \"top_k\": %d,\n  \"kernels\": \"%s\",\n", top_k, b.kernels_in_use().c_str());
     std::printf("  \"kv_cache_type\": \"%s\",\n  \"cuda_graphs\": %s,\n  \"load_seconds\": %.2f,\n  \"weights_bytes\": %llu,\n  \"decode_weight_bytes\": %llu,\n", kv_int8 ? "int8" : "fp16", graphs ? "true" : "false", load_s,
                 (unsigned long long)mem.weights, (unsigned long long)b.decode_weight_bytes());
     std::printf("  \"gguf_tensor_bytes\": %llu,\n  \"workspace_bytes\": %llu,\n  \"kv_cache_bytes\": %llu,\n",
@@ -195,8 +207,8 @@ int main(int argc, char** argv) {
     }
     std::printf("  ]\n}\n");
   } else {
-    std::printf("model       %s\ndevice      %s, copy bandwidth %.0f GB/s\n", model_path.c_str(), b.device_name().c_str(),
-                bandwidth.value() / 1e9);
+    std::printf("model       %s\ndevice      %s, copy bandwidth %.0f GB/s; kernels %s\n", model_path.c_str(),
+                b.device_name().c_str(), bandwidth.value() / 1e9, b.kernels_in_use().c_str());
     std::printf("memory      weights %.3f GB (GGUF tensors %.3f GB), workspace %.3f GB, KV cache %.3f GB; load %.1f s\n",
                 mem.weights / 1e9, [&] {
                   double t = 0;

@@ -18,6 +18,7 @@
 #include "engine/model.h"
 #include "engine/model_info.h"
 #include "engine/tokenizer.h"
+#include "kernels/kernel_set.h"
 
 namespace {
 
@@ -36,13 +37,14 @@ constexpr const char* kUsage =
     "  --seed S           random seed, for reproducible sampling\n"
     "  --stop TEXT        stop string (repeatable)\n"
     "  --backend NAME     cpu (default) or cuda (never chosen on its own)\n"
+    "  --kernels SET      cuda: auto (per-architecture variants, default) or portable\n"
     "  --threads N        CPU threads (default: all)\n"
     "  --ctx N            context size in tokens (default: prompt + n)\n"
     "  --dump-logits FILE write each step's logits (float32, little-endian, n_vocab per row)\n"
     "  --quiet            print only the generated text\n";
 
 struct Args {
-  std::string model, prompt, system, chat_template = "auto", backend = "cpu", dump_logits;
+  std::string model, prompt, system, chat_template = "auto", backend = "cpu", dump_logits, kernels = "auto";
   std::vector<std::string> stop;
   bool info = false, chat = false, quiet = false;
   int32_t n = 128, threads = 0, ctx = 0;
@@ -69,6 +71,9 @@ int usage(const std::string& why) {
 }  // namespace
 
 int main(int argc, char** argv) {
+#ifdef VOLTAD_HAVE_CUDA
+  voltad::prefer_eager_kernel_loading();  // before any CUDA call
+#endif
   Args a;
   a.sampling.temperature = 0.8f;
   std::vector<std::string> args(argv + 1, argv + argc);
@@ -89,6 +94,7 @@ int main(int argc, char** argv) {
     else if (f == "--system") ok = next(a.system);
     else if (f == "--template") ok = next(a.chat_template);
     else if (f == "--backend") ok = next(a.backend);
+    else if (f == "--kernels") ok = next(a.kernels) && voltad::kernels::parse_kernel_set(a.kernels).has_value();
     else if (f == "--dump-logits") ok = next(a.dump_logits);
     else if (f == "--stop") ok = next(v), a.stop.push_back(v);
     else if (f == "--info") a.info = true;
@@ -179,6 +185,7 @@ int main(int argc, char** argv) {
     opts.max_context = ctx;
     opts.max_sequences = 1;
     opts.max_batch_tokens = 512;
+    opts.kernels = *voltad::kernels::parse_kernel_set(a.kernels);
     opts.on_progress = [quiet = a.quiet](uint64_t done, uint64_t total, const std::string&) {
       if (!quiet) std::fprintf(stderr, "\rvoltad-run: loading weights %3d%%", int(100.0 * double(done) / double(total)));
     };

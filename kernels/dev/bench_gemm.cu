@@ -2,7 +2,8 @@
 // --bench compiles it with nvcc): TFLOP/s of the tensor-core GEMM
 // (gemm_wmma.cu) at Llama-3-8B shapes for 512 tokens, per weight format and
 // tile shape, a whole Q4_K_M layer's GEMMs, and small token counts (batched
-// decode); with cuBLAS available (-DVOLTAD_BENCH_CUBLAS -lcublas) also a
+// decode); the same for the sm_80+ variant (gemm_sm80.cu) where the device
+// has it; with cuBLAS available (-DVOLTAD_BENCH_CUBLAS -lcublas) also a
 // dense fp16 GEMM of the same shapes as the practical tensor-core ceiling.
 // Then the tensor-core prefill attention (attention_prefill.cu) against the
 // CUDA-core paged attention (attention.cu) for a 512-token chunk, and top-k
@@ -24,6 +25,7 @@
 
 #include "kernels/attention.cu"
 #include "kernels/attention_prefill.cu"
+#include "kernels/gemm_sm80.cu"
 #include "kernels/gemm_wmma.cu"
 #include "kernels/topk.cu"
 
@@ -121,9 +123,12 @@ float time_ms(F&& body, int reps = 10, int rounds = 7) {
 struct Buffers {
   float* x = nullptr;
   float* y = nullptr;
+  GemmScratch scratch;  // the sm_80 variant's fp16 x
   Buffers(size_t max_x, size_t max_y) {
     CUDA_CHECK(cudaMalloc(&x, max_x * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&y, max_y * sizeof(float)));
+    scratch.bytes = max_x * 2;
+    CUDA_CHECK(cudaMalloc(&scratch.data, scratch.bytes));
     kernel_uniform<<<1024, 256>>>(x, max_x, 7);
     CUDA_CHECK(cudaGetLastError());
   }
@@ -267,25 +272,94 @@ int main() {
     const Matrix* mats[] = {&q, &k, &v, &o, &gate, &up, &down};
     double flops = 0;
     for (const Matrix* m : mats) flops += 2.0 * 512 * m->view.layout.rows * m->view.layout.cols;
-    const float ms = time_ms([&] {
-      for (const Matrix* m : mats) {
+    for (KernelSet set : {KernelSet::Portable, KernelSet::Auto}) {
+      if (set == KernelSet::Auto && !gemm_sm80_available()) continue;
+      const float ms = time_ms([&] {
+        for (const Matrix* m : mats) {
+          GemmArgs a;
+          a.w = m->view;
+          a.x = buf.x;
+          a.ldx = m->view.layout.cols;
+          a.n = 512;
+          a.y = buf.y;
+          a.ldy = m->view.layout.rows;
+          launch_gemm_for(set, a, buf.scratch, nullptr);
+        }
+      });
+      char line[220];
+      std::snprintf(line, sizeof line,
+                    "layer Q4_K_M 512 tokens, kernels %s: %.1f us, %.1f TFLOP/s; 32 layers %.1f ms = %.0f "
+                    "tok/s (GEMMs only)",
+                    kernel_set_name(set), ms * 1e3, flops / (ms * 1e-3) / 1e12, 32 * ms, 512.0 / (32 * ms * 1e-3));
+      std::printf("%s\n", line);
+      g_summary.push_back(line);
+    }
+  }
+
+  if (gemm_sm80_available()) {
+    std::printf("\n== sm_80+ variant (gemm_sm80.cu): 512 tokens, format x shape ==\n");
+    for (const Shape& s : shapes) {
+      for (const Fmt& f : formats) {
+        Matrix m(f.f, s.rows, s.cols, 11);
         GemmArgs a;
-        a.w = m->view;
+        a.w = m.view;
         a.x = buf.x;
-        a.ldx = m->view.layout.cols;
+        a.ldx = s.cols;
         a.n = 512;
         a.y = buf.y;
-        a.ldy = m->view.layout.rows;
-        launch_gemm(a, nullptr);
+        a.ldy = s.rows;
+        if (!gemm_sm80_supports(a, buf.scratch)) {
+          std::printf("%s %s: not taken by the variant\n", f.name, s.what);
+          continue;
+        }
+        const float ms = time_ms([&] { launch_gemm_sm80(a, buf.scratch, nullptr); });
+        report(std::string(f.name) + " 512x" + std::to_string(s.rows) + "x" + std::to_string(s.cols) + " sm80",
+               512, s.rows, s.cols, ms, f.f == PackedFormat::Int4K256 || f.f == PackedFormat::F16);
       }
-    });
-    char line[200];
-    std::snprintf(line, sizeof line,
-                  "layer Q4_K_M 512 tokens: %.1f us, %.1f TFLOP/s; 32 layers %.1f ms = %.0f tok/s "
-                  "(GEMMs only)",
-                  ms * 1e3, flops / (ms * 1e-3) / 1e12, 32 * ms, 512.0 / (32 * ms * 1e-3));
-    std::printf("%s\n", line);
-    g_summary.push_back(line);
+    }
+    std::printf("\n== sm_80+ variant: tile and ring slots, Q4_K, 512 tokens ==\n");
+    for (int64_t rows : {4096, 14336}) {
+      Matrix mq(PackedFormat::Int4K256, rows, 4096, 7);
+      GemmArgs a;
+      a.w = mq.view;
+      a.x = buf.x;
+      a.ldx = 4096;
+      a.n = 512;
+      a.y = buf.y;
+      a.ldy = rows;
+      const std::string shape = " 512x" + std::to_string(rows) + "x4096";
+      // The x conversion once, then the GEMM kernels alone.
+      sm80::convert_x(a, static_cast<__half*>(buf.scratch.data), nullptr);
+      const __half* xh = static_cast<const __half*>(buf.scratch.data);
+      report("Q4_K" + shape + " sm80 x->fp16 alone", 512, rows, 4096,
+             time_ms([&] { sm80::convert_x(a, static_cast<__half*>(buf.scratch.data), nullptr); }), true);
+      report("Q4_K" + shape + " sm80 128x128 3 slots", 512, rows, 4096,
+             time_ms([&] { sm80::launch_tile<PackedFormat::Int4K256, 128, 128, 2, 4, 3>(a, xh, nullptr); }), true);
+      report("Q4_K" + shape + " sm80 128x128 4 slots", 512, rows, 4096,
+             time_ms([&] { sm80::launch_tile<PackedFormat::Int4K256, 128, 128, 2, 4, 4>(a, xh, nullptr); }), true);
+      report("Q4_K" + shape + " sm80 128x128 3 slots 2 blk/SM", 512, rows, 4096,
+             time_ms([&] { sm80::launch_tile<PackedFormat::Int4K256, 128, 128, 2, 4, 3, 2>(a, xh, nullptr); }),
+             true);
+      report("Q4_K" + shape + " sm80 64x128 3 slots", 512, rows, 4096,
+             time_ms([&] { sm80::launch_tile<PackedFormat::Int4K256, 64, 128, 2, 4, 3>(a, xh, nullptr); }), true);
+      report("Q4_K" + shape + " sm80 64x128 4 slots", 512, rows, 4096,
+             time_ms([&] { sm80::launch_tile<PackedFormat::Int4K256, 64, 128, 2, 4, 4>(a, xh, nullptr); }), true);
+    }
+    std::printf("\n== sm_80+ variant: token count sweep, Q4_K 4096x4096 ==\n");
+    Matrix m(PackedFormat::Int4K256, 4096, 4096, 5);
+    for (int n : {16, 32, 64, 128, 256, 1024, 2048}) {
+      GemmArgs a;
+      a.w = m.view;
+      a.x = buf.x;
+      a.ldx = 4096;
+      a.n = n;
+      a.y = buf.y;
+      a.ldy = 4096;
+      const float ms = time_ms([&] { launch_gemm_sm80(a, buf.scratch, nullptr); });
+      report("Q4_K n=" + std::to_string(n) + " 4096x4096 sm80", n, 4096, 4096, ms, n == 32 || n == 2048);
+    }
+  } else {
+    std::printf("\n(no sm_80+ variant on this device)\n");
   }
 
   std::printf("\n== prefill attention, Llama-3-8B heads (32/8, 128), 512-token chunk ==\n");

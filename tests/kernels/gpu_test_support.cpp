@@ -10,6 +10,9 @@ namespace {
 
 struct SkipWithoutDevice {
   SkipWithoutDevice() {
+    // As the binaries do (engine/backend_cuda.h): every kernel loaded with
+    // the context, none at its first launch.
+    setenv("CUDA_MODULE_LOADING", "EAGER", 0);
     int count = 0;
     const cudaError_t err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess || count == 0) {

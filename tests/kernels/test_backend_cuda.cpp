@@ -1,12 +1,16 @@
 // Whole-model parity of the CUDA backend: against transformers (float64) on
 // the tiny fixture models of every architecture and weight type, against
 // the CPU backend on SmolLM2 (greedy text, batched and long contexts).
+// VOLTAD_TEST_KERNELS=portable|auto (default auto) picks engine.kernels for
+// every backend here, so scripts/device-test.sh runs the file in both modes;
+// one case compares the two modes directly.
 //
 // Tolerances: the quantized matvecs multiply int8-quantized activations
 // (blocks of 16, see kernels/matvec.h), which costs ~0.4% per dot product;
 // across a model that shows as a relative logit error of about 1e-2, so
 // the bound here is 5e-2 of the largest logit, and greedy choices must agree
 // wherever the reference's top two logits are clearly apart.
+#include <cuda_runtime.h>
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -43,9 +47,19 @@ std::string demo_model() {
   return std::string(home ? home : "/root") + "/.cache/voltad/models/SmolLM2-135M-Instruct.Q4_1.gguf";
 }
 
+kernels::KernelSet test_kernel_set() {
+  const char* env = std::getenv("VOLTAD_TEST_KERNELS");
+  if (!env || !*env) return kernels::KernelSet::Auto;
+  auto set = kernels::parse_kernel_set(env);
+  REQUIRE_MESSAGE(set.has_value(), "VOLTAD_TEST_KERNELS must be portable or auto, not " << env);
+  return *set;
+}
+
 std::unique_ptr<CudaBackend> make_cuda(std::shared_ptr<const Model> model, int32_t ctx = 256, int32_t seqs = 4,
-                                       int32_t batch_tokens = 256) {
+                                       int32_t batch_tokens = 256,
+                                       kernels::KernelSet set = test_kernel_set()) {
   CudaBackendOptions o;
+  o.kernels = set;
   o.max_context = ctx;
   o.max_sequences = seqs;
   o.max_batch_tokens = batch_tokens;
@@ -309,6 +323,7 @@ TEST_CASE("INT8 KV cache: logits stay close to the FP16 cache's on every tiny mo
     std::vector<std::vector<float>> results;
     for (bool int8 : {false, true}) {
       CudaBackendOptions o;
+      o.kernels = test_kernel_set();
       o.max_context = 256;
       o.max_sequences = 4;
       o.max_batch_tokens = 256;
@@ -332,6 +347,58 @@ TEST_CASE("INT8 KV cache: logits stay close to the FP16 cache's on every tiny mo
     MESSAGE(name << ": INT8 vs FP16 KV relative error " << err);
     CHECK(err < 3e-2);
   }
+}
+
+// The two kernel sets on prompt chunks long enough for the GEMM (25+
+// tokens): on an sm_80+ card `auto` runs the sm_80 GEMM, whose results are
+// bit-identical to the portable one's (tests/kernels/test_gemm.cpp), so the
+// logits must be too.
+TEST_CASE("engine.kernels: auto and portable give the same logits on prompt chunks") {
+  // These models' matrices are too small for auto to prefer the variant on
+  // its own: take it wherever it runs (kernels/gemm_sm80.h), here and in
+  // the test cases after this one.
+  setenv("VOLTAD_GEMM_SM80_ALWAYS", "1", 1);
+  std::vector<std::string> paths;
+  for (const char* name : {"tiny-llama.F32", "tiny-qwen3.F32", "tiny-qwen2.F32", "tiny-llama256.Q4_K_M"})
+    paths.push_back((fixtures() / (std::string(name) + ".gguf")).string());
+  if (fs::exists(demo_model())) paths.push_back(demo_model());
+  else MESSAGE("no demo model at " << demo_model() << ": tiny models only");
+  for (const std::string& path : paths) {
+    CAPTURE(path);
+    auto model = load_model(path);
+    REQUIRE(model.ok());
+    std::vector<int32_t> tokens;
+    const int32_t vocab = int32_t(model.value()->config.n_vocab);
+    for (int i = 0; i < 100; ++i) tokens.push_back(int32_t((i * 7919 + 13) % vocab));
+    std::vector<std::vector<float>> logits;
+    std::vector<std::string> used;
+    for (kernels::KernelSet set : {kernels::KernelSet::Portable, kernels::KernelSet::Auto}) {
+      auto backend = make_cuda(model.value(), 256, 2, 128, set);
+      used.push_back(backend->kernels_in_use());
+      REQUIRE(backend->kv_pool().reserve(0, int64_t(tokens.size())));
+      BatchChunk c;
+      c.tokens = tokens;
+      ForwardOutput out;
+      REQUIRE(backend->forward(std::span<const BatchChunk>(&c, 1), out).ok());
+      logits.emplace_back(out.logits.begin(), out.logits.end());
+    }
+    CHECK(used[0] == "portable");
+    MESSAGE(path << ": auto runs '" << used[1] << "'");
+    REQUIRE(logits[0].size() == logits[1].size());
+    const double err = relative_error(logits[1], logits[0]);
+    CHECK_MESSAGE(err == 0.0, "auto vs portable relative error " << err);
+  }
+}
+
+TEST_CASE("engine.kernels: auto uses the sm_80 GEMM on an sm_80+ card built for it") {
+  int device = 0, major = 0;
+  REQUIRE(cudaGetDevice(&device) == cudaSuccess);
+  REQUIRE(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess);
+  auto model = load_model((fixtures() / "tiny-llama.F32.gguf").string());
+  REQUIRE(model.ok());
+  auto backend = make_cuda(model.value(), 64, 1, 32, kernels::KernelSet::Auto);
+  if (major >= 8) CHECK(backend->kernels_in_use() == "auto: sm80-gemm");
+  else CHECK(backend->kernels_in_use() == "auto: portable");
 }
 
 TEST_CASE("stacked, partly stacked and separate projections: CUDA follows the CPU backend") {
@@ -367,6 +434,7 @@ TEST_CASE("stacked, partly stacked and separate projections: CUDA follows the CP
   for (bool int8 : {false, true}) {
     CAPTURE(int8);
     CudaBackendOptions o;
+    o.kernels = test_kernel_set();
     o.max_context = 256;
     o.max_sequences = 4;
     o.max_batch_tokens = 256;

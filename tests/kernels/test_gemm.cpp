@@ -11,15 +11,21 @@
 // tolerance is tight and a single wrong element shows; (2) the fp32 matvec
 // (unrounded W and x), whose distance is the price of fp16 operands
 // (reported, and bounded loosely).
+//
+// The sm_80+ variant (kernels/gemm_sm80.h) runs the same cases where it
+// takes them, and must give bit-identical results to the portable kernel
+// (same fp16 operands, same k order of the fp32 accumulation).
 #include <doctest/doctest.h>
 
 #include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <sstream>
 
 #include "engine/weight_repack.h"
+#include "kernels/gemm_sm80.h"
 #include "kernels/gemm_wmma.h"
 #include "tests/kernels/gpu_test_util.h"
 #include "tests/kernels/random_weights.h"
@@ -34,20 +40,36 @@ double to_half(float v) {
   return double(__half2float(__float2half_rn(v)));
 }
 
+// Which kernel a case launches.
+enum class Path { Portable, Sm80, AutoSet };
+
 struct Case {
   int64_t rows, cols;
   int n;
   GemmTile tile;
   bool accumulate, with_bias, aligned_x;
+  Path path = Path::Portable;
+  bool scratch_short = false;  // lend the variant too little scratch
 };
 
-// Returns the largest |y - y(fp32)| / sum |w x| (the cost of fp16 operands).
-double run_case(GgmlType type, const Case& c) {
+bool device_is_sm80_plus() {
+  int device = 0, major = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  return major >= 8;
+}
+
+// Returns the largest |y - y(fp32)| / sum |w x| (the cost of fp16 operands);
+// the output (n + 1 rows of ldy) in *out when given.
+double run_case(GgmlType type, const Case& c, std::vector<float>* out = nullptr) {
   std::mt19937& rng = test_rng();
   std::ostringstream name;
   name << ggml_type_name(type) << " " << c.rows << "x" << c.cols << " n " << c.n << " tile "
        << kernels::gemm_tile_name(c.tile) << (c.accumulate ? " +=" : "")
-       << (c.with_bias ? " +bias" : "") << (c.aligned_x ? "" : " unaligned-x");
+       << (c.with_bias ? " +bias" : "") << (c.aligned_x ? "" : " unaligned-x")
+       << (c.path == Path::Sm80      ? " sm80"
+           : c.path == Path::AutoSet ? " kernels=auto"
+                                     : "");
   CAPTURE(name.str());
 
   const std::vector<uint8_t> gguf = random_valid_tensor(type, c.rows, c.cols, rng, 15);
@@ -83,9 +105,26 @@ double run_case(GgmlType type, const Case& c) {
   args.ldy = ldy;
   args.bias = c.with_bias ? d_bias.get() : nullptr;
   args.accumulate = c.accumulate;
-  kernels::launch_gemm(args, c.tile, nullptr);
-  CUDA_CHECK(cudaGetLastError());
+  // The variant's fp16 copy of x; poisoned, so that a read of a row it did
+  // not write shows.
+  DeviceBuffer<uint8_t> scratch(kernels::gemm_sm80_scratch_bytes(c.n, c.cols) + 64);
+  CUDA_CHECK(cudaMemset(scratch.get(), 0xFF, scratch.size()));
+  const kernels::GemmScratch gs{scratch.get(), c.scratch_short ? size_t(16) : scratch.size()};
+  switch (c.path) {
+    case Path::Portable:
+      kernels::launch_gemm(args, c.tile, nullptr);
+      break;
+    case Path::Sm80:
+      REQUIRE(kernels::gemm_sm80_supports(args, gs));
+      kernels::launch_gemm_sm80(args, gs, nullptr);
+      break;
+    case Path::AutoSet:
+      kernels::launch_gemm_for(kernels::KernelSet::Auto, args, gs, nullptr);
+      break;
+  }
+  CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<float> got = d_y.download();
+  if (out) *out = got;
 
   std::vector<double> ref(y_size, 0.0), atol(y_size, 1e300);
   std::vector<float> w(size_t(c.cols));
@@ -100,11 +139,12 @@ double run_case(GgmlType type, const Case& c) {
     std::vector<double> wh(size_t(c.cols));
     for (int64_t k = 0; k < c.cols; ++k) wh[size_t(k)] = to_half(w[size_t(k)]);
     for (int t = 0; t < c.n; ++t) {
-      double sum = 0.0, mag = 0.0, exact = 0.0, exact_mag = 0.0;
+      double sum = 0.0, mag = 0.0, exact = 0.0, exact_mag = 0.0, largest = 0.0;
       for (int64_t k = 0; k < c.cols; ++k) {
         const double p = wh[size_t(k)] * xh[size_t(t * c.cols + k)];
         sum += p;
         mag += std::fabs(p);
+        largest = std::max(largest, std::fabs(p));
         const double e = double(w[size_t(k)]) * double(x[size_t(t * ldx + k)]);
         exact += e;
         exact_mag += std::fabs(e);
@@ -114,7 +154,10 @@ double run_case(GgmlType type, const Case& c) {
       if (c.accumulate) extra += y0[size_t(t * ldy + r)];
       const size_t i = size_t(t * ldy + r);
       ref[i] = sum + extra;
-      atol[i] = 1e-4 * (mag + std::fabs(extra)) + 1e-30;
+      // Plus one fp16 ulp of the largest product: the reference rounds the
+      // affine formats' d*q + m to fp32 and then to fp16, the kernel once
+      // from the exact value, and the two differ by an ulp now and then.
+      atol[i] = 1e-4 * (mag + std::fabs(extra)) + largest / 1024.0 + 1e-30;
       if (exact_mag > 0)
         worst_vs_fp32 =
             std::max(worst_vs_fp32, std::fabs(double(got[i]) - (exact + extra)) / exact_mag);
@@ -174,4 +217,57 @@ TEST_CASE("gemm matches the float64 reference for every weight type, tile and sh
 TEST_CASE("gemm: a prefill-sized case (512 tokens) with the automatic tile") {
   run_case(GgmlType::Q4_K, {300, 4096, 512, GemmTile::Auto, true, true, true});
   run_case(GgmlType::Q6_K, {1000, 512, 300, GemmTile::Auto, false, false, true});
+}
+
+// Shapes the variant takes: cols a multiple of 64 (512 for Q6_K).
+TEST_CASE("gemm sm80 variant: the reference, and bit-identical to the portable kernel") {
+  if (!device_is_sm80_plus()) {
+    MESSAGE("device below sm_80: the variant does not run here");
+    return;
+  }
+  REQUIRE_MESSAGE(kernels::gemm_sm80_available(),
+                  "an sm_80+ device, but this build has no sm_80+ code for the variant "
+                  "(CMAKE_CUDA_ARCHITECTURES)");
+  const GgmlType types[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q4_K, GgmlType::Q5_0,
+                            GgmlType::Q5_1, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0,
+                            GgmlType::F16,  GgmlType::BF16};
+  const Shape shapes[] = {{7, 512}, {130, 1536}, {300, 4096}};
+  const int ns[] = {9, 37, 130, 64, 200, 17, 33, 129, 512};
+  int i = 0;
+  for (GgmlType type : types) {
+    for (const Shape& s : shapes) {
+      Case c{s.rows,     s.cols,     ns[i % 9],  GemmTile::T128x128,
+             i % 2 == 0, i % 3 != 1, i % 4 != 3, Path::Sm80};
+      ++i;
+      // The same inputs (test_rng is reseeded per case by the seed below).
+      test_rng().seed(1000 + uint32_t(i));
+      std::vector<float> variant, portable;
+      run_case(type, c, &variant);
+      test_rng().seed(1000 + uint32_t(i));
+      c.path = Path::Portable;
+      run_case(type, c, &portable);
+      size_t differ = 0;
+      for (size_t k = 0; k < variant.size(); ++k)
+        if (std::memcmp(&variant[k], &portable[k], sizeof(float)) != 0 &&
+            !(std::isnan(variant[k]) && std::isnan(portable[k])))
+          ++differ;
+      CAPTURE(ggml_type_name(type));
+      CAPTURE(s.rows);
+      CAPTURE(s.cols);
+      CHECK(differ == 0);
+    }
+  }
+}
+
+TEST_CASE("gemm with kernels=auto: shapes the variant refuses fall back to the portable kernel") {
+  // cols 96 (not a multiple of 64), 768 for Q6_K (not of 512), scratch too
+  // small for x in fp16: the portable kernel, still right.
+  run_case(GgmlType::Q4_0, {130, 96, 37, GemmTile::Auto, true, true, true, Path::AutoSet});
+  run_case(GgmlType::Q6_K, {67, 768, 64, GemmTile::Auto, false, true, true, Path::AutoSet});
+  run_case(GgmlType::Q4_K, {67, 512, 33, GemmTile::Auto, true, false, true, Path::AutoSet, true});
+  // The variant's own shapes through the same entry point, x unaligned (its
+  // fp16 conversion's scalar path) and aligned, F32 where its ring fits.
+  run_case(GgmlType::Q4_K, {67, 512, 33, GemmTile::Auto, true, false, false, Path::AutoSet});
+  run_case(GgmlType::F32, {67, 512, 33, GemmTile::Auto, true, false, true, Path::AutoSet});
+  run_case(GgmlType::Q4_K, {300, 4096, 512, GemmTile::Auto, true, true, true, Path::AutoSet});
 }

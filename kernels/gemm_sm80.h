@@ -1,0 +1,58 @@
+// The sm_80+ variant of the prefill GEMM (kernels/gemm_wmma.h): the same
+// contract and the same numerics (weights decoded by the same code, x
+// rounded to FP16 the same way, FP32 accumulation in the same k order), but
+// x is rounded to fp16 once into scratch memory, and every tile load goes
+// through cp.async into a ring of stages in shared memory, so that several
+// stages of weights and activations are in flight while the tensor cores
+// work. The V100 has no cp.async: this file is not part of the portable path
+// (scripts/ci-sm70.sh skips *_sm80.cu), and the backend uses it only with
+// `engine.kernels: auto` on an sm_80+ card (kernels/kernel_set.h).
+// Host declarations only (plain C++).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#include "kernels/gemm_wmma.h"
+#include "kernels/kernel_set.h"
+
+namespace voltad::kernels {
+
+// Device memory the variant rounds x into: n rows of cols fp16 values,
+// 16-byte aligned. The CUDA backend lends its quantized-activation buffer,
+// which steps of kGemmMinTokens or more tokens (the only ones that run the
+// GEMM) do not use until the final norm of the step.
+struct GemmScratch {
+  void* data = nullptr;
+  size_t bytes = 0;
+};
+inline size_t gemm_sm80_scratch_bytes(int n, int64_t cols) {
+  return size_t(n) * size_t(cols) * 2;
+}
+
+// True when the current device is sm_80+ and this binary holds the
+// variant's code for it (a build without sm_80+ targets running on a newer
+// card through PTX does not).
+bool gemm_sm80_available();
+
+// True when the variant takes these arguments on the current device: it is
+// available, the format's shared-memory ring fits the device, cols is a
+// multiple of 64 (of 512 for Int6K256), and the scratch holds x in fp16.
+bool gemm_sm80_supports(const GemmArgs& args, const GemmScratch& scratch);
+
+// The variant: rounds x into the scratch, then the GEMM (two launches on
+// the stream). Requires gemm_sm80_supports. Graph-capturable.
+void launch_gemm_sm80(const GemmArgs& args, const GemmScratch& scratch, cudaStream_t stream);
+
+// True when the variant is the faster of the two for this shape on the
+// current device (enough 128x128 tiles to fill the SMs).
+bool gemm_sm80_preferred(const GemmArgs& args);
+
+// launch_gemm_sm80 when `set` is Auto and the variant supports and is
+// preferred for the arguments, launch_gemm (the portable kernel, auto tile)
+// otherwise.
+void launch_gemm_for(KernelSet set, const GemmArgs& args, const GemmScratch& scratch,
+                     cudaStream_t stream);
+
+}  // namespace voltad::kernels
