@@ -66,6 +66,7 @@ print(f"{sys.argv[2]} ctx{sys.argv[3]} kernels {d['kernels']}: prefill {d['prefi
       f"workspace {d['workspace_bytes']/1e6:.0f} MB; load {d['load_seconds']:.1f} s; copy {d['copy_bandwidth_gbps']:.0f} GB/s")
 PY
 )")
+    echo "${summary[-1]}"  # as it comes: a run cut short still shows what it measured
   done
 done
 echo "== voltad-bench at commit $commit (arch sm_$arch)"
