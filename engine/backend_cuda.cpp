@@ -494,6 +494,7 @@ Status CudaBackend::Impl::capture_decode_graph(int n) {
   // Graphs bake in their launch shapes: attention is sized for the longest
   // context (its blocks past a token's position exit at once). Nothing is
   // read at capture, so the step indices need no contents yet.
+  const kernels::KernelSetScope kernel_set(options.kernels);  // captured as they will replay
   cudaGraph_t graph = nullptr;
   cudaError_t e = cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
   if (e != cudaSuccess) return cuda_error("capturing the decode graph", e);
@@ -523,7 +524,10 @@ const CudaMemoryUse& CudaBackend::memory_use() const { return impl_->memory; }
 std::string CudaBackend::device_name() const { return impl_->device_name; }
 std::string CudaBackend::kernels_in_use() const {
   if (impl_->options.kernels == kernels::KernelSet::Portable) return "portable";
-  return kernels::gemm_sm80_available() ? "auto: sm80-gemm" : "auto: portable";
+  std::string variants;
+  if (kernels::gemm_sm80_available()) variants += "sm80-gemm";
+  if (kernels::programmatic_launch_supported()) variants += variants.empty() ? "pdl" : " + pdl";
+  return "auto: " + (variants.empty() ? std::string("portable") : variants);
 }
 uint64_t CudaBackend::decode_weight_bytes() const { return impl_->decode_bytes; }
 
@@ -798,6 +802,7 @@ Status CudaBackend::forward(std::span<const BatchChunk> chunks, ForwardOutput& o
 
 Status CudaBackend::step(std::span<const BatchChunk> chunks, ForwardOutput& out) {
   Impl& m = *impl_;
+  const kernels::KernelSetScope kernel_set(m.options.kernels);  // how this step's kernels launch
   const ModelConfig& c = m.model->config;
   VOLTAD_TRY(validate_chunks(chunks, c.n_vocab, m.pool));
   if (int64_t(chunks.size()) > m.options.max_sequences)

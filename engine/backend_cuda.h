@@ -64,9 +64,10 @@ class CudaBackend final : public Backend {
 
   const CudaMemoryUse& memory_use() const;
   std::string device_name() const;
-  // The kernels in use, for logs and benchmarks: "portable", or "auto:
-  // sm80-gemm" when the card runs the sm_80+ prefill GEMM, "auto: portable"
-  // when it has no variant (a V100, or a build without sm_80+ code).
+  // The kernels in use, for logs and benchmarks: "portable"; "auto: " and
+  // the variants the card runs ("sm80-gemm", the sm_80+ prefill GEMM;
+  // "pdl", programmatic dependent launch on sm_90+); "auto: portable" when
+  // it has none (a V100, or a build without sm_80+ code).
   std::string kernels_in_use() const;
   // Bytes of weights one decode step reads: every matrix and vector except
   // the embedding table (unless it doubles as the output matrix).

@@ -4,12 +4,14 @@
 
 #include "kernels/activation.h"
 #include "kernels/cuda_check.h"
+#include "kernels/launch.cuh"
 #include "kernels/quantize_warp.cuh"
 
 namespace voltad::kernels {
 
 __global__ void kernel_swiglu(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up,
                               float* out, int64_t ld_out, int rows, int n) {
+  wait_for_previous_kernel();
   const int64_t total = int64_t(rows) * n;
   for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
        idx += int64_t(gridDim.x) * blockDim.x) {
@@ -22,8 +24,10 @@ __global__ void kernel_swiglu(const float* gate, int64_t ld_gate, const float* u
 // SwiGLU with the output also quantized: one warp per block of 32 values.
 // n % 32 == 0. The warp count is exact (no grid-stride), so every lane of a
 // warp reaches the quantizer's shuffles.
-__global__ void kernel_swiglu_quantize(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up,
-                                       float* out, int64_t ld_out, int rows, int n, QuantizedActivations xq) {
+__global__ void kernel_swiglu_quantize(const float* gate, int64_t ld_gate, const float* up,
+                                       int64_t ld_up, float* out, int64_t ld_out, int rows, int n,
+                                       QuantizedActivations xq) {
+  wait_for_previous_kernel();
   const int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int64_t blocks_per_row = n / kActivationBlock;
   if (warp >= int64_t(rows) * blocks_per_row) return;  // whole warps only
@@ -36,6 +40,7 @@ __global__ void kernel_swiglu_quantize(const float* gate, int64_t ld_gate, const
 }
 
 __global__ void kernel_add_bias(float* y, int64_t ldy, const float* bias, int rows, int n) {
+  wait_for_previous_kernel();
   const int64_t total = int64_t(rows) * n;
   for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
        idx += int64_t(gridDim.x) * blockDim.x) {
@@ -58,21 +63,22 @@ void launch_swiglu(const float* gate, int64_t ld_gate, const float* up, int64_t 
     std::abort();
   }
   if (int64_t(rows) * n == 0) return;
-  kernel_swiglu<<<grid_for(int64_t(rows) * n, 256), 256, 0, stream>>>(gate, ld_gate, up, ld_up, out,
-                                                                      ld_out, rows, n);
+  launch_kernel(kernel_swiglu, grid_for(int64_t(rows) * n, 256), 256, 0, stream, gate, ld_gate, up,
+                ld_up, out, ld_out, rows, n);
   CUDA_CHECK(cudaGetLastError());
 }
 
-void launch_swiglu_quantize(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up, float* out,
-                            int64_t ld_out, int rows, int n, QuantizedActivations xq, cudaStream_t stream) {
+void launch_swiglu_quantize(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up,
+                            float* out, int64_t ld_out, int rows, int n, QuantizedActivations xq,
+                            cudaStream_t stream) {
   if (rows < 0 || n < 0 || n % kActivationBlock != 0 || ld_gate < n || ld_up < n || ld_out < n) {
     std::fprintf(stderr, "launch_swiglu_quantize: bad shape rows=%d n=%d\n", rows, n);
     std::abort();
   }
   const int64_t threads = int64_t(rows) * n;  // one lane per value
   if (threads == 0) return;
-  kernel_swiglu_quantize<<<unsigned((threads + 255) / 256), 256, 0, stream>>>(gate, ld_gate, up, ld_up, out,
-                                                                              ld_out, rows, n, xq);
+  launch_kernel(kernel_swiglu_quantize, unsigned((threads + 255) / 256), 256, 0, stream, gate,
+                ld_gate, up, ld_up, out, ld_out, rows, n, xq);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -83,7 +89,8 @@ void launch_add_bias(float* y, int64_t ldy, const float* bias, int rows, int n,
     std::abort();
   }
   if (int64_t(rows) * n == 0) return;
-  kernel_add_bias<<<grid_for(int64_t(rows) * n, 256), 256, 0, stream>>>(y, ldy, bias, rows, n);
+  launch_kernel(kernel_add_bias, grid_for(int64_t(rows) * n, 256), 256, 0, stream, y, ldy, bias,
+                rows, n);
   CUDA_CHECK(cudaGetLastError());
 }
 

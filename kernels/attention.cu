@@ -9,6 +9,7 @@
 #include "kernels/attention.h"
 #include "kernels/attention_common.cuh"
 #include "kernels/cuda_check.h"
+#include "kernels/launch.cuh"
 #include "kernels/quantize_warp.cuh"
 
 namespace voltad::kernels {
@@ -18,6 +19,7 @@ namespace {
 __global__ void kernel_kv_write(const float* __restrict__ k, const float* __restrict__ v,
                                 int64_t ld, int kv_dim, const int32_t* __restrict__ slots,
                                 __half* __restrict__ kc, __half* __restrict__ vc) {
+  wait_for_previous_kernel();
   const int t = blockIdx.x;
   const int64_t slot = slots[t];
   for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) {
@@ -52,6 +54,7 @@ struct Fp16KvReader {
 };
 
 __global__ void kernel_attention_combine(AttentionArgs a, int splits) {
+  wait_for_previous_kernel();
   __shared__ float weight[kAttentionMaxSplits];  // exp(m_s - max m) of each piece
   const int t = blockIdx.x, head = blockIdx.y;
   const int stride = a.head_dim + 2;
@@ -84,17 +87,16 @@ __global__ void kernel_attention_combine(AttentionArgs a, int splits) {
 void launch_kv_write(const float* k, const float* v, int64_t ld, int n_tokens, int kv_dim,
                      const int32_t* slots, KvLayerView cache, cudaStream_t stream) {
   if (n_tokens == 0) return;
-  kernel_kv_write<<<n_tokens, 128, 0, stream>>>(k, v, ld, kv_dim, slots,
-                                                reinterpret_cast<__half*>(cache.k),
-                                                reinterpret_cast<__half*>(cache.v));
+  launch_kernel(kernel_kv_write, n_tokens, 128, 0, stream, k, v, ld, kv_dim, slots,
+                reinterpret_cast<__half*>(cache.k), reinterpret_cast<__half*>(cache.v));
   CUDA_CHECK(cudaGetLastError());
 }
 
 void launch_attention_combine(const AttentionArgs& a, int splits, cudaStream_t stream) {
   // With out_q, head_dim threads (a multiple of 32): each warp quantizes one block.
   const int threads = a.head_dim < 32 ? 32 : a.head_dim;
-  kernel_attention_combine<<<dim3(unsigned(a.n_tokens), unsigned(a.n_heads)), threads, 0, stream>>>(
-      a, splits);
+  launch_kernel(kernel_attention_combine, dim3(unsigned(a.n_tokens), unsigned(a.n_heads)), threads,
+                0, stream, a, splits);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -21,6 +21,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/cuda_check.h"
+#include "kernels/launch.cuh"
 
 namespace voltad::kernels {
 
@@ -53,6 +54,7 @@ __device__ __forceinline__ int split_tokens(int pos, int splits) {
 template <int HD, class Reader>
 __global__ void __launch_bounds__(kAttentionWarps * 32)
     kernel_attention_partial(AttentionArgs a, Reader cache) {
+  wait_for_previous_kernel();
   constexpr int VEC = kAttentionLaneElements;
   constexpr int kLanes = HD / VEC;                   // lanes per position
   constexpr int kSlots = 32 / kLanes;                // positions per warp step
@@ -202,19 +204,19 @@ void launch_attention_split_k(const AttentionArgs& a, Reader cache, cudaStream_t
   constexpr int threads = kAttentionWarps * 32;
   switch (a.head_dim) {
     case 16:
-      kernel_attention_partial<16, Reader><<<grid, threads, 0, stream>>>(a, cache);
+      launch_kernel(kernel_attention_partial<16, Reader>, grid, threads, 0, stream, a, cache);
       break;
     case 32:
-      kernel_attention_partial<32, Reader><<<grid, threads, 0, stream>>>(a, cache);
+      launch_kernel(kernel_attention_partial<32, Reader>, grid, threads, 0, stream, a, cache);
       break;
     case 64:
-      kernel_attention_partial<64, Reader><<<grid, threads, 0, stream>>>(a, cache);
+      launch_kernel(kernel_attention_partial<64, Reader>, grid, threads, 0, stream, a, cache);
       break;
     case 128:
-      kernel_attention_partial<128, Reader><<<grid, threads, 0, stream>>>(a, cache);
+      launch_kernel(kernel_attention_partial<128, Reader>, grid, threads, 0, stream, a, cache);
       break;
     case 256:
-      kernel_attention_partial<256, Reader><<<grid, threads, 0, stream>>>(a, cache);
+      launch_kernel(kernel_attention_partial<256, Reader>, grid, threads, 0, stream, a, cache);
       break;
     default:
       VOLTAD_KERNEL_REQUIRE(false, "head_dim must be 16, 32, 64, 128 or 256");

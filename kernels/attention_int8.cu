@@ -13,6 +13,7 @@
 #include "kernels/attention_int8.h"
 #include "kernels/cuda_check.h"
 #include "kernels/device_common.cuh"
+#include "kernels/launch.cuh"
 
 namespace voltad::kernels {
 
@@ -22,6 +23,7 @@ namespace {
 __global__ void kernel_kv_write_int8(const float* __restrict__ k, const float* __restrict__ v,
                                      int64_t ld, int n_kv_heads, int head_dim,
                                      const int32_t* __restrict__ slots, KvInt8LayerView c) {
+  wait_for_previous_kernel();
   const int t = blockIdx.x, lane = threadIdx.x & 31;
   const int64_t slot = slots[t];
   const int kv_dim = n_kv_heads * head_dim;
@@ -99,8 +101,8 @@ void launch_kv_write_int8(const float* k, const float* v, int64_t ld, int n_toke
   if (n_tokens == 0) return;
   VOLTAD_KERNEL_REQUIRE(n_kv_heads > 0 && head_dim > 0, "kv_write_int8: heads and head_dim");
   const int warps = n_kv_heads < 8 ? n_kv_heads : 8;
-  kernel_kv_write_int8<<<n_tokens, warps * 32, 0, stream>>>(k, v, ld, n_kv_heads, head_dim, slots,
-                                                            cache);
+  launch_kernel(kernel_kv_write_int8, n_tokens, warps * 32, 0, stream, k, v, ld, n_kv_heads,
+                head_dim, slots, cache);
   CUDA_CHECK(cudaGetLastError());
 }
 

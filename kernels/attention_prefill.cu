@@ -24,6 +24,7 @@
 #include "kernels/attention_prefill.h"
 #include "kernels/cuda_check.h"
 #include "kernels/device_common.cuh"
+#include "kernels/launch.cuh"
 
 namespace voltad::kernels {
 
@@ -61,6 +62,7 @@ struct PrefillSmem {
 template <int D>
 __global__ void __launch_bounds__(kPrefillWarps * 32)
     kernel_attention_prefill(PrefillAttentionArgs a) {
+  wait_for_previous_kernel();
   using L = PrefillSmem<D>;
   constexpr int LD = L::kLd, FRAGS = D / 16;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -231,7 +233,7 @@ void launch_head_dim(const PrefillAttentionArgs& a, cudaStream_t stream) {
   }();
   (void)opted_in;
   const dim3 grid(unsigned((a.n + kQTile - 1) / kQTile), unsigned(a.n_heads));
-  kernel_attention_prefill<D><<<grid, kPrefillWarps * 32, L::kBytes, stream>>>(a);
+  launch_kernel(kernel_attention_prefill<D>, grid, kPrefillWarps * 32, L::kBytes, stream, a);
   CUDA_CHECK(cudaGetLastError());
 }
 

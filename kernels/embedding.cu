@@ -7,11 +7,13 @@
 #include "kernels/cuda_check.h"
 #include "kernels/device_common.cuh"
 #include "kernels/embedding.h"
+#include "kernels/launch.cuh"
 
 namespace voltad::kernels {
 
 __global__ void kernel_embedding_gather(PackedMatrixView table, const int32_t* tokens, float* out,
                                         int64_t ldo) {
+  wait_for_previous_kernel();
   const int32_t token = tokens[blockIdx.x];
   float* dst = out + blockIdx.x * ldo;
   const bool valid = token >= 0 && token < table.layout.rows;
@@ -27,7 +29,7 @@ void launch_embedding_gather(const PackedMatrixView& table, const int32_t* token
     std::abort();
   }
   if (batch == 0) return;
-  kernel_embedding_gather<<<batch, 256, 0, stream>>>(table, tokens, out, ldo);
+  launch_kernel(kernel_embedding_gather, batch, 256, 0, stream, table, tokens, out, ldo);
   CUDA_CHECK(cudaGetLastError());
 }
 

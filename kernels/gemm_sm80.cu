@@ -34,6 +34,7 @@
 #include "kernels/cuda_check.h"
 #include "kernels/gemm_decode.cuh"
 #include "kernels/gemm_sm80.h"
+#include "kernels/launch.cuh"
 
 namespace voltad::kernels {
 
@@ -146,6 +147,7 @@ __device__ __forceinline__ void copy_rows(uint8_t* dst, const uint8_t* base, int
 // (stride cols), rounded as the portable kernel rounds when it stages x.
 __global__ void kernel_x_to_half(const float* x, int64_t ldx, int n, int64_t cols, bool vec,
                                  __half* out) {
+  wait_for_previous_kernel();
   const int64_t groups = cols / 8;
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= groups * n) return;
@@ -169,6 +171,7 @@ __global__ void kernel_x_to_half(const float* x, int64_t ldx, int n, int64_t col
 template <PackedFormat F, int BM, int BN, int WM, int WN, int Stages, int MinBlocks>
 __global__ void __launch_bounds__(WM* WN * 32, MinBlocks)
     kernel_gemm_sm80(GemmArgs a, const __half* xh) {
+  wait_for_previous_kernel();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using R = Ring<F, BM, BN, Stages>;
   constexpr int T = WM * WN * 32, FM = BM / WM / 16, FN = BN / WN / 16;
@@ -346,7 +349,7 @@ void launch_tile(const GemmArgs& a, const __half* xh, cudaStream_t stream) {
   }();
   (void)opted_in;
   const dim3 grid(unsigned((a.n + BM - 1) / BM), unsigned((a.w.layout.rows + BN - 1) / BN));
-  kernel<<<grid, WM * WN * 32, R::kSmemBytes, stream>>>(a, xh);
+  launch_kernel(kernel, grid, WM * WN * 32, R::kSmemBytes, stream, a, xh);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -403,8 +406,8 @@ size_t smem_needed(PackedFormat f) {
 void convert_x(const GemmArgs& a, __half* xh, cudaStream_t stream) {
   const int64_t groups = a.w.layout.cols / 8 * a.n;
   const bool vec = a.ldx % 4 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
-  kernel_x_to_half<<<unsigned((groups + 255) / 256), 256, 0, stream>>>(a.x, a.ldx, a.n,
-                                                                       a.w.layout.cols, vec, xh);
+  launch_kernel(kernel_x_to_half, unsigned((groups + 255) / 256), 256, 0, stream, a.x, a.ldx, a.n,
+                a.w.layout.cols, vec, xh);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -31,6 +31,7 @@
 #include "kernels/device_common.cuh"
 #include "kernels/gemm_decode.cuh"
 #include "kernels/gemm_wmma.h"
+#include "kernels/launch.cuh"
 
 namespace voltad::kernels {
 
@@ -82,6 +83,7 @@ __device__ __forceinline__ void load_x8_edge(const float* p, int64_t k, int64_t 
 // where shared memory allows (sm_80+: 2 x 72 KB); the V100 holds one.
 template <PackedFormat F, int BM, int BN, int WM, int WN, int MinBlocks>
 __global__ void __launch_bounds__(WM* WN * 32, MinBlocks) kernel_gemm_wmma(GemmArgs a, bool x_vec) {
+  wait_for_previous_kernel();
   using S = TileShape<BM, BN, WM, WN>;
   constexpr int T = S::kThreads, FM = S::kFragsM, FN = S::kFragsN;
   constexpr int XP = S::kXPasses, XR = S::kXRowsPerPass;
@@ -217,7 +219,7 @@ void launch_tile(const GemmArgs& a, cudaStream_t stream) {
   (void)opted_in;
   const bool x_vec = a.ldx % 4 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
   const dim3 grid(unsigned((a.n + BM - 1) / BM), unsigned((a.w.layout.rows + BN - 1) / BN));
-  kernel<<<grid, S::kThreads, S::kSmemBytes, stream>>>(a, x_vec);
+  launch_kernel(kernel, grid, S::kThreads, S::kSmemBytes, stream, a, x_vec);
   CUDA_CHECK(cudaGetLastError());
 }
 

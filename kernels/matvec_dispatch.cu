@@ -5,6 +5,7 @@
 
 #include "kernels/cuda_check.h"
 #include "kernels/device_common.cuh"
+#include "kernels/launch.cuh"
 #include "kernels/matvec.h"
 
 namespace voltad::kernels {
@@ -32,6 +33,7 @@ __device__ __forceinline__ void quantize_block_level(const float (&v)[kActivatio
 __global__ void kernel_quantize_activations(const float* __restrict__ x, int64_t ldx, int batch,
                                             int64_t cols, int8_t* __restrict__ q,
                                             float* __restrict__ scales) {
+  wait_for_previous_kernel();
   constexpr int kActBlock = kActivationBlock;
   const int64_t blocks_per_row = cols / kActBlock;
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -93,8 +95,8 @@ void launch_quantize_activations(const float* x, int64_t ldx, int batch, int64_t
   const int64_t n = int64_t(batch) * (cols / kActivationBlock);
   if (n == 0) return;
   const int threads = 128;
-  kernel_quantize_activations<<<unsigned((n + threads - 1) / threads), threads, 0, stream>>>(
-      x, ldx, batch, cols, out.q, out.scales);
+  launch_kernel(kernel_quantize_activations, unsigned((n + threads - 1) / threads), threads, 0,
+                stream, x, ldx, batch, cols, out.q, out.scales);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -5,6 +5,7 @@
 // whose length is not a multiple of the piece ends in a scalar tail.
 #include "kernels/cuda_check.h"
 #include "kernels/device_common.cuh"
+#include "kernels/launch.cuh"
 #include "kernels/matvec.h"
 
 namespace voltad::kernels {
@@ -50,6 +51,7 @@ struct FloatPiece<float> {
 
 template <class T, int R, int B, int U>
 __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_float(MatvecArgs a) {
+  wait_for_previous_kernel();
   using Piece = FloatPiece<T>;
   constexpr int E = Piece::E;
   const PackedLayout& l = a.w.layout;
@@ -122,8 +124,8 @@ namespace {
 
 template <class T, int R, int B, int U>
 void launch_float(const MatvecArgs& a, cudaStream_t stream) {
-  kernel_matvec_float<T, R, B, U>
-      <<<matvec_grid(a.w.layout.rows, R), kMatvecWarpsPerBlock * 32, 0, stream>>>(a);
+  launch_kernel(kernel_matvec_float<T, R, B, U>, matvec_grid(a.w.layout.rows, R),
+                kMatvecWarpsPerBlock * 32, 0, stream, a);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -12,6 +12,7 @@
 // stays in L1; R > 1 lets one x load serve several rows.
 #include "kernels/cuda_check.h"
 #include "kernels/device_common.cuh"
+#include "kernels/launch.cuh"
 #include "kernels/matvec.h"
 
 namespace voltad::kernels {
@@ -67,6 +68,7 @@ struct Int4Scales<PackedFormat::Int4K256> {
 // R rows per warp, B activation rows, U chunks per lane in flight per row.
 template <PackedFormat F, int R, int B, int U>
 __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_int4(MatvecArgs a) {
+  wait_for_previous_kernel();
   using Scales = Int4Scales<F>;
   const PackedLayout& l = a.w.layout;
   const int lane = threadIdx.x & 31;
@@ -167,8 +169,8 @@ namespace {
 
 template <PackedFormat F, int R, int B, int U>
 void launch_int4(const MatvecArgs& a, cudaStream_t stream) {
-  kernel_matvec_int4<F, R, B, U>
-      <<<matvec_grid(a.w.layout.rows, R), kMatvecWarpsPerBlock * 32, 0, stream>>>(a);
+  launch_kernel(kernel_matvec_int4<F, R, B, U>, matvec_grid(a.w.layout.rows, R),
+                kMatvecWarpsPerBlock * 32, 0, stream, a);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -10,6 +10,7 @@
 // against q2, and the two integer sums meet in one FMA.
 #include "kernels/cuda_check.h"
 #include "kernels/device_common.cuh"
+#include "kernels/launch.cuh"
 #include "kernels/matvec.h"
 
 namespace voltad::kernels {
@@ -17,6 +18,7 @@ namespace voltad::kernels {
 // Int8*: w = a*q + b with (a, b) per group of 32 (two pieces).
 template <PackedFormat F, int R, int B, int U>
 __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_int8(MatvecArgs a) {
+  wait_for_previous_kernel();
   const PackedLayout& l = a.w.layout;
   const int lane = threadIdx.x & 31;
   const int64_t row0 = (int64_t(blockIdx.x) * kMatvecWarpsPerBlock + (threadIdx.x >> 5)) * R;
@@ -126,6 +128,7 @@ __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_int8(
 // Int6K256: w = d*sc*(q-32); assembled bytes hold 4*(q-32).
 template <int R, int B, int U>
 __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_int6(MatvecArgs a) {
+  wait_for_previous_kernel();
   const PackedLayout& l = a.w.layout;
   const int lane = threadIdx.x & 31;
   const int64_t row0 = (int64_t(blockIdx.x) * kMatvecWarpsPerBlock + (threadIdx.x >> 5)) * R;
@@ -241,15 +244,15 @@ namespace {
 
 template <PackedFormat F, int R, int B, int U>
 void launch_int8(const MatvecArgs& a, cudaStream_t stream) {
-  kernel_matvec_int8<F, R, B, U>
-      <<<matvec_grid(a.w.layout.rows, R), kMatvecWarpsPerBlock * 32, 0, stream>>>(a);
+  launch_kernel(kernel_matvec_int8<F, R, B, U>, matvec_grid(a.w.layout.rows, R),
+                kMatvecWarpsPerBlock * 32, 0, stream, a);
   CUDA_CHECK(cudaGetLastError());
 }
 
 template <int R, int B, int U>
 void launch_int6(const MatvecArgs& a, cudaStream_t stream) {
-  kernel_matvec_int6<R, B, U>
-      <<<matvec_grid(a.w.layout.rows, R), kMatvecWarpsPerBlock * 32, 0, stream>>>(a);
+  launch_kernel(kernel_matvec_int6<R, B, U>, matvec_grid(a.w.layout.rows, R),
+                kMatvecWarpsPerBlock * 32, 0, stream, a);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -7,6 +7,7 @@
 
 #include "kernels/cuda_check.h"
 #include "kernels/device_common.cuh"
+#include "kernels/launch.cuh"
 #include "kernels/norm.h"
 #include "kernels/quantize_warp.cuh"
 
@@ -16,6 +17,7 @@ namespace voltad::kernels {
 // the sum runs over the updated values.
 __global__ void kernel_rmsnorm(float* x, const float* delta, int64_t ldx, const float* weight,
                                float* out, int64_t ldo, int dim, float eps) {
+  wait_for_previous_kernel();
   __shared__ float scratch[32];
   float* row = x + blockIdx.x * ldx;
   float sum = 0.0f;
@@ -41,8 +43,10 @@ __global__ void kernel_rmsnorm(float* x, const float* delta, int64_t ldx, const 
 // (kernels/quantize_warp.cuh). dim % 32 == 0.
 constexpr int kNormMaxBlocksPerWarp = 8;
 
-__global__ void kernel_rmsnorm_quantize(const float* x, int64_t ldx, const float* weight, float* out,
-                                        int64_t ldo, int dim, float eps, QuantizedActivations xq) {
+__global__ void kernel_rmsnorm_quantize(const float* x, int64_t ldx, const float* weight,
+                                        float* out, int64_t ldo, int dim, float eps,
+                                        QuantizedActivations xq) {
+  wait_for_previous_kernel();
   __shared__ float scratch[32];
   const float* row = x + blockIdx.x * ldx;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
@@ -73,6 +77,7 @@ __global__ void kernel_rmsnorm_quantize(const float* x, int64_t ldx, const float
 // One warp per head: heads are short (64-256 values).
 __global__ void kernel_head_rmsnorm(float* x, int64_t ld, int n_heads, int head_dim,
                                     const float* weight, float eps, int total_heads) {
+  wait_for_previous_kernel();
   const int head = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   if (head >= total_heads) return;
   const int lane = threadIdx.x & 31;
@@ -105,8 +110,8 @@ void launch_rmsnorm(const float* x, int64_t ldx, const float* weight, float* out
   check_args("launch_rmsnorm", rows, dim, ldx, ldo);
   if (rows == 0) return;
   // x is only written when delta is given; the cast keeps one kernel.
-  kernel_rmsnorm<<<rows, threads_for(dim), 0, stream>>>(const_cast<float*>(x), nullptr, ldx, weight,
-                                                        out, ldo, dim, eps);
+  launch_kernel(kernel_rmsnorm, rows, threads_for(dim), 0, stream, const_cast<float*>(x), nullptr,
+                ldx, weight, out, ldo, dim, eps);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -115,25 +120,29 @@ void launch_add_rmsnorm(float* residual, const float* delta, int64_t ld, const f
                         cudaStream_t stream) {
   check_args("launch_add_rmsnorm", rows, dim, ld, ldo);
   if (rows == 0) return;
-  kernel_rmsnorm<<<rows, threads_for(dim), 0, stream>>>(residual, delta, ld, weight, out, ldo, dim,
-                                                        eps);
+  launch_kernel(kernel_rmsnorm, rows, threads_for(dim), 0, stream, residual, delta, ld, weight, out,
+                ldo, dim, eps);
   CUDA_CHECK(cudaGetLastError());
 }
 
-void launch_rmsnorm_quantize(const float* x, int64_t ldx, const float* weight, float* out, int64_t ldo,
-                             int rows, int dim, float eps, QuantizedActivations xq, cudaStream_t stream) {
+void launch_rmsnorm_quantize(const float* x, int64_t ldx, const float* weight, float* out,
+                             int64_t ldo, int rows, int dim, float eps, QuantizedActivations xq,
+                             cudaStream_t stream) {
   check_args("launch_rmsnorm_quantize", rows, dim, ldx, ldo);
-  VOLTAD_KERNEL_REQUIRE(dim % kActivationBlock == 0, "launch_rmsnorm_quantize: dim must be a multiple of 32");
+  VOLTAD_KERNEL_REQUIRE(dim % kActivationBlock == 0,
+                        "launch_rmsnorm_quantize: dim must be a multiple of 32");
   if (rows == 0) return;
   // Enough warps that none holds more than kNormMaxBlocksPerWarp blocks.
   const int blocks = dim / kActivationBlock;
-  const int warps = std::min(32, std::max((blocks + kNormMaxBlocksPerWarp - 1) / kNormMaxBlocksPerWarp,
-                                          (threads_for(dim) + 31) / 32));
+  const int warps =
+      std::min(32, std::max((blocks + kNormMaxBlocksPerWarp - 1) / kNormMaxBlocksPerWarp,
+                            (threads_for(dim) + 31) / 32));
   if (blocks > warps * kNormMaxBlocksPerWarp) {  // dim > 8192: two launches
     launch_rmsnorm(x, ldx, weight, out, ldo, rows, dim, eps, stream);
     return launch_quantize_activations(out, ldo, rows, dim, xq, stream);
   }
-  kernel_rmsnorm_quantize<<<rows, warps * 32, 0, stream>>>(x, ldx, weight, out, ldo, dim, eps, xq);
+  launch_kernel(kernel_rmsnorm_quantize, rows, warps * 32, 0, stream, x, ldx, weight, out, ldo, dim,
+                eps, xq);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -147,8 +156,8 @@ void launch_head_rmsnorm(float* x, int64_t ld, int rows, int n_heads, int head_d
   const int total = rows * n_heads;
   if (total == 0) return;
   const int warps = 4;
-  kernel_head_rmsnorm<<<(total + warps - 1) / warps, warps * 32, 0, stream>>>(
-      x, ld, n_heads, head_dim, weight, eps, total);
+  launch_kernel(kernel_head_rmsnorm, (total + warps - 1) / warps, warps * 32, 0, stream, x, ld,
+                n_heads, head_dim, weight, eps, total);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -37,7 +37,8 @@ __device__ __forceinline__ void quantize_block_warp(float v, QuantizedActivation
   q[kActivationBlock + lane] = int8_t(q2);
   if (lane == 0) {
     const float sum_x = __fmaf_rn(d2, float(sum2), __fmul_rn(d1, float(sum1)));
-    *reinterpret_cast<float4*>(xq.scales + (row * (cols / kActivationBlock) + block) * kActivationRecordFloats) =
+    *reinterpret_cast<float4*>(xq.scales + (row * (cols / kActivationBlock) + block) *
+                                               kActivationRecordFloats) =
         make_float4(d1, d2, sum_x, 0.0f);
   }
 }

@@ -4,15 +4,17 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "kernels/cuda_check.h"
 #include <cuda_fp16.h>
+#include "kernels/cuda_check.h"
 
+#include "kernels/launch.cuh"
 #include "kernels/rope.h"
 
 namespace voltad::kernels {
 
 __global__ void kernel_rope(float* x, int64_t ld, int rows, int n_heads, int head_dim, int rot_dims,
                             const int32_t* positions, const float* inv_freq, bool neox) {
+  wait_for_previous_kernel();
   const int half = rot_dims / 2;
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= int64_t(rows) * n_heads * half) return;
@@ -41,18 +43,19 @@ void launch_rope(float* x, int64_t ld, int rows, int n_heads, int head_dim, int 
   const int64_t n = int64_t(rows) * n_heads * (rot_dims / 2);
   if (n == 0) return;
   const int threads = 256;
-  kernel_rope<<<unsigned((n + threads - 1) / threads), threads, 0, stream>>>(
-      x, ld, rows, n_heads, head_dim, rot_dims, positions, inv_freq,
-      ordering == RopeOrdering::NeoX);
+  launch_kernel(kernel_rope, unsigned((n + threads - 1) / threads), threads, 0, stream, x, ld, rows,
+                n_heads, head_dim, rot_dims, positions, inv_freq, ordering == RopeOrdering::NeoX);
   CUDA_CHECK(cudaGetLastError());
 }
 
 // One thread per rotated pair of every q and k head; the k threads also
 // store their pair of k (rotated) and of v in the cache.
-__global__ void kernel_rope_qk_kv_write(float* q, int64_t ldq, float* k, const float* v, int64_t ldkv, int rows,
-                                        int n_heads, int n_kv_heads, int head_dim, const int32_t* positions,
-                                        const float* inv_freq, bool neox, const int32_t* slots, __half* kc,
-                                        __half* vc) {
+__global__ void kernel_rope_qk_kv_write(float* q, int64_t ldq, float* k, const float* v,
+                                        int64_t ldkv, int rows, int n_heads, int n_kv_heads,
+                                        int head_dim, const int32_t* positions,
+                                        const float* inv_freq, bool neox, const int32_t* slots,
+                                        __half* kc, __half* vc) {
+  wait_for_previous_kernel();
   const int half = head_dim / 2, heads = n_heads + n_kv_heads;
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= int64_t(rows) * heads * half) return;
@@ -61,7 +64,8 @@ __global__ void kernel_rope_qk_kv_write(float* q, int64_t ldq, float* k, const f
   const int row = int(idx / (int64_t(half) * heads));
   const bool is_k = head >= n_heads;
   const int kh = head - n_heads;
-  float* h = is_k ? k + row * ldkv + int64_t(kh) * head_dim : q + row * ldq + int64_t(head) * head_dim;
+  float* h =
+      is_k ? k + row * ldkv + int64_t(kh) * head_dim : q + row * ldq + int64_t(head) * head_dim;
   const int i0 = neox ? i : 2 * i;
   const int i1 = neox ? i + half : 2 * i + 1;
   float s, c;
@@ -81,22 +85,23 @@ __global__ void kernel_rope_qk_kv_write(float* q, int64_t ldq, float* k, const f
   }
 }
 
-void launch_rope_qk_kv_write(float* q, int64_t ldq, float* k, const float* v, int64_t ldkv, int rows,
-                             int n_heads, int n_kv_heads, int head_dim, const int32_t* positions,
-                             const float* inv_freq, RopeOrdering ordering, const int32_t* slots,
-                             KvLayerView cache, cudaStream_t stream) {
+void launch_rope_qk_kv_write(float* q, int64_t ldq, float* k, const float* v, int64_t ldkv,
+                             int rows, int n_heads, int n_kv_heads, int head_dim,
+                             const int32_t* positions, const float* inv_freq, RopeOrdering ordering,
+                             const int32_t* slots, KvLayerView cache, cudaStream_t stream) {
   if (head_dim <= 0 || head_dim % 2 != 0 || int64_t(n_heads) * head_dim > ldq ||
       int64_t(n_kv_heads) * head_dim > ldkv || rows < 0) {
-    std::fprintf(stderr, "launch_rope_qk_kv_write: bad shape rows=%d heads=%d/%d head_dim=%d\n", rows, n_heads,
-                 n_kv_heads, head_dim);
+    std::fprintf(stderr, "launch_rope_qk_kv_write: bad shape rows=%d heads=%d/%d head_dim=%d\n",
+                 rows, n_heads, n_kv_heads, head_dim);
     std::abort();
   }
   const int64_t n = int64_t(rows) * (n_heads + n_kv_heads) * (head_dim / 2);
   if (n == 0) return;
   const int threads = 256;
-  kernel_rope_qk_kv_write<<<unsigned((n + threads - 1) / threads), threads, 0, stream>>>(
-      q, ldq, k, v, ldkv, rows, n_heads, n_kv_heads, head_dim, positions, inv_freq,
-      ordering == RopeOrdering::NeoX, slots, reinterpret_cast<__half*>(cache.k), reinterpret_cast<__half*>(cache.v));
+  launch_kernel(kernel_rope_qk_kv_write, unsigned((n + threads - 1) / threads), threads, 0, stream,
+                q, ldq, k, v, ldkv, rows, n_heads, n_kv_heads, head_dim, positions, inv_freq,
+                ordering == RopeOrdering::NeoX, slots, reinterpret_cast<__half*>(cache.k),
+                reinterpret_cast<__half*>(cache.v));
   CUDA_CHECK(cudaGetLastError());
 }
 

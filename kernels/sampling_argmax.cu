@@ -8,6 +8,7 @@
 
 #include "kernels/cuda_check.h"
 #include "kernels/device_common.cuh"
+#include "kernels/launch.cuh"
 #include "kernels/sampling_argmax.h"
 
 namespace voltad::kernels {
@@ -19,6 +20,7 @@ __device__ __forceinline__ bool better(float v, int64_t i, float best_v, int64_t
 }  // namespace
 
 __global__ void kernel_argmax(const float* logits, int64_t ld, int64_t n, int32_t* out) {
+  wait_for_previous_kernel();
   __shared__ float sv[32];
   __shared__ int64_t si[32];
   const float* row = logits + blockIdx.x * ld;
@@ -72,7 +74,7 @@ void launch_argmax(const float* logits, int64_t ld, int rows, int64_t n, int32_t
     std::abort();
   }
   if (rows == 0) return;
-  kernel_argmax<<<rows, 1024, 0, stream>>>(logits, ld, n, out);
+  launch_kernel(kernel_argmax, rows, 1024, 0, stream, logits, ld, n, out);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -19,6 +19,7 @@
 
 #include "kernels/cuda_check.h"
 #include "kernels/device_common.cuh"
+#include "kernels/launch.cuh"
 #include "kernels/topk.h"
 
 namespace voltad::kernels {
@@ -161,6 +162,7 @@ __global__ void __launch_bounds__(kThreads)
     kernel_topk_chunks(const float* __restrict__ logits, int64_t ld, int64_t n, int k,
                        bool final_pass, uint32_t* cand_keys, int32_t* cand_ids, int32_t* out_ids,
                        float* out_vals) {
+  wait_for_previous_kernel();
   __shared__ SelectShared sm;
   const int row = blockIdx.y, chunk = blockIdx.x, chunks = gridDim.x;
   const int64_t begin = int64_t(chunk) * kTopKChunk;
@@ -186,6 +188,7 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void __launch_bounds__(kThreads)
     kernel_topk_merge(const uint32_t* __restrict__ cand_keys, const int32_t* __restrict__ cand_ids,
                       int chunks, int k, int32_t* out_ids, float* out_vals) {
+  wait_for_previous_kernel();
   __shared__ SelectShared sm;
   const int row = blockIdx.x, m = chunks * k;
   for (int i = threadIdx.x; i < m; i += blockDim.x) {
@@ -209,8 +212,8 @@ void launch_topk(const float* logits, int64_t ld, int rows, int64_t n, int k, in
                         "topk: row too long for k");
   VOLTAD_KERNEL_REQUIRE(rows <= 65535, "topk: at most 65535 rows");
   if (chunks == 1) {
-    kernel_topk_chunks<<<dim3(1, unsigned(rows)), kThreads, 0, stream>>>(
-        logits, ld, n, k, true, nullptr, nullptr, out_ids, out_vals);
+    launch_kernel(kernel_topk_chunks, dim3(1, unsigned(rows)), kThreads, 0, stream, logits, ld, n,
+                  k, true, nullptr, nullptr, out_ids, out_vals);
     CUDA_CHECK(cudaGetLastError());
     return;
   }
@@ -218,11 +221,11 @@ void launch_topk(const float* logits, int64_t ld, int rows, int64_t n, int k, in
   uint32_t* cand_keys = static_cast<uint32_t*>(scratch);
   int32_t* cand_ids =
       reinterpret_cast<int32_t*>(cand_keys + size_t(rows) * size_t(chunks) * size_t(k));
-  kernel_topk_chunks<<<dim3(unsigned(chunks), unsigned(rows)), kThreads, 0, stream>>>(
-      logits, ld, n, k, false, cand_keys, cand_ids, nullptr, nullptr);
+  launch_kernel(kernel_topk_chunks, dim3(unsigned(chunks), unsigned(rows)), kThreads, 0, stream,
+                logits, ld, n, k, false, cand_keys, cand_ids, nullptr, nullptr);
   CUDA_CHECK(cudaGetLastError());
-  kernel_topk_merge<<<unsigned(rows), kThreads, 0, stream>>>(cand_keys, cand_ids, int(chunks), k,
-                                                             out_ids, out_vals);
+  launch_kernel(kernel_topk_merge, unsigned(rows), kThreads, 0, stream, cand_keys, cand_ids,
+                int(chunks), k, out_ids, out_vals);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -1,0 +1,58 @@
+// How every kernel in kernels/ is launched, and what each does first.
+//
+// Programmatic dependent launch (sm_90+, `engine.kernels: auto`): a kernel
+// launched with cudaLaunchAttributeProgrammaticStreamSerialization may be
+// scheduled while the kernel before it on the stream is still draining its
+// last blocks; it then waits in griddepcontrol.wait, at its very start,
+// until that kernel has completed and its writes are visible. What is saved
+// is the launch latency and the ramp of each kernel boundary, a few
+// microseconds each, of which a decode step has ~360. Every kernel waits
+// first thing, so each one still starts its work only after every earlier
+// kernel on the stream is complete (each of those waited for its own
+// predecessor). Without the attribute (portable, the V100, sm_80) the wait
+// returns at once and the launch is the plain <<<>>>.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <utility>
+
+#include "kernels/kernel_set.h"
+
+namespace voltad::kernels {
+
+// True when launches on this host thread use programmatic dependent launch:
+// the thread's kernel set (KernelSetScope) is Auto, the device is sm_90+,
+// and this binary's kernels were built for sm_90+ (so that they do wait).
+bool programmatic_launch_enabled();
+
+template <class... Params, class... Args>
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                   cudaStream_t stream, Args&&... args) {
+  if (!programmatic_launch_enabled()) {
+    kernel<<<grid, block, smem, stream>>>(std::forward<Args>(args)...);
+    return;
+  }
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  // An error stays the runtime's last error, which the caller's
+  // CUDA_CHECK(cudaGetLastError()) reports as for <<<>>>.
+  (void)cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+// The first statement of every kernel (see above).
+__device__ __forceinline__ void wait_for_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+}  // namespace voltad::kernels
