@@ -570,9 +570,14 @@ bool CudaBackend::Impl::attention(const Layer& layer, int first, int n_tokens, i
   const int T = options.max_batch_tokens;
   const int32_t* positions = d_ints + T + first;
   const int32_t* token_tables = d_ints + 3 * T + first;
-  // Tokens go in groups small enough for the split-K scratch.
-  const size_t per_token = kernels::attention_partial_floats(1, int(c.n_heads), int(c.head_dim), max_position);
-  const int group = int(std::max<size_t>(1, partial_floats / per_token));
+  // Tokens go in groups small enough for the split-K scratch. A run longer
+  // than the scratch holds at full split (a prompt chunk over the INT8
+  // cache, which has no tensor-core prefill attention) takes fewer pieces
+  // per token instead of more launches: its many tokens fill the GPU anyway.
+  const size_t per_piece = size_t(c.n_heads) * size_t(c.head_dim + 2);
+  const int full_splits = kernels::attention_splits(max_position);
+  const int splits = int(std::clamp<size_t>(partial_floats / (size_t(n_tokens) * per_piece), 1, size_t(full_splits)));
+  const int group = int(std::max<size_t>(1, partial_floats / (size_t(splits) * per_piece)));
   for (int t0 = 0; t0 < n_tokens; t0 += group) {
     kernels::AttentionArgs a;
     const int64_t row = first + t0;  // xq rows follow the step's token rows
@@ -590,6 +595,7 @@ bool CudaBackend::Impl::attention(const Layer& layer, int first, int n_tokens, i
     a.n_kv_heads = int(c.n_kv_heads);
     a.head_dim = int(c.head_dim);
     a.max_position = max_position;
+    a.max_splits = splits;
     a.scale = float(1.0 / std::sqrt(double(c.head_dim)));
     a.partials = partials;
     if (fused) {

@@ -55,6 +55,10 @@ struct AttentionArgs {
   int n_kv_heads = 0;
   int head_dim = 0;      // 32, 64, 128 or 256
   int max_position = 0;  // the largest position of any token in the step (sizes split-K)
+  // At most this many split-K pieces per token (0: attention_splits(max_position)).
+  // Fewer pieces need less scratch, so a long run of prompt tokens fits one
+  // launch; each block then walks more positions.
+  int max_splits = 0;
   float scale = 1.0f;    // 1/sqrt(head_dim)
   // Split-K scratch: n_tokens * n_heads * attention_splits(max_position) *
   // (head_dim + 2) floats.

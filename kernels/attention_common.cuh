@@ -17,6 +17,8 @@
 // split) is written: {m, l, acc[head_dim]}.
 #pragma once
 
+#include <algorithm>
+
 #include <cuda_runtime.h>
 
 #include "kernels/attention.h"
@@ -199,7 +201,8 @@ void launch_attention_split_k(const AttentionArgs& a, Reader cache, cudaStream_t
                         "at most 8 query heads per KV head");
   VOLTAD_KERNEL_REQUIRE(!a.out_q.q || a.head_dim % kActivationBlock == 0,
                         "a quantized attention output needs head_dim % 32 == 0");
-  const int splits = attention_splits(a.max_position);
+  const int splits = a.max_splits > 0 ? std::min(attention_splits(a.max_position), a.max_splits)
+                                      : attention_splits(a.max_position);
   const dim3 grid(unsigned(a.n_tokens), unsigned(a.n_kv_heads), unsigned(splits));
   constexpr int threads = kAttentionWarps * 32;
   switch (a.head_dim) {

@@ -28,7 +28,8 @@ float round_half(float x) {
 // Runs one step: `seqs` sequences, each with `lens[s]` tokens already cached
 // plus `new_tokens[s]` tokens in the step, and checks every head of every
 // step token.
-void check_attention(Shape sh, const std::vector<int>& cached, const std::vector<int>& new_tokens) {
+void check_attention(Shape sh, const std::vector<int>& cached, const std::vector<int>& new_tokens,
+                     int max_splits = 0) {
   const int kv_dim = sh.n_kv_heads * sh.head_dim, q_dim = sh.n_heads * sh.head_dim;
   const int n_seqs = int(cached.size());
   int max_len = 0, n_tokens = 0;
@@ -81,6 +82,7 @@ void check_attention(Shape sh, const std::vector<int>& cached, const std::vector
   a.n_kv_heads = sh.n_kv_heads;
   a.head_dim = sh.head_dim;
   a.max_position = max_len - 1;
+  a.max_splits = max_splits;
   a.scale = scale;
   a.partials = dpart.get();
   kernels::launch_attention(a, nullptr);
@@ -132,6 +134,11 @@ TEST_CASE("prefill: many tokens of one sequence attend causally, also after cach
   check_attention({8, 2, 64}, {0}, {77});
   check_attention({8, 2, 128}, {300}, {33});
   check_attention({16, 4, 256}, {5, 0}, {20, 9});
+}
+
+TEST_CASE("capped piece counts: a long run of prompt tokens in one launch") {
+  check_attention({8, 2, 128}, {0}, {300}, 1);
+  check_attention({32, 8, 128}, {200, 0}, {100, 40}, 3);
 }
 
 TEST_CASE("kv_write stores fp16 rows in their slots") {

@@ -36,9 +36,10 @@ struct Shape {
 // Runs one step over a random int8 cache: `seqs` sequences with cached[s]
 // positions already there plus new_tokens[s] in the step.
 void check_attention_int8(Shape sh, const std::vector<int>& cached,
-                          const std::vector<int>& new_tokens) {
+                          const std::vector<int>& new_tokens, int max_splits = 0) {
   std::ostringstream name;
-  name << "heads " << sh.n_heads << "/" << sh.n_kv_heads << " head_dim " << sh.head_dim;
+  name << "heads " << sh.n_heads << "/" << sh.n_kv_heads << " head_dim " << sh.head_dim
+       << " max_splits " << max_splits;
   CAPTURE(name.str());
   const int kv_dim = sh.n_kv_heads * sh.head_dim, q_dim = sh.n_heads * sh.head_dim;
   const int n_seqs = int(cached.size());
@@ -94,6 +95,7 @@ void check_attention_int8(Shape sh, const std::vector<int>& cached,
   a.n_kv_heads = sh.n_kv_heads;
   a.head_dim = sh.head_dim;
   a.max_position = max_len - 1;
+  a.max_splits = max_splits;
   a.scale = scale;
   a.partials = dpart.get();
   const kernels::KvInt8LayerView cache{dk.get(), dv.get(), dks.get(), dvs.get()};
@@ -245,6 +247,15 @@ TEST_CASE("int8 attention: contexts off the 16-position grid, one position, ever
   check_attention_int8({12, 2, 32}, {60}, {1});     // 6
   check_attention_int8({7, 1, 64}, {200}, {1});     // 7
   check_attention_int8({16, 2, 128}, {1500}, {1});  // 8
+}
+
+TEST_CASE("int8 attention: capped piece counts (a prompt chunk in one launch)") {
+  // The backend caps the pieces when a long run of prompt tokens would not
+  // fit the scratch at full split: one piece walks every position.
+  check_attention_int8({8, 2, 128}, {0}, {300}, 1);
+  check_attention_int8({8, 2, 128}, {200}, {100}, 3);
+  check_attention_int8({32, 8, 128}, {0, 40}, {77, 5}, 2);
+  check_attention_int8({4, 1, 64}, {1500}, {3}, 7);
 }
 
 TEST_CASE("int8 attention: piece counts at the split boundaries, short tokens in long steps") {
