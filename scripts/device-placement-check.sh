@@ -14,6 +14,7 @@
 # 77 nothing could be checked (no NVIDIA GPU or driver seen).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+. scripts/ship-binaries.sh
 dest=.deps/placement
 programs=(voltad placement_probe placement_gpu_check)
 
@@ -23,25 +24,13 @@ if [[ ${1:-} == --prepare ]]; then
     cmake -S . -B "$build" -G Ninja -DVOLTAD_CUDA=OFF >/dev/null || exit 1
   fi
   cmake --build "$build" --target "${programs[@]}" -j2 || exit 1
-  rm -rf "$dest"
-  mkdir -p "$dest/bin" "$dest/lib"
-  for p in "${programs[@]}"; do strip --strip-debug -o "$dest/bin/$p" "$build/bin/$p" || exit 1; done
-  # Every library ldd resolves, except the C library family, the loader and
-  # the C++ runtime, which the GPU machine has in newer versions.
-  ldd "$dest"/bin/* | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u |
-    grep -Ev '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*|libstdc\+\+|libgcc_s)\.so' |
-    while read -r lib; do cp -L "$lib" "$dest/lib/"; done
+  ship_binaries "$dest" "$build" "" "${programs[@]}" || exit 1
   echo "device-placement-check: $dest ready ($(du -sh "$dest" | cut -f1)); run" \
     "'bash scripts/device-placement-check.sh' there with carry [\".deps\"]"
   exit 0
 fi
 [[ $# -eq 0 ]] || { echo "usage: $0 [--prepare [BUILD_DIR]]" >&2; exit 2; }
-for p in "${programs[@]}"; do
-  [[ -x $dest/bin/$p ]] || {
-    echo "device-placement-check: no $dest/bin/$p (run --prepare on the build machine, carry .deps)" >&2
-    exit 1
-  }
-done
+require_shipped "$dest" device-placement-check "${programs[@]}" || exit 1
 
 export LD_LIBRARY_PATH=$PWD/$dest/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 bin=$PWD/$dest/bin

@@ -16,6 +16,7 @@
 # set. Exit: 0 all checks passed, 1 one failed, 77 skipped (no GPU, torch).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+. scripts/ship-binaries.sh
 dest=.deps/vram-guard
 programs=(voltad voltactl)
 
@@ -36,23 +37,14 @@ if [[ ${1:-} == --prepare ]]; then
   grep -q 'VOLTAD_CUDA:.*=ON' "$build/CMakeCache.txt" || {
     echo "device-vram-guard: $build is not a CUDA build" >&2; exit 1; }
   cmake --build "$build" --target "${programs[@]}" -j2 || exit 1
-  rm -rf "$dest"
-  mkdir -p "$dest/bin" "$dest/lib"
-  for p in "${programs[@]}"; do strip --strip-debug -o "$dest/bin/$p" "$build/bin/$p" || exit 1; done
-  ldd "$dest"/bin/* | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u |
-    grep -Ev '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*|libstdc\+\+|libgcc_s|libcuda|libnvidia-ml)\.so' |
-    while read -r lib; do cp -L "$lib" "$dest/lib/"; done
+  # The CUDA runtime is static; the driver's libcuda and NVML are the machine's.
+  ship_binaries "$dest" "$build" '/(libcuda|libnvidia-ml)\.so' "${programs[@]}" || exit 1
   echo "device-vram-guard: $dest ready ($(du -sh "$dest" | cut -f1)); run" \
     "'bash scripts/device-vram-guard.sh' there with carry [\".deps\"]"
   exit 0
 fi
 [[ $# -eq 0 ]] || { echo "usage: $0 [--prepare [BUILD_DIR] [--arch=NN]]" >&2; exit 2; }
-for p in "${programs[@]}"; do
-  [[ -x $dest/bin/$p ]] || {
-    echo "device-vram-guard: no $dest/bin/$p (run --prepare on the build machine, carry .deps)" >&2
-    exit 1
-  }
-done
+require_shipped "$dest" device-vram-guard "${programs[@]}" || exit 1
 export LD_LIBRARY_PATH=$PWD/$dest/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export VOLTAD_BIN_DIR=$PWD/$dest/bin VOLTAD_SOURCE_DIR=$PWD
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader
