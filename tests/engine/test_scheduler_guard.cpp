@@ -13,48 +13,12 @@
 #include "engine/gguf_file.h"
 #include "engine/model.h"
 #include "engine/scheduler.h"
+#include "tests/engine/scheduler_fixture.h"
 
 using namespace voltad;
+using voltad::test::fixture;
 
 namespace {
-
-std::string model_fixture() {
-  const char* env = std::getenv("VOLTAD_SOURCE_DIR");
-  std::filesystem::path src =
-      env ? env : std::filesystem::path(__FILE__).parent_path().parent_path().parent_path();
-  return (src / "tests" / "fixtures" / "models" / "tiny-llama.F32.gguf").string();
-}
-
-struct Fixture {
-  std::shared_ptr<const Model> model;
-  std::unique_ptr<Tokenizer> tokenizer;
-  Fixture() {
-    auto m = load_model(model_fixture());
-    REQUIRE_MESSAGE(m.ok(), (m.ok() ? "" : m.error().message));
-    model = m.value();
-    auto data = tokenizer_data_from_gguf(*model->file);
-    REQUIRE(data.ok());
-    auto t = Tokenizer::create(std::move(data.value()));
-    REQUIRE(t.ok());
-    tokenizer = std::make_unique<Tokenizer>(std::move(t.value()));
-  }
-  std::unique_ptr<CpuBackend> backend(int32_t max_context, int32_t max_sequences,
-                                      int32_t kv_blocks = 0) {
-    CpuBackendOptions o;
-    o.threads = 1;
-    o.max_context = max_context;
-    o.max_sequences = max_sequences;
-    o.kv_blocks = kv_blocks;
-    auto b = CpuBackend::create(model, o);
-    REQUIRE(b.ok());
-    return std::move(b.value());
-  }
-};
-
-Fixture& fixture() {
-  static Fixture f;
-  return f;
-}
 
 GenerationRequest greedy(std::mt19937& rng, int n_prompt, int32_t max_tokens) {
   std::uniform_int_distribution<int32_t> token(3, 319);
