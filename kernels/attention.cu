@@ -53,22 +53,55 @@ struct Fp16KvReader {
   }
 };
 
+// Block-wide max and sum of one value per thread (blockDim.x a multiple of
+// 32, at most 32 warps).
+__device__ __forceinline__ float block_max(float v, float* scratch) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  const int warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  __syncthreads();  // scratch may still be read from a previous call
+  if ((threadIdx.x & 31) == 0) scratch[warp] = v;
+  __syncthreads();
+  v = scratch[0];
+  for (int w = 1; w < warps; ++w) v = fmaxf(v, scratch[w]);
+  return v;
+}
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) scratch[warp] = v;
+  __syncthreads();
+  v = scratch[0];
+  for (int w = 1; w < warps; ++w) v += scratch[w];
+  return v;
+}
+
+// One block per (token, head). Each piece's max m_s and sum l_s are read
+// once, by one thread each, and reduced across the block (a serial loop
+// over the pieces was a chain of dependent global loads: ~9 us at 32
+// pieces on the H200); then every thread sums its elements over the pieces.
 __global__ void kernel_attention_combine(AttentionArgs a, int splits) {
   wait_for_previous_kernel();
   __shared__ float weight[kAttentionMaxSplits];  // exp(m_s - max m) of each piece
+  __shared__ float scratch[32];
   const int t = blockIdx.x, head = blockIdx.y;
   const int stride = a.head_dim + 2;
   const float* parts = a.partials + (int64_t(t) * a.n_heads + head) * splits * stride;
   const int used = min(splits, a.positions[t] / split_tokens(a.positions[t], splits) + 1);
-  float mm = -INFINITY;
-  for (int s = 0; s < used; ++s) mm = fmaxf(mm, parts[s * stride]);
+  float mine = -INFINITY;
   for (int s = threadIdx.x; s < used; s += blockDim.x) {
-    const float m = parts[s * stride];
-    weight[s] = m == -INFINITY ? 0.0f : __expf(m - mm);
+    weight[s] = parts[s * stride];
+    mine = fmaxf(mine, weight[s]);
   }
-  __syncthreads();
-  float ll = 0.0f;
-  for (int s = 0; s < used; ++s) ll += parts[s * stride + 1] * weight[s];
+  const float mm = block_max(mine, scratch);
+  float l = 0.0f;
+  for (int s = threadIdx.x; s < used; s += blockDim.x) {
+    const float m = weight[s];
+    const float w = m == -INFINITY ? 0.0f : __expf(m - mm);
+    weight[s] = w;
+    l += parts[s * stride + 1] * w;
+  }
+  const float ll = block_sum(l, scratch);  // its barriers also publish weight[]
   for (int e = threadIdx.x; e < a.head_dim; e += blockDim.x) {
     float v = 0.0f;
 #pragma unroll 8
