@@ -5,7 +5,9 @@
 #include <doctest/doctest.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <systemd/sd-bus.h>
 #include <unistd.h>
@@ -17,6 +19,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <future>
 #include <mutex>
@@ -66,8 +69,22 @@ class PrivateBus {
                           "--nopidfile",   address_arg.c_str(), nullptr};
     REQUIRE(::posix_spawn(&pid_, program.c_str(), nullptr, nullptr, const_cast<char**>(argv),
                           environ) == 0);
-    for (int i = 0; i < 500 && !fs::exists(socket_); ++i) std::this_thread::sleep_for(10ms);
-    REQUIRE_MESSAGE(fs::exists(socket_), "dbus-daemon did not create " << socket_);
+    // The socket file exists from bind(); connections succeed only from
+    // listen() on (a connect in between is refused: seen once in CI).
+    bool up = false;
+    for (int i = 0; i < 500 && !(up = accepts_connections()); ++i)
+      std::this_thread::sleep_for(10ms);
+    REQUIRE_MESSAGE(up, "dbus-daemon does not accept connections on " << socket_);
+  }
+  bool accepts_connections() const {
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return false;
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, socket_.c_str(), sizeof addr.sun_path - 1);
+    const bool ok = ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0;
+    ::close(fd);
+    return ok;
   }
   ~PrivateBus() {
     stop();

@@ -33,7 +33,11 @@ start_bus() {
   local socket=$1; shift
   dbus-daemon --nofork --nopidfile "$@" 2>>"$tmp/dbus-daemon.log" &
   bus_pids+=($!)
-  for _ in $(seq 100); do [[ -S $socket ]] && return 0; sleep 0.05; done
+  # The socket file appears at bind(); connections work from listen() on.
+  for _ in $(seq 100); do
+    [[ -S $socket ]] && busctl --address="unix:path=$socket" status >/dev/null 2>&1 && return 0
+    sleep 0.05
+  done
   echo "FAIL dbus-daemon did not start"; cat "$tmp/dbus-daemon.log"; exit 1
 }
 
