@@ -52,5 +52,18 @@ for tool in voltactl voltad-run voltad-bench; do
   check "$tool: unknown subcommand exits non-zero" test $? -ne 0
 done
 
+# --kernels takes auto or portable; anything else is a usage error (64)
+# that names the flag, before any model is read.
+out=$("$bin/voltad-run" -m "$tmp/none.gguf" -p hi --backend cuda --kernels fast 2>&1); rc=$?
+check "voltad-run --kernels fast: usage error 64" test "$rc" -eq 64
+check "voltad-run --kernels fast: names the flag" grep -q -- "bad or missing value for --kernels" <<<"$out"
+out=$("$bin/voltad-bench" -m "$tmp/none.gguf" --kernels fast 2>&1); rc=$?
+check "voltad-bench --kernels fast: usage error 64" test "$rc" -eq 64
+check "voltad-bench --kernels fast: says the choices" grep -q "auto or portable" <<<"$out"
+printf 'engine:\n  kernels: fastest\n' >"$tmp/kernels.yaml"
+out=$("$bin/voltad" --verify-config "$tmp/kernels.yaml" 2>&1); rc=$?
+check "engine.kernels: fastest is a config error (78)" test "$rc" -eq 78
+check "engine.kernels: the error names the choices" grep -q "engine.kernels: invalid value .fastest. (one of: auto, portable)" <<<"$out"
+
 echo "cli_config: $fails failure(s)"
 exit $((fails > 0))
