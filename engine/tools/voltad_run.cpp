@@ -94,7 +94,11 @@ int main(int argc, char** argv) {
     else if (f == "--system") ok = next(a.system);
     else if (f == "--template") ok = next(a.chat_template);
     else if (f == "--backend") ok = next(a.backend);
-    else if (f == "--kernels") ok = next(a.kernels) && voltad::kernels::parse_kernel_set(a.kernels).has_value();
+    else if (f == "--kernels") {
+      ok = next(a.kernels);
+      if (ok && !voltad::kernels::parse_kernel_set(a.kernels))
+        return usage("--kernels must be auto or portable, not '" + a.kernels + "'");
+    }
     else if (f == "--dump-logits") ok = next(a.dump_logits);
     else if (f == "--stop") ok = next(v), a.stop.push_back(v);
     else if (f == "--info") a.info = true;

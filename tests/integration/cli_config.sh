@@ -56,7 +56,7 @@ done
 # that names the flag, before any model is read.
 out=$("$bin/voltad-run" -m "$tmp/none.gguf" -p hi --backend cuda --kernels fast 2>&1); rc=$?
 check "voltad-run --kernels fast: usage error 64" test "$rc" -eq 64
-check "voltad-run --kernels fast: names the flag" grep -q -- "bad or missing value for --kernels" <<<"$out"
+check "voltad-run --kernels fast: says the choices" grep -q -- "--kernels must be auto or portable, not 'fast'" <<<"$out"
 out=$("$bin/voltad-bench" -m "$tmp/none.gguf" --kernels fast 2>&1); rc=$?
 check "voltad-bench --kernels fast: usage error 64" test "$rc" -eq 64
 check "voltad-bench --kernels fast: says the choices" grep -q "auto or portable" <<<"$out"
