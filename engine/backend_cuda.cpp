@@ -531,38 +531,6 @@ std::string CudaBackend::kernels_in_use() const {
 }
 uint64_t CudaBackend::decode_weight_bytes() const { return impl_->decode_bytes; }
 
-Result<double> measure_copy_bandwidth(int device) {
-  cudaError_t e = cudaSetDevice(device);
-  if (e != cudaSuccess) return cuda_error("cudaSetDevice", e);
-  const size_t bytes = size_t(1) << 30;
-  void *a = nullptr, *b = nullptr;
-  if ((e = cudaMalloc(&a, bytes)) != cudaSuccess) return cuda_error("allocating 1 GiB for the copy benchmark", e);
-  if ((e = cudaMalloc(&b, bytes)) != cudaSuccess) {
-    cudaFree(a);
-    return cuda_error("allocating 1 GiB for the copy benchmark", e);
-  }
-  cudaEvent_t start, stop;
-  CUDA_CHECK(cudaEventCreate(&start));
-  CUDA_CHECK(cudaEventCreate(&stop));
-  CUDA_CHECK(cudaMemset(a, 1, bytes));
-  std::vector<float> ms;
-  for (int i = 0; i < 12; ++i) {
-    CUDA_CHECK(cudaEventRecord(start));
-    CUDA_CHECK(cudaMemcpyAsync(i % 2 ? a : b, i % 2 ? b : a, bytes, cudaMemcpyDeviceToDevice));
-    CUDA_CHECK(cudaEventRecord(stop));
-    CUDA_CHECK(cudaEventSynchronize(stop));
-    float t = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-    if (i >= 2) ms.push_back(t);  // the first copies warm up
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  cudaFree(a);
-  cudaFree(b);
-  std::sort(ms.begin(), ms.end());
-  return 2.0 * double(bytes) / (double(ms[ms.size() / 2]) * 1e-3);
-}
-
 bool CudaBackend::Impl::attention(const Layer& layer, int first, int n_tokens, int max_position,
                                   bool quantize_out) {
   const ModelConfig& c = model->config;

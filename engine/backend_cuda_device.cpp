@@ -1,10 +1,14 @@
-// Queries about the card that are not the backend's compute: its memory and
-// its PCI address (engine/backend_cuda.h). Built only with CUDA.
+// Queries about the card that are not the backend's compute: its memory, its
+// PCI address and its copy bandwidth (engine/backend_cuda.h). Built only
+// with CUDA.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <vector>
 
 #include "engine/backend_cuda.h"
+#include "kernels/cuda_check.h"
 
 namespace voltad {
 
@@ -33,6 +37,38 @@ Result<std::string> cuda_pci_bus_id(int device) {
   if (e != cudaSuccess)
     return cuda_error("cudaDeviceGetPCIBusId(" + std::to_string(device) + ")", e);
   return std::string(id);
+}
+
+Result<double> measure_copy_bandwidth(int device) {
+  cudaError_t e = cudaSetDevice(device);
+  if (e != cudaSuccess) return cuda_error("cudaSetDevice", e);
+  const size_t bytes = size_t(1) << 30;
+  void *a = nullptr, *b = nullptr;
+  if ((e = cudaMalloc(&a, bytes)) != cudaSuccess) return cuda_error("allocating 1 GiB for the copy benchmark", e);
+  if ((e = cudaMalloc(&b, bytes)) != cudaSuccess) {
+    cudaFree(a);
+    return cuda_error("allocating 1 GiB for the copy benchmark", e);
+  }
+  cudaEvent_t start, stop;
+  CUDA_CHECK(cudaEventCreate(&start));
+  CUDA_CHECK(cudaEventCreate(&stop));
+  CUDA_CHECK(cudaMemset(a, 1, bytes));
+  std::vector<float> ms;
+  for (int i = 0; i < 12; ++i) {
+    CUDA_CHECK(cudaEventRecord(start));
+    CUDA_CHECK(cudaMemcpyAsync(i % 2 ? a : b, i % 2 ? b : a, bytes, cudaMemcpyDeviceToDevice));
+    CUDA_CHECK(cudaEventRecord(stop));
+    CUDA_CHECK(cudaEventSynchronize(stop));
+    float t = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+    if (i >= 2) ms.push_back(t);  // the first copies warm up
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaFree(a);
+  cudaFree(b);
+  std::sort(ms.begin(), ms.end());
+  return 2.0 * double(bytes) / (double(ms[ms.size() / 2]) * 1e-3);
 }
 
 }  // namespace voltad
