@@ -104,6 +104,9 @@ struct CudaBackend::Impl {
   size_t partial_floats = 0;
   kernels::QuantizedActivations xq;
   kernels::GemmScratch gemm_scratch;  // aliases xq.q (allocate_workspace)
+  // Steps of this many tokens or more run the GEMMs (fp32 activations)
+  // instead of the dp4a matvecs (choose_gemm_min_tokens).
+  int gemm_min_tokens = kernels::kGemmMinTokens;
   int32_t *d_ints = nullptr;  // tokens, positions, slots, token_tables, logit_rows, block tables
   std::vector<int32_t> h_ints;
   float* h_logits = nullptr;  // pinned
@@ -204,6 +207,7 @@ struct CudaBackend::Impl {
   Status load_weights();
   Status load_weight_tensors();  // into the arena load_weights sets up
   Status allocate_workspace();
+  int choose_gemm_min_tokens() const;
   // The decode graph for n sequences (n tokens, n logits rows), into
   // decode_graphs[n]. Instantiating a graph allocates device memory, so
   // create() makes every one up front: the request path allocates nothing.
@@ -461,6 +465,27 @@ Status CudaBackend::Impl::allocate_workspace() {
   return {};
 }
 
+// kGemmMinTokens, or fewer with engine.kernels auto where the sm_80 narrow
+// GEMM takes every matrix a decode step multiplies: it decodes each weight
+// once for all tokens on the tensor cores and beats the dp4a matvecs from
+// kGemmMinTokensNarrowSm80 tokens on the H200 (docs/KERNEL-NOTES.md).
+int CudaBackend::Impl::choose_gemm_min_tokens() const {
+  if (options.kernels != kernels::KernelSet::Auto) return kernels::kGemmMinTokens;
+  auto takes = [&](const kernels::PackedMatrixView& w) {
+    kernels::GemmArgs a;
+    a.w = w;
+    a.n = kernels::kGemmMinTokens - 1;
+    return kernels::gemm_narrow_sm80_supports(a, gemm_scratch);
+  };
+  bool all = takes(output);
+  for (const Layer& l : layers) {
+    for (const ProjectionStack& p : l.qkv) all = all && takes(p.w);
+    for (const ProjectionStack& p : l.gate_up) all = all && takes(p.w);
+    all = all && takes(l.wo) && takes(l.w_down);
+  }
+  return all ? kernels::kGemmMinTokensNarrowSm80 : kernels::kGemmMinTokens;
+}
+
 Result<std::unique_ptr<CudaBackend>> CudaBackend::create(std::shared_ptr<const Model> model,
                                                          const CudaBackendOptions& options) {
   auto device = describe_cuda_device(options.device);
@@ -482,6 +507,7 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(std::shared_ptr<const M
   if (e != cudaSuccess) return cuda_error("creating a CUDA stream on " + impl->device_name, e);
   VOLTAD_TRY(impl->load_weights());
   VOLTAD_TRY(impl->allocate_workspace());
+  impl->gemm_min_tokens = impl->choose_gemm_min_tokens();
   impl->decode_graphs.assign(size_t(options.max_sequences) + 1, nullptr);
   if (options.use_graphs)
     for (int n = 1; n <= options.max_sequences; ++n) VOLTAD_TRY(impl->capture_decode_graph(n));
@@ -526,6 +552,7 @@ std::string CudaBackend::kernels_in_use() const {
   if (impl_->options.kernels == kernels::KernelSet::Portable) return "portable";
   std::string variants;
   if (kernels::gemm_sm80_available()) variants += "sm80-gemm";
+  if (impl_->gemm_min_tokens < kernels::kGemmMinTokens) variants += " + sm80-narrow";
   if (kernels::programmatic_launch_supported()) variants += variants.empty() ? "pdl" : " + pdl";
   return "auto: " + (variants.empty() ? std::string("portable") : variants);
 }
@@ -592,7 +619,7 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
   // takes fp32 activations directly, so nothing is quantized for it.
   auto matvec = [&](const kernels::PackedMatrixView& w, const float* xin, int64_t ldx, int rows, float* y,
                     int64_t ldy, const float* bias, bool accumulate) {
-    if (rows >= kernels::kGemmMinTokens) {
+    if (rows >= gemm_min_tokens) {
       kernels::GemmArgs g;
       g.w = w;
       g.x = xin;
@@ -619,7 +646,7 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
   // Below the GEMM's threshold the matvecs read int8 activations: the
   // kernels that make their inputs (RMSNorm, SwiGLU, the attention combine)
   // quantize them on the way out, saving a launch each.
-  const bool quantized = n < kernels::kGemmMinTokens;
+  const bool quantized = n < gemm_min_tokens;
   auto norm = [&](const float* weight) {
     if (quantized) kernels::launch_rmsnorm_quantize(x, dim, weight, xn, dim, n, dim, c.rms_eps, xq, st);
     else kernels::launch_rmsnorm(x, dim, weight, xn, dim, n, dim, c.rms_eps, st);

@@ -31,6 +31,7 @@
 
 #include <cstdlib>
 
+#include "kernels/async_copy_sm80.cuh"
 #include "kernels/cuda_check.h"
 #include "kernels/gemm_decode.cuh"
 #include "kernels/gemm_sm80.h"
@@ -97,34 +98,6 @@ struct Ring {
   static_assert(kSlotBytes % 16 == 0 && kXBytes % 16 == 0, "16-byte aligned sub-arrays");
   static_assert(Stages >= 3, "the wait counts assume a stage in flight beyond the next");
 };
-
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return uint32_t(__cvta_generic_to_shared(p));
-}
-// Copies `Bytes` (4, 8 or 16) from global to shared; only the first
-// src_bytes (Bytes or 0) are read, the rest zero-filled.
-template <int Bytes>
-__device__ __forceinline__ void copy_async(void* dst, const void* src, int src_bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  if constexpr (Bytes == 16)  // .cg: weights and x are read once per block; keep L1 for others
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(dst)),
-                 "l"(src), "r"(src_bytes));
-  else
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(shared_address(dst)),
-                 "l"(src), "n"(Bytes), "r"(src_bytes));
-#endif
-}
-__device__ __forceinline__ void copy_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;\n" ::);
-#endif
-}
-template <int Pending>
-__device__ __forceinline__ void copy_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending));
-#endif
-}
 
 // One sub-array's stage bytes for BN rows: row r of the tile copies
 // `Bytes` bytes from row n0 + r at byte `offset` of the row.
@@ -463,6 +436,16 @@ void launch_gemm_sm80(const GemmArgs& a, const GemmScratch& scratch, cudaStream_
   }
 }
 
+namespace {
+bool sm80_always() {
+  static const bool always = [] {
+    const char* v = std::getenv("VOLTAD_GEMM_SM80_ALWAYS");
+    return v && v[0] == '1';
+  }();
+  return always;
+}
+}  // namespace
+
 bool gemm_sm80_preferred(const GemmArgs& a) {
   // Measured on the H200 (docs/KERNEL-NOTES.md): the variant wins from
   // about one wave of 128x128 tiles (4096 rows x 512 tokens: 102 against
@@ -471,16 +454,20 @@ bool gemm_sm80_preferred(const GemmArgs& a) {
   // tokens: 59 against 110 us).
   // VOLTAD_GEMM_SM80_ALWAYS=1 (tests, benchmarks): wherever it runs, so
   // that small models exercise it too.
-  if (const char* always = std::getenv("VOLTAD_GEMM_SM80_ALWAYS"); always && always[0] == '1')
-    return true;
+  if (sm80_always()) return true;
   const int64_t blocks = (a.n + 127) / 128 * ((a.w.layout.rows + 127) / 128);
   return a.n > 64 && blocks * 4 >= int64_t(device().sms) * 3;
 }
 
 void launch_gemm_for(KernelSet set, const GemmArgs& a, const GemmScratch& scratch,
                      cudaStream_t stream) {
-  if (set == KernelSet::Auto && gemm_sm80_supports(a, scratch) && gemm_sm80_preferred(a))
-    return launch_gemm_sm80(a, scratch, stream);
+  if (set == KernelSet::Auto) {
+    const bool always = sm80_always();
+    if (!always && gemm_narrow_sm80_supports(a, scratch))
+      return launch_gemm_narrow_sm80(a, scratch, stream);
+    if (gemm_sm80_supports(a, scratch) && (always || gemm_sm80_preferred(a)))
+      return launch_gemm_sm80(a, scratch, stream);
+  }
   launch_gemm(a, stream);
 }
 

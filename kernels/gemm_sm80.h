@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 
 #include "kernels/gemm_wmma.h"
 #include "kernels/kernel_set.h"
@@ -49,9 +50,23 @@ void launch_gemm_sm80(const GemmArgs& args, const GemmScratch& scratch, cudaStre
 // current device (enough 128x128 tiles to fill the SMs).
 bool gemm_sm80_preferred(const GemmArgs& args);
 
-// launch_gemm_sm80 when `set` is Auto and the variant supports and is
-// preferred for the arguments, launch_gemm (the portable kernel, auto tile)
-// otherwise.
+// The sm_80+ narrow GEMM (kernels/gemm_narrow_sm80.cu): batched decode, 1..32
+// tokens, Int4Sym32 / Int4K256 / Int6K256 weights, on mma.sync with the
+// weights decoded straight into the MMA operands and every weight decoded
+// once for all tokens. Rounds x into the scratch (n rounded up to 8 rows of
+// cols fp16 values, reordered), then the GEMM: two launches. The weights are
+// the portable decoders' FP16 values; only the order of the FP32 sums differs.
+size_t gemm_narrow_sm80_scratch_bytes(int n, int64_t cols);
+// From this many tokens on it beats the dp4a matvecs on the H200 (a decode
+// step's matrices; docs/KERNEL-NOTES.md), where it takes all of a model's.
+constexpr int kGemmMinTokensNarrowSm80 = 6;
+bool gemm_narrow_sm80_supports(const GemmArgs& args, const GemmScratch& scratch);
+void launch_gemm_narrow_sm80(const GemmArgs& args, const GemmScratch& scratch, cudaStream_t stream);
+
+// With `set` Auto: the sm_80 narrow GEMM where it takes the arguments, else
+// launch_gemm_sm80 where it takes them and is preferred for them; otherwise
+// (and with Portable) launch_gemm (the portable kernels, auto tile).
+// VOLTAD_GEMM_SM80_ALWAYS=1 (tests) puts launch_gemm_sm80 first.
 void launch_gemm_for(KernelSet set, const GemmArgs& args, const GemmScratch& scratch,
                      cudaStream_t stream);
 

@@ -9,11 +9,12 @@
 // accumulate in FP32. Against an FP32 matvec the difference is about
 // 2^-11 * sum |w x| at most (docs/KERNEL-NOTES.md has the measured error).
 //
-// Small n: the dp4a matvecs (kernels/matvec.h) read the weights once per 8
-// tokens at near full bandwidth; this GEMM's small tiles are bound by memory
-// latency per k-stage (~44 us for 4096x4096 Q4_K at n = 16..64 on the H200
-// against 13.5 us per slice of 8 for the matvec), so it pays from about 25
-// tokens up there (docs/KERNEL-NOTES.md, "Prefill GEMM").
+// Small n: up to kGemmNarrowMaxTokens the narrow tile (kernels/gemm_narrow.cu)
+// streams the weights once per 16 tokens with many loads in flight; the
+// prefill tiles are bound by memory latency per k-stage there (~54 us for
+// 4096x4096 Q4_K at n = 24..32 on the H200, narrow 33-35 us). Below
+// kGemmMinTokens the dp4a matvecs (kernels/matvec.h) are as fast or faster
+// on the H200 (docs/KERNEL-NOTES.md, "Narrow GEMM").
 #pragma once
 
 #include <cuda_runtime.h>
@@ -24,7 +25,8 @@
 
 namespace voltad::kernels {
 
-constexpr int kGemmMinTokens = 25;  // below this, sliced launch_matvec is faster (H200)
+constexpr int kGemmMinTokens = 9;         // below this, launch_matvec is as fast (H200)
+constexpr int kGemmNarrowMaxTokens = 32;  // up to this, launch_gemm picks the narrow kernel
 
 struct GemmArgs {
   PackedMatrixView w;        // (rows, cols), on the device
@@ -48,6 +50,9 @@ enum class GemmTile : uint8_t {
                  // shared memory allows (sm_80+), one on the V100. Measured
                  // +10-15% for Q4_0/Q6_K/Q8_0 at 14336x4096, worse for Q4_K
                  // (spills) and F16: Auto does not pick it.
+  N16,           // narrow (kernels/gemm_narrow.cu): 16 tokens x 32 rows per
+                 // block, k split over its warps, the weights streamed with
+                 // several chunks in flight per lane: batched decode
 };
 
 inline const char* gemm_tile_name(GemmTile t) {
@@ -62,6 +67,8 @@ inline const char* gemm_tile_name(GemmTile t) {
       return "128x128";
     case GemmTile::T128x128Occ2:
       return "128x128/2";
+    case GemmTile::N16:
+      return "narrow16";
   }
   return "?";
 }
@@ -72,5 +79,8 @@ void launch_gemm(const GemmArgs& args, GemmTile tile, cudaStream_t stream);
 
 // The tile launch_gemm(args, stream) uses for this shape on the current device.
 GemmTile gemm_pick_tile(int n, int64_t rows);
+
+// The narrow kernel itself (GemmTile::N16).
+void launch_gemm_narrow(const GemmArgs& args, cudaStream_t stream);
 
 }  // namespace voltad::kernels

@@ -89,11 +89,18 @@ grep -E "MESSAGE|Test +#|tests passed|Skipped|FAILED|ERROR|got .* want|test case
 # The first run used engine.kernels: auto (the default); the whole-model
 # tests again with portable, the kernels a V100 runs (issue 4: both modes).
 portable_line="not run (no backend test selected)"
+auto_line=$portable_line
 if [[ " ${targets[*]} " == *" kernels_test_backend_cuda "* ]]; then
   (cd "$build" && VOLTAD_TEST_KERNELS=portable ctest -L gpu -R backend_cuda -V --timeout 300) \
     >"$out/ctest-portable.log" 2>&1 || test_rc=1
   portable_line=$(grep -E 'tests passed' "$out/ctest-portable.log" || echo 'no result')
   grep -E "FAILED|ERROR" "$out/ctest-portable.log" | head -20
+  # And auto as it runs in production: without VOLTAD_GEMM_SM80_ALWAYS the
+  # decode-sized steps take the sm_80 narrow GEMM where it applies.
+  (cd "$build" && VOLTAD_TEST_KERNELS=auto ctest -L gpu -R backend_cuda -V --timeout 300) \
+    >"$out/ctest-auto.log" 2>&1 || test_rc=1
+  auto_line=$(grep -E 'tests passed' "$out/ctest-auto.log" || echo 'no result')
+  grep -E "FAILED|ERROR" "$out/ctest-auto.log" | head -20
 fi
 
 bench_line=""
@@ -130,5 +137,6 @@ echo "build: $([[ $build_rc == 0 ]] && echo ok || echo FAILED) in ${build_s}s (s
 echo "ctest -L gpu (engine.kernels auto): $(grep -E 'tests passed' "$out/ctest.log" || echo 'no result')$(
   n=$(grep -c '\*\*\*Skipped' "$out/ctest.log"); ((n)) && echo ", $n SKIPPED (no device?)")"
 echo "backend tests with engine.kernels portable: $portable_line"
+echo "backend tests with engine.kernels auto (no VOLTAD_GEMM_SM80_ALWAYS): $auto_line"
 echo "${bench_line:-bench: not run}"
 ((build_rc == 0 && test_rc == 0))

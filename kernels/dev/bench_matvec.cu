@@ -3,7 +3,10 @@
 // shapes for several (rows per warp R, chunks in flight U) variants and the
 // production dispatch, against the device-to-device copy bandwidth measured
 // in the same run, then one whole layer's matvecs (Q4_K_M: Q4_K + Q6_K)
-// launched plainly and replayed from a CUDA graph.
+// launched plainly and replayed from a CUDA graph. Then batched decode:
+// the dp4a matvecs (slices of 8 tokens) against the tensor-core GEMMs (the
+// narrow kernel, kernels/gemm_narrow.cu, and the prefill tiles) at 2..32
+// tokens, per matrix and for a whole layer from a graph.
 //
 // Every matrix is one of many copies spread over ~2 GB and used in turn, so
 // no launch finds its weights in the 50-60 MB L2. The weight bytes are
@@ -20,6 +23,11 @@
 #include <string>
 #include <vector>
 
+#include "kernels/gemm_narrow.cu"
+#include "kernels/gemm_narrow_sm80.cu"
+#include "kernels/gemm_sm80.cu"
+#include "kernels/gemm_wmma.cu"
+#include "kernels/launch.cu"
 #include "kernels/matvec_dispatch.cu"
 #include "kernels/matvec_float.cu"
 #include "kernels/matvec_int4.cu"
@@ -218,6 +226,129 @@ Variant int6_variant(const char* name) {
   return {name, int6_launch<R, B, U>, reinterpret_cast<const void*>(kernel_matvec_int6<R, B, U>)};
 }
 
+// Batched decode, n tokens: launch_matvec (dp4a, slices of 8: the weights
+// are read once per slice) against launch_gemm with the narrow tiles and the
+// tile the prefill model picks; single matrices over pool copies, then a
+// Q4_K_M layer (q|k, v, o, gate|up, down) replayed from a graph.
+void batched_decode(const Pool& pool, double copy_gbs) {
+  constexpr auto Q4K = PackedFormat::Int4K256;
+  constexpr auto Q6K = PackedFormat::Int6K256;
+  const int kMaxN = 32;
+  Activations act(14336, 28672, kMaxN);
+  launch_quantize_activations(act.x, 14336, kMaxN, 14336, act.q, nullptr);
+  enum class Path { Matvec, Narrow, Prefill, Narrow80 };
+  const char* names[] = {"dp4a", "narrow", "prefill-tile", "narrow-sm80"};
+  GemmScratch scratch;
+  scratch.bytes = gemm_narrow_sm80_scratch_bytes(kMaxN, 14336);
+  CUDA_CHECK(cudaMalloc(&scratch.data, scratch.bytes));
+  auto launch = [&](Path p, const PackedMatrixView& w, int n, cudaStream_t st) {
+    if (p == Path::Matvec) {
+      MatvecArgs a;
+      a.w = w;
+      a.batch = n;
+      a.xq = act.q;
+      a.x = act.x;
+      a.ldx = 14336;
+      a.y = act.y;
+      a.ldy = 28672;
+      return launch_matvec(a, st);
+    }
+    GemmArgs g;
+    g.w = w;
+    g.x = act.x;
+    g.ldx = 14336;
+    g.n = n;
+    g.y = act.y;
+    g.ldy = 28672;
+    if (p == Path::Narrow80) return launch_gemm_narrow_sm80(g, scratch, st);
+    launch_gemm(g, p == Path::Narrow ? GemmTile::N16 : GemmTile::T32x64, st);
+  };
+  struct M {
+    PackedFormat f;
+    int64_t rows, cols;
+    const char* name;
+  };
+  const M mats[] = {{Q4K, 4096, 4096, "Q4_K 4096x4096"},
+                    {Q4K, 28672, 4096, "Q4_K 28672x4096"},
+                    {Q6K, 4096, 14336, "Q6_K 4096x14336"},
+                    {PackedFormat::Int4Sym32, 4096, 4096, "Q4_0 4096x4096"}};
+  std::printf("\n== batched decode: one matrix, n tokens ==\n");
+  for (const M& m : mats) {
+    const PackedLayout l = make_packed_layout(m.f, m.rows, m.cols);
+    const auto copies = copies_of(pool, l);
+    const double bytes = double(packed_payload_bytes(l));
+    for (int n : {1, 2, 4, 8, 16, 24, 32}) {
+      for (Path p : {Path::Matvec, Path::Narrow, Path::Prefill, Path::Narrow80}) {
+        if (p == Path::Prefill && n < 24) continue;
+        if (p == Path::Narrow80 && !gemm_narrow_sm80_supports(
+                                       [&] {
+                                         GemmArgs g;
+                                         g.w = copies[0];
+                                         g.x = act.x;
+                                         g.ldx = 14336;
+                                         g.n = n;
+                                         g.y = act.y;
+                                         g.ldy = 28672;
+                                         return g;
+                                       }(),
+                                       scratch))
+          continue;
+        const int count = int(copies.size()), iters = std::max(count, 64);
+        const float ms = time_ms([&] {
+          for (int i = 0; i < iters; ++i) launch(p, copies[size_t(i % count)], n, nullptr);
+        });
+        report(std::string("batched ") + m.name + " n" + std::to_string(n) + " " + names[int(p)],
+               bytes, ms / float(iters), copy_gbs);
+      }
+    }
+  }
+  std::printf("\n== batched decode: a Q4_K_M layer from a graph ==\n");
+  const M layer[] = {{Q4K, 5120, 4096, "q|k"},
+                     {Q6K, 1024, 4096, "v"},
+                     {Q4K, 4096, 4096, "o"},
+                     {Q4K, 28672, 4096, "gate|up"},
+                     {Q6K, 4096, 14336, "down"}};
+  size_t stride = 0;
+  double layer_bytes = 0;
+  for (const M& m : layer) {
+    const PackedLayout l = make_packed_layout(m.f, m.rows, m.cols);
+    stride += packed_align256(l.total_bytes);
+    layer_bytes += double(packed_payload_bytes(l));
+  }
+  const int n_layers = int(kPoolBytes / stride);
+  std::vector<std::vector<PackedMatrixView>> per_layer;
+  size_t at = 0;
+  for (int L = 0; L < n_layers; ++L) {
+    std::vector<PackedMatrixView> v;
+    for (const M& m : layer) {
+      const PackedLayout l = make_packed_layout(m.f, m.rows, m.cols);
+      v.push_back(view_at(pool, l, at));
+      at += packed_align256(l.total_bytes);
+    }
+    per_layer.push_back(v);
+  }
+  CUDA_CHECK(cudaDeviceSynchronize());
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  for (int n : {1, 8, 16, 32}) {
+    for (Path p : {Path::Matvec, Path::Narrow, Path::Narrow80}) {
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+      for (int L = 0; L < n_layers; ++L)
+        for (size_t i = 0; i < std::size(layer); ++i) launch(p, per_layer[size_t(L)][i], n, stream);
+      CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+      CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      const float ms = time_ms([&] { CUDA_CHECK(cudaGraphLaunch(exec, stream)); }, stream);
+      report("batched layer n" + std::to_string(n) + " " + names[int(p)], layer_bytes,
+             ms / n_layers, copy_gbs);
+      CUDA_CHECK(cudaGraphExecDestroy(exec));
+      CUDA_CHECK(cudaGraphDestroy(graph));
+    }
+  }
+  CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
 }  // namespace bench
 
 int main() {
@@ -387,10 +518,16 @@ int main() {
     CUDA_CHECK(cudaStreamDestroy(stream));
   }
 
+  batched_decode(pool, copy_gbs);
+
   std::printf("\n== summary (copy %.0f GB/s) ==\n", copy_gbs);
   for (const Row& r : g_rows)
     if (r.what.find("dispatch") != std::string::npos || r.what.find("layer") == 0 ||
         r.what.find("read-only") != std::string::npos)
+      std::printf("%-44s %9.2f us %8.0f GB/s %5.1f%%\n", r.what.c_str(), r.us, r.gbs, 100 * r.frac);
+  std::printf("\n== batched decode summary ==\n");
+  for (const Row& r : g_rows)
+    if (r.what.find("batched") == 0)
       std::printf("%-44s %9.2f us %8.0f GB/s %5.1f%%\n", r.what.c_str(), r.us, r.gbs, 100 * r.frac);
   return 0;
 }

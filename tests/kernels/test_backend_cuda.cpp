@@ -390,7 +390,7 @@ TEST_CASE("engine.kernels: auto and portable give the same logits on prompt chun
   }
 }
 
-TEST_CASE("engine.kernels: auto uses the sm_80 GEMM (sm_80+) and PDL (sm_90+) on a card built for it") {
+TEST_CASE("engine.kernels: auto uses the sm_80 GEMMs (sm_80+) and PDL (sm_90+) on a card built for it") {
   int device = 0, major = 0;
   REQUIRE(cudaGetDevice(&device) == cudaSuccess);
   REQUIRE(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess);
@@ -402,6 +402,17 @@ TEST_CASE("engine.kernels: auto uses the sm_80 GEMM (sm_80+) and PDL (sm_90+) on
   if (major >= 8) CHECK(used.rfind("auto: sm80-gemm", 0) == 0);
   else CHECK(used == "auto: portable");
   if (major >= 9) CHECK(used.find("pdl") != std::string::npos);
+
+  // A model whose every decode matrix the sm_80 narrow GEMM takes (Q4_K and
+  // Q6_K, rows of whole super-blocks): auto runs steps of a few tokens on it.
+  auto q4km = load_model((fixtures() / "tiny-llama256.Q4_K_M.gguf").string());
+  REQUIRE(q4km.ok());
+  const std::string used_q4km = make_cuda(q4km.value(), 64, 8, 64, kernels::KernelSet::Auto)->kernels_in_use();
+  MESSAGE("auto on tiny-llama256.Q4_K_M runs '" << used_q4km << "'");
+  if (major >= 8) CHECK(used_q4km.find("sm80-narrow") != std::string::npos);
+  const std::string portable_q4km =
+      make_cuda(q4km.value(), 64, 8, 64, kernels::KernelSet::Portable)->kernels_in_use();
+  CHECK(portable_q4km == "portable");
 }
 
 TEST_CASE("stacked, partly stacked and separate projections: CUDA follows the CPU backend") {

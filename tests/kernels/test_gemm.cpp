@@ -41,7 +41,7 @@ double to_half(float v) {
 }
 
 // Which kernel a case launches.
-enum class Path { Portable, Sm80, AutoSet };
+enum class Path { Portable, Sm80, AutoSet, Narrow80 };
 
 struct Case {
   int64_t rows, cols;
@@ -67,9 +67,10 @@ double run_case(GgmlType type, const Case& c, std::vector<float>* out = nullptr)
   name << ggml_type_name(type) << " " << c.rows << "x" << c.cols << " n " << c.n << " tile "
        << kernels::gemm_tile_name(c.tile) << (c.accumulate ? " +=" : "")
        << (c.with_bias ? " +bias" : "") << (c.aligned_x ? "" : " unaligned-x")
-       << (c.path == Path::Sm80      ? " sm80"
-           : c.path == Path::AutoSet ? " kernels=auto"
-                                     : "");
+       << (c.path == Path::Sm80       ? " sm80"
+           : c.path == Path::AutoSet  ? " kernels=auto"
+           : c.path == Path::Narrow80 ? " narrow-sm80"
+                                      : "");
   CAPTURE(name.str());
 
   const std::vector<uint8_t> gguf = random_valid_tensor(type, c.rows, c.cols, rng, 15);
@@ -107,7 +108,9 @@ double run_case(GgmlType type, const Case& c, std::vector<float>* out = nullptr)
   args.accumulate = c.accumulate;
   // The variant's fp16 copy of x; poisoned, so that a read of a row it did
   // not write shows.
-  DeviceBuffer<uint8_t> scratch(kernels::gemm_sm80_scratch_bytes(c.n, c.cols) + 64);
+  DeviceBuffer<uint8_t> scratch(std::max(kernels::gemm_sm80_scratch_bytes(c.n, c.cols),
+                                         kernels::gemm_narrow_sm80_scratch_bytes(c.n, c.cols)) +
+                                64);
   CUDA_CHECK(cudaMemset(scratch.get(), 0xFF, scratch.size()));
   const kernels::GemmScratch gs{scratch.get(), c.scratch_short ? size_t(16) : scratch.size()};
   switch (c.path) {
@@ -120,6 +123,10 @@ double run_case(GgmlType type, const Case& c, std::vector<float>* out = nullptr)
       break;
     case Path::AutoSet:
       kernels::launch_gemm_for(kernels::KernelSet::Auto, args, gs, nullptr);
+      break;
+    case Path::Narrow80:
+      REQUIRE(kernels::gemm_narrow_sm80_supports(args, gs));
+      kernels::launch_gemm_narrow_sm80(args, gs, nullptr);
       break;
   }
   CUDA_CHECK(cudaDeviceSynchronize());
@@ -212,6 +219,68 @@ TEST_CASE("gemm matches the float64 reference for every weight type, tile and sh
     MESSAGE(ggml_type_name(type) << ": max |y - y(fp32)| / sum|w x| at cols 4096 = " << worst);
     CHECK(worst < 2e-3);
   }
+}
+
+// The narrow tiles (batched decode): k split over 8 warps, so also row
+// lengths of fewer chunks than warps, and token counts on both sides of a
+// 16-token fragment; several blocks of tokens where n > the tile.
+TEST_CASE("gemm narrow tile matches the float64 reference for every weight type and shape") {
+  const GgmlType types[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q4_K, GgmlType::Q5_0,
+                            GgmlType::Q5_1, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0,
+                            GgmlType::F16,  GgmlType::BF16, GgmlType::F32};
+  const int ns[] = {2, 8, 16, 17, 31, 32, 1, 40, 5};
+  int i = 0;
+  for (GgmlType type : types) {
+    double worst = 0.0;
+    for (const Shape& s : shapes_for(type)) {
+      for (int rep = 0; rep < 2; ++rep) {
+        const Case c{s.rows, s.cols, ns[i % 9], GemmTile::N16, i % 2 == 0, i % 3 != 1, i % 4 != 3};
+        ++i;
+        const double e = run_case(type, c);
+        if (s.cols == 4096) worst = std::max(worst, e);
+      }
+    }
+    MESSAGE(ggml_type_name(type) << " narrow: max |y - y(fp32)| / sum|w x| at cols 4096 = "
+                                 << worst);
+    CHECK(worst < 2e-3);
+  }
+  // The automatic choice at decode sizes is the narrow kernel.
+  CHECK(kernels::gemm_pick_tile(8, 4096) == GemmTile::N16);
+  CHECK(kernels::gemm_pick_tile(16, 28672) == GemmTile::N16);
+  CHECK(kernels::gemm_pick_tile(32, 4096) == GemmTile::N16);
+  CHECK(kernels::gemm_pick_tile(33, 4096) != GemmTile::N16);
+}
+
+// The sm_80+ narrow kernel: the same FP16 weights, but its own order of
+// the FP32 sums, so the reference, not bit-identity with the portable
+// kernels. Rows not a multiple of the block,
+// every token count 1..32 across the cases, k shares that leave some warps
+// idle (512 columns = 4 stages for 8 warps).
+TEST_CASE("gemm narrow sm80 variant matches the float64 reference") {
+  if (!device_is_sm80_plus() || !kernels::gemm_sm80_available()) {
+    MESSAGE("not an sm_80+ device with the variant built: skipped");
+    return;
+  }
+  const GgmlType types[] = {GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K};
+  const Shape shapes[] = {{7, 512}, {130, 768}, {67, 4096}, {300, 256}};
+  int i = 0;
+  for (GgmlType type : types) {
+    double worst = 0.0;
+    for (const Shape& s : shapes) {
+      for (int n : {1, 5, 8, 9, 16, 17, 24, 31, 32}) {
+        const Case c{s.rows,     s.cols,     n,          GemmTile::Auto,
+                     i % 2 == 0, i % 3 != 1, i % 4 != 3, Path::Narrow80};
+        ++i;
+        const double e = run_case(type, c);
+        if (s.cols == 4096) worst = std::max(worst, e);
+      }
+    }
+    MESSAGE(ggml_type_name(type) << " narrow sm80: max |y - y(fp32)| / sum|w x| at cols 4096 = "
+                                 << worst);
+    CHECK(worst < 2e-3);
+  }
+  // kernels=auto takes it for a decode-sized batch (results as above).
+  run_case(GgmlType::Q4_K, {130, 1024, 8, GemmTile::Auto, true, true, true, Path::AutoSet});
 }
 
 TEST_CASE("gemm: a prefill-sized case (512 tokens) with the automatic tile") {

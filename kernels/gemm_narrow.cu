@@ -1,0 +1,262 @@
+// The narrow GEMM: batched decode (2..32 tokens) on FP16 tensor cores
+// through wmma m16n16k16 (sm_70+). Contract in gemm_wmma.h (GemmTile::N16);
+// measurements in docs/KERNEL-NOTES.md ("Narrow GEMM").
+//
+// At a few tokens a GEMM is a matvec: the weights must stream at the
+// memory's bandwidth, and the arithmetic hides behind them. The prefill
+// tiles do the opposite (one 64-value stage of loads in flight per block,
+// few blocks): a 4096-row matrix gives the 32x64 tile 64 blocks, and each
+// waits on memory once per stage. Here:
+//   - a block owns 32 weight rows (one per lane) and 16 tokens, and splits
+//     k over its warps (16 where the blocks fit the SMs once over, else 8,
+//     two blocks per SM), so even a 4096-row matrix keeps ~16 warps per SM
+//     streaming;
+//   - each lane keeps kDepth chunks (32 values, 16+ bytes each) of its row
+//     in flight, refilling a slot as soon as it is decoded;
+//   - a warp decodes one chunk per lane into its own shared tile (32 rows x
+//     32 k), stages the matching 32 k of x (16 tokens, loaded two chunks
+//     ahead) as FP16 beside it, and runs 2 x 2 wmma; no block-wide barrier
+//     until the end;
+//   - the warps' partial sums meet in shared memory, are added in warp
+//     order (deterministic), and go out with the bias and the residual add.
+// Weights decode with kernels/gemm_decode.cuh, the prefill GEMM's own code,
+// so both see the same FP16 weights; x is rounded to FP16 as there.
+#include <cuda_fp16.h>
+#include <mma.h>
+
+#include "kernels/cuda_check.h"
+#include "kernels/device_common.cuh"
+#include "kernels/gemm_decode.cuh"
+#include "kernels/gemm_wmma.h"
+#include "kernels/launch.cuh"
+
+namespace voltad::kernels {
+
+namespace {
+
+namespace wmma = nvcuda::wmma;
+using namespace gemm_decode;
+
+constexpr int kNarrowTokens = 16;              // one wmma fragment of tokens per block
+constexpr int kNarrowRows = 32;                // weight rows per block: one per lane
+constexpr int kNarrowLd = 32 + 8;              // shared row stride in halves (80 bytes:
+                                               // 8 lanes' 16-byte stores hit distinct banks)
+constexpr int kNarrowRedLd = kNarrowRows + 4;  // fp32 partial sums, floats per row
+constexpr int kXPerLane = kNarrowTokens / 4;   // float4 of x per lane per chunk
+
+// Chunks per lane in flight: ~64 bytes of weights per lane within 128
+// registers (two 8-warp blocks share an SM). Even, so that x's two slots
+// (below) line up with the unrolled loop.
+template <PackedFormat F>
+constexpr int depth_for() {
+  switch (F) {
+    case PackedFormat::Int4Sym32:
+    case PackedFormat::Int4Affine32:
+    case PackedFormat::Int4K256:
+      return 4;
+    default:
+      return 2;
+  }
+}
+
+template <int W>
+struct NarrowShape {
+  static constexpr size_t kPipeBytes =
+      size_t(W) * (kNarrowRows + kNarrowTokens) * kNarrowLd * sizeof(__half);
+  static constexpr size_t kRedBytes = size_t(W) * kNarrowTokens * kNarrowRedLd * sizeof(float);
+  static constexpr size_t kSmemBytes = kPipeBytes > kRedBytes ? kPipeBytes : kRedBytes;
+  static_assert(kSmemBytes <= 96 * 1024, "fits the V100's shared memory");
+};
+
+// W warps split k. Block (blockIdx.x, blockIdx.y) computes tokens
+// 16*x .. 16*x+15 for rows 32*y .. 32*y+31: the blocks of one row range are
+// consecutive, so they run side by side and all but the first mostly find
+// the weights in L2.
+template <PackedFormat F, int W>
+__global__ void __launch_bounds__(W * 32, 16 / W) kernel_gemm_narrow(GemmArgs a, bool x_vec) {
+  wait_for_previous_kernel();
+  using S = NarrowShape<W>;
+  constexpr int kDepth = depth_for<F>();
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t rows = a.w.layout.rows, cols = a.w.layout.cols;
+  const int64_t chunks = (cols + 31) / 32;
+  const int64_t r0 = int64_t(blockIdx.y) * kNarrowRows;
+  const int t0 = int(blockIdx.x) * kNarrowTokens;
+
+  // This warp's chunks: an equal share of the row, in order.
+  const int64_t share = (chunks + W - 1) / W;
+  const int64_t c_begin = warp * share;
+  const int64_t c_end = c_begin + share < chunks ? c_begin + share : chunks;
+  const bool row_ok = r0 + lane < rows;
+  const RowPointers wrow = row_pointers(a.w, row_ok ? r0 + lane : 0);
+
+  __half* sw = reinterpret_cast<__half*>(smem) + warp * (kNarrowRows + kNarrowTokens) * kNarrowLd;
+  __half* sx = sw + kNarrowRows * kNarrowLd;
+
+  // x: lane reads 4 floats (k = xk..xk+3 of the chunk) of tokens
+  // xt, xt + 4, ...: 8 lanes cover a token's 128 contiguous bytes.
+  const int xt = lane >> 3, xk = (lane & 7) * 4;
+  auto load_x = [&](float4(&v)[kXPerLane], int64_t c) {
+    const int64_t k = c * 32 + xk;
+#pragma unroll
+    for (int j = 0; j < kXPerLane; ++j) {
+      const int t = t0 + xt + 4 * j;
+      v[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (t >= a.n || c >= c_end) continue;
+      const float* p = a.x + int64_t(t) * a.ldx + k;
+      if (x_vec && k + 4 <= cols) {
+        v[j] = __ldg(reinterpret_cast<const float4*>(p));
+      } else {
+        v[j].x = k < cols ? p[0] : 0.0f;
+        v[j].y = k + 1 < cols ? p[1] : 0.0f;
+        v[j].z = k + 2 < cols ? p[2] : 0.0f;
+        v[j].w = k + 3 < cols ? p[3] : 0.0f;
+      }
+    }
+  };
+  auto load_w = [&](Chunk<F>& ch, int64_t c) {
+    if (row_ok && c < c_end)
+      ch.template load<GlobalMemory>(wrow, c);
+    else
+      ch.zero();
+  };
+
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2];
+  wmma::fill_fragment(acc[0], 0.0f);
+  wmma::fill_fragment(acc[1], 0.0f);
+
+  // Weights kDepth chunks ahead, x two (x comes from L2, the weights from
+  // DRAM); slot d of each ring holds the chunks c with (c - c_begin) % depth == d.
+  Chunk<F> ring[kDepth];
+#pragma unroll
+  for (int d = 0; d < kDepth; ++d) load_w(ring[d], c_begin + d);
+  float4 xv[2][kXPerLane];
+  load_x(xv[0], c_begin);
+  load_x(xv[1], c_begin + 1);
+
+  for (int64_t c0 = c_begin; c0 < c_end; c0 += kDepth) {
+#pragma unroll
+    for (int d = 0; d < kDepth; ++d) {
+      const int64_t c = c0 + d;
+      if (c >= c_end) break;  // the same for every lane of the warp
+      uint32_t h[16];
+      ring[d].decode(c, h);
+      load_w(ring[d], c + kDepth);
+      uint4* dst = reinterpret_cast<uint4*>(sw + lane * kNarrowLd);
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        dst[i] = make_uint4(h[4 * i], h[4 * i + 1], h[4 * i + 2], h[4 * i + 3]);
+#pragma unroll
+      for (int j = 0; j < kXPerLane; ++j) {
+        const float4 v = xv[d & 1][j];
+        *reinterpret_cast<uint2*>(sx + (xt + 4 * j) * kNarrowLd + xk) =
+            make_uint2(pack_half2(v.x, v.y), pack_half2(v.z, v.w));
+      }
+      load_x(xv[d & 1], c + 2);  // in flight during the next two chunks
+      __syncwarp();
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk) {
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> b0, b1;
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> xa;
+        wmma::load_matrix_sync(b0, sw + kk * 16, kNarrowLd);
+        wmma::load_matrix_sync(b1, sw + 16 * kNarrowLd + kk * 16, kNarrowLd);
+        wmma::load_matrix_sync(xa, sx + kk * 16, kNarrowLd);
+        wmma::mma_sync(acc[0], xa, b0, acc[0]);
+        wmma::mma_sync(acc[1], xa, b1, acc[1]);
+      }
+      __syncwarp();  // the tiles are rewritten for the next chunk
+    }
+  }
+
+  // The warps' partial sums, added in warp order.
+  __syncthreads();                              // every warp is done with its pipeline tiles
+  float* red = reinterpret_cast<float*>(smem);  // [warp][token][kNarrowRedLd]
+#pragma unroll
+  for (int j = 0; j < 2; ++j)
+    wmma::store_matrix_sync(red + warp * kNarrowTokens * kNarrowRedLd + j * 16, acc[j],
+                            kNarrowRedLd, wmma::mem_row_major);
+  __syncthreads();
+  for (int o = threadIdx.x; o < kNarrowTokens * kNarrowRows; o += W * 32) {
+    const int tm = o / kNarrowRows, rn = o % kNarrowRows;
+    const int t = t0 + tm;
+    const int64_t row = r0 + rn;
+    if (t >= a.n || row >= rows) continue;
+    float v = 0.0f;
+#pragma unroll
+    for (int w = 0; w < W; ++w) v += red[(w * kNarrowTokens + tm) * kNarrowRedLd + rn];
+    if (a.bias) v += a.bias[row];
+    float* dst = a.y + int64_t(t) * a.ldy + row;
+    if (a.accumulate) v += *dst;
+    *dst = v;
+  }
+}
+
+template <PackedFormat F, int W>
+void launch_narrow(const GemmArgs& a, dim3 grid, cudaStream_t stream) {
+  using S = NarrowShape<W>;
+  auto kernel = kernel_gemm_narrow<F, W>;
+  // Above 48 KB of dynamic shared memory a kernel must opt in (once).
+  static const bool opted_in = [&] {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(S::kSmemBytes)));
+    return true;
+  }();
+  (void)opted_in;
+  const bool x_vec = a.ldx % 4 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
+  launch_kernel(kernel, grid, W * 32, S::kSmemBytes, stream, a, x_vec);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+// 16 warps per block where the blocks fit the SMs once over (a 4096-row
+// matrix on the H200: 128 blocks), else 8 (two per SM): either way about
+// 16 warps per SM stream weights.
+template <PackedFormat F>
+void launch_narrow_format(const GemmArgs& a, int sms, cudaStream_t stream) {
+  const dim3 grid(unsigned((a.n + kNarrowTokens - 1) / kNarrowTokens),
+                  unsigned((a.w.layout.rows + kNarrowRows - 1) / kNarrowRows));
+  if (int64_t(grid.x) * grid.y <= sms)
+    launch_narrow<F, 16>(a, grid, stream);
+  else
+    launch_narrow<F, 8>(a, grid, stream);
+}
+
+int narrow_sm_count() {
+  static const int sms = [] {
+    int device = 0, count = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+    return count;
+  }();
+  return sms;
+}
+
+}  // namespace
+
+void launch_gemm_narrow(const GemmArgs& a, cudaStream_t stream) {
+  VOLTAD_KERNEL_REQUIRE((a.w.layout.rows + kNarrowRows - 1) / kNarrowRows <= 65535,
+                        "gemm narrow: too many rows for the grid");
+  const int sms = narrow_sm_count();
+  switch (a.w.layout.format) {
+    case PackedFormat::Int4Sym32:
+      return launch_narrow_format<PackedFormat::Int4Sym32>(a, sms, stream);
+    case PackedFormat::Int4Affine32:
+      return launch_narrow_format<PackedFormat::Int4Affine32>(a, sms, stream);
+    case PackedFormat::Int4K256:
+      return launch_narrow_format<PackedFormat::Int4K256>(a, sms, stream);
+    case PackedFormat::Int6K256:
+      return launch_narrow_format<PackedFormat::Int6K256>(a, sms, stream);
+    case PackedFormat::Int8Sym32:
+      return launch_narrow_format<PackedFormat::Int8Sym32>(a, sms, stream);
+    case PackedFormat::Int8Affine32:
+      return launch_narrow_format<PackedFormat::Int8Affine32>(a, sms, stream);
+    case PackedFormat::Int8K256:
+      return launch_narrow_format<PackedFormat::Int8K256>(a, sms, stream);
+    case PackedFormat::F16:
+      return launch_narrow_format<PackedFormat::F16>(a, sms, stream);
+    case PackedFormat::F32:
+      return launch_narrow_format<PackedFormat::F32>(a, sms, stream);
+  }
+}
+
+}  // namespace voltad::kernels

@@ -1,0 +1,477 @@
+// The sm_80+ narrow GEMM: batched decode (1..32 tokens) on mma.sync
+// m16n8k16 with the weights decoded straight into the A fragments.
+// Contract in gemm_sm80.h; measurements in docs/KERNEL-NOTES.md ("Narrow
+// GEMM").
+//
+// Why not the portable narrow kernel (gemm_narrow.cu) here: wmma's fragment
+// layout is opaque, so it decodes a chunk to FP16 in shared memory and reads
+// it back, 4 KB of shared-memory traffic per 512 bytes of Int4 weights, and
+// on the H200 that, not DRAM, sets its pace (Nsight: L1/TEX 83% busy, DRAM
+// 14%). mma.sync's layout is documented (PTX ISA, "Matrix Fragments for
+// mma.m16n8k16"): lane (g = lane/4, t = lane%4) holds A's rows g and g+8 at
+// k = 2t, 2t+1, 2t+8, 2t+9, and x's token g at the same k. In the Int4
+// layout (byte i = value i | value i+16 << 4) those are the nibbles of bytes
+// 2t, 2t+1, 2t+8, 2t+9 of a chunk, both halves of it: low nibbles for
+// k 0-15, high for k 16-31. So:
+//   - each warp copies raw weight bytes (quants and scales) of its 32 rows
+//     by cp.async into its own ring of 3-4 stages of 4 chunks;
+//   - per chunk and 16-row tile a lane reads the two 16-byte rows it needs
+//     (four lanes read the same bytes: a broadcast), picks its 4 bytes with
+//     byte permutes, turns nibbles into FP16 with the 1024+q bit trick, and
+//     scales them (Q4_0 in FP16, exact; the K256 formats in FP32, rounded
+//     once to FP16, as the portable decoders do);
+//   - x is rounded to FP16 once per call into scratch, with each chunk's 16
+//     words reordered so that lane t's B fragments for both k halves are one
+//     16-byte load (words t, t+4, t+8, t+12);
+//   - every weight is decoded once for all tokens (up to 4 n8 tiles), and
+//     the 8 or 16 warps of a block split k; their partial sums meet in shared
+//     memory and are added in warp order.
+// Formats: Int4Sym32 (Q4_0), Int4K256 (Q4_K), Int6K256 (Q6_K): the ones of
+// the Q4_0 and Q4_K_M models; others go to the portable kernels.
+#include <cuda_fp16.h>
+
+#include "kernels/async_copy_sm80.cuh"
+#include "kernels/cuda_check.h"
+#include "kernels/device_common.cuh"
+#include "kernels/gemm_sm80.h"
+#include "kernels/launch.cuh"
+
+namespace voltad::kernels {
+
+namespace narrow80 {
+
+using sm80::copy_async;
+using sm80::copy_commit;
+using sm80::copy_wait;
+
+constexpr int kRows = 32;                         // weight rows per block: two m16 tiles
+constexpr int kStageChunks = 4;                   // chunks (32 values) per stage
+constexpr int kQuantLd = kStageChunks * 16 + 16;  // bytes per row in a slot (80: the
+                                                  // 8 rows a load reads hit distinct banks)
+constexpr int kMaxTokens = 32;
+// Warps per block (they split k): 8, or 16 where the blocks would not fill
+// the SMs once (a 4096-row matrix: 128 blocks). Ring depth per warp: 4
+// stages, 3 with 16 warps (shared memory).
+constexpr int stages_for(int warps) {
+  return warps == 16 ? 3 : 4;
+}
+
+// Extra bytes per row per stage besides the quants: Int4Sym32 4 fp16 d;
+// Int4K256 the super-block's 16-byte header; Int6K256 4 x 8 bytes of
+// crumbs, 4 x 2 int8 sc, and the 4-byte word holding the fp16 d.
+template <PackedFormat F>
+constexpr int extra_ld() {
+  return F == PackedFormat::Int4Sym32 ? 8 : F == PackedFormat::Int4K256 ? 16 : 48;
+}
+template <PackedFormat F>
+constexpr size_t slot_bytes() {
+  return size_t(kRows) * (kQuantLd + extra_ld<F>());
+}
+template <PackedFormat F>
+constexpr size_t pipe_bytes(int warps) {
+  return size_t(warps) * stages_for(warps) * slot_bytes<F>();
+}
+constexpr size_t red_bytes(int warps) {
+  return size_t(warps) * kMaxTokens * (kRows + 4) * sizeof(float);
+}
+template <PackedFormat F>
+constexpr size_t smem_bytes(int warps) {
+  return pipe_bytes<F>(warps) > red_bytes(warps) ? pipe_bytes<F>(warps) : red_bytes(warps);
+}
+
+__device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+__device__ __forceinline__ __half2 as_h2(uint32_t u) {
+  return *reinterpret_cast<const __half2*>(&u);
+}
+__device__ __forceinline__ uint32_t as_u32(__half2 h) {
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// From a chunk's 16 quant bytes, lane t's bytes b[2t], b[2t+8], b[2t+1],
+// b[2t+9] (in that order): masking 0x000F000F then picks two adjacent values.
+__device__ __forceinline__ uint32_t pick_bytes(const uint4& q, uint32_t sel) {
+  const uint32_t lo = __byte_perm(q.x, q.y, sel);  // b[2t], b[2t+1] in bytes 0, 1
+  const uint32_t hi = __byte_perm(q.z, q.w, sel);  // b[2t+8], b[2t+9]
+  return __byte_perm(lo, hi, 0x5140);
+}
+
+// The four FP16 pairs of one row and chunk a lane feeds the MMAs:
+// v[0] = (w[2t], w[2t+1]), v[1] = (w[2t+8], w[2t+9]) for k 0-15 and v[2], v[3]
+// the same for k 16-31. `w` from pick_bytes: its nibbles at shift 0, 8, 4,
+// 12 (nibble_shift) are those four pairs. `row_extra` the row's extra bytes
+// in the slot; c the chunk's index in the row, cc in the stage.
+__device__ __forceinline__ constexpr int nibble_shift(int i) {
+  return (i & 1) * 8 + (i >> 1) * 4;
+}
+template <PackedFormat F>
+struct Decode;
+
+template <>
+struct Decode<PackedFormat::Int4Sym32> {  // w = d * (q - 8)
+  static __device__ __forceinline__ void run(uint32_t w, const uint8_t* row_extra, int64_t, int cc,
+                                             int, int, uint32_t (&v)[4]) {
+    const uint16_t d = reinterpret_cast<const uint16_t*>(row_extra)[cc];
+    const __half2 d2 = __halves2half2(__ushort_as_half(d), __ushort_as_half(d));
+    const __half2 off = as_h2(0x64086408u);  // 1024 + 8
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      v[i] = as_u32(
+          __hmul2(__hsub2(as_h2(((w >> nibble_shift(i)) & 0x000F000Fu) | 0x64006400u), off), d2));
+  }
+};
+
+// The K256 formats: the weight is computed exactly in FP32 and rounded once
+// to FP16, as the portable kernels' decoders do (gemm_decode.cuh): a scale
+// rounded to FP16 first would cost up to an FP16 ulp of D*sc*q and of
+// M*mn, which cancel in the sum.
+template <>
+struct Decode<PackedFormat::Int4K256> {  // w = D*sc*q - M*mn, sub-block c % 8
+  static __device__ __forceinline__ void run(uint32_t w, const uint8_t* row_extra, int64_t c, int,
+                                             int, int, uint32_t (&v)[4]) {
+    const uint4 hdr = *reinterpret_cast<const uint4*>(row_extra);
+    int sc, mn;
+    q4_k_scale_min(hdr.y, hdr.z, hdr.w, int(c & 7), sc, mn);
+    const float a = __half2float(__ushort_as_half((unsigned short)(hdr.x & 0xFFFF))) * float(sc);
+    const float b = -__half2float(__ushort_as_half((unsigned short)(hdr.x >> 16))) * float(mn);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {  // (1024 + q) exact in FP16 and FP32
+      const float2 q = __half22float2(as_h2(((w >> nibble_shift(i)) & 0x000F000Fu) | 0x64006400u));
+      v[i] = pack_pair(fmaf(a, q.x - 1024.0f, b), fmaf(a, q.y - 1024.0f, b));
+    }
+  }
+};
+
+// Int6K256: the low nibbles as in Int4 (of the six-bit two's complement of
+// q - 32), the top two bits of value 4g+j of each half of 16 in bits 8j+2g
+// of the half's crumb word: values 2t, 2t+1, 2t+8, 2t+9 of a half have
+// theirs at s, s+8, s+4, s+12 with s = 16(t%2) + 2(t/2). Bit 5 flipped
+// gives q in 0..63; w = d*sc*(q - 32), sc per half (d*sc exact in FP32).
+template <>
+struct Decode<PackedFormat::Int6K256> {
+  static __device__ __forceinline__ void run(uint32_t w, const uint8_t* row_extra, int64_t, int cc,
+                                             int t, int d_half, uint32_t (&v)[4]) {
+    const uint2 crumbs = reinterpret_cast<const uint2*>(row_extra)[cc];
+    const uint16_t sc = reinterpret_cast<const uint16_t*>(row_extra + 32)[cc];
+    const uint32_t dword = *reinterpret_cast<const uint32_t*>(row_extra + 40);
+    const float d = __half2float(__ushort_as_half((unsigned short)(dword >> (16 * d_half))));
+    const int s = 16 * (t & 1) + 2 * (t >> 1);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const uint32_t cw = half ? crumbs.y : crumbs.x;
+      const float a = d * float(int8_t(sc >> (8 * half)));
+#pragma unroll
+      for (int p = 0; p < 2; ++p) {  // p = 0: values 2t, 2t+1; p = 1: 2t+8, 2t+9
+        const uint32_t nib = (w >> nibble_shift(2 * half + p)) & 0x000F000Fu;
+        const uint32_t top =
+            (((cw >> (s + 4 * p)) & 3u) << 4) | (((cw >> (s + 4 * p + 8)) & 3u) << 20);
+        const uint32_t q = (nib | top) ^ 0x00200020u;
+        const float2 f = __half22float2(as_h2(q | 0x64006400u));  // 1024 + q
+        v[2 * half + p] = pack_pair(a * (f.x - 1056.0f), a * (f.y - 1056.0f));
+      }
+    }
+  }
+};
+
+__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                          uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+
+// x (n, ldx) fp32 -> xp: for chunk c and token t < n8 (n rounded up to 8;
+// tokens past n are zeros), the chunk's 16 fp16 pairs at (c * n8 + t) * 16,
+// reordered so that position 4i + j holds pair i + 4j: lane i's B words
+// (k 2i, 2i+8, 16+2i, 24+2i) are one 16-byte load.
+__global__ void kernel_x_to_fragments(const float* x, int64_t ldx, int n, int n8, int64_t chunks,
+                                      uint32_t* xp) {
+  wait_for_previous_kernel();
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= chunks * n8) return;
+  const int64_t c = i / n8;
+  const int t = int(i % n8);
+  uint32_t pairs[16];
+#pragma unroll
+  for (int p = 0; p < 16; ++p) pairs[p] = 0;
+  if (t < n) {
+    const float* src = x + int64_t(t) * ldx + c * 32;
+#pragma unroll
+    for (int p = 0; p < 16; ++p) pairs[p] = as_u32(__floats2half2_rn(src[2 * p], src[2 * p + 1]));
+  }
+  uint4* dst = reinterpret_cast<uint4*>(xp + i * 16);
+#pragma unroll
+  for (int lane_t = 0; lane_t < 4; ++lane_t)
+    dst[lane_t] =
+        make_uint4(pairs[lane_t], pairs[lane_t + 4], pairs[lane_t + 8], pairs[lane_t + 12]);
+}
+
+// NT = n8 / 8 token tiles.
+template <PackedFormat F, int NT, int W>
+__global__ void __launch_bounds__(W * 32, 1) kernel_narrow_sm80(GemmArgs a, const uint32_t* xp) {
+  wait_for_previous_kernel();
+  constexpr int kN8 = NT * 8;
+  constexpr int kExtra = extra_ld<F>();
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const PackedLayout& l = a.w.layout;
+  const int64_t rows = l.rows;
+  const int64_t chunks = l.cols / 32;
+  const int64_t r0 = int64_t(blockIdx.x) * kRows;
+
+  // This warp's chunks: whole stages, an equal share in order.
+  const int64_t stages_total = chunks / kStageChunks;
+  const int64_t share = (stages_total + W - 1) / W;
+  const int64_t s_begin = warp * share;
+  const int64_t s_end = s_begin + share < stages_total ? s_begin + share : stages_total;
+  const int n_stages = s_end > s_begin ? int(s_end - s_begin) : 0;
+
+  constexpr int kStages = stages_for(W);
+  uint8_t* ring = smem + size_t(warp) * kStages * slot_bytes<F>();
+  auto slot = [&](int i) { return ring + size_t(i % kStages) * slot_bytes<F>(); };
+
+  // Issues the copies of stage i (of this warp's) into its slot; a commit
+  // group per stage, empty past the end so that the wait counts hold.
+  // Int6K256: the byte offset of row's fp16 d for the super-block of chunk c.
+  auto d_offset = [&](int64_t row, int64_t c) -> uint64_t {
+    return l.super_offset + uint64_t(row) * l.super_row_bytes + uint64_t(c >> 3) * 2;
+  };
+  auto issue = [&](int i) {
+    if (i < n_stages) {
+      const int64_t c0 = (s_begin + i) * kStageChunks;
+      uint8_t* q = slot(i);
+      uint8_t* extras = q + kRows * kQuantLd;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {  // quants: 8 rows x 64 bytes per copy
+        const int r = 8 * j + (lane >> 2), part = lane & 3;
+        const bool ok = r0 + r < rows;
+        const uint8_t* src =
+            a.w.data + l.quants_offset + (ok ? r0 + r : 0) * l.quant_row_bytes + (c0 + part) * 16;
+        copy_async<16>(q + r * kQuantLd + part * 16, src, ok ? 16 : 0);
+      }
+      const int r = lane;
+      const bool ok = r0 + r < rows;
+      const int64_t row = ok ? r0 + r : 0;
+      uint8_t* e = extras + r * kExtra;
+      if constexpr (F == PackedFormat::Int4Sym32) {
+        copy_async<8>(e, a.w.data + l.scales_offset + row * l.scale_row_bytes + c0 * 2, ok ? 8 : 0);
+      } else if constexpr (F == PackedFormat::Int4K256) {
+        copy_async<16>(e, a.w.data + l.scales_offset + row * l.scale_row_bytes + (c0 >> 3) * 16,
+                       ok ? 16 : 0);
+      } else {
+        const uint8_t* high = a.w.data + l.high_offset + row * l.high_row_bytes + c0 * 8;
+        copy_async<16>(e, high, ok ? 16 : 0);
+        copy_async<16>(e + 16, high + 16, ok ? 16 : 0);
+        copy_async<8>(e + 32, a.w.data + l.scales_offset + row * l.scale_row_bytes + c0 * 2,
+                      ok ? 8 : 0);
+        // d's 4-byte word (cp.async's smallest copy); d_half says which half.
+        copy_async<4>(e + 40, a.w.data + (d_offset(row, c0) & ~uint64_t(3)), ok ? 4 : 0);
+      }
+    }
+    copy_commit();
+  };
+
+  float acc[2][NT][4];
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int k = 0; k < 4; ++k) acc[m][j][k] = 0.0f;
+
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) issue(i);
+
+  // b[2t], b[2t+1] of a word pair: byte selector for __byte_perm.
+  const uint32_t sel = uint32_t(2 * t) | (uint32_t(2 * t + 1) << 4);
+  const uint4* xw = reinterpret_cast<const uint4*>(xp) + g * 4 + t;  // token g, lane t's words
+  for (int i = 0; i < n_stages; ++i) {
+    issue(i + kStages - 1);
+    copy_wait<kStages - 1>();
+    __syncwarp();
+    const uint8_t* q = slot(i);
+    const uint8_t* extra = q + kRows * kQuantLd;
+    const int64_t c0 = (s_begin + i) * kStageChunks;
+#pragma unroll
+    for (int cc = 0; cc < kStageChunks; ++cc) {
+      const int64_t c = c0 + cc;
+      uint4 xb[NT];
+#pragma unroll
+      for (int j = 0; j < NT; ++j) xb[j] = __ldg(xw + (c * kN8 + 8 * j) * 4);
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+        uint32_t lo[4], hi[4];  // rows 16m + g and 16m + g + 8
+        const int ra = 16 * m + g, rb = ra + 8;
+        Decode<F>::run(
+            pick_bytes(*reinterpret_cast<const uint4*>(q + ra * kQuantLd + cc * 16), sel),
+            extra + ra * kExtra, c, cc, t, int(d_offset(r0 + ra, c) >> 1) & 1, lo);
+        Decode<F>::run(
+            pick_bytes(*reinterpret_cast<const uint4*>(q + rb * kQuantLd + cc * 16), sel),
+            extra + rb * kExtra, c, cc, t, int(d_offset(r0 + rb, c) >> 1) & 1, hi);
+        const uint32_t a0[4] = {lo[0], hi[0], lo[1], hi[1]};  // k 0-15
+        const uint32_t a1[4] = {lo[2], hi[2], lo[3], hi[3]};  // k 16-31
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          mma_16816(acc[m][j], a0, xb[j].x, xb[j].y);
+          mma_16816(acc[m][j], a1, xb[j].z, xb[j].w);
+        }
+      }
+    }
+    __syncwarp();  // the slot is refilled by the next iteration's issue
+  }
+  copy_wait<0>();
+
+  // Partial sums through shared memory: red[warp][token][row], then the
+  // warps' sums added in warp order.
+  __syncthreads();
+  constexpr int kRedLd = kRows + 4;
+  float* red = reinterpret_cast<float*>(smem);
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      const int row = 16 * m + g, token = 8 * j + 2 * t;
+      float* base = red + (size_t(warp) * kN8 + token) * kRedLd;
+      base[row] = acc[m][j][0];
+      base[kRedLd + row] = acc[m][j][1];
+      base[row + 8] = acc[m][j][2];
+      base[kRedLd + row + 8] = acc[m][j][3];
+    }
+  __syncthreads();
+  for (int o = threadIdx.x; o < kN8 * kRows; o += W * 32) {
+    const int token = o / kRows, rn = o % kRows;
+    const int64_t row = r0 + rn;
+    if (token >= a.n || row >= rows) continue;
+    float v = 0.0f;
+#pragma unroll
+    for (int w = 0; w < W; ++w) v += red[(size_t(w) * kN8 + token) * kRedLd + rn];
+    if (a.bias) v += a.bias[row];
+    float* dst = a.y + int64_t(token) * a.ldy + row;
+    if (a.accumulate) v += *dst;
+    *dst = v;
+  }
+}
+
+bool format_supported(PackedFormat f) {
+  return f == PackedFormat::Int4Sym32 || f == PackedFormat::Int4K256 || f == PackedFormat::Int6K256;
+}
+
+size_t smem_for(PackedFormat f, int warps) {
+  switch (f) {
+    case PackedFormat::Int4Sym32:
+      return smem_bytes<PackedFormat::Int4Sym32>(warps);
+    case PackedFormat::Int4K256:
+      return smem_bytes<PackedFormat::Int4K256>(warps);
+    default:
+      return smem_bytes<PackedFormat::Int6K256>(warps);
+  }
+}
+
+struct Device {
+  int major = 0, sms = 0, max_smem = 0;
+  bool code = false;
+};
+const Device& device() {
+  static const Device d = [] {
+    Device r;
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&r.major, cudaDevAttrComputeCapabilityMajor, dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&r.sms, cudaDevAttrMultiProcessorCount, dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&r.max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    cudaFuncAttributes attr{};
+    // Below PTX 80 the kernel body compiled to nothing (no sm_80+ target).
+    r.code = cudaFuncGetAttributes(&attr, kernel_narrow_sm80<PackedFormat::Int4Sym32, 1, 8>) ==
+                 cudaSuccess &&
+             attr.ptxVersion >= 80 && attr.binaryVersion >= 80;
+    (void)cudaGetLastError();
+    return r;
+  }();
+  return d;
+}
+
+template <PackedFormat F, int NT, int W>
+void launch(const GemmArgs& a, const uint32_t* xp, unsigned blocks, cudaStream_t stream) {
+  auto kernel = kernel_narrow_sm80<F, NT, W>;
+  static const bool opted_in = [&] {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(smem_bytes<F>(W))));
+    return true;
+  }();
+  (void)opted_in;
+  launch_kernel(kernel, blocks, W * 32, smem_bytes<F>(W), stream, a, xp);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+template <PackedFormat F, int NT>
+void launch_warps(const GemmArgs& a, const uint32_t* xp, cudaStream_t stream) {
+  const unsigned blocks = unsigned((a.w.layout.rows + kRows - 1) / kRows);
+  if (int64_t(blocks) <= device().sms && smem_bytes<F>(16) <= size_t(device().max_smem))
+    return launch<F, NT, 16>(a, xp, blocks, stream);
+  launch<F, NT, 8>(a, xp, blocks, stream);
+}
+
+template <PackedFormat F>
+void launch_format(const GemmArgs& a, const uint32_t* xp, cudaStream_t stream) {
+  switch ((a.n + 7) / 8) {
+    case 1:
+      return launch_warps<F, 1>(a, xp, stream);
+    case 2:
+      return launch_warps<F, 2>(a, xp, stream);
+    case 3:
+      return launch_warps<F, 3>(a, xp, stream);
+    default:
+      return launch_warps<F, 4>(a, xp, stream);
+  }
+}
+
+}  // namespace narrow80
+
+size_t gemm_narrow_sm80_scratch_bytes(int n, int64_t cols) {
+  return size_t((n + 7) / 8 * 8) * size_t(cols) * 2;
+}
+
+bool gemm_narrow_sm80_supports(const GemmArgs& a, const GemmScratch& scratch) {
+  const narrow80::Device& d = narrow80::device();
+  const PackedLayout& l = a.w.layout;
+  // Stages of 4 chunks, whose scales are 8 aligned bytes for Int4Sym32
+  // (cols % 128); the K256 formats come in rows of whole super-blocks.
+  const int64_t cols_multiple = l.format == PackedFormat::Int4Sym32 ? 128 : 256;
+  return d.major >= 8 && d.code && narrow80::format_supported(l.format) && a.n >= 1 &&
+         a.n <= narrow80::kMaxTokens && l.cols % cols_multiple == 0 &&
+         reinterpret_cast<uintptr_t>(a.w.data) % 16 == 0 && scratch.data &&
+         reinterpret_cast<uintptr_t>(scratch.data) % 16 == 0 &&
+         scratch.bytes >= gemm_narrow_sm80_scratch_bytes(a.n, l.cols) &&
+         narrow80::smem_for(l.format, 8) <= size_t(d.max_smem) && (l.rows + 31) / 32 <= 0x7FFFFFFF;
+}
+
+void launch_gemm_narrow_sm80(const GemmArgs& a, const GemmScratch& scratch, cudaStream_t stream) {
+  VOLTAD_KERNEL_REQUIRE(gemm_narrow_sm80_supports(a, scratch),
+                        "gemm narrow sm80: arguments it takes (gemm_narrow_sm80_supports)");
+  VOLTAD_KERNEL_REQUIRE(a.ldx >= a.w.layout.cols && a.ldy >= a.w.layout.rows,
+                        "gemm narrow sm80: row strides");
+  auto* xp = static_cast<uint32_t*>(scratch.data);
+  const int n8 = (a.n + 7) / 8 * 8;
+  const int64_t chunks = a.w.layout.cols / 32;
+  const int64_t threads = chunks * n8;
+  launch_kernel(narrow80::kernel_x_to_fragments, unsigned((threads + 127) / 128), 128, 0, stream,
+                a.x, a.ldx, a.n, n8, chunks, xp);
+  CUDA_CHECK(cudaGetLastError());
+  switch (a.w.layout.format) {
+    case PackedFormat::Int4Sym32:
+      return narrow80::launch_format<PackedFormat::Int4Sym32>(a, xp, stream);
+    case PackedFormat::Int4K256:
+      return narrow80::launch_format<PackedFormat::Int4K256>(a, xp, stream);
+    default:
+      return narrow80::launch_format<PackedFormat::Int6K256>(a, xp, stream);
+  }
+}
+
+}  // namespace voltad::kernels
