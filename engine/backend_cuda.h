@@ -66,7 +66,9 @@ class CudaBackend final : public Backend {
   std::string device_name() const;
   // The kernels in use, for logs and benchmarks: "portable"; "auto: " and
   // the variants the card runs ("sm80-gemm", the sm_80+ prefill GEMM;
-  // "pdl", programmatic dependent launch on sm_90+); "auto: portable" when
+  // "sm80-narrow", the sm_80+ narrow GEMM for decode steps of a few tokens,
+  // where it takes every matrix of the model; "pdl", programmatic dependent
+  // launch on sm_90+); "auto: portable" when
   // it has none (a V100, or a build without sm_80+ code).
   std::string kernels_in_use() const;
   // Bytes of weights one decode step reads: every matrix and vector except

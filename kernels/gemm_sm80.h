@@ -20,10 +20,10 @@
 
 namespace voltad::kernels {
 
-// Device memory the variant rounds x into: n rows of cols fp16 values,
-// 16-byte aligned. The CUDA backend lends its quantized-activation buffer,
-// which steps of kGemmMinTokens or more tokens (the only ones that run the
-// GEMM) do not use until the final norm of the step.
+// Device memory the variants round x into: n rows of cols fp16 values (the
+// narrow one: n rounded up to 8), 16-byte aligned. The CUDA backend lends
+// its quantized-activation buffer, which steps that run the GEMMs (of its
+// gemm_min_tokens or more tokens) do not use until the final norm.
 struct GemmScratch {
   void* data = nullptr;
   size_t bytes = 0;

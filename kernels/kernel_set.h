@@ -2,8 +2,8 @@
 // Portable: the kernels a V100 (sm_70) runs, launched as on a V100, on every
 // device, so a newer card can test exactly what a V100 executes. Auto:
 // per-architecture variants where the device and the shape allow them: the
-// sm_80+ prefill GEMM (kernels/gemm_sm80.h) and, on sm_90+, programmatic
-// dependent launch of every kernel (kernels/launch.cuh).
+// sm_80+ prefill and narrow GEMMs (kernels/gemm_sm80.h) and, on sm_90+,
+// programmatic dependent launch of every kernel (kernels/launch.cuh).
 // Plain C++, no CUDA headers.
 #pragma once
 
