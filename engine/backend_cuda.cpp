@@ -104,9 +104,7 @@ struct CudaBackend::Impl {
   size_t partial_floats = 0;
   kernels::QuantizedActivations xq;
   kernels::GemmScratch gemm_scratch;  // aliases xq.q (allocate_workspace)
-  // Steps of this many tokens or more run the GEMMs (fp32 activations)
-  // instead of the dp4a matvecs (choose_gemm_min_tokens).
-  int gemm_min_tokens = kernels::kGemmMinTokens;
+  int gemm_min_tokens = kernels::kGemmMinTokens;  // GEMMs from here, else dp4a matvecs
   int32_t *d_ints = nullptr;  // tokens, positions, slots, token_tables, logit_rows, block tables
   std::vector<int32_t> h_ints;
   float* h_logits = nullptr;  // pinned
@@ -465,17 +463,12 @@ Status CudaBackend::Impl::allocate_workspace() {
   return {};
 }
 
-// kGemmMinTokens, or fewer with engine.kernels auto where the sm_80 narrow
-// GEMM takes every matrix a decode step multiplies: it decodes each weight
-// once for all tokens on the tensor cores and beats the dp4a matvecs from
-// kGemmMinTokensNarrowSm80 tokens on the H200 (docs/KERNEL-NOTES.md).
+// kGemmMinTokensNarrowSm80 with `auto` where the sm_80 narrow GEMM takes every
+// matrix of a decode step (faster than the matvecs from there: KERNEL-NOTES).
 int CudaBackend::Impl::choose_gemm_min_tokens() const {
   if (options.kernels != kernels::KernelSet::Auto) return kernels::kGemmMinTokens;
   auto takes = [&](const kernels::PackedMatrixView& w) {
-    kernels::GemmArgs a;
-    a.w = w;
-    a.n = kernels::kGemmMinTokens - 1;
-    return kernels::gemm_narrow_sm80_supports(a, gemm_scratch);
+    return kernels::gemm_narrow_sm80_supports({.w = w, .n = kernels::kGemmMinTokens - 1}, gemm_scratch);
   };
   bool all = takes(output);
   for (const Layer& l : layers) {

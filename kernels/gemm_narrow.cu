@@ -237,26 +237,8 @@ void launch_gemm_narrow(const GemmArgs& a, cudaStream_t stream) {
   VOLTAD_KERNEL_REQUIRE((a.w.layout.rows + kNarrowRows - 1) / kNarrowRows <= 65535,
                         "gemm narrow: too many rows for the grid");
   const int sms = narrow_sm_count();
-  switch (a.w.layout.format) {
-    case PackedFormat::Int4Sym32:
-      return launch_narrow_format<PackedFormat::Int4Sym32>(a, sms, stream);
-    case PackedFormat::Int4Affine32:
-      return launch_narrow_format<PackedFormat::Int4Affine32>(a, sms, stream);
-    case PackedFormat::Int4K256:
-      return launch_narrow_format<PackedFormat::Int4K256>(a, sms, stream);
-    case PackedFormat::Int6K256:
-      return launch_narrow_format<PackedFormat::Int6K256>(a, sms, stream);
-    case PackedFormat::Int8Sym32:
-      return launch_narrow_format<PackedFormat::Int8Sym32>(a, sms, stream);
-    case PackedFormat::Int8Affine32:
-      return launch_narrow_format<PackedFormat::Int8Affine32>(a, sms, stream);
-    case PackedFormat::Int8K256:
-      return launch_narrow_format<PackedFormat::Int8K256>(a, sms, stream);
-    case PackedFormat::F16:
-      return launch_narrow_format<PackedFormat::F16>(a, sms, stream);
-    case PackedFormat::F32:
-      return launch_narrow_format<PackedFormat::F32>(a, sms, stream);
-  }
+  with_packed_format(a.w.layout.format,
+                     [&](auto f) { launch_narrow_format<decltype(f)::value>(a, sms, stream); });
 }
 
 }  // namespace voltad::kernels

@@ -30,11 +30,11 @@
 // the Q4_0 and Q4_K_M models; others go to the portable kernels.
 #include <cuda_fp16.h>
 
-#include "kernels/async_copy_sm80.cuh"
 #include "kernels/cuda_check.h"
 #include "kernels/device_common.cuh"
 #include "kernels/gemm_sm80.h"
 #include "kernels/launch.cuh"
+#include "kernels/sm80_common.cuh"
 
 namespace voltad::kernels {
 
@@ -374,28 +374,7 @@ size_t smem_for(PackedFormat f, int warps) {
   }
 }
 
-struct Device {
-  int major = 0, sms = 0, max_smem = 0;
-  bool code = false;
-};
-const Device& device() {
-  static const Device d = [] {
-    Device r;
-    int dev = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&r.major, cudaDevAttrComputeCapabilityMajor, dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&r.sms, cudaDevAttrMultiProcessorCount, dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&r.max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    cudaFuncAttributes attr{};
-    // Below PTX 80 the kernel body compiled to nothing (no sm_80+ target).
-    r.code = cudaFuncGetAttributes(&attr, kernel_narrow_sm80<PackedFormat::Int4Sym32, 1, 8>) ==
-                 cudaSuccess &&
-             attr.ptxVersion >= 80 && attr.binaryVersion >= 80;
-    (void)cudaGetLastError();
-    return r;
-  }();
-  return d;
-}
+using sm80::device;
 
 template <PackedFormat F, int NT, int W>
 void launch(const GemmArgs& a, const uint32_t* xp, unsigned blocks, cudaStream_t stream) {
@@ -439,7 +418,7 @@ size_t gemm_narrow_sm80_scratch_bytes(int n, int64_t cols) {
 }
 
 bool gemm_narrow_sm80_supports(const GemmArgs& a, const GemmScratch& scratch) {
-  const narrow80::Device& d = narrow80::device();
+  const sm80::Device& d = sm80::device();
   const PackedLayout& l = a.w.layout;
   // Stages of 4 chunks, whose scales are 8 aligned bytes for Int4Sym32
   // (cols % 128); the K256 formats come in rows of whole super-blocks.

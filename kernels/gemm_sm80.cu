@@ -31,11 +31,11 @@
 
 #include <cstdlib>
 
-#include "kernels/async_copy_sm80.cuh"
 #include "kernels/cuda_check.h"
 #include "kernels/gemm_decode.cuh"
 #include "kernels/gemm_sm80.h"
 #include "kernels/launch.cuh"
+#include "kernels/sm80_common.cuh"
 
 namespace voltad::kernels {
 
@@ -280,14 +280,6 @@ __global__ void __launch_bounds__(WM* WN * 32, MinBlocks)
 #endif
 }
 
-struct Device {
-  int major = 0;
-  int sms = 0;
-  int max_smem = 0;  // opt-in shared memory per block
-  int smem_per_sm = 0;
-  bool code = false;  // this binary has sm_80+ code for the variant
-};
-
 const Device& device() {
   static const Device d = [] {
     Device r;
@@ -353,27 +345,9 @@ size_t smem_needed() {
 }
 
 size_t smem_needed(PackedFormat f) {
-  switch (f) {
-    case PackedFormat::Int4Sym32:
-      return smem_needed<PackedFormat::Int4Sym32>();
-    case PackedFormat::Int4Affine32:
-      return smem_needed<PackedFormat::Int4Affine32>();
-    case PackedFormat::Int4K256:
-      return smem_needed<PackedFormat::Int4K256>();
-    case PackedFormat::Int6K256:
-      return smem_needed<PackedFormat::Int6K256>();
-    case PackedFormat::Int8Sym32:
-      return smem_needed<PackedFormat::Int8Sym32>();
-    case PackedFormat::Int8Affine32:
-      return smem_needed<PackedFormat::Int8Affine32>();
-    case PackedFormat::Int8K256:
-      return smem_needed<PackedFormat::Int8K256>();
-    case PackedFormat::F16:
-      return smem_needed<PackedFormat::F16>();
-    case PackedFormat::F32:
-      return smem_needed<PackedFormat::F32>();
-  }
-  return ~size_t(0);
+  size_t bytes = ~size_t(0);
+  with_packed_format(f, [&](auto v) { bytes = smem_needed<decltype(v)::value>(); });
+  return bytes;
 }
 
 void convert_x(const GemmArgs& a, __half* xh, cudaStream_t stream) {
@@ -414,26 +388,8 @@ void launch_gemm_sm80(const GemmArgs& a, const GemmScratch& scratch, cudaStream_
   VOLTAD_KERNEL_REQUIRE((l.rows + 127) / 128 <= 65535, "gemm_sm80: too many rows for the grid");
   __half* xh = static_cast<__half*>(scratch.data);
   sm80::convert_x(a, xh, stream);
-  switch (l.format) {
-    case PackedFormat::Int4Sym32:
-      return sm80::launch_format<PackedFormat::Int4Sym32>(a, xh, stream);
-    case PackedFormat::Int4Affine32:
-      return sm80::launch_format<PackedFormat::Int4Affine32>(a, xh, stream);
-    case PackedFormat::Int4K256:
-      return sm80::launch_format<PackedFormat::Int4K256>(a, xh, stream);
-    case PackedFormat::Int6K256:
-      return sm80::launch_format<PackedFormat::Int6K256>(a, xh, stream);
-    case PackedFormat::Int8Sym32:
-      return sm80::launch_format<PackedFormat::Int8Sym32>(a, xh, stream);
-    case PackedFormat::Int8Affine32:
-      return sm80::launch_format<PackedFormat::Int8Affine32>(a, xh, stream);
-    case PackedFormat::Int8K256:
-      return sm80::launch_format<PackedFormat::Int8K256>(a, xh, stream);
-    case PackedFormat::F16:
-      return sm80::launch_format<PackedFormat::F16>(a, xh, stream);
-    case PackedFormat::F32:
-      return sm80::launch_format<PackedFormat::F32>(a, xh, stream);
-  }
+  with_packed_format(l.format,
+                     [&](auto f) { sm80::launch_format<decltype(f)::value>(a, xh, stream); });
 }
 
 namespace {

@@ -293,26 +293,7 @@ void launch_gemm(const GemmArgs& a, GemmTile tile, cudaStream_t stream) {
   VOLTAD_KERNEL_REQUIRE((l.rows + 63) / 64 <= 65535, "gemm: too many rows for the grid");
   if (tile == GemmTile::Auto) tile = gemm_pick_tile(a.n, l.rows);
   if (tile == GemmTile::N16) return launch_gemm_narrow(a, stream);
-  switch (l.format) {
-    case PackedFormat::Int4Sym32:
-      return launch_format<PackedFormat::Int4Sym32>(a, tile, stream);
-    case PackedFormat::Int4Affine32:
-      return launch_format<PackedFormat::Int4Affine32>(a, tile, stream);
-    case PackedFormat::Int4K256:
-      return launch_format<PackedFormat::Int4K256>(a, tile, stream);
-    case PackedFormat::Int6K256:
-      return launch_format<PackedFormat::Int6K256>(a, tile, stream);
-    case PackedFormat::Int8Sym32:
-      return launch_format<PackedFormat::Int8Sym32>(a, tile, stream);
-    case PackedFormat::Int8Affine32:
-      return launch_format<PackedFormat::Int8Affine32>(a, tile, stream);
-    case PackedFormat::Int8K256:
-      return launch_format<PackedFormat::Int8K256>(a, tile, stream);
-    case PackedFormat::F16:
-      return launch_format<PackedFormat::F16>(a, tile, stream);
-    case PackedFormat::F32:
-      return launch_format<PackedFormat::F32>(a, tile, stream);
-  }
+  with_packed_format(l.format, [&](auto f) { launch_format<decltype(f)::value>(a, tile, stream); });
 }
 
 }  // namespace voltad::kernels

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 namespace voltad::kernels {
 
@@ -166,5 +167,33 @@ struct PackedMatrixView {
   PackedLayout layout;
   const uint8_t* data = nullptr;
 };
+
+// The one switch over formats that kernel launchers share: calls
+// fn(std::integral_constant<PackedFormat, F>{}) for f, so that a launcher
+// can instantiate its template for F.
+template <class Fn>
+void with_packed_format(PackedFormat f, Fn&& fn) {
+  using P = PackedFormat;
+  switch (f) {
+    case P::Int4Sym32:
+      return fn(std::integral_constant<P, P::Int4Sym32>{});
+    case P::Int4Affine32:
+      return fn(std::integral_constant<P, P::Int4Affine32>{});
+    case P::Int4K256:
+      return fn(std::integral_constant<P, P::Int4K256>{});
+    case P::Int6K256:
+      return fn(std::integral_constant<P, P::Int6K256>{});
+    case P::Int8Sym32:
+      return fn(std::integral_constant<P, P::Int8Sym32>{});
+    case P::Int8Affine32:
+      return fn(std::integral_constant<P, P::Int8Affine32>{});
+    case P::Int8K256:
+      return fn(std::integral_constant<P, P::Int8K256>{});
+    case P::F16:
+      return fn(std::integral_constant<P, P::F16>{});
+    case P::F32:
+      return fn(std::integral_constant<P, P::F32>{});
+  }
+}
 
 }  // namespace voltad::kernels

@@ -25,8 +25,11 @@
 
 #include "kernels/attention.cu"
 #include "kernels/attention_prefill.cu"
+#include "kernels/gemm_narrow.cu"
+#include "kernels/gemm_narrow_sm80.cu"
 #include "kernels/gemm_sm80.cu"
 #include "kernels/gemm_wmma.cu"
+#include "kernels/launch.cu"
 #include "kernels/topk.cu"
 
 namespace bench {

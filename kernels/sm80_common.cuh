@@ -1,11 +1,22 @@
-// cp.async helpers of the sm_80+ kernels (gemm_sm80.cu, gemm_narrow_sm80.cu).
-// Under __CUDA_ARCH__ >= 800 only: elsewhere they compile to nothing, and no
-// portable kernel includes this file.
+// What the sm_80+ kernels (gemm_sm80.cu, gemm_narrow_sm80.cu) share: the
+// device's limits and whether this binary holds sm_80+ code for them, and
+// the cp.async helpers (under __CUDA_ARCH__ >= 800 only: elsewhere they
+// compile to nothing). No portable kernel includes this file.
 #pragma once
 
 #include <cstdint>
 
 namespace voltad::kernels::sm80 {
+
+// The current device, read once (defined in gemm_sm80.cu).
+struct Device {
+  int major = 0;
+  int sms = 0;
+  int max_smem = 0;  // opt-in shared memory per block
+  int smem_per_sm = 0;
+  bool code = false;  // this binary has sm_80+ code for the variants
+};
+const Device& device();
 
 __device__ __forceinline__ uint32_t shared_address(const void* p) {
   return uint32_t(__cvta_generic_to_shared(p));
