@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
 # Where a decode step's time goes, kernel by kernel, on the GPU machine: runs
-# voltad-bench (batch 1, no graphs, a few steps) under Nsight Compute and
-# sums each kernel's duration over the decode steps. Run after
-# scripts/device-bench.sh has built build-bench/ and written the model:
-#   bash scripts/device-profile.sh [--model /tmp/voltad-models/llama3-8b-q4_k_m.gguf] [--steps 4]
+# voltad-bench (batch 1 or --batch N sequences, no graphs, a few steps)
+# under Nsight Compute and sums each kernel's duration over the decode
+# steps. Run after scripts/device-bench.sh has built build-bench/ and
+# written the model:
+#   bash scripts/device-profile.sh [--model /tmp/voltad-models/llama3-8b-q4_k_m.gguf] [--steps 4] [--batch 1]
 # Prints a table (kernel, launches per step, us per step, share); the CSV
 # goes to $OUT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model=/tmp/voltad-models/llama3-8b-q4_k_m.gguf
 steps=4
+batch=1
 while (($#)); do
   case $1 in
     --model) model=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
-    *) echo "usage: $0 [--model FILE] [--steps N]" >&2; exit 64 ;;
+    --batch) batch=$2; shift 2 ;;
+    *) echo "usage: $0 [--model FILE] [--steps N] [--batch N]" >&2; exit 64 ;;
   esac
 done
 out=${OUT:-$PWD/build-device/out}
@@ -22,10 +25,11 @@ mkdir -p "$out"
 ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || true)
 [[ -n $ncu ]] || { echo "device-profile: no ncu on this machine" >&2; exit 1; }
 # Prompt of 1 token: the "prefill" is itself a decode-shaped step. --repeat 1
-# and -n steps: every profiled launch belongs to a batch-1 step.
-csv=$out/profile-decode.csv
+# and -n steps: every profiled launch belongs to a decode step of `batch`
+# sequences.
+csv=$out/profile-decode-b$batch.csv
 "$ncu" --clock-control none --csv --metrics gpu__time_duration.sum \
-  build-bench/bin/voltad-bench -m "$model" -p 1 -n "$steps" -b 1 --ctx 512 --repeat 1 --no-graphs \
+  build-bench/bin/voltad-bench -m "$model" -p 1 -n "$steps" -b "$batch" --ctx 512 --repeat 1 --no-graphs \
   >"$csv" 2>"$out/profile-ncu.log" || { tail -20 "$out/profile-ncu.log"; exit 1; }
 python3 - "$csv" <<'PY'
 import csv, sys, collections, re
