@@ -408,8 +408,8 @@ Status CudaBackend::Impl::allocate_workspace() {
   up = gate + c.ffn_dim;
   xq.q = reinterpret_cast<int8_t*>(take(
       ws.quantized_x, kernels::quantized_activation_q_bytes(int(T), int64_t(widest)), "quantized activations"));
-  // The sm_80 GEMM's fp16 copy of x borrows the same bytes: steps that run
-  // a GEMM (kGemmMinTokens+ tokens) quantize no activations until the final
+  // The sm_80 GEMMs' fp16 copy of x borrows the same bytes: steps that run
+  // GEMMs (gemm_min_tokens+ tokens) quantize no activations until the final
   // norm, after the last GEMM (kernels/gemm_sm80.h).
   gemm_scratch = {xq.q, size_t(ws.quantized_x)};
   xq.scales = reinterpret_cast<float*>(take(ws.quantized_x_scales,
@@ -607,9 +607,9 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
   const int32_t* d_logit_rows = d_token_tables + T;
   const int dim = int(c.dim), ffn = int(c.ffn_dim), qd = int(c.q_dim());
   const int64_t ldqkv = ld_qkv(), ldgu = ld_gate_up();
-  // Up to 8 tokens: the dp4a matvecs read the weights once at full
-  // bandwidth. From 9 on (prefill, large batches): the tensor-core GEMM, which
-  // takes fp32 activations directly, so nothing is quantized for it.
+  // Below gemm_min_tokens (9; 6 with the sm_80 narrow GEMM): the dp4a
+  // matvecs. From there (prefill, batches): the tensor-core GEMMs, which
+  // take fp32 activations directly, so nothing is quantized for them.
   auto matvec = [&](const kernels::PackedMatrixView& w, const float* xin, int64_t ldx, int rows, float* y,
                     int64_t ldy, const float* bias, bool accumulate) {
     if (rows >= gemm_min_tokens) {

@@ -30,6 +30,8 @@
 // the Q4_0 and Q4_K_M models; others go to the portable kernels.
 #include <cuda_fp16.h>
 
+#include <cstring>
+
 #include "kernels/cuda_check.h"
 #include "kernels/device_common.cuh"
 #include "kernels/gemm_sm80.h"
@@ -79,15 +81,18 @@ constexpr size_t smem_bytes(int warps) {
   return pipe_bytes<F>(warps) > red_bytes(warps) ? pipe_bytes<F>(warps) : red_bytes(warps);
 }
 
-__device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
-  const __half2 h = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
 __device__ __forceinline__ __half2 as_h2(uint32_t u) {
-  return *reinterpret_cast<const __half2*>(&u);
+  __half2 h;
+  memcpy(&h, &u, 4);
+  return h;
 }
 __device__ __forceinline__ uint32_t as_u32(__half2 h) {
-  return *reinterpret_cast<const uint32_t*>(&h);
+  uint32_t u;
+  memcpy(&u, &h, 4);
+  return u;
+}
+__device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
+  return as_u32(__floats2half2_rn(lo, hi));
 }
 
 // From a chunk's 16 quant bytes, lane t's bytes b[2t], b[2t+8], b[2t+1],

@@ -393,12 +393,10 @@ void launch_gemm_sm80(const GemmArgs& a, const GemmScratch& scratch, cudaStream_
 }
 
 namespace {
+// Read at every launch, not once: a test may set it between steps.
 bool sm80_always() {
-  static const bool always = [] {
-    const char* v = std::getenv("VOLTAD_GEMM_SM80_ALWAYS");
-    return v && v[0] == '1';
-  }();
-  return always;
+  const char* v = std::getenv("VOLTAD_GEMM_SM80_ALWAYS");
+  return v && v[0] == '1';
 }
 }  // namespace
 

@@ -235,8 +235,9 @@ void launch_format(const GemmArgs& a, GemmTile tile, cudaStream_t stream) {
     case GemmTile::T128x128:
     case GemmTile::Auto:
       return launch_tile<F, 128, 128, 2, 4>(a, stream);
-    case GemmTile::N16:
-      return;  // launch_gemm sends it to launch_gemm_narrow
+    case GemmTile::N16:  // launch_gemm sends it to launch_gemm_narrow
+      VOLTAD_KERNEL_REQUIRE(false, "gemm: the narrow tile has its own launcher");
+      return;
   }
 }
 
@@ -255,8 +256,10 @@ GemmTile gemm_pick_tile(int n, int64_t rows) {
   // kernel, which decodes every weight once per 16 tokens; from 17 tokens
   // on, a matrix with rows for two waves of 32x64 tiles runs faster on those
   // (H200: 28672 rows at 32 tokens 104 against 219 us; 4096 rows 53 against 35).
-  if (n <= 16) return GemmTile::N16;
-  if (n <= kGemmNarrowMaxTokens && (rows + 63) / 64 < 2 * int64_t(sms)) return GemmTile::N16;
+  const bool narrow_fits = (rows + 31) / 32 <= 65535;  // its grid's y dimension
+  if (n <= 16 && narrow_fits) return GemmTile::N16;
+  if (n <= kGemmNarrowMaxTokens && narrow_fits && (rows + 63) / 64 < 2 * int64_t(sms))
+    return GemmTile::N16;
   // Cost model: waves of blocks times the work of one block, over a
   // relative efficiency of the tile (smaller tiles re-read more and keep the
   // tensor cores less busy). One resident block per SM for the 8-warp

@@ -240,6 +240,9 @@ TEST_CASE("gemm narrow tile matches the float64 reference for every weight type 
         if (s.cols == 4096) worst = std::max(worst, e);
       }
     }
+    // Rows for more blocks than an H200 has SMs (132): 8 warps per block,
+    // two blocks per SM (the shapes above take 16 warps).
+    run_case(type, {4300, 256, 12, GemmTile::N16, i % 2 == 0, true, true});
     MESSAGE(ggml_type_name(type) << " narrow: max |y - y(fp32)| / sum|w x| at cols 4096 = "
                                  << worst);
     CHECK(worst < 2e-3);
@@ -278,6 +281,11 @@ TEST_CASE("gemm narrow sm80 variant matches the float64 reference") {
     MESSAGE(ggml_type_name(type) << " narrow sm80: max |y - y(fp32)| / sum|w x| at cols 4096 = "
                                  << worst);
     CHECK(worst < 2e-3);
+    // Long rows, so that each warp's ring of stages wraps around: 16 warps
+    // (3 stages) at 67 rows, 8 warps (4 stages) at 4300 rows (more blocks
+    // than an H200 has SMs).
+    run_case(type, {67, 14336, 9, GemmTile::Auto, true, true, true, Path::Narrow80});
+    run_case(type, {4300, 6144, 20, GemmTile::Auto, false, true, false, Path::Narrow80});
   }
   // kernels=auto takes it for a decode-sized batch (results as above).
   run_case(GgmlType::Q4_K, {130, 1024, 8, GemmTile::Auto, true, true, true, Path::AutoSet});
