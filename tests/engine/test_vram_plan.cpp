@@ -134,6 +134,10 @@ TEST_CASE("workspace: each buffer by its formula, 256-byte aligned, total their 
   const CudaWorkspace q = cuda_workspace_bytes(kQwen3_32b, limits(4096, 1, 16));
   CHECK(q.quantized_x == 16 * 25600 * 2);
   CHECK(q.attention_out == 16 * 8192 * 4);
+  // Its rows round up to 8 (the sm_80 narrow GEMM's fp16 x); the scales do not.
+  const CudaWorkspace odd = cuda_workspace_bytes(kLlama3_8b, limits(4096, 4, 20));
+  CHECK(odd.quantized_x == 24ull * 14336 * 2);
+  CHECK(odd.quantized_x_scales == 20ull * (14336 / 32) * 4 * 4);
   // The workspace grows with the batch and the sequences, not with the weights.
   CHECK(cuda_workspace_bytes(kLlama3_8b, limits(4096, 16, 512)).total() < w.total());
   CHECK(cuda_workspace_bytes(kLlama3_8b, limits(4096, 4)).total() < w.total());
