@@ -30,10 +30,9 @@
 // the Q4_0 and Q4_K_M models; others go to the portable kernels.
 #include <cuda_fp16.h>
 
-#include <cstring>
-
 #include "kernels/cuda_check.h"
 #include "kernels/device_common.cuh"
+#include "kernels/gemm_decode.cuh"
 #include "kernels/gemm_sm80.h"
 #include "kernels/launch.cuh"
 #include "kernels/sm80_common.cuh"
@@ -81,19 +80,10 @@ constexpr size_t smem_bytes(int warps) {
   return pipe_bytes<F>(warps) > red_bytes(warps) ? pipe_bytes<F>(warps) : red_bytes(warps);
 }
 
-__device__ __forceinline__ __half2 as_h2(uint32_t u) {
-  __half2 h;
-  memcpy(&h, &u, 4);
-  return h;
-}
-__device__ __forceinline__ uint32_t as_u32(__half2 h) {
-  uint32_t u;
-  memcpy(&u, &h, 4);
-  return u;
-}
-__device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
-  return as_u32(__floats2half2_rn(lo, hi));
-}
+// Bit casts and packing: the portable decoders' own (gemm_decode.cuh).
+using gemm_decode::half2_as_u32;
+using gemm_decode::pack_half2;
+using gemm_decode::u32_as_half2;
 
 // From a chunk's 16 quant bytes, lane t's bytes b[2t], b[2t+8], b[2t+1],
 // b[2t+9] (in that order): masking 0x000F000F then picks two adjacent values.
@@ -120,11 +110,11 @@ struct Decode<PackedFormat::Int4Sym32> {  // w = d * (q - 8)
                                              int, int, uint32_t (&v)[4]) {
     const uint16_t d = reinterpret_cast<const uint16_t*>(row_extra)[cc];
     const __half2 d2 = __halves2half2(__ushort_as_half(d), __ushort_as_half(d));
-    const __half2 off = as_h2(0x64086408u);  // 1024 + 8
+    const __half2 off = u32_as_half2(0x64086408u);  // 1024 + 8
 #pragma unroll
     for (int i = 0; i < 4; ++i)
-      v[i] = as_u32(
-          __hmul2(__hsub2(as_h2(((w >> nibble_shift(i)) & 0x000F000Fu) | 0x64006400u), off), d2));
+      v[i] = half2_as_u32(__hmul2(
+          __hsub2(u32_as_half2(((w >> nibble_shift(i)) & 0x000F000Fu) | 0x64006400u), off), d2));
   }
 };
 
@@ -143,8 +133,9 @@ struct Decode<PackedFormat::Int4K256> {  // w = D*sc*q - M*mn, sub-block c % 8
     const float b = -__half2float(__ushort_as_half((unsigned short)(hdr.x >> 16))) * float(mn);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {  // (1024 + q) exact in FP16 and FP32
-      const float2 q = __half22float2(as_h2(((w >> nibble_shift(i)) & 0x000F000Fu) | 0x64006400u));
-      v[i] = pack_pair(fmaf(a, q.x - 1024.0f, b), fmaf(a, q.y - 1024.0f, b));
+      const float2 q =
+          __half22float2(u32_as_half2(((w >> nibble_shift(i)) & 0x000F000Fu) | 0x64006400u));
+      v[i] = pack_half2(fmaf(a, q.x - 1024.0f, b), fmaf(a, q.y - 1024.0f, b));
     }
   }
 };
@@ -173,8 +164,8 @@ struct Decode<PackedFormat::Int6K256> {
         const uint32_t top =
             (((cw >> (s + 4 * p)) & 3u) << 4) | (((cw >> (s + 4 * p + 8)) & 3u) << 20);
         const uint32_t q = (nib | top) ^ 0x00200020u;
-        const float2 f = __half22float2(as_h2(q | 0x64006400u));  // 1024 + q
-        v[2 * half + p] = pack_pair(a * (f.x - 1056.0f), a * (f.y - 1056.0f));
+        const float2 f = __half22float2(u32_as_half2(q | 0x64006400u));  // 1024 + q
+        v[2 * half + p] = pack_half2(a * (f.x - 1056.0f), a * (f.y - 1056.0f));
       }
     }
   }
@@ -208,7 +199,8 @@ __global__ void kernel_x_to_fragments(const float* x, int64_t ldx, int n, int n8
   if (t < n) {
     const float* src = x + int64_t(t) * ldx + c * 32;
 #pragma unroll
-    for (int p = 0; p < 16; ++p) pairs[p] = as_u32(__floats2half2_rn(src[2 * p], src[2 * p + 1]));
+    for (int p = 0; p < 16; ++p)
+      pairs[p] = half2_as_u32(__floats2half2_rn(src[2 * p], src[2 * p + 1]));
   }
   uint4* dst = reinterpret_cast<uint4*>(xp + i * 16);
 #pragma unroll
