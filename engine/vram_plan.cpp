@@ -279,9 +279,11 @@ CudaWorkspace cuda_workspace_bytes(const ModelConfig& m, const EngineLimits& l) 
   w.attention_out = align256(t * uint64_t(m.q_dim()) * 4);
   w.ffn_gate_up = align256(t * 2 * uint64_t(m.ffn_dim) * 4);
   // Two int8 levels per value, a {d1, d2, sum_x, 0} record per 32 (kernels/matvec.h).
-  // Rows rounded up to 8: the same bytes are the sm_80 narrow GEMM's fp16 x,
-  // whose steps of n tokens take n rounded up to 8 rows (kernels/gemm_sm80.h).
-  w.quantized_x = align256(ceil_div(t, 8) * 8 * widest * 2);
+  // The same bytes are the sm_80 narrow GEMM's scratch: its steps of n tokens
+  // take n rounded up to 8 rows of fp16 x plus a 4-byte x sum per 32 values
+  // (gemm_narrow_sm80_scratch_bytes, kernels/gemm_sm80.h); hence the rows
+  // rounded up to 8 and the sums.
+  w.quantized_x = align256(ceil_div(t, 8) * 8 * (widest * 2 + ceil_div(widest, 32) * 4));
   w.quantized_x_scales = align256(t * ceil_div(widest, kActivationBlockValues) *
                                   uint64_t(kActivationRecordFloats) * 4);
   w.selected = align256(s * uint64_t(m.dim) * 4);

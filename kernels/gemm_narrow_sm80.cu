@@ -18,11 +18,13 @@
 //   - per chunk and 16-row tile a lane reads the two 16-byte rows it needs
 //     (four lanes read the same bytes: a broadcast), picks its 4 bytes with
 //     byte permutes, turns nibbles into FP16 with the 1024+q bit trick, and
-//     scales them (Q4_0 in FP16, exact; the K256 formats in FP32, rounded
-//     once to FP16, as the portable decoders do);
+//     scales them: Q4_0 in FP16 and Q6_K in FP32 rounded once to FP16, as
+//     the portable decoders do; Q4_K as the exact integers sc*q, with D, M
+//     and the mins applied once per stage after the MMAs (k256_six_bits);
 //   - x is rounded to FP16 once per call into scratch, with each chunk's 16
 //     words reordered so that lane t's B fragments for both k halves are one
-//     16-byte load (words t, t+4, t+8, t+12);
+//     16-byte load (words t, t+4, t+8, t+12), plus each chunk's x sum (the
+//     Q4_K mins);
 //   - every weight is decoded once for all tokens (up to 4 n8 tiles), and
 //     the 8 or 16 warps of a block split k; their partial sums meet in shared
 //     memory and are added in warp order.
@@ -118,27 +120,40 @@ struct Decode<PackedFormat::Int4Sym32> {  // w = d * (q - 8)
   }
 };
 
-// The K256 formats: the weight is computed exactly in FP32 and rounded once
-// to FP16, as the portable kernels' decoders do (gemm_decode.cuh): a scale
-// rounded to FP16 first would cost up to an FP16 ulp of D*sc*q and of
-// M*mn, which cancel in the sum.
-template <>
-struct Decode<PackedFormat::Int4K256> {  // w = D*sc*q - M*mn, sub-block c % 8
-  static __device__ __forceinline__ void run(uint32_t w, const uint8_t* row_extra, int64_t c, int,
-                                             int, int, uint32_t (&v)[4]) {
-    const uint4 hdr = *reinterpret_cast<const uint4*>(row_extra);
-    int sc, mn;
-    q4_k_scale_min(hdr.y, hdr.z, hdr.w, int(c & 7), sc, mn);
-    const float a = __half2float(__ushort_as_half((unsigned short)(hdr.x & 0xFFFF))) * float(sc);
-    const float b = -__half2float(__ushort_as_half((unsigned short)(hdr.x >> 16))) * float(mn);
+// Int4K256 (Q4_K), w = D*sc*q - M*mn with six-bit sc, mn per chunk (a
+// sub-block of 32) and fp16 D, M per super-block of 8 chunks. The MMAs take
+// sc*q, an integer below 1024 and so exact in FP16, and sum a stage's four
+// chunks in FP32; the mins are a second product, sum over the stage's chunks
+// of mn * (sum of the chunk's x), by one more MMA per tile with each chunk's
+// x sum split into two FP16 halves (hi + lo, ~22 bits); then, once per
+// stage, acc += D*(sc*q.x) - M*(mn.xsum). No weight is rounded: the result
+// is the reference's sum with x rounded to FP16, as for the other formats.
+// From a row's header (16 bytes: D, M, 12 bytes of six-bit fields), the
+// stage's four sc (mn: bits 16-19 of the header) one per byte; `upper` says
+// which half of the super-block the stage holds (chunks 0-3 or 4-7).
+__device__ __forceinline__ uint32_t k256_six_bits(const uint4& h, bool upper, bool mins) {
+  const uint32_t lo = mins ? h.z : h.y;
+  if (!upper) return lo & 0x3F3F3F3Fu;  // sub-block j < 4: the low six bits of byte j (j + 4)
+  // j >= 4: a nibble of byte j + 4, the top bits of byte j - 4 (j)
+  return ((mins ? h.w >> 4 : h.w) & 0x0F0F0F0Fu) | ((lo >> 2) & 0x30303030u);
+}
+__device__ __forceinline__ float k256_d(const uint4& h, bool mins) {
+  return __half2float(__ushort_as_half((unsigned short)(mins ? h.x >> 16 : h.x & 0xFFFF)));
+}
+// Byte b of v, a small integer, as an exact FP16 pair.
+__device__ __forceinline__ __half2 byte_as_half2(uint32_t v, int b) {
+  const uint32_t two = __byte_perm(v, 0, 0x4040u | uint32_t(b) | (uint32_t(b) << 8));
+  return __hsub2(u32_as_half2(two | 0x64006400u), u32_as_half2(0x64006400u));
+}
+// The four pairs of sc*q a lane feeds the MMAs (order as in Decode): one
+// fused (1024 + q)*sc - 1024*sc each, exact (the result is below 1024).
+__device__ __forceinline__ void decode_sc_q(uint32_t w, __half2 sc, uint32_t (&v)[4]) {
+  const __half2 nsc = __hmul2(sc, u32_as_half2(0xE400E400u));  // -1024*sc, exact
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {  // (1024 + q) exact in FP16 and FP32
-      const float2 q =
-          __half22float2(u32_as_half2(((w >> nibble_shift(i)) & 0x000F000Fu) | 0x64006400u));
-      v[i] = pack_half2(fmaf(a, q.x - 1024.0f, b), fmaf(a, q.y - 1024.0f, b));
-    }
-  }
-};
+  for (int i = 0; i < 4; ++i)
+    v[i] = half2_as_u32(
+        __hfma2(u32_as_half2(((w >> nibble_shift(i)) & 0x000F000Fu) | 0x64006400u), sc, nsc));
+}
 
 // Int6K256: the low nibbles as in Int4 (of the six-bit two's complement of
 // q - 32), the top two bits of value 4g+j of each half of 16 in bits 8j+2g
@@ -182,36 +197,70 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4],
 #endif
 }
 
+// The same with C = 0: the first product of a sum.
+__device__ __forceinline__ void mma_16816_first(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                                uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%10,%10,%10,%10};\n"
+      : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.0f));
+#endif
+}
+
 // x (n, ldx) fp32 -> xp: for chunk c and token t < n8 (n rounded up to 8;
 // tokens past n are zeros), the chunk's 16 fp16 pairs at (c * n8 + t) * 16,
 // reordered so that position 4i + j holds pair i + 4j: lane i's B words
-// (k 2i, 2i+8, 16+2i, 24+2i) are one 16-byte load.
+// (k 2i, 2i+8, 16+2i, 24+2i) are one 16-byte load. Then, at xs[c * n8 + t],
+// the sum of those 32 fp16 values as an fp16 pair (hi, lo = the rest): the
+// B operand of the Int4K256 mins.
+// One thread per 16 bytes of xp (lane i's four words of a token's chunk):
+// four threads share a chunk's 128 bytes of x, so reads and writes are
+// coalesced (one thread per token and chunk, reading 32 scalars in a row,
+// took 4.6 us a launch at 4096 columns). The thread count is a multiple of
+// 32 (n8 * 4 per chunk), so a warp is either all in or all out.
 __global__ void kernel_x_to_fragments(const float* x, int64_t ldx, int n, int n8, int64_t chunks,
-                                      uint32_t* xp) {
+                                      bool pairs_aligned, uint32_t* xp, uint32_t* xs) {
   wait_for_previous_kernel();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= chunks * n8) return;
-  const int64_t c = i / n8;
-  const int t = int(i % n8);
-  uint32_t pairs[16];
-#pragma unroll
-  for (int p = 0; p < 16; ++p) pairs[p] = 0;
+  if (i >= chunks * n8 * 4) return;
+  const int lane_t = int(i & 3);
+  const int64_t ct = i >> 2;  // c * n8 + t
+  const int64_t c = ct / n8;
+  const int t = int(ct % n8);
+  uint32_t w[4] = {0, 0, 0, 0};
+  float sum = 0.0f;
   if (t < n) {
-    const float* src = x + int64_t(t) * ldx + c * 32;
+    const float* src = x + int64_t(t) * ldx + c * 32 + 2 * lane_t;
 #pragma unroll
-    for (int p = 0; p < 16; ++p)
-      pairs[p] = half2_as_u32(__floats2half2_rn(src[2 * p], src[2 * p + 1]));
+    for (int j = 0; j < 4; ++j) {  // pair lane_t + 4j: values 2 lane_t + 8j, +1
+      float2 v;
+      if (pairs_aligned) {
+        v = __ldg(reinterpret_cast<const float2*>(src + 8 * j));
+      } else {
+        v.x = __ldg(src + 8 * j);
+        v.y = __ldg(src + 8 * j + 1);
+      }
+      const __half2 h = __floats2half2_rn(v.x, v.y);
+      w[j] = half2_as_u32(h);
+      const float2 r = __half22float2(h);
+      sum += r.x + r.y;
+    }
   }
-  uint4* dst = reinterpret_cast<uint4*>(xp + i * 16);
-#pragma unroll
-  for (int lane_t = 0; lane_t < 4; ++lane_t)
-    dst[lane_t] =
-        make_uint4(pairs[lane_t], pairs[lane_t + 4], pairs[lane_t + 8], pairs[lane_t + 12]);
+  reinterpret_cast<uint4*>(xp)[i] = make_uint4(w[0], w[1], w[2], w[3]);
+  sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 1);
+  sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 2);
+  if (lane_t == 0) {
+    const __half hi = __float2half_rn(sum);
+    xs[ct] = half2_as_u32(__halves2half2(hi, __float2half_rn(sum - __half2float(hi))));
+  }
 }
 
 // NT = n8 / 8 token tiles.
 template <PackedFormat F, int NT, int W>
-__global__ void __launch_bounds__(W * 32, 1) kernel_narrow_sm80(GemmArgs a, const uint32_t* xp) {
+__global__ void __launch_bounds__(W * 32, W == 8 ? 2 : 1)
+    kernel_narrow_sm80(GemmArgs a, const uint32_t* xp) {
   wait_for_previous_kernel();
   constexpr int kN8 = NT * 8;
   constexpr int kExtra = extra_ld<F>();
@@ -289,6 +338,7 @@ __global__ void __launch_bounds__(W * 32, 1) kernel_narrow_sm80(GemmArgs a, cons
   // b[2t], b[2t+1] of a word pair: byte selector for __byte_perm.
   const uint32_t sel = uint32_t(2 * t) | (uint32_t(2 * t + 1) << 4);
   const uint4* xw = reinterpret_cast<const uint4*>(xp) + g * 4 + t;  // token g, lane t's words
+  const uint32_t* xs = xp + size_t(kN8) * size_t(chunks) * 16;       // x sums (Int4K256)
   for (int i = 0; i < n_stages; ++i) {
     issue(i + kStages - 1);
     copy_wait<kStages - 1>();
@@ -296,28 +346,91 @@ __global__ void __launch_bounds__(W * 32, 1) kernel_narrow_sm80(GemmArgs a, cons
     const uint8_t* q = slot(i);
     const uint8_t* extra = q + kRows * kQuantLd;
     const int64_t c0 = (s_begin + i) * kStageChunks;
+    if constexpr (F == PackedFormat::Int4K256) {
+      // Rows 16m + g and 16m + g + 8: their headers, and this stage's sc.
+      const bool upper = ((s_begin + i) & 1) != 0;
+      auto header = [&](int m, int h) {
+        return *reinterpret_cast<const uint4*>(extra + (16 * m + g + 8 * h) * kExtra);
+      };
+      uint32_t scw[2][2];
 #pragma unroll
-    for (int cc = 0; cc < kStageChunks; ++cc) {
-      const int64_t c = c0 + cc;
-      uint4 xb[NT];
+      for (int m = 0; m < 2; ++m)
 #pragma unroll
-      for (int j = 0; j < NT; ++j) xb[j] = __ldg(xw + (c * kN8 + 8 * j) * 4);
+        for (int h = 0; h < 2; ++h) scw[m][h] = k256_six_bits(header(m, h), upper, false);
+      float sq[2][NT][4];  // sum over the stage of (sc*q) . x
+#pragma unroll
+      for (int cc = 0; cc < kStageChunks; ++cc) {
+        const int64_t c = c0 + cc;
+        uint4 xb[NT];
+#pragma unroll
+        for (int j = 0; j < NT; ++j) xb[j] = __ldg(xw + (c * kN8 + 8 * j) * 4);
+#pragma unroll
+        for (int m = 0; m < 2; ++m) {
+          uint32_t lo[4], hi[4];
+          const int ra = 16 * m + g, rb = ra + 8;
+          decode_sc_q(pick_bytes(*reinterpret_cast<const uint4*>(q + ra * kQuantLd + cc * 16), sel),
+                      byte_as_half2(scw[m][0], cc), lo);
+          decode_sc_q(pick_bytes(*reinterpret_cast<const uint4*>(q + rb * kQuantLd + cc * 16), sel),
+                      byte_as_half2(scw[m][1], cc), hi);
+          const uint32_t a0[4] = {lo[0], hi[0], lo[1], hi[1]};
+          const uint32_t a1[4] = {lo[2], hi[2], lo[3], hi[3]};
+#pragma unroll
+          for (int j = 0; j < NT; ++j) {
+            if (cc == 0)
+              mma_16816_first(sq[m][j], a0, xb[j].x, xb[j].y);
+            else
+              mma_16816(sq[m][j], a0, xb[j].x, xb[j].y);
+            mma_16816(sq[m][j], a1, xb[j].z, xb[j].w);
+          }
+        }
+      }
+      // The mins: A row r, k = 2cc + {0, 1} holds (mn of chunk cc, same); B
+      // k = 2cc + {0, 1}, token: the chunk's x sum (hi, lo). Lane t holds
+      // chunk t; k 8-15 are zero.
+      uint32_t bs[NT];
+#pragma unroll
+      for (int j = 0; j < NT; ++j) bs[j] = __ldg(xs + (c0 + t) * kN8 + 8 * j + g);
 #pragma unroll
       for (int m = 0; m < 2; ++m) {
-        uint32_t lo[4], hi[4];  // rows 16m + g and 16m + g + 8
-        const int ra = 16 * m + g, rb = ra + 8;
-        Decode<F>::run(
-            pick_bytes(*reinterpret_cast<const uint4*>(q + ra * kQuantLd + cc * 16), sel),
-            extra + ra * kExtra, c, cc, t, int(d_offset(r0 + ra, c) >> 1) & 1, lo);
-        Decode<F>::run(
-            pick_bytes(*reinterpret_cast<const uint4*>(q + rb * kQuantLd + cc * 16), sel),
-            extra + rb * kExtra, c, cc, t, int(d_offset(r0 + rb, c) >> 1) & 1, hi);
-        const uint32_t a0[4] = {lo[0], hi[0], lo[1], hi[1]};  // k 0-15
-        const uint32_t a1[4] = {lo[2], hi[2], lo[3], hi[3]};  // k 16-31
+        const uint4 ha = header(m, 0), hb = header(m, 1);
+        const uint32_t amin[4] = {half2_as_u32(byte_as_half2(k256_six_bits(ha, upper, true), t)),
+                                  half2_as_u32(byte_as_half2(k256_six_bits(hb, upper, true), t)),
+                                  0u, 0u};
+        const float d[2] = {k256_d(ha, false), k256_d(hb, false)};
+        const float nm[2] = {-k256_d(ha, true), -k256_d(hb, true)};
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
-          mma_16816(acc[m][j], a0, xb[j].x, xb[j].y);
-          mma_16816(acc[m][j], a1, xb[j].z, xb[j].w);
+          float sm[4];
+          mma_16816_first(sm, amin, bs[j], 0u);
+#pragma unroll
+          for (int e = 0; e < 4; ++e)  // e 0, 1: row 16m + g; 2, 3: row 16m + g + 8
+            acc[m][j][e] = fmaf(d[e >> 1], sq[m][j][e], fmaf(nm[e >> 1], sm[e], acc[m][j][e]));
+        }
+      }
+    } else {
+#pragma unroll
+      for (int cc = 0; cc < kStageChunks; ++cc) {
+        const int64_t c = c0 + cc;
+        uint4 xb[NT];
+#pragma unroll
+        for (int j = 0; j < NT; ++j) xb[j] = __ldg(xw + (c * kN8 + 8 * j) * 4);
+#pragma unroll
+        for (int m = 0; m < 2; ++m) {
+          uint32_t lo[4], hi[4];  // rows 16m + g and 16m + g + 8
+          const int ra = 16 * m + g, rb = ra + 8;
+          Decode<F>::run(
+              pick_bytes(*reinterpret_cast<const uint4*>(q + ra * kQuantLd + cc * 16), sel),
+              extra + ra * kExtra, c, cc, t, int(d_offset(r0 + ra, c) >> 1) & 1, lo);
+          Decode<F>::run(
+              pick_bytes(*reinterpret_cast<const uint4*>(q + rb * kQuantLd + cc * 16), sel),
+              extra + rb * kExtra, c, cc, t, int(d_offset(r0 + rb, c) >> 1) & 1, hi);
+          const uint32_t a0[4] = {lo[0], hi[0], lo[1], hi[1]};  // k 0-15
+          const uint32_t a1[4] = {lo[2], hi[2], lo[3], hi[3]};  // k 16-31
+#pragma unroll
+          for (int j = 0; j < NT; ++j) {
+            mma_16816(acc[m][j], a0, xb[j].x, xb[j].y);
+            mma_16816(acc[m][j], a1, xb[j].z, xb[j].w);
+          }
         }
       }
     }
@@ -389,7 +502,11 @@ void launch(const GemmArgs& a, const uint32_t* xp, unsigned blocks, cudaStream_t
 template <PackedFormat F, int NT>
 void launch_warps(const GemmArgs& a, const uint32_t* xp, cudaStream_t stream) {
   const unsigned blocks = unsigned((a.w.layout.rows + kRows - 1) / kRows);
-  if (int64_t(blocks) <= device().sms && smem_bytes<F>(16) <= size_t(device().max_smem))
+  // 16 warps where the blocks would not fill the SMs once, except for
+  // Int4K256 at 25-32 tokens: there the 16-warp kernel spills (128 registers
+  // a thread) and measured slower than 8 warps (docs/KERNEL-NOTES.md).
+  const bool spills = F == PackedFormat::Int4K256 && NT == 4;
+  if (!spills && int64_t(blocks) <= device().sms && smem_bytes<F>(16) <= size_t(device().max_smem))
     return launch<F, NT, 16>(a, xp, blocks, stream);
   launch<F, NT, 8>(a, xp, blocks, stream);
 }
@@ -411,7 +528,8 @@ void launch_format(const GemmArgs& a, const uint32_t* xp, cudaStream_t stream) {
 }  // namespace narrow80
 
 size_t gemm_narrow_sm80_scratch_bytes(int n, int64_t cols) {
-  return size_t((n + 7) / 8 * 8) * size_t(cols) * 2;
+  // n8 rows of cols fp16 values, then a 4-byte x sum per row and chunk.
+  return size_t((n + 7) / 8 * 8) * (size_t(cols) * 2 + size_t(cols) / 32 * 4);
 }
 
 bool gemm_narrow_sm80_supports(const GemmArgs& a, const GemmScratch& scratch) {
@@ -436,9 +554,11 @@ void launch_gemm_narrow_sm80(const GemmArgs& a, const GemmScratch& scratch, cuda
   auto* xp = static_cast<uint32_t*>(scratch.data);
   const int n8 = (a.n + 7) / 8 * 8;
   const int64_t chunks = a.w.layout.cols / 32;
-  const int64_t threads = chunks * n8;
-  launch_kernel(narrow80::kernel_x_to_fragments, unsigned((threads + 127) / 128), 128, 0, stream,
-                a.x, a.ldx, a.n, n8, chunks, xp);
+  const int64_t threads = chunks * n8 * 4;
+  const bool pairs_aligned = a.ldx % 2 == 0 && reinterpret_cast<uintptr_t>(a.x) % 8 == 0;
+  uint32_t* xs = xp + size_t(n8) * size_t(chunks) * 16;
+  launch_kernel(narrow80::kernel_x_to_fragments, unsigned((threads + 255) / 256), 256, 0, stream,
+                a.x, a.ldx, a.n, n8, chunks, pairs_aligned, xp, xs);
   CUDA_CHECK(cudaGetLastError());
   switch (a.w.layout.format) {
     case PackedFormat::Int4Sym32:

@@ -330,8 +330,9 @@ void batched_decode(const Pool& pool, double copy_gbs) {
   CUDA_CHECK(cudaDeviceSynchronize());
   cudaStream_t stream;
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  for (int n : {1, 8, 16, 32}) {
+  for (int n : {1, 2, 4, 6, 8, 16, 24, 32}) {
     for (Path p : {Path::Matvec, Path::Narrow, Path::Narrow80}) {
+      if (p == Path::Narrow && n < 8) continue;
       cudaGraph_t graph;
       cudaGraphExec_t exec;
       CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
@@ -349,10 +350,48 @@ void batched_decode(const Pool& pool, double copy_gbs) {
   CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
+// Each matrix of a Q4_K_M layer, 3 launches at 1, 8 and 32 tokens through
+// the sm_80 narrow GEMM: a short run for Nsight Compute to profile.
+void profile_narrow80(const Pool& pool) {
+  Activations act(14336, 28672, 32);
+  GemmScratch scratch;
+  scratch.bytes = gemm_narrow_sm80_scratch_bytes(32, 14336);
+  CUDA_CHECK(cudaMalloc(&scratch.data, scratch.bytes));
+  const struct {
+    PackedFormat f;
+    int64_t rows, cols;
+  } layer[] = {{PackedFormat::Int4K256, 5120, 4096},
+               {PackedFormat::Int6K256, 1024, 4096},
+               {PackedFormat::Int4K256, 4096, 4096},
+               {PackedFormat::Int4K256, 28672, 4096},
+               {PackedFormat::Int6K256, 4096, 14336},
+               {PackedFormat::Int4Sym32, 28672, 4096}};
+  for (int n : {1, 8, 32})
+    for (const auto& m : layer) {
+      const auto copies = copies_of(pool, make_packed_layout(m.f, m.rows, m.cols));
+      for (int i = 0; i < 3; ++i) {
+        GemmArgs g;
+        g.w = copies[size_t(i) % copies.size()];
+        g.x = act.x;
+        g.ldx = 14336;
+        g.n = n;
+        g.y = act.y;
+        g.ldy = 28672;
+        launch_gemm_narrow_sm80(g, scratch, nullptr);
+      }
+    }
+  CUDA_CHECK(cudaDeviceSynchronize());
+  std::printf("profile-narrow80: %d launches\n", 3 * 3 * int(std::size(layer)));
+}
+
 }  // namespace bench
 
-int main() {
+// Arguments: none, every section; `batched`, only the batched decode;
+// `profile-narrow80`, each matrix of a Q4_K_M layer 3 times at 1, 8 and 32
+// tokens through the sm_80 narrow GEMM and nothing else (for Nsight Compute).
+int main(int argc, char** argv) {
   using namespace bench;
+  const std::string mode = argc > 1 ? argv[1] : "";
   cudaDeviceProp prop;
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s, %d SMs, L2 %d MB; activations: %s\n", prop.name,
@@ -373,6 +412,14 @@ int main() {
   CUDA_CHECK(cudaFree(dst));
 
   Pool pool;
+  if (mode == "profile-narrow80") {
+    profile_narrow80(pool);
+    return 0;
+  }
+  if (mode == "batched") {
+    batched_decode(pool, copy_gbs);
+    return 0;
+  }
   Activations act(14336, 14336, 8);
   {
     // Quantize once per batch size actually used (contents don't change timing).

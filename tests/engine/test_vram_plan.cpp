@@ -112,7 +112,7 @@ TEST_CASE("workspace: each buffer by its formula, 256-byte aligned, total their 
   CHECK(w.qkv == 2048ull * (4096 + 2 * 1024) * 4);
   CHECK(w.attention_out == 2048ull * 4096 * 4);
   CHECK(w.ffn_gate_up == 2048ull * 2 * 14336 * 4);
-  CHECK(w.quantized_x == 2048ull * 14336 * 2);
+  CHECK(w.quantized_x == 2048ull * (14336 * 2 + 14336 / 32 * 4));
   CHECK(w.quantized_x_scales == 2048ull * (14336 / 32) * 4 * 4);
   CHECK(w.selected == 16 * 4096 * 4);
   CHECK(w.logits == 16ull * 128256 * 4);
@@ -132,11 +132,12 @@ TEST_CASE("workspace: each buffer by its formula, 256-byte aligned, total their 
   // Qwen3-32B's wo input (q_dim 8192) is wider than dim: the int8 buffer
   // takes the widest matvec input, here ffn_dim.
   const CudaWorkspace q = cuda_workspace_bytes(kQwen3_32b, limits(4096, 1, 16));
-  CHECK(q.quantized_x == 16 * 25600 * 2);
+  CHECK(q.quantized_x == 16 * (25600 * 2 + 25600 / 32 * 4));
   CHECK(q.attention_out == 16 * 8192 * 4);
-  // Its rows round up to 8 (the sm_80 narrow GEMM's fp16 x); the scales do not.
+  // Its rows round up to 8 (the sm_80 narrow GEMM's fp16 x and x sums); the
+  // scales do not.
   const CudaWorkspace odd = cuda_workspace_bytes(kLlama3_8b, limits(4096, 4, 20));
-  CHECK(odd.quantized_x == 24ull * 14336 * 2);
+  CHECK(odd.quantized_x == 24ull * (14336 * 2 + 14336 / 32 * 4));
   CHECK(odd.quantized_x_scales == 20ull * (14336 / 32) * 4 * 4);
   // The workspace grows with the batch and the sequences, not with the weights.
   CHECK(cuda_workspace_bytes(kLlama3_8b, limits(4096, 16, 512)).total() < w.total());
