@@ -133,6 +133,11 @@ void launch_attention_combine(const AttentionArgs& a, int splits, cudaStream_t s
   CUDA_CHECK(cudaGetLastError());
 }
 
+int attention_launch_pieces(const AttentionArgs& a) {
+  return with_head_dim(
+      a.head_dim, [&](auto hd) { return attention_pieces<decltype(hd)::value, Fp16KvReader>(a); });
+}
+
 void launch_attention(const AttentionArgs& a, cudaStream_t stream) {
   launch_attention_split_k(a,
                            Fp16KvReader{reinterpret_cast<const __half*>(a.cache.k),

@@ -76,4 +76,9 @@ inline size_t attention_partial_floats(int n_tokens, int n_heads, int head_dim, 
 
 void launch_attention(const AttentionArgs& args, cudaStream_t stream);
 
+// The split-K pieces per token launch_attention uses for `args`:
+// attention_splits(max_position), at most max_splits, and no more than keep
+// the grid (n_tokens x n_kv_heads x pieces) within one wave of the device.
+int attention_launch_pieces(const AttentionArgs& args);
+
 }  // namespace voltad::kernels

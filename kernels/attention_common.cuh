@@ -18,6 +18,7 @@
 #pragma once
 
 #include <algorithm>
+#include <type_traits>
 
 #include <cuda_runtime.h>
 
@@ -191,6 +192,58 @@ __global__ void __launch_bounds__(kAttentionWarps * 32)
 // over the pieces that hold positions, quantized into args.out_q when set.
 void launch_attention_combine(const AttentionArgs& args, int splits, cudaStream_t stream);
 
+// Blocks of pass 1 the device runs at once (one wave): SMs x resident
+// blocks per SM, for this instance (registers differ per cache reader and
+// head size). Computed once per process: one process serves one GPU.
+template <int HD, class Reader>
+int attention_wave_blocks() {
+  static const int blocks = [] {
+    int dev = 0, sms = 0, per_sm = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &per_sm, kernel_attention_partial<HD, Reader>, kAttentionWarps * 32, 0));
+    return sms * std::max(per_sm, 1);
+  }();
+  return blocks;
+}
+
+// Pieces per token of a launch: attention_splits(max_position), capped by
+// max_splits and by one wave of blocks (n_tokens x n_kv_heads x pieces).
+// Past one wave, more pieces only add blocks that each pay a block's fixed
+// cost (loading q, the merges, writing a partial) while the SMs are full:
+// 8 sequences of Llama-3-8B at 32 pieces were 2,048 blocks, ~5 waves of
+// mostly empty or 16-position pieces, 49 us a layer (docs/PERFORMANCE.md,
+// run 11).
+template <int HD, class Reader>
+int attention_pieces(const AttentionArgs& a) {
+  int splits = attention_splits(a.max_position);
+  if (a.max_splits > 0) splits = std::min(splits, a.max_splits);
+  const int64_t per_piece = std::max<int64_t>(1, int64_t(a.n_tokens) * a.n_kv_heads);
+  const int64_t fit = std::max<int64_t>(1, attention_wave_blocks<HD, Reader>() / per_piece);
+  return int(std::min<int64_t>(splits, fit));
+}
+
+// Calls fn(std::integral_constant<int, HD>) for the args' head_dim.
+template <class Fn>
+decltype(auto) with_head_dim(int head_dim, Fn&& fn) {
+  switch (head_dim) {
+    case 16:
+      return fn(std::integral_constant<int, 16>{});
+    case 32:
+      return fn(std::integral_constant<int, 32>{});
+    case 64:
+      return fn(std::integral_constant<int, 64>{});
+    case 128:
+      return fn(std::integral_constant<int, 128>{});
+    case 256:
+      return fn(std::integral_constant<int, 256>{});
+    default:
+      VOLTAD_KERNEL_REQUIRE(false, "head_dim must be 16, 32, 64, 128 or 256");
+      return fn(std::integral_constant<int, 128>{});  // not reached
+  }
+}
+
 // Both passes over the cache that `cache` reads.
 template <class Reader>
 void launch_attention_split_k(const AttentionArgs& a, Reader cache, cudaStream_t stream) {
@@ -201,29 +254,14 @@ void launch_attention_split_k(const AttentionArgs& a, Reader cache, cudaStream_t
                         "at most 8 query heads per KV head");
   VOLTAD_KERNEL_REQUIRE(!a.out_q.q || a.head_dim % kActivationBlock == 0,
                         "a quantized attention output needs head_dim % 32 == 0");
-  const int splits = a.max_splits > 0 ? std::min(attention_splits(a.max_position), a.max_splits)
-                                      : attention_splits(a.max_position);
-  const dim3 grid(unsigned(a.n_tokens), unsigned(a.n_kv_heads), unsigned(splits));
-  constexpr int threads = kAttentionWarps * 32;
-  switch (a.head_dim) {
-    case 16:
-      launch_kernel(kernel_attention_partial<16, Reader>, grid, threads, 0, stream, a, cache);
-      break;
-    case 32:
-      launch_kernel(kernel_attention_partial<32, Reader>, grid, threads, 0, stream, a, cache);
-      break;
-    case 64:
-      launch_kernel(kernel_attention_partial<64, Reader>, grid, threads, 0, stream, a, cache);
-      break;
-    case 128:
-      launch_kernel(kernel_attention_partial<128, Reader>, grid, threads, 0, stream, a, cache);
-      break;
-    case 256:
-      launch_kernel(kernel_attention_partial<256, Reader>, grid, threads, 0, stream, a, cache);
-      break;
-    default:
-      VOLTAD_KERNEL_REQUIRE(false, "head_dim must be 16, 32, 64, 128 or 256");
-  }
+  const int splits = with_head_dim(a.head_dim, [&](auto hd) {
+    constexpr int HD = decltype(hd)::value;
+    const int pieces = attention_pieces<HD, Reader>(a);
+    const dim3 grid(unsigned(a.n_tokens), unsigned(a.n_kv_heads), unsigned(pieces));
+    launch_kernel(kernel_attention_partial<HD, Reader>, grid, kAttentionWarps * 32, 0, stream, a,
+                  cache);
+    return pieces;
+  });
   CUDA_CHECK(cudaGetLastError());
   launch_attention_combine(a, splits, stream);
 }

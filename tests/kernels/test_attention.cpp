@@ -27,8 +27,8 @@ float round_half(float x) {
 
 // Runs one step: `seqs` sequences, each with `lens[s]` tokens already cached
 // plus `new_tokens[s]` tokens in the step, and checks every head of every
-// step token.
-void check_attention(Shape sh, const std::vector<int>& cached, const std::vector<int>& new_tokens,
+// step token. Returns the pieces per token the launch used.
+int check_attention(Shape sh, const std::vector<int>& cached, const std::vector<int>& new_tokens,
                      int max_splits = 0) {
   const int kv_dim = sh.n_kv_heads * sh.head_dim, q_dim = sh.n_heads * sh.head_dim;
   const int n_seqs = int(cached.size());
@@ -85,6 +85,7 @@ void check_attention(Shape sh, const std::vector<int>& cached, const std::vector
   a.max_splits = max_splits;
   a.scale = scale;
   a.partials = dpart.get();
+  const int pieces = kernels::attention_launch_pieces(a);
   kernels::launch_attention(a, nullptr);
   std::vector<float> got = dout.download();
 
@@ -118,6 +119,7 @@ void check_attention(Shape sh, const std::vector<int>& cached, const std::vector
     }
   }
   CHECK(count_mismatches("attention", got, ref, 2e-4, 1e-3) == 0);
+  return pieces;
 }
 
 }  // namespace
@@ -134,6 +136,26 @@ TEST_CASE("prefill: many tokens of one sequence attend causally, also after cach
   check_attention({8, 2, 64}, {0}, {77});
   check_attention({8, 2, 128}, {300}, {33});
   check_attention({16, 4, 256}, {5, 0}, {20, 9});
+}
+
+TEST_CASE("batched decode: the pieces stop at one wave of blocks") {
+  // One sequence of 2 KV heads at position 511: its 32 pieces (64 blocks)
+  // fit any device with 40+ SMs' worth of one block each, so all are used.
+  CHECK(check_attention({8, 2, 128}, {511}, {1}) == kernels::attention_splits(511));
+  // 64 Llama-3-8B sequences at up to 1,200 positions: 512 blocks a piece,
+  // more than a V100 or H200 runs at once, so each token takes one piece
+  // that walks its whole context; still exact.
+  std::vector<int> cached, one;
+  for (int s = 0; s < 64; ++s) cached.push_back((s * 389) % 1200), one.push_back(1);
+  const int max_position = *std::max_element(cached.begin(), cached.end());
+  const int pieces = check_attention({32, 8, 128}, cached, one);
+  CHECK(pieces < kernels::attention_splits(max_position));
+  CHECK(pieces >= 1);
+  // 8 sequences (the b8 bench): fewer pieces than the 32 of a 512-position
+  // grid, more than one.
+  const int eight = check_attention({32, 8, 128}, {500, 511, 37, 300, 420, 1, 64, 255},
+                                    {1, 1, 1, 1, 1, 1, 1, 1});
+  CHECK(eight < kernels::attention_splits(511));
 }
 
 TEST_CASE("capped piece counts: a long run of prompt tokens in one launch") {

@@ -232,6 +232,12 @@ TEST_CASE("int8 attention: decode, GQA shapes of real models, split-K") {
   check_attention_int8({8, 4, 256}, {300}, {1});
 }
 
+TEST_CASE("int8 attention: batched decode past one wave of blocks (fewer pieces)") {
+  std::vector<int> cached, one;
+  for (int s = 0; s < 64; ++s) cached.push_back((s * 389) % 1200), one.push_back(1);
+  check_attention_int8({32, 8, 128}, cached, one);
+}
+
 TEST_CASE("int8 attention: prefill tokens attend causally, also after cached ones") {
   check_attention_int8({8, 2, 64}, {0}, {77});
   check_attention_int8({8, 2, 128}, {300}, {33});
