@@ -607,22 +607,32 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
   const int32_t* d_logit_rows = d_token_tables + T;
   const int dim = int(c.dim), ffn = int(c.ffn_dim), qd = int(c.q_dim());
   const int64_t ldqkv = ld_qkv(), ldgu = ld_gate_up();
-  // Below gemm_min_tokens (9; 6 with the sm_80 narrow GEMM): the dp4a
+  // Below gemm_min_tokens (9; 4 with the sm_80 narrow GEMM): the dp4a
   // matvecs. From there (prefill, batches): the tensor-core GEMMs, which
   // take fp32 activations directly, so nothing is quantized for them.
+  // The x the GEMM scratch holds in the narrow sm_80 GEMM's layout (written
+  // by RMSNorm; see norm below), else null.
+  const float* scratch_holds = nullptr;
+  auto gemm_args = [&](const kernels::PackedMatrixView& w, const float* xin, int64_t ldx, int rows, float* y,
+                       int64_t ldy, const float* bias, bool accumulate) {
+    kernels::GemmArgs g;
+    g.w = w;
+    g.x = xin;
+    g.ldx = ldx;
+    g.n = rows;
+    g.y = y;
+    g.ldy = ldy;
+    g.bias = bias;
+    g.accumulate = accumulate;
+    return g;
+  };
   auto matvec = [&](const kernels::PackedMatrixView& w, const float* xin, int64_t ldx, int rows, float* y,
                     int64_t ldy, const float* bias, bool accumulate) {
     if (rows >= gemm_min_tokens) {
-      kernels::GemmArgs g;
-      g.w = w;
-      g.x = xin;
-      g.ldx = ldx;
-      g.n = rows;
-      g.y = y;
-      g.ldy = ldy;
-      g.bias = bias;
-      g.accumulate = accumulate;
-      return kernels::launch_gemm_for(options.kernels, g, gemm_scratch, st);
+      kernels::GemmScratch scratch = gemm_scratch;
+      scratch.holds_x = scratch_holds;
+      return kernels::launch_gemm_for(options.kernels, gemm_args(w, xin, ldx, rows, y, ldy, bias, accumulate),
+                                      scratch, st);
     }
     kernels::MatvecArgs a;
     a.w = w;
@@ -640,8 +650,23 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
   // kernels that make their inputs (RMSNorm, SwiGLU, the attention combine)
   // quantize them on the way out, saving a launch each.
   const bool quantized = n < gemm_min_tokens;
-  auto norm = [&](const float* weight) {
+  // Where every matrix that reads the norm's output runs the sm_80 narrow
+  // GEMM (batched decode with `auto`), RMSNorm also writes that GEMM's x
+  // into the scratch and the GEMMs skip their conversion launch.
+  auto narrow_readers = [&](const std::vector<ProjectionStack>& readers) {
+    if (quantized) return false;
+    for (const ProjectionStack& p : readers)
+      if (!kernels::gemm_for_takes_narrow_sm80(options.kernels, gemm_args(p.w, xn, dim, n, q, ldqkv, nullptr, false),
+                                               gemm_scratch))
+        return false;
+    return !readers.empty();
+  };
+  auto norm = [&](const float* weight, const std::vector<ProjectionStack>& readers) {
+    scratch_holds = nullptr;
     if (quantized) kernels::launch_rmsnorm_quantize(x, dim, weight, xn, dim, n, dim, c.rms_eps, xq, st);
+    else if (narrow_readers(readers) &&
+             kernels::launch_rmsnorm_narrow_x(x, dim, weight, xn, dim, n, dim, c.rms_eps, gemm_scratch.data, st))
+      scratch_holds = xn;
     else kernels::launch_rmsnorm(x, dim, weight, xn, dim, n, dim, c.rms_eps, st);
   };
 
@@ -649,7 +674,7 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
   const auto ordering = c.rope_style == RopeStyle::Neox ? kernels::RopeOrdering::NeoX : kernels::RopeOrdering::Normal;
   for (size_t li = 0; li < layers.size(); ++li) {
     const Impl::Layer& l = layers[li];
-    norm(l.attn_norm);
+    norm(l.attn_norm, l.qkv);
     // q, k and v of a token side by side in one row of ldqkv.
     for (const ProjectionStack& p : l.qkv)
       matvec(p.w, xn, dim, n, q + p.column, ldqkv, p.bias, false);
@@ -676,7 +701,7 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
     if (quantized && !attn_quantized) kernels::launch_quantize_activations(attn, qd, n, qd, xq, st);
     matvec(l.wo, attn, qd, n, x, dim, nullptr, true);  // residual add fused
 
-    norm(l.ffn_norm);
+    norm(l.ffn_norm, l.gate_up);
     // gate and up side by side in one row of ldgu; SwiGLU's output over gate.
     for (const ProjectionStack& p : l.gate_up)
       matvec(p.w, xn, dim, n, gate + p.column, ldgu, nullptr, false);

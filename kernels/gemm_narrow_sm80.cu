@@ -214,7 +214,8 @@ __device__ __forceinline__ void mma_16816_first(float (&c)[4], const uint32_t (&
 // reordered so that position 4i + j holds pair i + 4j: lane i's B words
 // (k 2i, 2i+8, 16+2i, 24+2i) are one 16-byte load. Then, at xs[c * n8 + t],
 // the sum of those 32 fp16 values as an fp16 pair (hi, lo = the rest): the
-// B operand of the Int4K256 mins.
+// B operand of the Int4K256 mins. kernels/narrow_x.cuh writes the same
+// layout from a warp that holds a chunk (RMSNorm's fused path).
 // One thread per 16 bytes of xp (lane i's four words of a token's chunk):
 // four threads share a chunk's 128 bytes of x, so reads and writes are
 // coalesced (one thread per token and chunk, reading 32 scalars in a row,
@@ -557,9 +558,11 @@ void launch_gemm_narrow_sm80(const GemmArgs& a, const GemmScratch& scratch, cuda
   const int64_t threads = chunks * n8 * 4;
   const bool pairs_aligned = a.ldx % 2 == 0 && reinterpret_cast<uintptr_t>(a.x) % 8 == 0;
   uint32_t* xs = xp + size_t(n8) * size_t(chunks) * 16;
-  launch_kernel(narrow80::kernel_x_to_fragments, unsigned((threads + 255) / 256), 256, 0, stream,
-                a.x, a.ldx, a.n, n8, chunks, pairs_aligned, xp, xs);
-  CUDA_CHECK(cudaGetLastError());
+  if (scratch.holds_x != a.x) {  // else written by its producer (kernels/narrow_x.cuh)
+    launch_kernel(narrow80::kernel_x_to_fragments, unsigned((threads + 255) / 256), 256, 0, stream,
+                  a.x, a.ldx, a.n, n8, chunks, pairs_aligned, xp, xs);
+    CUDA_CHECK(cudaGetLastError());
+  }
   switch (a.w.layout.format) {
     case PackedFormat::Int4Sym32:
       return narrow80::launch_format<PackedFormat::Int4Sym32>(a, xp, stream);

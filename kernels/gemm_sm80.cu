@@ -413,12 +413,15 @@ bool gemm_sm80_preferred(const GemmArgs& a) {
   return a.n > 64 && blocks * 4 >= int64_t(device().sms) * 3;
 }
 
+bool gemm_for_takes_narrow_sm80(KernelSet set, const GemmArgs& a, const GemmScratch& scratch) {
+  return set == KernelSet::Auto && !sm80_always() && gemm_narrow_sm80_supports(a, scratch);
+}
+
 void launch_gemm_for(KernelSet set, const GemmArgs& a, const GemmScratch& scratch,
                      cudaStream_t stream) {
+  if (gemm_for_takes_narrow_sm80(set, a, scratch)) return launch_gemm_narrow_sm80(a, scratch, stream);
   if (set == KernelSet::Auto) {
     const bool always = sm80_always();
-    if (!always && gemm_narrow_sm80_supports(a, scratch))
-      return launch_gemm_narrow_sm80(a, scratch, stream);
     if (gemm_sm80_supports(a, scratch) && (always || gemm_sm80_preferred(a)))
       return launch_gemm_sm80(a, scratch, stream);
   }

@@ -27,6 +27,11 @@ namespace voltad::kernels {
 struct GemmScratch {
   void* data = nullptr;
   size_t bytes = 0;
+  // When equal to GemmArgs::x: `data` already holds that x (args.n rows,
+  // args.w.layout.cols columns) in the narrow sm_80 GEMM's layout, written
+  // by launch_rmsnorm_narrow_x, and launch_gemm_narrow_sm80 skips its
+  // conversion. The other paths ignore it (and may overwrite `data`).
+  const float* holds_x = nullptr;
 };
 inline size_t gemm_sm80_scratch_bytes(int n, int64_t cols) {
   return size_t(n) * size_t(cols) * 2;
@@ -59,11 +64,15 @@ bool gemm_sm80_preferred(const GemmArgs& args);
 // values; Q4_K weights are not rounded at all (sc*q exact in FP16, the
 // scales applied in FP32 after the MMAs). The order of the FP32 sums differs.
 size_t gemm_narrow_sm80_scratch_bytes(int n, int64_t cols);
-// From this many tokens on it beats the dp4a matvecs on the H200 (a decode
-// step's matrices; docs/KERNEL-NOTES.md), where it takes all of a model's.
-constexpr int kGemmMinTokensNarrowSm80 = 6;
+// From this many tokens on it beats the dp4a matvecs on the H200, where it
+// takes all of a model's matrices (end to end at 4 sequences: Llama-3-8B
+// Q4_0 858 -> 1,056 tok/s, Q4_K_M 782 -> 851; docs/PERFORMANCE.md run 12).
+constexpr int kGemmMinTokensNarrowSm80 = 4;
 bool gemm_narrow_sm80_supports(const GemmArgs& args, const GemmScratch& scratch);
 void launch_gemm_narrow_sm80(const GemmArgs& args, const GemmScratch& scratch, cudaStream_t stream);
+
+// Whether launch_gemm_for(set, args, scratch) runs the sm_80 narrow GEMM.
+bool gemm_for_takes_narrow_sm80(KernelSet set, const GemmArgs& args, const GemmScratch& scratch);
 
 // With `set` Auto: the sm_80 narrow GEMM where it takes the arguments, else
 // launch_gemm_sm80 where it takes them and is preferred for them; otherwise

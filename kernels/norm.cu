@@ -9,6 +9,7 @@
 #include "kernels/device_common.cuh"
 #include "kernels/launch.cuh"
 #include "kernels/norm.h"
+#include "kernels/narrow_x.cuh"
 #include "kernels/quantize_warp.cuh"
 
 namespace voltad::kernels {
@@ -35,22 +36,29 @@ __global__ void kernel_rmsnorm(float* x, const float* delta, int64_t ldx, const 
   for (int k = threadIdx.x; k < dim; k += blockDim.x) dst[k] = row[k] * inv * weight[k];
 }
 
-// RMSNorm whose output also goes out quantized for the next matvec, in one
-// pass: warp w owns blocks of 32 values w, w + warps, ... (at most
+// RMSNorm whose output also goes out in the next matrix product's form, in
+// one pass: warp w owns blocks of 32 values w, w + warps, ... (at most
 // kNormMaxBlocksPerWarp), and each lane loads its value of x and of the
 // weight in every one of them up front, so all loads are in flight at once;
-// then the sum, and each warp writes and quantizes its blocks
-// (kernels/quantize_warp.cuh). dim % 32 == 0.
+// then the sum, and each warp writes its blocks to `out` and to `put`:
+// quantized for the dp4a matvecs (QuantizePut, kernels/quantize_warp.cuh)
+// or in the narrow sm_80 GEMM's x layout (NarrowXPut,
+// kernels/narrow_x.cuh). Blocks from `rows` on (NarrowXPut's rows up to a
+// multiple of 8) give put only zeros. dim % 32 == 0.
 constexpr int kNormMaxBlocksPerWarp = 8;
 
-__global__ void kernel_rmsnorm_quantize(const float* x, int64_t ldx, const float* weight,
-                                        float* out, int64_t ldo, int dim, float eps,
-                                        QuantizedActivations xq) {
+template <class Put>
+__global__ void kernel_rmsnorm_blocks(const float* x, int64_t ldx, const float* weight, float* out,
+                                      int64_t ldo, int rows, int dim, float eps, Put put) {
   wait_for_previous_kernel();
   __shared__ float scratch[32];
   const float* row = x + blockIdx.x * ldx;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const int blocks = dim / kActivationBlock;
+  if (int(blockIdx.x) >= rows) {
+    for (int b = warp; b < blocks; b += warps) put(0.0f, b, lane, dim);
+    return;
+  }
   float v[kNormMaxBlocksPerWarp], w[kNormMaxBlocksPerWarp];
   float sum = 0.0f;
 #pragma unroll
@@ -70,9 +78,24 @@ __global__ void kernel_rmsnorm_quantize(const float* x, int64_t ldx, const float
     if (b >= blocks) break;  // the same for every lane of the warp
     const float o = v[i] * inv * w[i];
     dst[b * kActivationBlock + lane] = o;
-    quantize_block_warp(o, xq, blockIdx.x, dim, b);
+    put(o, b, lane, dim);
   }
 }
+
+struct QuantizePut {
+  QuantizedActivations xq;
+  __device__ void operator()(float o, int b, int, int dim) const {
+    quantize_block_warp(o, xq, blockIdx.x, dim, b);
+  }
+};
+
+struct NarrowXPut {
+  uint32_t* xp;
+  int n8;
+  __device__ void operator()(float o, int b, int lane, int dim) const {
+    write_narrow_x_warp(o, lane, b, blockIdx.x, n8, dim / kActivationBlock, xp);
+  }
+};
 
 // One warp per head: heads are short (64-256 values).
 __global__ void kernel_head_rmsnorm(float* x, int64_t ld, int n_heads, int head_dim,
@@ -141,9 +164,31 @@ void launch_rmsnorm_quantize(const float* x, int64_t ldx, const float* weight, f
     launch_rmsnorm(x, ldx, weight, out, ldo, rows, dim, eps, stream);
     return launch_quantize_activations(out, ldo, rows, dim, xq, stream);
   }
-  launch_kernel(kernel_rmsnorm_quantize, rows, warps * 32, 0, stream, x, ldx, weight, out, ldo, dim,
-                eps, xq);
+  launch_kernel(kernel_rmsnorm_blocks<QuantizePut>, rows, warps * 32, 0, stream, x, ldx, weight,
+                out, ldo, rows, dim, eps, QuantizePut{xq});
   CUDA_CHECK(cudaGetLastError());
+}
+
+bool launch_rmsnorm_narrow_x(const float* x, int64_t ldx, const float* weight, float* out,
+                             int64_t ldo, int rows, int dim, float eps, void* narrow_x,
+                             cudaStream_t stream) {
+  check_args("launch_rmsnorm_narrow_x", rows, dim, ldx, ldo);
+  VOLTAD_KERNEL_REQUIRE(dim % kActivationBlock == 0,
+                        "launch_rmsnorm_narrow_x: dim must be a multiple of 32");
+  const int blocks = dim / kActivationBlock;
+  const int warps =
+      std::min(32, std::max((blocks + kNormMaxBlocksPerWarp - 1) / kNormMaxBlocksPerWarp,
+                            (threads_for(dim) + 31) / 32));
+  if (rows == 0 || blocks > warps * kNormMaxBlocksPerWarp) {  // dim > 8192: not written
+    launch_rmsnorm(x, ldx, weight, out, ldo, rows, dim, eps, stream);
+    return false;
+  }
+  const int n8 = (rows + 7) / 8 * 8;
+  auto* xp = static_cast<uint32_t*>(narrow_x);
+  launch_kernel(kernel_rmsnorm_blocks<NarrowXPut>, n8, warps * 32, 0, stream, x, ldx, weight, out,
+                ldo, rows, dim, eps, NarrowXPut{xp, n8});
+  CUDA_CHECK(cudaGetLastError());
+  return true;
 }
 
 void launch_head_rmsnorm(float* x, int64_t ld, int rows, int n_heads, int head_dim,

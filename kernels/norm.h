@@ -21,6 +21,16 @@ void launch_rmsnorm(const float* x, int64_t ldx, const float* weight, float* out
 void launch_rmsnorm_quantize(const float* x, int64_t ldx, const float* weight, float* out, int64_t ldo,
                              int rows, int dim, float eps, QuantizedActivations xq, cudaStream_t stream);
 
+// launch_rmsnorm, and the output also written as the sm_80 narrow GEMM's x
+// (kernels/narrow_x.cuh: rows rounded up to 8, the extra rows zeros) into
+// `narrow_x`, so that the GEMMs that read `out` next skip their conversion
+// (GemmScratch::holds_x in kernels/gemm_sm80.h). dim % 32 == 0. Returns
+// false, having run launch_rmsnorm alone, where dim is past the one-pass
+// kernel (8192).
+bool launch_rmsnorm_narrow_x(const float* x, int64_t ldx, const float* weight, float* out,
+                             int64_t ldo, int rows, int dim, float eps, void* narrow_x,
+                             cudaStream_t stream);
+
 // residual += delta, then out = rmsnorm(residual) * weight. residual and
 // delta share the stride ld; out has ldo.
 void launch_add_rmsnorm(float* residual, const float* delta, int64_t ld, const float* weight,

@@ -27,6 +27,7 @@
 #include "engine/weight_repack.h"
 #include "kernels/gemm_sm80.h"
 #include "kernels/gemm_wmma.h"
+#include "kernels/norm.h"
 #include "tests/kernels/gpu_test_util.h"
 #include "tests/kernels/random_weights.h"
 
@@ -289,6 +290,71 @@ TEST_CASE("gemm narrow sm80 variant matches the float64 reference") {
   }
   // kernels=auto takes it for a decode-sized batch (results as above).
   run_case(GgmlType::Q4_K, {130, 1024, 8, GemmTile::Auto, true, true, true, Path::AutoSet});
+}
+
+TEST_CASE("RMSNorm writes the narrow sm80 GEMM's x: the GEMM skips its conversion, same result") {
+  if (!device_is_sm80_plus() || !kernels::gemm_sm80_available()) {
+    MESSAGE("not an sm_80+ device with the variant built: skipped");
+    return;
+  }
+  std::mt19937& rng = test_rng();
+  const int64_t rows = 300, cols = 1024;
+  for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
+    const std::vector<uint8_t> gguf = random_valid_tensor(type, rows, cols, rng, 15);
+    auto packed = repack_matrix(type, gguf.data(), rows, cols);
+    REQUIRE(packed.ok());
+    DeviceBuffer<uint8_t> d_w(packed->bytes);
+    for (int n : {1, 6, 13, 32}) {
+      CAPTURE(ggml_type_name(type));
+      CAPTURE(n);
+      const std::vector<float> x = random_floats(size_t(n * cols)), w = random_floats(size_t(cols));
+      DeviceBuffer<float> d_x(x), d_nw(w), out_a(size_t(n * cols)), out_b(size_t(n * cols));
+      DeviceBuffer<float> y_a(size_t(n * rows)), y_b(size_t(n * rows));
+      const size_t bytes = kernels::gemm_narrow_sm80_scratch_bytes(n, cols);
+      DeviceBuffer<uint8_t> s_a(bytes), s_b(bytes);
+      CUDA_CHECK(cudaMemset(s_a.get(), 0xFF, bytes));
+      CUDA_CHECK(cudaMemset(s_b.get(), 0xFF, bytes));
+      kernels::GemmArgs g;
+      g.w = {packed->layout, d_w.get()};
+      g.ldx = cols;
+      g.n = n;
+      g.ldy = rows;
+      // The separate way: RMSNorm, then the GEMM converts x itself.
+      kernels::launch_rmsnorm(d_x.get(), cols, d_nw.get(), out_a.get(), cols, n, int(cols), 1e-5f,
+                              nullptr);
+      g.x = out_a.get();
+      g.y = y_a.get();
+      const kernels::GemmScratch sa{s_a.get(), bytes};
+      REQUIRE(kernels::gemm_narrow_sm80_supports(g, sa));
+      kernels::launch_gemm_narrow_sm80(g, sa, nullptr);
+      // The fused way. The fp32 output is then zeroed: a GEMM that converted
+      // it after all would see zeros, not the norm's x.
+      REQUIRE(kernels::launch_rmsnorm_narrow_x(d_x.get(), cols, d_nw.get(), out_b.get(), cols, n,
+                                               int(cols), 1e-5f, s_b.get(), nullptr));
+      CHECK(same_bits(out_a.download(), out_b.download()));
+      CUDA_CHECK(cudaMemset(out_b.get(), 0, out_b.size() * sizeof(float)));
+      g.x = out_b.get();
+      g.y = y_b.get();
+      kernels::GemmScratch sb{s_b.get(), bytes};
+      sb.holds_x = out_b.get();
+      kernels::launch_gemm_narrow_sm80(g, sb, nullptr);
+      // The fp16 x (pad rows included) is the same bytes; the x sums may
+      // differ in the last bit (another order of the same 32 additions).
+      const std::vector<uint8_t> ba = s_a.download(), bb = s_b.download();
+      const size_t x_bytes = size_t((n + 7) / 8 * 8) * size_t(cols) * 2;
+      CHECK(std::memcmp(ba.data(), bb.data(), x_bytes) == 0);
+      const std::vector<float> ra = y_a.download(), rb = y_b.download();
+      double worst = 0.0, scale = 1e-30;
+      for (size_t i = 0; i < ra.size(); ++i) {
+        worst = std::max(worst, std::fabs(double(ra[i]) - double(rb[i])));
+        scale = std::max(scale, std::fabs(double(ra[i])));
+      }
+      if (type == GgmlType::Q4_K)
+        CHECK(worst <= 1e-5 * scale);
+      else
+        CHECK(worst == 0.0);
+    }
+  }
 }
 
 TEST_CASE("gemm: a prefill-sized case (512 tokens) with the automatic tile") {

@@ -1,0 +1,41 @@
+// The x operand of the sm_80 narrow GEMM (kernels/gemm_narrow_sm80.cu),
+// written by a warp that holds one 32-value chunk of one token, a value per
+// lane: for kernels that produce x (RMSNorm) to write it in the GEMM's
+// layout themselves, so that the GEMMs skip their conversion launch
+// (GemmScratch::holds_x). The layout, for n8 token rows (n rounded up to 8)
+// and `chunks` chunks per row, in 32-bit words:
+//   - at (c * n8 + t) * 16: the chunk's 16 fp16 pairs (values 2p, 2p+1),
+//     pair p at word 4 * (p % 4) + p / 4 (lane i's B operands of both k
+//     halves are then one 16-byte load);
+//   - at n8 * chunks * 16 + c * n8 + t: the sum of the chunk's 32 fp16
+//     values as an fp16 pair (hi, lo = the rest), for the Int4K256 mins.
+// Plain CUDA (fp16 conversions and shuffles): builds for sm_70 too.
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace voltad::kernels {
+
+__device__ __forceinline__ void write_narrow_x_warp(float v, int lane, int64_t c, int t, int n8,
+                                                    int64_t chunks, uint32_t* xp) {
+  const __half h = __float2half_rn(v);
+  const uint32_t bits = __half_as_ushort(h);
+  const uint32_t next = __shfl_down_sync(0xFFFFFFFFu, bits, 1);
+  if ((lane & 1) == 0) {
+    const int p = lane >> 1;
+    xp[(c * n8 + t) * 16 + 4 * (p & 3) + (p >> 2)] = bits | (next << 16);
+  }
+  float sum = __half2float(h);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, o);
+  if (lane == 0) {
+    const __half hi = __float2half_rn(sum);
+    const __half lo = __float2half_rn(sum - __half2float(hi));
+    xp[int64_t(n8) * chunks * 16 + c * n8 + t] =
+        uint32_t(__half_as_ushort(hi)) | (uint32_t(__half_as_ushort(lo)) << 16);
+  }
+}
+
+}  // namespace voltad::kernels
