@@ -214,12 +214,19 @@ struct CudaBackend::Impl {
   struct Span {
     int first, count, start_pos, table_row;
   };
+  // What the attention writes besides its fp32 output: nothing, the int8
+  // activations of the dp4a matvecs (xq), or the narrow sm_80 GEMM's x (in
+  // the GEMM scratch) for a step of step_tokens tokens.
+  struct AttnOut {
+    enum Kind { Plain, Quantized, NarrowX } kind = Plain;
+    int step_tokens = 0;
+  };
   // Split-K attention for the n_tokens consecutive tokens from row `first`.
-  // With quantize_out, the output also goes into xq when the kernel can do
-  // it; returns whether it did.
-  bool attention(const Layer& layer, int first, int n_tokens, int max_position, bool quantize_out);
-  // Returns whether every token's output was quantized on the way (see attention()).
-  bool attention_spans(const Layer& layer, const std::vector<Span>& spans, int max_position, bool quantize_out);
+  // The output also goes out as `out` asks when the kernel can do it;
+  // returns whether it did.
+  bool attention(const Layer& layer, int first, int n_tokens, int max_position, AttnOut out);
+  // Returns whether every token's output went out as `out` asks (see attention()).
+  bool attention_spans(const Layer& layer, const std::vector<Span>& spans, int max_position, AttnOut out);
   // Every kernel of one step, on the stream (no copies, no syncs): what a
   // decode graph captures (spans == nullptr). Inputs are read from d_ints.
   void enqueue_step(int n, int n_out, int max_position, const std::vector<Span>* spans = nullptr);
@@ -551,10 +558,9 @@ std::string CudaBackend::kernels_in_use() const {
 }
 uint64_t CudaBackend::decode_weight_bytes() const { return impl_->decode_bytes; }
 
-bool CudaBackend::Impl::attention(const Layer& layer, int first, int n_tokens, int max_position,
-                                  bool quantize_out) {
+bool CudaBackend::Impl::attention(const Layer& layer, int first, int n_tokens, int max_position, AttnOut out) {
   const ModelConfig& c = model->config;
-  const bool fused = quantize_out && c.head_dim % kernels::kActivationBlock == 0;
+  const bool fused = out.kind != AttnOut::Plain && c.head_dim % kernels::kActivationBlock == 0;
   const int T = options.max_batch_tokens;
   const int32_t* positions = d_ints + T + first;
   const int32_t* token_tables = d_ints + 3 * T + first;
@@ -586,9 +592,13 @@ bool CudaBackend::Impl::attention(const Layer& layer, int first, int n_tokens, i
     a.max_splits = splits;
     a.scale = float(1.0 / std::sqrt(double(c.head_dim)));
     a.partials = partials;
-    if (fused) {
+    if (fused && out.kind == AttnOut::Quantized) {
       a.out_q.q = xq.q + row * kernels::quantized_activation_q_row(c.q_dim());
       a.out_q.scales = xq.scales + row * kernels::quantized_activation_scale_row(c.q_dim());
+    } else if (fused) {
+      a.narrow_x = static_cast<uint32_t*>(gemm_scratch.data);
+      a.narrow_n8 = (out.step_tokens + 7) / 8 * 8;
+      a.narrow_row0 = int(row);
     }
     if (options.kv_int8) kernels::launch_attention_int8(a, layer.kv8, stream);
     else kernels::launch_attention(a, stream);
@@ -696,19 +706,34 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
                                        int(c.head_dim), d_positions, inv_freq, ordering, d_slots,
                                        l.kv, st);
     }
-    const bool attn_quantized = spans ? attention_spans(l, *spans, max_position, quantized)
-                                      : attention(l, 0, n, max_position, quantized);
-    if (quantized && !attn_quantized) kernels::launch_quantize_activations(attn, qd, n, qd, xq, st);
+    // Its output quantized for the dp4a matvec, or in the narrow GEMM's form
+    // where wo runs that kernel (then wo skips its conversion).
+    AttnOut attn_out{quantized ? AttnOut::Quantized : AttnOut::Plain, n};
+    if (!quantized && kernels::gemm_for_takes_narrow_sm80(options.kernels, gemm_args(l.wo, attn, qd, n, x, dim, nullptr, true),
+                                                          gemm_scratch))
+      attn_out.kind = AttnOut::NarrowX;
+    const bool attn_written = spans ? attention_spans(l, *spans, max_position, attn_out)
+                                    : attention(l, 0, n, max_position, attn_out);
+    if (quantized && !attn_written) kernels::launch_quantize_activations(attn, qd, n, qd, xq, st);
+    scratch_holds = attn_out.kind == AttnOut::NarrowX && attn_written ? attn : nullptr;
     matvec(l.wo, attn, qd, n, x, dim, nullptr, true);  // residual add fused
 
     norm(l.ffn_norm, l.gate_up);
     // gate and up side by side in one row of ldgu; SwiGLU's output over gate.
     for (const ProjectionStack& p : l.gate_up)
       matvec(p.w, xn, dim, n, gate + p.column, ldgu, nullptr, false);
-    if (quantized)
+    scratch_holds = nullptr;
+    if (quantized) {
       kernels::launch_swiglu_quantize(gate, ldgu, up, ldgu, gate, ldgu, n, ffn, xq, st);
-    else
+    } else if (ffn % kernels::kActivationBlock == 0 &&
+               kernels::gemm_for_takes_narrow_sm80(options.kernels,
+                                                   gemm_args(l.w_down, gate, ldgu, n, x, dim, nullptr, true),
+                                                   gemm_scratch)) {
+      kernels::launch_swiglu_narrow_x(gate, ldgu, up, ldgu, gate, ldgu, n, ffn, gemm_scratch.data, st);
+      scratch_holds = gate;  // w_down skips its conversion
+    } else {
       kernels::launch_swiglu(gate, ldgu, up, ldgu, gate, ldgu, n, ffn, st);
+    }
     matvec(l.w_down, gate, ldgu, n, x, dim, nullptr, true);
   }
 
@@ -723,7 +748,7 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
 // else (decode tokens, short chunks) to the split-K kernel, in runs of
 // consecutive tokens.
 bool CudaBackend::Impl::attention_spans(const Layer& layer, const std::vector<Span>& spans, int max_position,
-                                        bool quantize_out) {
+                                        AttnOut out) {
   const ModelConfig& c = model->config;
   constexpr int kPrefillMinTokens = 16;
   const bool tensor_cores = !options.kv_int8 && kernels::prefill_attention_supported(int(c.head_dim));
@@ -733,7 +758,7 @@ bool CudaBackend::Impl::attention_spans(const Layer& layer, const std::vector<Sp
   bool all_quantized = true;
   auto flush = [&] {
     if (run_first < 0) return;
-    all_quantized &= attention(layer, run_first, run_end - run_first, max_position, quantize_out);
+    all_quantized &= attention(layer, run_first, run_end - run_first, max_position, out);
     run_first = -1;
   };
   for (const Span& sp : spans) {

@@ -16,12 +16,18 @@ namespace voltad::kernels {
 void launch_swiglu(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up, float* out,
                    int64_t ld_out, int rows, int n, cudaStream_t stream);
 
-// y[b][i] += bias[i] (Qwen2's q/k/v biases when not fused into the matvec).
 // launch_swiglu, and the output also quantized into xq (rows x n, the layout
 // of kernels/matvec.h) for the down projection. n % 32 == 0.
 void launch_swiglu_quantize(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up, float* out,
                             int64_t ld_out, int rows, int n, QuantizedActivations xq, cudaStream_t stream);
 
+// launch_swiglu, and the output also written as the sm_80 narrow GEMM's x
+// (kernels/narrow_x.cuh) into `narrow_x`, for the down projection to skip its
+// conversion (GemmScratch::holds_x = out). n % 32 == 0.
+void launch_swiglu_narrow_x(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up, float* out,
+                            int64_t ld_out, int rows, int n, void* narrow_x, cudaStream_t stream);
+
+// y[b][i] += bias[i] (Qwen2's q/k/v biases when not fused into the matvec).
 void launch_add_bias(float* y, int64_t ldy, const float* bias, int rows, int n,
                      cudaStream_t stream);
 

@@ -10,6 +10,7 @@
 #include "kernels/attention_common.cuh"
 #include "kernels/cuda_check.h"
 #include "kernels/launch.cuh"
+#include "kernels/narrow_x.cuh"
 #include "kernels/quantize_warp.cuh"
 
 namespace voltad::kernels {
@@ -108,10 +109,15 @@ __global__ void kernel_attention_combine(AttentionArgs a, int splits) {
     for (int s = 0; s < used; ++s) v += parts[s * stride + 2 + e] * weight[s];
     const float o = v / ll;
     a.out[int64_t(t) * a.ldo + head * a.head_dim + e] = o;
-    // With out_q the block has head_dim threads: one pass, whole warps.
+    // With out_q or narrow_x the block has head_dim threads: one pass,
+    // whole warps, each warp one block of 32 values.
     if (a.out_q.q)
       quantize_block_warp(o, a.out_q, t, int64_t(a.n_heads) * a.head_dim,
                           (int64_t(head) * a.head_dim + e) / kActivationBlock);
+    if (a.narrow_x)
+      write_narrow_x_warp(o, threadIdx.x & 31, (int64_t(head) * a.head_dim + e) / kActivationBlock,
+                          a.narrow_row0 + t, a.narrow_n8,
+                          int64_t(a.n_heads) * a.head_dim / kActivationBlock, a.narrow_x);
   }
 }
 

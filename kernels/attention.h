@@ -66,6 +66,13 @@ struct AttentionArgs {
   // When set (and head_dim % 32 == 0): the output also quantized for the
   // matvec that reads it (rows of n_heads * head_dim), saving a launch.
   QuantizedActivations out_q;
+  // When set (and head_dim % 32 == 0): the output also written as the sm_80
+  // narrow GEMM's x (kernels/narrow_x.cuh) for rows narrow_row0 + token of
+  // narrow_n8, for the GEMM that reads `out` to skip its conversion. Rows
+  // past the step's tokens are left as they are (the GEMM drops them).
+  uint32_t* narrow_x = nullptr;
+  int narrow_n8 = 0;
+  int narrow_row0 = 0;
 };
 
 // Floats of split-K scratch a step needs.

@@ -254,6 +254,8 @@ void launch_attention_split_k(const AttentionArgs& a, Reader cache, cudaStream_t
                         "at most 8 query heads per KV head");
   VOLTAD_KERNEL_REQUIRE(!a.out_q.q || a.head_dim % kActivationBlock == 0,
                         "a quantized attention output needs head_dim % 32 == 0");
+  VOLTAD_KERNEL_REQUIRE(!a.narrow_x || a.head_dim % kActivationBlock == 0,
+                        "an attention output in the narrow GEMM's layout needs head_dim % 32 == 0");
   const int splits = with_head_dim(a.head_dim, [&](auto hd) {
     constexpr int HD = decltype(hd)::value;
     const int pieces = attention_pieces<HD, Reader>(a);
