@@ -37,6 +37,7 @@
 #include "kernels/gemm_decode.cuh"
 #include "kernels/gemm_sm80.h"
 #include "kernels/launch.cuh"
+#include "kernels/narrow_x.cuh"
 #include "kernels/sm80_common.cuh"
 
 namespace voltad::kernels {
@@ -125,16 +126,19 @@ struct Decode<PackedFormat::Int4Sym32> {  // w = d * (q - 8)
 // sc*q, an integer below 1024 and so exact in FP16, and sum a stage's four
 // chunks in FP32; the mins are a second product, sum over the stage's chunks
 // of mn * (sum of the chunk's x), by one more MMA per tile with each chunk's
-// x sum split into two FP16 halves (hi + lo, ~22 bits); then, once per
-// stage, acc += D*(sc*q.x) - M*(mn.xsum). No weight is rounded: the result
+// x sum (scaled by 1/64, kernels/narrow_x.cuh) split into two FP16 halves
+// (hi + lo, ~22 bits); then, once per stage, acc += D*(sc*q.x) -
+// 64*M*(mn.xsum). No weight is rounded: the result
 // is the reference's sum with x rounded to FP16, as for the other formats.
 // From a row's header (16 bytes: D, M, 12 bytes of six-bit fields), the
-// stage's four sc (mn: bits 16-19 of the header) one per byte; `upper` says
-// which half of the super-block the stage holds (chunks 0-3 or 4-7).
+// stage's four sc (with `mins`: mn) one per byte; `upper` says which half of
+// the super-block the stage holds (chunks 0-3 or 4-7). As q4_k_scale_min:
+// sub-block j < 4 takes the low six bits of byte 4 + j (mn: 8 + j); j >= 4
+// the low (mn: high) nibble of byte 12 + j - 4 and the top two bits of byte
+// j (mn: 4 + j).
 __device__ __forceinline__ uint32_t k256_six_bits(const uint4& h, bool upper, bool mins) {
-  const uint32_t lo = mins ? h.z : h.y;
-  if (!upper) return lo & 0x3F3F3F3Fu;  // sub-block j < 4: the low six bits of byte j (j + 4)
-  // j >= 4: a nibble of byte j + 4, the top bits of byte j - 4 (j)
+  const uint32_t lo = mins ? h.z : h.y;  // header bytes 8-11 : 4-7
+  if (!upper) return lo & 0x3F3F3F3Fu;
   return ((mins ? h.w >> 4 : h.w) & 0x0F0F0F0Fu) | ((lo >> 2) & 0x30303030u);
 }
 __device__ __forceinline__ float k256_d(const uint4& h, bool mins) {
@@ -252,10 +256,7 @@ __global__ void kernel_x_to_fragments(const float* x, int64_t ldx, int n, int n8
   reinterpret_cast<uint4*>(xp)[i] = make_uint4(w[0], w[1], w[2], w[3]);
   sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 1);
   sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 2);
-  if (lane_t == 0) {
-    const __half hi = __float2half_rn(sum);
-    xs[ct] = half2_as_u32(__halves2half2(hi, __float2half_rn(sum - __half2float(hi))));
-  }
+  if (lane_t == 0) xs[ct] = pack_x_sum(sum);
 }
 
 // NT = n8 / 8 token tiles.
@@ -398,7 +399,9 @@ __global__ void __launch_bounds__(W * 32, W == 8 ? 2 : 1)
                                   half2_as_u32(byte_as_half2(k256_six_bits(hb, upper, true), t)),
                                   0u, 0u};
         const float d[2] = {k256_d(ha, false), k256_d(hb, false)};
-        const float nm[2] = {-k256_d(ha, true), -k256_d(hb, true)};
+        // -M, times 64 for the x sums' scale (kNarrowXSumScale): exact.
+        const float nm[2] = {-k256_d(ha, true) / kNarrowXSumScale,
+                             -k256_d(hb, true) / kNarrowXSumScale};
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
           float sm[4];

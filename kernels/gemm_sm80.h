@@ -28,9 +28,12 @@ struct GemmScratch {
   void* data = nullptr;
   size_t bytes = 0;
   // When equal to GemmArgs::x: `data` already holds that x (args.n rows,
-  // args.w.layout.cols columns) in the narrow sm_80 GEMM's layout, written
-  // by launch_rmsnorm_narrow_x, and launch_gemm_narrow_sm80 skips its
-  // conversion. The other paths ignore it (and may overwrite `data`).
+  // args.w.layout.cols columns) in the narrow sm_80 GEMM's layout, fp16
+  // fragments and x sums (kernels/narrow_x.cuh), written by the kernel that
+  // made x (launch_rmsnorm_narrow_x, launch_swiglu_narrow_x, the attention
+  // combine with AttentionArgs::narrow_x), and launch_gemm_narrow_sm80 skips
+  // its conversion. A pointer match only: the caller keeps it true. The
+  // other paths ignore it (and may overwrite `data`).
   const float* holds_x = nullptr;
 };
 inline size_t gemm_sm80_scratch_bytes(int n, int64_t cols) {

@@ -1,6 +1,7 @@
 // The x operand of the sm_80 narrow GEMM (kernels/gemm_narrow_sm80.cu),
 // written by a warp that holds one 32-value chunk of one token, a value per
-// lane: for kernels that produce x (RMSNorm) to write it in the GEMM's
+// lane: for kernels that produce x (RMSNorm, SwiGLU, the attention combine)
+// to write it in the GEMM's
 // layout themselves, so that the GEMMs skip their conversion launch
 // (GemmScratch::holds_x). The layout, for n8 token rows (n rounded up to 8)
 // and `chunks` chunks per row, in 32-bit words:
@@ -8,7 +9,8 @@
 //     pair p at word 4 * (p % 4) + p / 4 (lane i's B operands of both k
 //     halves are then one 16-byte load);
 //   - at n8 * chunks * 16 + c * n8 + t: the sum of the chunk's 32 fp16
-//     values as an fp16 pair (hi, lo = the rest), for the Int4K256 mins.
+//     values times kNarrowXSumScale as an fp16 pair (hi, lo = the rest),
+//     for the Int4K256 mins (pack_x_sum).
 // Plain CUDA (fp16 conversions and shuffles): builds for sm_70 too.
 #pragma once
 
@@ -17,6 +19,19 @@
 #include <cstdint>
 
 namespace voltad::kernels {
+
+// 32 fp16 values sum to at most 32 x 65504 in magnitude; scaled by 1/64 the
+// sum stays within fp16 (an unscaled sum past 65504 made hi and lo infinite
+// and the whole row NaN). A power of two: exact, undone exactly in the GEMM.
+constexpr float kNarrowXSumScale = 1.0f / 64.0f;
+
+// A chunk's x sum as the GEMM reads it: (hi, lo) fp16 of sum * kNarrowXSumScale.
+__device__ __forceinline__ uint32_t pack_x_sum(float sum) {
+  const float scaled = sum * kNarrowXSumScale;
+  const __half hi = __float2half_rn(scaled);
+  const __half lo = __float2half_rn(scaled - __half2float(hi));
+  return uint32_t(__half_as_ushort(hi)) | (uint32_t(__half_as_ushort(lo)) << 16);
+}
 
 __device__ __forceinline__ void write_narrow_x_warp(float v, int lane, int64_t c, int t, int n8,
                                                     int64_t chunks, uint32_t* xp) {
@@ -30,12 +45,7 @@ __device__ __forceinline__ void write_narrow_x_warp(float v, int lane, int64_t c
   float sum = __half2float(h);
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, o);
-  if (lane == 0) {
-    const __half hi = __float2half_rn(sum);
-    const __half lo = __float2half_rn(sum - __half2float(hi));
-    xp[int64_t(n8) * chunks * 16 + c * n8 + t] =
-        uint32_t(__half_as_ushort(hi)) | (uint32_t(__half_as_ushort(lo)) << 16);
-  }
+  if (lane == 0) xp[int64_t(n8) * chunks * 16 + c * n8 + t] = pack_x_sum(sum);
 }
 
 }  // namespace voltad::kernels

@@ -143,8 +143,9 @@ TEST_CASE("batched decode: the pieces stop at one wave of blocks") {
   // fit any device with 40+ SMs' worth of one block each, so all are used.
   CHECK(check_attention({8, 2, 128}, {511}, {1}) == kernels::attention_splits(511));
   // 64 Llama-3-8B sequences at up to 1,200 positions: 512 blocks a piece,
-  // more than a V100 or H200 runs at once, so each token takes one piece
-  // that walks its whole context; still exact.
+  // more than a V100 or H200 runs at once, so each token takes fewer pieces
+  // (one, unless the device holds 1,024+ such blocks at once), each walking
+  // more positions; still exact.
   std::vector<int> cached, one;
   for (int s = 0; s < 64; ++s) cached.push_back((s * 389) % 1200), one.push_back(1);
   const int max_position = *std::max_element(cached.begin(), cached.end());

@@ -349,6 +349,83 @@ TEST_CASE("INT8 KV cache: logits stay close to the FP16 cache's on every tiny mo
   }
 }
 
+// Steps of 4-32 tokens with `auto` on an sm_80+ card run the narrow GEMM,
+// whose x RMSNorm, SwiGLU and the attention combine write themselves, so
+// that its GEMMs skip their conversion (CudaBackend::Impl::enqueue_step).
+// Against the portable kernels on the same steps: 5-token prompts, decode
+// steps of 6 sequences, and a step mixing a 20-token chunk (the tensor-core
+// prefill attention, so wo converts its x itself) with 5 decode tokens; with
+// both KV caches. Before the test case that sets VOLTAD_GEMM_SM80_ALWAYS,
+// which turns the narrow GEMM off for the rest of the binary.
+TEST_CASE("batched steps with auto (narrow GEMM, fused x) follow the portable kernels") {
+  int device = 0, major = 0;
+  REQUIRE(cudaGetDevice(&device) == cudaSuccess);
+  REQUIRE(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess);
+  auto model = load_model((fixtures() / "tiny-llama256.Q4_K_M.gguf").string());
+  REQUIRE(model.ok());
+  const int32_t vocab = int32_t(model.value()->config.n_vocab);
+  const int S = 6;
+  for (bool kv_int8 : {false, true}) {
+    CAPTURE(kv_int8);
+    std::vector<std::vector<float>> rows[2];
+    std::string used;
+    for (int k = 0; k < 2; ++k) {
+      CudaBackendOptions o;
+      o.kernels = k == 0 ? kernels::KernelSet::Portable : kernels::KernelSet::Auto;
+      o.max_context = 128;
+      o.max_sequences = 8;
+      o.max_batch_tokens = 64;
+      o.kv_int8 = kv_int8;
+      auto created = CudaBackend::create(model.value(), o);
+      REQUIRE_MESSAGE(created.ok(), (created.ok() ? "" : created.error().message));
+      CudaBackend& be = *created.value();
+      if (k == 1) used = be.kernels_in_use();
+      std::vector<std::vector<int32_t>> toks(S);
+      auto step = [&](const std::vector<BatchChunk>& chunks) {
+        ForwardOutput out;
+        REQUIRE(be.forward(chunks, out).ok());
+        for (int64_t r = 0; r < out.n_rows; ++r) rows[k].emplace_back(out.row(r).begin(), out.row(r).end());
+      };
+      // Appends n tokens to each listed sequence, then runs them as one step.
+      auto extend = [&](const std::vector<std::pair<int, int>>& seq_and_count, int salt) {
+        std::vector<BatchChunk> chunks;
+        for (auto [s, count] : seq_and_count)
+          for (int i = 0; i < count; ++i)
+            toks[size_t(s)].push_back(int32_t((s * 131 + i * 7919 + salt * 977 + 17) % vocab));
+        for (auto [s, count] : seq_and_count) {
+          BatchChunk c;
+          c.seq_id = s;
+          c.start_pos = int32_t(toks[size_t(s)].size()) - count;
+          c.tokens = std::span<const int32_t>(toks[size_t(s)]).last(size_t(count));
+          chunks.push_back(c);
+        }
+        step(chunks);
+      };
+      for (int s = 0; s < S; ++s) {
+        REQUIRE(be.kv_pool().reserve(s, 64));
+        extend({{s, 5}}, 0);  // a 5-token prompt: a narrow-GEMM step alone
+      }
+      for (int d = 1; d <= 3; ++d) {  // decode steps of all six
+        std::vector<std::pair<int, int>> all;
+        for (int s = 0; s < S; ++s) all.push_back({s, 1});
+        extend(all, d);
+      }
+      std::vector<std::pair<int, int>> mixed = {{0, 20}};  // 20 + 5 = 25 tokens
+      for (int s = 1; s < S; ++s) mixed.push_back({s, 1});
+      extend(mixed, 4);
+    }
+    MESSAGE("auto runs '" << used << "'");
+    if (major >= 8 && !std::getenv("VOLTAD_GEMM_SM80_ALWAYS"))
+      CHECK(used.find("sm80-narrow") != std::string::npos);
+    REQUIRE(rows[0].size() == rows[1].size());
+    REQUIRE(rows[0].size() == size_t(S + 3 * S + S));
+    double worst = 0.0;
+    for (size_t r = 0; r < rows[0].size(); ++r) worst = std::max(worst, relative_error(rows[1][r], rows[0][r]));
+    MESSAGE("auto vs portable, batched steps: worst relative error " << worst);
+    CHECK(worst < 2e-2);
+  }
+}
+
 // The two kernel sets on prompt chunks long enough for the GEMM (25+
 // tokens): on an sm_80+ card `auto` runs the sm_80 GEMM, whose results are
 // bit-identical to the portable one's (tests/kernels/test_gemm.cpp), so the

@@ -1,0 +1,223 @@
+// The CUDA backend's state, shared by its two source files:
+// engine/backend_cuda.cpp (creation, weights, workspace, graphs, forward) and
+// engine/backend_cuda_step.cpp (the kernels of one step). Private to them.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/backend_cuda.h"
+#include "engine/dequantize.h"
+#include "engine/thread_pool.h"
+#include "engine/vram_plan.h"
+#include "engine/weight_repack.h"
+#include "kernels/activation.h"
+#include "kernels/attention.h"
+#include "kernels/attention_int8.h"
+#include "kernels/attention_prefill.h"
+#include "kernels/cuda_check.h"
+#include "kernels/embedding.h"
+#include "kernels/gather.h"
+#include "kernels/gemm_sm80.h"
+#include "kernels/gemm_wmma.h"
+#include "kernels/matvec.h"
+#include "kernels/norm.h"
+#include "kernels/rope.h"
+#include "kernels/topk.h"
+
+namespace voltad {
+
+namespace backend_cuda_detail {
+
+inline Error cuda_error(const std::string& what, cudaError_t e) {
+  return make_error(what + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+}
+
+inline std::string gib(uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", double(bytes) / double(1ull << 30));
+  return buf;
+}
+
+}  // namespace backend_cuda_detail
+
+struct CudaBackend::Impl {
+  std::shared_ptr<const Model> model;
+  CudaBackendOptions options;
+  KvBlockPool pool;
+  cudaStream_t stream = nullptr;
+  std::string device_name;
+  CudaMemoryUse memory;
+  std::vector<void*> allocations;
+
+  // A stack of projections (engine/weight_repack.h): one matvec writes
+  // columns [column, column + w.layout.rows) of the step's q|k|v or
+  // gate|up rows.
+  struct ProjectionStack {
+    kernels::PackedMatrixView w;
+    float* bias = nullptr;  // (w.layout.rows) or null
+    int64_t column = 0;
+  };
+  struct Layer {
+    // q, k, v: one stack when wq, wk, wv share a type, else up to three.
+    std::vector<ProjectionStack> qkv;
+    // gate, up: one stack when they share a type, else two.
+    std::vector<ProjectionStack> gate_up;
+    kernels::PackedMatrixView wo, w_down;
+    float *attn_norm = nullptr, *ffn_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr;
+    kernels::KvLayerView kv;
+    kernels::KvInt8LayerView kv8;
+  };
+  std::vector<Layer> layers;
+  kernels::PackedMatrixView token_embd, output;
+  float* output_norm = nullptr;
+  uint64_t decode_bytes = 0;  // what one decode step reads of the weights
+  float* inv_freq = nullptr;
+
+  // Step buffers, sized for max_batch_tokens tokens (T). A token's q, k
+  // and v are one row of ld_qkv() floats (k and v point into row 0), its
+  // gate and up one row of 2 ffn_dim: what the stacked projections write.
+  float *x = nullptr, *xn = nullptr, *q = nullptr, *k = nullptr, *v = nullptr, *attn = nullptr;
+  float *gate = nullptr, *up = nullptr, *selected = nullptr, *logits = nullptr, *partials = nullptr;
+  int64_t ld_qkv() const { return model->config.q_dim() + 2 * model->config.kv_dim(); }
+  int64_t ld_gate_up() const { return 2 * model->config.ffn_dim; }
+  size_t partial_floats = 0;
+  kernels::QuantizedActivations xq;
+  kernels::GemmScratch gemm_scratch;  // aliases xq.q (allocate_workspace)
+  int gemm_min_tokens = kernels::kGemmMinTokens;  // GEMMs from here, else dp4a matvecs
+  int32_t *d_ints = nullptr;  // tokens, positions, slots, token_tables, logit_rows, block tables
+  std::vector<int32_t> h_ints;
+  float* h_logits = nullptr;  // pinned
+  // GPU top-k: (S, kMaxCandidates) ids then logits, on the device and pinned
+  // on the host; scratch for the first pass over long vocabularies.
+  int32_t* candidates = nullptr;
+  int32_t* h_candidates = nullptr;
+  void* topk_scratch = nullptr;
+  bool topk_fits = false;  // the vocabulary is within launch_topk's limits
+  int32_t table_stride = 0;
+  // Set when a failed step left the context broken (see forward()).
+  std::string unusable;
+  // Decode graphs by batch size (index = number of sequences).
+  std::vector<cudaGraphExec_t> decode_graphs;
+
+  Impl(std::shared_ptr<const Model> m, const CudaBackendOptions& o, int32_t n_blocks)
+      : model(std::move(m)), options(o), pool(n_blocks, o.max_context) {}
+  ~Impl() {
+    if (stream) cudaStreamSynchronize(stream);
+    for (cudaGraphExec_t g : decode_graphs)
+      if (g) cudaGraphExecDestroy(g);
+    for (void* p : allocations) cudaFree(p);
+    free_pinned(h_logits);
+    free_pinned(h_candidates);
+    if (stream) cudaStreamDestroy(stream);
+  }
+
+  // Pinned host memory: options.host_allocate's (on the GPU's NUMA node),
+  // registered with CUDA; else cudaMallocHost's.
+  template <class T>
+  cudaError_t alloc_pinned(T*& p, size_t bytes) {
+    void* raw = nullptr;
+    cudaError_t e = cudaSuccess;
+    if (!options.host_allocate) {
+      e = cudaMallocHost(&raw, bytes);
+    } else if (!(raw = options.host_allocate(bytes))) {
+      e = cudaErrorMemoryAllocation;
+    } else if ((e = cudaHostRegister(raw, bytes, cudaHostRegisterDefault)) != cudaSuccess) {
+      if (options.host_release) options.host_release(raw);
+      raw = nullptr;
+    }
+    p = static_cast<T*>(raw);
+    return e;
+  }
+  void free_pinned(void* p) {
+    if (!p) return;
+    if (!options.host_allocate) {
+      cudaFreeHost(p);
+      return;
+    }
+    cudaHostUnregister(p);
+    if (options.host_release) options.host_release(p);
+  }
+
+  // While set (load_weights), alloc() carves from this one allocation, at
+  // 256-byte boundaries, instead of calling cudaMalloc per tensor.
+  uint8_t* arena = nullptr;
+  uint64_t arena_left = 0;
+
+  template <class T>
+  Result<T*> alloc(size_t count, const char* what, uint64_t& counter) {
+    void* p = nullptr;
+    size_t bytes = std::max<size_t>(count * sizeof(T), 256);
+    if (arena) {
+      bytes = (bytes + 255) / 256 * 256;
+      if (bytes > arena_left)
+        return make_error(std::string("cuda backend: ") + what +
+                          " does not fit the weights' allocation that the VRAM plan sized "
+                          "(engine/vram_plan.cpp and the backend disagree: a bug)");
+      p = arena;
+      arena += bytes;
+      arena_left -= bytes;
+      counter += bytes;
+      return static_cast<T*>(p);
+    }
+    cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess) {
+      // A failed allocation stays the runtime's "last error" until read; the
+      // next launch's check would take it for its own failure.
+      cudaGetLastError();
+      return backend_cuda_detail::cuda_error(std::string("allocating ") + what + " (" + backend_cuda_detail::gib(bytes) + ") on " + device_name, e);
+    }
+    allocations.push_back(p);
+    counter += bytes;
+    return static_cast<T*>(p);
+  }
+
+  Status upload_vector(const GgufTensor* t, float*& dst);
+  // The vectors one after another (a stack's biases).
+  Status upload_vectors(std::span<const GgufTensor* const> parts, float*& dst);
+  // The matrices as one stack (engine/weight_repack.h); one: as it is.
+  Status upload_matrix(std::span<const GgufTensor* const> parts, kernels::PackedMatrixView& dst,
+                       ThreadPool& threads, std::vector<uint8_t>& staging, uint64_t& done,
+                       uint64_t total);
+  Status upload_projections(std::initializer_list<Projection> projections,
+                            std::vector<ProjectionStack>& dst, ThreadPool& threads,
+                            std::vector<uint8_t>& staging, uint64_t& done, uint64_t total);
+  Status load_weights();
+  Status load_weight_tensors();  // into the arena load_weights sets up
+  Status allocate_workspace();
+  int choose_gemm_min_tokens() const;
+  // The decode graph for n sequences (n tokens, n logits rows), into
+  // decode_graphs[n]. Instantiating a graph allocates device memory, so
+  // create() makes every one up front: the request path allocates nothing.
+  Status capture_decode_graph(int n);
+  // A run of consecutive tokens of one sequence in the step.
+  struct Span {
+    int first, count, start_pos, table_row;
+  };
+  // What the attention writes besides its fp32 output: nothing, the int8
+  // activations of the dp4a matvecs (xq), or the narrow sm_80 GEMM's x (in
+  // the GEMM scratch) for a step of step_tokens tokens.
+  struct AttnOut {
+    enum Kind { Plain, Quantized, NarrowX } kind = Plain;
+    int step_tokens = 0;
+  };
+  // Split-K attention for the n_tokens consecutive tokens from row `first`.
+  // The output also goes out as `out` asks when the kernel can do it;
+  // returns whether it did.
+  bool attention(const Layer& layer, int first, int n_tokens, int max_position, AttnOut out);
+  // Returns whether every token's output went out as `out` asks (see attention()).
+  bool attention_spans(const Layer& layer, const std::vector<Span>& spans, int max_position, AttnOut out);
+  // Every kernel of one step, on the stream (no copies, no syncs): what a
+  // decode graph captures (spans == nullptr). Inputs are read from d_ints.
+  void enqueue_step(int n, int n_out, int max_position, const std::vector<Span>* spans = nullptr);
+};
+
+}  // namespace voltad

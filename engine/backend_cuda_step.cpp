@@ -1,0 +1,239 @@
+// The kernels of one step of the CUDA backend, on its stream: what a decode
+// graph captures (enqueue_step), and the attention between the projections.
+// State in engine/backend_cuda_impl.h.
+#include "engine/backend_cuda_impl.h"
+
+namespace voltad {
+
+bool CudaBackend::Impl::attention(const Layer& layer, int first, int n_tokens, int max_position, AttnOut out) {
+  const ModelConfig& c = model->config;
+  const bool fused = out.kind != AttnOut::Plain && c.head_dim % kernels::kActivationBlock == 0;
+  const int T = options.max_batch_tokens;
+  const int32_t* positions = d_ints + T + first;
+  const int32_t* token_tables = d_ints + 3 * T + first;
+  // Tokens go in groups small enough for the split-K scratch. A run longer
+  // than the scratch holds at full split (a prompt chunk over the INT8
+  // cache, which has no tensor-core prefill attention) takes fewer pieces
+  // per token instead of more launches: its many tokens fill the GPU anyway.
+  const size_t per_piece = size_t(c.n_heads) * size_t(c.head_dim + 2);
+  const int full_splits = kernels::attention_splits(max_position);
+  const int splits = int(std::clamp<size_t>(partial_floats / (size_t(n_tokens) * per_piece), 1, size_t(full_splits)));
+  const int group = int(std::max<size_t>(1, partial_floats / (size_t(splits) * per_piece)));
+  for (int t0 = 0; t0 < n_tokens; t0 += group) {
+    kernels::AttentionArgs a;
+    const int64_t row = first + t0;  // xq rows follow the step's token rows
+    a.n_tokens = std::min(group, n_tokens - t0);
+    a.q = q + row * ld_qkv();
+    a.ldq = ld_qkv();
+    a.out = attn + row * c.q_dim();
+    a.ldo = c.q_dim();
+    a.cache = layer.kv;
+    a.positions = positions + t0;
+    a.token_tables = token_tables + t0;
+    a.block_tables = d_ints + 5 * options.max_batch_tokens;
+    a.table_stride = table_stride;
+    a.n_heads = int(c.n_heads);
+    a.n_kv_heads = int(c.n_kv_heads);
+    a.head_dim = int(c.head_dim);
+    a.max_position = max_position;
+    a.max_splits = splits;
+    a.scale = float(1.0 / std::sqrt(double(c.head_dim)));
+    a.partials = partials;
+    if (fused && out.kind == AttnOut::Quantized) {
+      a.out_q.q = xq.q + row * kernels::quantized_activation_q_row(c.q_dim());
+      a.out_q.scales = xq.scales + row * kernels::quantized_activation_scale_row(c.q_dim());
+    } else if (fused) {
+      a.narrow_x = static_cast<uint32_t*>(gemm_scratch.data);
+      a.narrow_n8 = (out.step_tokens + 7) / 8 * 8;
+      a.narrow_row0 = int(row);
+    }
+    if (options.kv_int8) kernels::launch_attention_int8(a, layer.kv8, stream);
+    else kernels::launch_attention(a, stream);
+  }
+  return fused;
+}
+
+void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const std::vector<Span>* spans) {
+  const ModelConfig& c = model->config;
+  cudaStream_t st = stream;
+  const int T = options.max_batch_tokens;
+  const int32_t* d_tokens = d_ints;
+  const int32_t* d_positions = d_tokens + T;
+  const int32_t* d_slots = d_positions + T;
+  const int32_t* d_token_tables = d_slots + T;
+  const int32_t* d_logit_rows = d_token_tables + T;
+  const int dim = int(c.dim), ffn = int(c.ffn_dim), qd = int(c.q_dim());
+  const int64_t ldqkv = ld_qkv(), ldgu = ld_gate_up();
+  // Below gemm_min_tokens (9; 4 with the sm_80 narrow GEMM): the dp4a
+  // matvecs. From there (prefill, batches): the tensor-core GEMMs, which
+  // take fp32 activations directly, so nothing is quantized for them.
+  // The x the GEMM scratch holds in the narrow sm_80 GEMM's layout (written
+  // by RMSNorm, SwiGLU or the attention combine; see below), else null.
+  const float* scratch_holds = nullptr;
+  auto gemm_args = [&](const kernels::PackedMatrixView& w, const float* xin, int64_t ldx, int rows, float* y,
+                       int64_t ldy, const float* bias, bool accumulate) {
+    kernels::GemmArgs g;
+    g.w = w;
+    g.x = xin;
+    g.ldx = ldx;
+    g.n = rows;
+    g.y = y;
+    g.ldy = ldy;
+    g.bias = bias;
+    g.accumulate = accumulate;
+    return g;
+  };
+  auto matvec = [&](const kernels::PackedMatrixView& w, const float* xin, int64_t ldx, int rows, float* y,
+                    int64_t ldy, const float* bias, bool accumulate) {
+    if (rows >= gemm_min_tokens) {
+      kernels::GemmScratch scratch = gemm_scratch;
+      scratch.holds_x = scratch_holds;
+      return kernels::launch_gemm_for(options.kernels, gemm_args(w, xin, ldx, rows, y, ldy, bias, accumulate),
+                                      scratch, st);
+    }
+    kernels::MatvecArgs a;
+    a.w = w;
+    a.batch = rows;
+    a.x = xin;
+    a.ldx = ldx;
+    a.xq = xq;
+    a.y = y;
+    a.ldy = ldy;
+    a.bias = bias;
+    a.accumulate = accumulate;
+    kernels::launch_matvec(a, st);
+  };
+  // Below the GEMM's threshold the matvecs read int8 activations: the
+  // kernels that make their inputs (RMSNorm, SwiGLU, the attention combine)
+  // quantize them on the way out, saving a launch each.
+  const bool quantized = n < gemm_min_tokens;
+  // Where every matrix that reads the norm's output runs the sm_80 narrow
+  // GEMM (batched decode with `auto`), RMSNorm also writes that GEMM's x
+  // into the scratch and the GEMMs skip their conversion launch.
+  auto narrow_readers = [&](const std::vector<ProjectionStack>& readers) {
+    if (quantized) return false;
+    for (const ProjectionStack& p : readers)
+      if (!kernels::gemm_for_takes_narrow_sm80(options.kernels, gemm_args(p.w, xn, dim, n, q, ldqkv, nullptr, false),
+                                               gemm_scratch))
+        return false;
+    return !readers.empty();
+  };
+  auto norm = [&](const float* weight, const std::vector<ProjectionStack>& readers) {
+    scratch_holds = nullptr;
+    if (quantized) kernels::launch_rmsnorm_quantize(x, dim, weight, xn, dim, n, dim, c.rms_eps, xq, st);
+    else if (!narrow_readers(readers)) kernels::launch_rmsnorm(x, dim, weight, xn, dim, n, dim, c.rms_eps, st);
+    // False past the one-pass kernel's dim: it ran the plain norm alone.
+    else if (kernels::launch_rmsnorm_narrow_x(x, dim, weight, xn, dim, n, dim, c.rms_eps, gemm_scratch.data, st))
+      scratch_holds = xn;
+  };
+
+  kernels::launch_embedding_gather(token_embd, d_tokens, n, x, dim, st);
+  const auto ordering = c.rope_style == RopeStyle::Neox ? kernels::RopeOrdering::NeoX : kernels::RopeOrdering::Normal;
+  for (size_t li = 0; li < layers.size(); ++li) {
+    const Impl::Layer& l = layers[li];
+    norm(l.attn_norm, l.qkv);
+    // q, k and v of a token side by side in one row of ldqkv.
+    for (const ProjectionStack& p : l.qkv)
+      matvec(p.w, xn, dim, n, q + p.column, ldqkv, p.bias, false);
+    if (c.qk_norm) {
+      kernels::launch_head_rmsnorm(q, ldqkv, n, int(c.n_heads), int(c.head_dim), l.q_norm,
+                                   c.rms_eps, st);
+      kernels::launch_head_rmsnorm(k, ldqkv, n, int(c.n_kv_heads), int(c.head_dim), l.k_norm,
+                                   c.rms_eps, st);
+    }
+    if (options.kv_int8) {
+      kernels::launch_rope(q, ldqkv, n, int(c.n_heads), int(c.head_dim), int(c.head_dim),
+                           d_positions, inv_freq, ordering, st);
+      kernels::launch_rope(k, ldqkv, n, int(c.n_kv_heads), int(c.head_dim), int(c.head_dim),
+                           d_positions, inv_freq, ordering, st);
+      kernels::launch_kv_write_int8(k, v, ldqkv, n, int(c.n_kv_heads), int(c.head_dim), d_slots,
+                                    l.kv8, st);
+    } else {
+      kernels::launch_rope_qk_kv_write(q, ldqkv, k, v, ldqkv, n, int(c.n_heads), int(c.n_kv_heads),
+                                       int(c.head_dim), d_positions, inv_freq, ordering, d_slots,
+                                       l.kv, st);
+    }
+    // Its output quantized for the dp4a matvec, or in the narrow GEMM's form
+    // where wo runs that kernel (then wo skips its conversion).
+    AttnOut attn_out{quantized ? AttnOut::Quantized : AttnOut::Plain, n};
+    if (!quantized && kernels::gemm_for_takes_narrow_sm80(options.kernels, gemm_args(l.wo, attn, qd, n, x, dim, nullptr, true),
+                                                          gemm_scratch))
+      attn_out.kind = AttnOut::NarrowX;
+    const bool attn_written = spans ? attention_spans(l, *spans, max_position, attn_out)
+                                    : attention(l, 0, n, max_position, attn_out);
+    if (quantized && !attn_written) kernels::launch_quantize_activations(attn, qd, n, qd, xq, st);
+    scratch_holds = attn_out.kind == AttnOut::NarrowX && attn_written ? attn : nullptr;
+    matvec(l.wo, attn, qd, n, x, dim, nullptr, true);  // residual add fused
+
+    norm(l.ffn_norm, l.gate_up);
+    // gate and up side by side in one row of ldgu; SwiGLU's output over gate.
+    for (const ProjectionStack& p : l.gate_up)
+      matvec(p.w, xn, dim, n, gate + p.column, ldgu, nullptr, false);
+    scratch_holds = nullptr;
+    if (quantized) {
+      kernels::launch_swiglu_quantize(gate, ldgu, up, ldgu, gate, ldgu, n, ffn, xq, st);
+    } else if (ffn % kernels::kActivationBlock == 0 &&
+               kernels::gemm_for_takes_narrow_sm80(options.kernels,
+                                                   gemm_args(l.w_down, gate, ldgu, n, x, dim, nullptr, true),
+                                                   gemm_scratch)) {
+      kernels::launch_swiglu_narrow_x(gate, ldgu, up, ldgu, gate, ldgu, n, ffn, gemm_scratch.data, st);
+      scratch_holds = gate;  // w_down skips its conversion
+    } else {
+      kernels::launch_swiglu(gate, ldgu, up, ldgu, gate, ldgu, n, ffn, st);
+    }
+    matvec(l.w_down, gate, ldgu, n, x, dim, nullptr, true);
+  }
+
+  scratch_holds = nullptr;  // the final norm's quantization takes the scratch's bytes (xq)
+  if (n_out > 0) {
+    kernels::launch_gather_rows(x, dim, d_logit_rows, n_out, dim, selected, dim, st);
+    kernels::launch_rmsnorm_quantize(selected, dim, output_norm, selected, dim, n_out, dim, c.rms_eps, xq, st);
+    matvec(output, selected, dim, n_out, logits, c.n_vocab, nullptr, false);
+  }
+}
+
+// Long prompt chunks go to the tensor-core prefill attention; everything
+// else (decode tokens, short chunks) to the split-K kernel, in runs of
+// consecutive tokens.
+bool CudaBackend::Impl::attention_spans(const Layer& layer, const std::vector<Span>& spans, int max_position,
+                                        AttnOut out) {
+  const ModelConfig& c = model->config;
+  constexpr int kPrefillMinTokens = 16;
+  const bool tensor_cores = !options.kv_int8 && kernels::prefill_attention_supported(int(c.head_dim));
+  const int T = options.max_batch_tokens;
+  const int32_t* d_tables = d_ints + 5 * T;
+  int run_first = -1, run_end = -1;
+  bool all_written = true;
+  auto flush = [&] {
+    if (run_first < 0) return;
+    all_written &= attention(layer, run_first, run_end - run_first, max_position, out);
+    run_first = -1;
+  };
+  for (const Span& sp : spans) {
+    if (tensor_cores && sp.count >= kPrefillMinTokens) {
+      flush();
+      kernels::PrefillAttentionArgs a;
+      a.q = q + int64_t(sp.first) * ld_qkv();
+      a.ldq = ld_qkv();
+      a.out = attn + int64_t(sp.first) * c.q_dim();
+      a.ldo = c.q_dim();
+      a.cache = layer.kv;
+      a.block_table = d_tables + int64_t(sp.table_row) * table_stride;
+      a.start = sp.start_pos;
+      a.n = sp.count;
+      a.n_heads = int(c.n_heads);
+      a.n_kv_heads = int(c.n_kv_heads);
+      a.head_dim = int(c.head_dim);
+      a.scale = float(1.0 / std::sqrt(double(c.head_dim)));
+      kernels::launch_attention_prefill(a, stream);
+      all_written = false;
+    } else {
+      if (run_first < 0) run_first = sp.first;
+      run_end = sp.first + sp.count;
+    }
+  }
+  flush();
+  return all_written;
+}
+
+}  // namespace voltad
