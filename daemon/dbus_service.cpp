@@ -179,9 +179,11 @@ void DbusService::refresh() {
 
 void DbusService::process() {
   if (!bus_) return;
-  // A Get in this batch answers with the present value.
-  update_properties();
   for (;;) {
+    // Each message (a Get among them) is answered with the present values:
+    // read before every one, not once per batch (a Get that arrived while
+    // the batch ran was answered from before a change; seen once in CI).
+    update_properties();
     int r = sd_bus_process(bus_, nullptr);
     if (r < 0) return lost(r);
     if (r == 0) break;
