@@ -297,6 +297,9 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(std::shared_ptr<const M
   impl->device_name = device.value();
   cudaError_t e = cudaSetDevice(options.device);
   if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking);
+  if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&impl->side, cudaStreamNonBlocking);
+  if (e == cudaSuccess) e = cudaEventCreateWithFlags(&impl->fork_event, cudaEventDisableTiming);
+  if (e == cudaSuccess) e = cudaEventCreateWithFlags(&impl->join_event, cudaEventDisableTiming);
   if (e != cudaSuccess) return cuda_error("creating a CUDA stream on " + impl->device_name, e);
   VOLTAD_TRY(impl->load_weights());
   VOLTAD_TRY(impl->allocate_workspace());

@@ -54,6 +54,10 @@ struct CudaBackend::Impl {
   CudaBackendOptions options;
   KvBlockPool pool;
   cudaStream_t stream = nullptr;
+  // A second stream and the events that fork it from `stream` and join it
+  // back: a layer's separate v projection runs beside q|k (enqueue_step).
+  cudaStream_t side = nullptr;
+  cudaEvent_t fork_event = nullptr, join_event = nullptr;
   std::string device_name;
   CudaMemoryUse memory;
   std::vector<void*> allocations;
@@ -117,6 +121,9 @@ struct CudaBackend::Impl {
     for (void* p : allocations) cudaFree(p);
     free_pinned(h_logits);
     free_pinned(h_candidates);
+    if (side) cudaStreamDestroy(side);
+    if (fork_event) cudaEventDestroy(fork_event);
+    if (join_event) cudaEventDestroy(join_event);
     if (stream) cudaStreamDestroy(stream);
   }
 

@@ -83,13 +83,13 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
     g.accumulate = accumulate;
     return g;
   };
-  auto matvec = [&](const kernels::PackedMatrixView& w, const float* xin, int64_t ldx, int rows, float* y,
-                    int64_t ldy, const float* bias, bool accumulate) {
+  auto matvec_on = [&](cudaStream_t on, const kernels::PackedMatrixView& w, const float* xin, int64_t ldx,
+                       int rows, float* y, int64_t ldy, const float* bias, bool accumulate) {
     if (rows >= gemm_min_tokens) {
       kernels::GemmScratch scratch = gemm_scratch;
       scratch.holds_x = scratch_holds;
       return kernels::launch_gemm_for(options.kernels, gemm_args(w, xin, ldx, rows, y, ldy, bias, accumulate),
-                                      scratch, st);
+                                      scratch, on);
     }
     kernels::MatvecArgs a;
     a.w = w;
@@ -101,8 +101,13 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
     a.ldy = ldy;
     a.bias = bias;
     a.accumulate = accumulate;
-    kernels::launch_matvec(a, st);
+    kernels::launch_matvec(a, on);
   };
+  auto matvec = [&](const kernels::PackedMatrixView& w, const float* xin, int64_t ldx, int rows, float* y,
+                    int64_t ldy, const float* bias, bool accumulate) {
+    matvec_on(st, w, xin, ldx, rows, y, ldy, bias, accumulate);
+  };
+
   // Below the GEMM's threshold the matvecs read int8 activations: the
   // kernels that make their inputs (RMSNorm, SwiGLU, the attention combine)
   // quantize them on the way out, saving a launch each.
@@ -132,9 +137,25 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
   for (size_t li = 0; li < layers.size(); ++li) {
     const Impl::Layer& l = layers[li];
     norm(l.attn_norm, l.qkv);
-    // q, k and v of a token side by side in one row of ldqkv.
-    for (const ProjectionStack& p : l.qkv)
-      matvec(p.w, xn, dim, n, q + p.column, ldqkv, p.bias, false);
+    // q, k and v of a token side by side in one row of ldqkv. Where they are
+    // separate stacks (a Q6_K attn_v beside Q4_K q|k) the later ones run on
+    // a second stream beside the first: alone, v's few blocks leave most SMs
+    // idle. Only where neither reader writes what both read (the dp4a
+    // matvecs read xq; the narrow GEMM the x the norm wrote).
+    if (l.qkv.size() > 1 && (quantized || scratch_holds == xn)) {
+      CUDA_CHECK(cudaEventRecord(fork_event, st));
+      CUDA_CHECK(cudaStreamWaitEvent(side, fork_event, 0));
+      for (size_t i = 1; i < l.qkv.size(); ++i) {
+        const ProjectionStack& p = l.qkv[i];
+        matvec_on(side, p.w, xn, dim, n, q + p.column, ldqkv, p.bias, false);
+      }
+      matvec(l.qkv[0].w, xn, dim, n, q + l.qkv[0].column, ldqkv, l.qkv[0].bias, false);
+      CUDA_CHECK(cudaEventRecord(join_event, side));
+      CUDA_CHECK(cudaStreamWaitEvent(st, join_event, 0));
+    } else {
+      for (const ProjectionStack& p : l.qkv)
+        matvec(p.w, xn, dim, n, q + p.column, ldqkv, p.bias, false);
+    }
     if (c.qk_norm) {
       kernels::launch_head_rmsnorm(q, ldqkv, n, int(c.n_heads), int(c.head_dim), l.q_norm,
                                    c.rms_eps, st);
