@@ -12,7 +12,7 @@ namespace voltad::kernels {
 
 __global__ void kernel_swiglu(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up,
                               float* out, int64_t ld_out, int rows, int n) {
-  wait_for_previous_kernel();
+  wait_then_release_next();
   const int64_t total = int64_t(rows) * n;
   for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
        idx += int64_t(gridDim.x) * blockDim.x) {
@@ -28,7 +28,7 @@ __global__ void kernel_swiglu(const float* gate, int64_t ld_gate, const float* u
 __global__ void kernel_swiglu_quantize(const float* gate, int64_t ld_gate, const float* up,
                                        int64_t ld_up, float* out, int64_t ld_out, int rows, int n,
                                        QuantizedActivations xq) {
-  wait_for_previous_kernel();
+  wait_then_release_next();
   const int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int64_t blocks_per_row = n / kActivationBlock;
   if (warp >= int64_t(rows) * blocks_per_row) return;  // whole warps only
@@ -46,7 +46,7 @@ __global__ void kernel_swiglu_quantize(const float* gate, int64_t ld_gate, const
 __global__ void kernel_swiglu_narrow_x(const float* gate, int64_t ld_gate, const float* up,
                                        int64_t ld_up, float* out, int64_t ld_out, int rows, int n8,
                                        int n, uint32_t* xp) {
-  wait_for_previous_kernel();
+  wait_then_release_next();
   const int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int64_t blocks_per_row = n / kActivationBlock;
   if (warp >= int64_t(n8) * blocks_per_row) return;  // whole warps only
@@ -63,7 +63,7 @@ __global__ void kernel_swiglu_narrow_x(const float* gate, int64_t ld_gate, const
 }
 
 __global__ void kernel_add_bias(float* y, int64_t ldy, const float* bias, int rows, int n) {
-  wait_for_previous_kernel();
+  wait_then_release_next();
   const int64_t total = int64_t(rows) * n;
   for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
        idx += int64_t(gridDim.x) * blockDim.x) {

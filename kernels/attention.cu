@@ -20,7 +20,7 @@ namespace {
 __global__ void kernel_kv_write(const float* __restrict__ k, const float* __restrict__ v,
                                 int64_t ld, int kv_dim, const int32_t* __restrict__ slots,
                                 __half* __restrict__ kc, __half* __restrict__ vc) {
-  wait_for_previous_kernel();
+  wait_then_release_next();
   const int t = blockIdx.x;
   const int64_t slot = slots[t];
   for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) {
@@ -82,7 +82,7 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
 // over the pieces was a chain of dependent global loads: ~9 us at 32
 // pieces on the H200); then every thread sums its elements over the pieces.
 __global__ void kernel_attention_combine(AttentionArgs a, int splits) {
-  wait_for_previous_kernel();
+  wait_then_release_next();
   __shared__ float weight[kAttentionMaxSplits];  // exp(m_s - max m) of each piece
   __shared__ float scratch[32];
   const int t = blockIdx.x, head = blockIdx.y;

@@ -57,7 +57,7 @@ __device__ __forceinline__ int split_tokens(int pos, int splits) {
 template <int HD, class Reader>
 __global__ void __launch_bounds__(kAttentionWarps * 32)
     kernel_attention_partial(AttentionArgs a, Reader cache) {
-  wait_for_previous_kernel();
+  wait_then_release_next();
   constexpr int VEC = kAttentionLaneElements;
   constexpr int kLanes = HD / VEC;                   // lanes per position
   constexpr int kSlots = 32 / kLanes;                // positions per warp step

@@ -23,7 +23,7 @@ namespace {
 __global__ void kernel_kv_write_int8(const float* __restrict__ k, const float* __restrict__ v,
                                      int64_t ld, int n_kv_heads, int head_dim,
                                      const int32_t* __restrict__ slots, KvInt8LayerView c) {
-  wait_for_previous_kernel();
+  wait_then_release_next();
   const int t = blockIdx.x, lane = threadIdx.x & 31;
   const int64_t slot = slots[t];
   const int kv_dim = n_kv_heads * head_dim;

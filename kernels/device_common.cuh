@@ -158,6 +158,15 @@ inline unsigned matvec_grid(int64_t rows, int rows_per_warp) {
   return unsigned((warps + kMatvecWarpsPerBlock - 1) / kMatvecWarpsPerBlock);
 }
 
+// Asks L2 for the 128-byte lines of [p, p + bytes), lane by lane: no
+// register waits for them, so a warp issues them and goes on.
+__device__ __forceinline__ void prefetch_l2(const uint8_t* p, int64_t bytes, int lane) {
+  const uintptr_t end = reinterpret_cast<uintptr_t>(p) + uintptr_t(bytes);
+  for (uintptr_t line = (reinterpret_cast<uintptr_t>(p) & ~uintptr_t(127)) + 128u * lane;
+       line < end; line += 32u * 128u)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
+}
+
 // Each lane of a warp holds partial sums acc[r][b] for rows row0+r and batch
 // row b; the warp reduces them and one lane per value writes
 // y[b][row] = sum + bias[row] (+ y[b][row] when accumulating).

@@ -13,7 +13,7 @@ namespace voltad::kernels {
 
 __global__ void kernel_embedding_gather(PackedMatrixView table, const int32_t* tokens, float* out,
                                         int64_t ldo) {
-  wait_for_previous_kernel();
+  wait_then_release_next();
   const int32_t token = tokens[blockIdx.x];
   float* dst = out + blockIdx.x * ldo;
   const bool valid = token >= 0 && token < table.layout.rows;

@@ -7,7 +7,7 @@ namespace voltad::kernels {
 __global__ void kernel_gather_rows(const float* __restrict__ src, int64_t ld_src,
                                    const int32_t* __restrict__ rows, int width,
                                    float* __restrict__ dst, int64_t ld_dst) {
-  wait_for_previous_kernel();
+  wait_then_release_next();
   const float* s = src + int64_t(rows[blockIdx.x]) * ld_src;
   float* d = dst + int64_t(blockIdx.x) * ld_dst;
   for (int i = threadIdx.x; i < width; i += blockDim.x) d[i] = s[i];

@@ -227,7 +227,7 @@ __device__ __forceinline__ void mma_16816_first(float (&c)[4], const uint32_t (&
 // 32 (n8 * 4 per chunk), so a warp is either all in or all out.
 __global__ void kernel_x_to_fragments(const float* x, int64_t ldx, int n, int n8, int64_t chunks,
                                       bool pairs_aligned, uint32_t* xp, uint32_t* xs) {
-  wait_for_previous_kernel();
+  wait_then_release_next();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= chunks * n8 * 4) return;
   const int lane_t = int(i & 3);
@@ -263,7 +263,6 @@ __global__ void kernel_x_to_fragments(const float* x, int64_t ldx, int n, int n8
 template <PackedFormat F, int NT, int W>
 __global__ void __launch_bounds__(W * 32, W == 8 ? 2 : 1)
     kernel_narrow_sm80(GemmArgs a, const uint32_t* xp) {
-  wait_for_previous_kernel();
   constexpr int kN8 = NT * 8;
   constexpr int kExtra = extra_ld<F>();
   extern __shared__ __align__(128) unsigned char smem[];
@@ -336,6 +335,9 @@ __global__ void __launch_bounds__(W * 32, W == 8 ? 2 : 1)
 
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) issue(i);
+  // Only the weights are read above (no kernel writes them): their first
+  // stages are on their way while the kernel before this one drains.
+  wait_then_release_next();
 
   // b[2t], b[2t+1] of a word pair: byte selector for __byte_perm.
   const uint32_t sel = uint32_t(2 * t) | (uint32_t(2 * t + 1) << 4);

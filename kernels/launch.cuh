@@ -48,10 +48,29 @@ void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem
   (void)cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
-// The first statement of every kernel (see above).
+// The first statement of every kernel (see above), or the first after the
+// loads of what no earlier kernel writes (the narrow GEMM's first weight
+// stages).
 __device__ __forceinline__ void wait_for_previous_kernel() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+// The same, for the short kernels between the matvecs and GEMMs of a decode
+// step (norms, RoPE, SwiGLU, the attention, the x conversions) and for the
+// narrow GEMM, whose grids are one wave: once the
+// wait returns, the kernel lets the next one on the stream be scheduled
+// (griddepcontrol.launch_dependents) instead of at its own exit. That next
+// one, a GEMM as a rule, then starts its weight loads while this kernel
+// runs. Its reads of this kernel's output still come after its own wait,
+// which returns when this kernel has completed. The matvecs and the prefill
+// GEMMs do not release early: measured, batch 1 and prefill lost 2-6% when
+// they did (docs/PERFORMANCE.md, run 13).
+__device__ __forceinline__ void wait_then_release_next() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;\n" :::);
 #endif
 }
 

@@ -33,7 +33,7 @@ __device__ __forceinline__ void quantize_block_level(const float (&v)[kActivatio
 __global__ void kernel_quantize_activations(const float* __restrict__ x, int64_t ldx, int batch,
                                             int64_t cols, int8_t* __restrict__ q,
                                             float* __restrict__ scales) {
-  wait_for_previous_kernel();
+  wait_then_release_next();
   constexpr int kActBlock = kActivationBlock;
   const int64_t blocks_per_row = cols / kActBlock;
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;

@@ -18,7 +18,7 @@ namespace voltad::kernels {
 // the sum runs over the updated values.
 __global__ void kernel_rmsnorm(float* x, const float* delta, int64_t ldx, const float* weight,
                                float* out, int64_t ldo, int dim, float eps) {
-  wait_for_previous_kernel();
+  wait_then_release_next();
   __shared__ float scratch[32];
   float* row = x + blockIdx.x * ldx;
   float sum = 0.0f;
@@ -50,7 +50,10 @@ constexpr int kNormMaxBlocksPerWarp = 8;
 template <class Put>
 __global__ void kernel_rmsnorm_blocks(const float* x, int64_t ldx, const float* weight, float* out,
                                       int64_t ldo, int rows, int dim, float eps, Put put) {
-  wait_for_previous_kernel();
+  // The norm's weights are no kernel's output: asked for before the wait.
+  for (int line = threadIdx.x; line < dim / 32; line += blockDim.x)
+    prefetch_l2(reinterpret_cast<const uint8_t*>(weight + 32 * line), 128, 0);
+  wait_then_release_next();
   __shared__ float scratch[32];
   const float* row = x + blockIdx.x * ldx;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
@@ -100,7 +103,7 @@ struct NarrowXPut {
 // One warp per head: heads are short (64-256 values).
 __global__ void kernel_head_rmsnorm(float* x, int64_t ld, int n_heads, int head_dim,
                                     const float* weight, float eps, int total_heads) {
-  wait_for_previous_kernel();
+  wait_then_release_next();
   const int head = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   if (head >= total_heads) return;
   const int lane = threadIdx.x & 31;

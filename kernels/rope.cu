@@ -14,7 +14,7 @@ namespace voltad::kernels {
 
 __global__ void kernel_rope(float* x, int64_t ld, int rows, int n_heads, int head_dim, int rot_dims,
                             const int32_t* positions, const float* inv_freq, bool neox) {
-  wait_for_previous_kernel();
+  wait_then_release_next();
   const int half = rot_dims / 2;
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= int64_t(rows) * n_heads * half) return;
@@ -55,7 +55,7 @@ __global__ void kernel_rope_qk_kv_write(float* q, int64_t ldq, float* k, const f
                                         int head_dim, const int32_t* positions,
                                         const float* inv_freq, bool neox, const int32_t* slots,
                                         __half* kc, __half* vc) {
-  wait_for_previous_kernel();
+  wait_then_release_next();
   const int half = head_dim / 2, heads = n_heads + n_kv_heads;
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= int64_t(rows) * heads * half) return;
