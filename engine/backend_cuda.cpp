@@ -228,7 +228,11 @@ Status CudaBackend::Impl::allocate_workspace() {
   d_ints = reinterpret_cast<int32_t*>(take(ws.step_indices, h_ints.size() * sizeof(int32_t), "step indices"));
   partial_floats = kernels::attention_partial_floats(int(S), int(c.n_heads), int(c.head_dim), options.max_context - 1);
   partials = reinterpret_cast<float*>(take(ws.attention_partials, partial_floats * f, "attention partials"));
+  arrivals = reinterpret_cast<uint32_t*>(take(ws.attention_arrivals, S * size_t(c.n_kv_heads) * 4, "attention arrivals"));
   VOLTAD_CHECK(next == base.value() + ws.total());
+  // Zero once; every attention launch leaves them zero (kernels/attention.h).
+  if (cudaError_t z = cudaMemset(arrivals, 0, ws.attention_arrivals); z != cudaSuccess)
+    return cuda_error("zeroing the attention arrivals", z);
   if (!drift.empty()) return make_error("cuda backend: " + drift);
   cudaError_t e = alloc_pinned(h_logits, S * size_t(c.n_vocab) * sizeof(float));
   if (e != cudaSuccess) return cuda_error("allocating pinned host memory for logits", e);

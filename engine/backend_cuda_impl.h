@@ -47,6 +47,10 @@ inline std::string gib(uint64_t bytes) {
   return buf;
 }
 
+// Attention launches of at least this many tokens combine their split-K
+// pieces in pass 1 (AttentionArgs::arrivals; engine/backend_cuda_step.cpp).
+constexpr int kCombineInPass1MinTokens = 8;
+
 }  // namespace backend_cuda_detail
 
 struct CudaBackend::Impl {
@@ -91,6 +95,7 @@ struct CudaBackend::Impl {
   // gate and up one row of 2 ffn_dim: what the stacked projections write.
   float *x = nullptr, *xn = nullptr, *q = nullptr, *k = nullptr, *v = nullptr, *attn = nullptr;
   float *gate = nullptr, *up = nullptr, *selected = nullptr, *logits = nullptr, *partials = nullptr;
+  uint32_t* arrivals = nullptr;  // split-K pieces counted in (kernels/attention.h)
   int64_t ld_qkv() const { return model->config.q_dim() + 2 * model->config.kv_dim(); }
   int64_t ld_gate_up() const { return 2 * model->config.ffn_dim; }
   size_t partial_floats = 0;

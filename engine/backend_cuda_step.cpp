@@ -15,7 +15,7 @@ bool CudaBackend::Impl::attention(const Layer& layer, int first, int n_tokens, i
   // than the scratch holds at full split (a prompt chunk over the INT8
   // cache, which has no tensor-core prefill attention) takes fewer pieces
   // per token instead of more launches: its many tokens fill the GPU anyway.
-  const size_t per_piece = size_t(c.n_heads) * size_t(c.head_dim + 2);
+  const size_t per_piece = size_t(c.n_heads) * size_t(kernels::kAttentionPartialHeader + c.head_dim);
   const int full_splits = kernels::attention_splits(max_position);
   const int splits = int(std::clamp<size_t>(partial_floats / (size_t(n_tokens) * per_piece), 1, size_t(full_splits)));
   const int group = int(std::max<size_t>(1, partial_floats / (size_t(splits) * per_piece)));
@@ -39,6 +39,14 @@ bool CudaBackend::Impl::attention(const Layer& layer, int first, int n_tokens, i
     a.max_splits = splits;
     a.scale = float(1.0 / std::sqrt(double(c.head_dim)));
     a.partials = partials;
+    // The combine in pass 1's last block (kernels/attention.h) from 8
+    // tokens a launch: measured on the H200 (docs/PERFORMANCE.md, run 14),
+    // b8 and b32 +1%, but batch 1 -5%: there one block per KV head does the
+    // work of 4 combine blocks at the end of the attention. The counters
+    // hold S tokens; longer runs of prompt tokens take the two launches.
+    a.arrivals = a.n_tokens >= backend_cuda_detail::kCombineInPass1MinTokens && a.n_tokens <= options.max_sequences
+                     ? arrivals
+                     : nullptr;
     if (fused && out.kind == AttnOut::Quantized) {
       a.out_q.q = xq.q + row * kernels::quantized_activation_q_row(c.q_dim());
       a.out_q.scales = xq.scales + row * kernels::quantized_activation_scale_row(c.q_dim());

@@ -14,6 +14,7 @@
 static_assert(voltad::kActivationBlockValues == voltad::kernels::kActivationBlock);
 static_assert(voltad::kAttentionMaxSplits == voltad::kernels::kAttentionMaxSplits);
 static_assert(voltad::kAttentionMinSplitTokens == voltad::kernels::kAttentionMinSplitTokens);
+static_assert(voltad::kAttentionPartialHeader == voltad::kernels::kAttentionPartialHeader);
 #include "kernels/topk.h"
 static_assert(voltad::kTopKChunkValues == voltad::kernels::kTopKChunk);
 static_assert(voltad::kMaxCandidates == voltad::kernels::kTopKMax);
@@ -249,7 +250,8 @@ const char* kv_cache_type_name(KvCacheType type) {
 
 uint64_t CudaWorkspace::total() const {
   return residual + normed + qkv + attention_out + ffn_gate_up + quantized_x + quantized_x_scales +
-         selected + logits + candidates + topk_scratch + step_indices + attention_partials;
+         selected + logits + candidates + topk_scratch + step_indices + attention_partials +
+         attention_arrivals;
 }
 
 // {d1, d2, sum_x, 0} per block of activations (kernels/matvec.h; checked
@@ -295,7 +297,8 @@ CudaWorkspace cuda_workspace_bytes(const ModelConfig& m, const EngineLimits& l) 
   w.step_indices = align256((5 * t + s * kv_blocks_per_sequence(l)) * 4);
   const uint64_t splits =
       std::min<uint64_t>(uint64_t(kAttentionMaxSplits), ceil_div(uint64_t(l.max_context), kAttentionMinSplitTokens));
-  w.attention_partials = align256(s * uint64_t(m.n_heads) * splits * uint64_t(m.head_dim + 2) * 4);
+  w.attention_partials = align256(s * uint64_t(m.n_heads) * splits * uint64_t(kAttentionPartialHeader + m.head_dim) * 4);
+  w.attention_arrivals = align256(s * uint64_t(m.n_kv_heads) * 4);
   return w;
 }
 

@@ -59,8 +59,10 @@ struct CudaWorkspace {
   uint64_t step_indices;        // (5 T + S ceil(max_context/16)) int32: per token its id,
                                 // position, KV slot, block-table row and logits row; then
                                 // the block tables, one row per sequence
-  uint64_t attention_partials;  // (S, n_heads, splits, head_dim + 2) fp32: split-K decode,
+  uint64_t attention_partials;  // (S, n_heads, splits, 4 + head_dim) fp32: split-K decode,
                                 // splits = min(64, ceil(max_context / 16))
+  uint64_t attention_arrivals;  // (S, n_kv_heads) uint32: the split-K pieces of each
+                                // (sequence, KV head) counted in, for the combine in pass 1
   uint64_t total() const;
 };
 CudaWorkspace cuda_workspace_bytes(const ModelConfig& model, const EngineLimits& limits);
@@ -72,6 +74,7 @@ CudaWorkspace cuda_workspace_bytes(const ModelConfig& model, const EngineLimits&
 constexpr int64_t kActivationBlockValues = 32;
 constexpr int64_t kAttentionMaxSplits = 64;
 constexpr int64_t kAttentionMinSplitTokens = 16;
+constexpr int64_t kAttentionPartialHeader = 4;  // floats before a partial's head_dim sums
 // Tokens per KV cache block (KvBlockPool::kBlockTokens).
 constexpr int64_t kKvBlockTokens = 16;
 // Values per block of the GPU top-k's first pass (kernels/topk.h).

@@ -86,7 +86,7 @@ __global__ void kernel_attention_combine(AttentionArgs a, int splits) {
   __shared__ float weight[kAttentionMaxSplits];  // exp(m_s - max m) of each piece
   __shared__ float scratch[32];
   const int t = blockIdx.x, head = blockIdx.y;
-  const int stride = a.head_dim + 2;
+  const int stride = kAttentionPartialHeader + a.head_dim;
   const float* parts = a.partials + (int64_t(t) * a.n_heads + head) * splits * stride;
   const int used = min(splits, a.positions[t] / split_tokens(a.positions[t], splits) + 1);
   float mine = -INFINITY;
@@ -106,7 +106,7 @@ __global__ void kernel_attention_combine(AttentionArgs a, int splits) {
   for (int e = threadIdx.x; e < a.head_dim; e += blockDim.x) {
     float v = 0.0f;
 #pragma unroll 8
-    for (int s = 0; s < used; ++s) v += parts[s * stride + 2 + e] * weight[s];
+    for (int s = 0; s < used; ++s) v += parts[s * stride + kAttentionPartialHeader + e] * weight[s];
     const float o = v / ll;
     a.out[int64_t(t) * a.ldo + head * a.head_dim + e] = o;
     // With out_q or narrow_x the block has head_dim threads: one pass,

@@ -23,6 +23,9 @@ constexpr int kAttentionMaxGroup = 8;      // query heads per KV head
 // the context.
 constexpr int kAttentionMaxSplits = 64;
 constexpr int kAttentionMinSplitTokens = 16;
+// A piece's partial: {m, l, 0, 0} then acc[head_dim]; the header padded to
+// 4 floats so that acc is 16-byte aligned (the combine reads float4s).
+constexpr int kAttentionPartialHeader = 4;
 // Pieces for the longest position of a step (the grid's third dimension).
 inline int attention_splits(int max_position) {
   const int s = (max_position + kAttentionMinSplitTokens) / kAttentionMinSplitTokens;
@@ -61,7 +64,7 @@ struct AttentionArgs {
   int max_splits = 0;
   float scale = 1.0f;    // 1/sqrt(head_dim)
   // Split-K scratch: n_tokens * n_heads * attention_splits(max_position) *
-  // (head_dim + 2) floats.
+  // (kAttentionPartialHeader + head_dim) floats.
   float* partials = nullptr;
   // When set (and head_dim % 32 == 0): the output also quantized for the
   // matvec that reads it (rows of n_heads * head_dim), saving a launch.
@@ -73,12 +76,18 @@ struct AttentionArgs {
   uint32_t* narrow_x = nullptr;
   int narrow_n8 = 0;
   int narrow_row0 = 0;
+  // When set: n_tokens * n_kv_heads counters, zero before the first launch
+  // and left zero by each. The last pass-1 block of a (token, KV head) to
+  // write its piece then combines the pieces of that KV head's query heads
+  // (the combine kernel's work, outputs included), and the second launch is
+  // not made. Null: the two launches.
+  uint32_t* arrivals = nullptr;
 };
 
 // Floats of split-K scratch a step needs.
 inline size_t attention_partial_floats(int n_tokens, int n_heads, int head_dim, int max_position) {
   size_t splits = size_t(attention_splits(max_position));
-  return size_t(n_tokens) * size_t(n_heads) * splits * size_t(head_dim + 2);
+  return size_t(n_tokens) * size_t(n_heads) * splits * size_t(kAttentionPartialHeader + head_dim);
 }
 
 void launch_attention(const AttentionArgs& args, cudaStream_t stream);

@@ -25,6 +25,8 @@
 #include "kernels/attention.h"
 #include "kernels/cuda_check.h"
 #include "kernels/launch.cuh"
+#include "kernels/narrow_x.cuh"
+#include "kernels/quantize_warp.cuh"
 
 namespace voltad::kernels {
 
@@ -38,6 +40,83 @@ constexpr int kAttentionLaneElements = 8;  // of a K or V row, per lane
 __device__ __forceinline__ int split_tokens(int pos, int splits) {
   const int per = (pos + splits) / splits;
   return (per + kAttentionMinSplitTokens - 1) / kAttentionMinSplitTokens * kAttentionMinSplitTokens;
+}
+
+// The combine of a (token, KV head)'s pieces, for its `group` query heads,
+// by the block of pass 1 that wrote the last of them (AttentionArgs::
+// arrivals): out = sum_s acc_s e^(m_s - m) / sum_s l_s e^(m_s - m) over the
+// pieces that hold positions, as kernel_attention_combine computes it, with
+// the same quantized or narrow-GEMM outputs. One block does the work of
+// `group` combine blocks, so it keeps many loads in flight: a warp takes a
+// head's pieces (at most 64: two a lane) for the max and the sum; each
+// thread then sums 4 elements (a float4) over the pieces, 8 pieces in
+// flight, into `staging` (group * HD floats of shared memory); then a
+// thread per element writes the outputs, whole warps per 32 values as the
+// quantizers need. The partials are read through L2 (__ldcg): other blocks
+// wrote them.
+template <int HD>
+__device__ __forceinline__ void combine_pieces(const AttentionArgs& a, int t, int kvh, int group,
+                                               int splits, float* staging) {
+  static_assert(kAttentionMaxSplits <= 64, "two pieces a lane");
+  static_assert(HD % 4 == 0 && kAttentionPartialHeader % 4 == 0, "float4 sums");
+  __shared__ float weight[kAttentionMaxGroup][kAttentionMaxSplits];
+  __shared__ float sum_l[kAttentionMaxGroup];
+  constexpr int kStride = kAttentionPartialHeader + HD;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int pos = a.positions[t];
+  const int used = min(splits, pos / split_tokens(pos, splits) + 1);
+  const float* parts = a.partials + (int64_t(t) * a.n_heads + int64_t(kvh) * group) * splits * kStride;
+  for (int g = warp; g < group; g += kAttentionWarps) {
+    const float* head = parts + int64_t(g) * splits * kStride;
+    float m[2], l[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int s = lane + 32 * i;
+      m[i] = s < used ? __ldcg(head + s * kStride) : -INFINITY;
+      l[i] = s < used ? __ldcg(head + s * kStride + 1) : 0.0f;
+    }
+    float mm = fmaxf(m[0], m[1]);
+    for (int o = 16; o > 0; o >>= 1) mm = fmaxf(mm, __shfl_xor_sync(0xffffffffu, mm, o));
+    float ll = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const float w = m[i] == -INFINITY ? 0.0f : __expf(m[i] - mm);
+      if (lane + 32 * i < used) weight[g][lane + 32 * i] = w;
+      ll = fmaf(l[i], w, ll);
+    }
+    for (int o = 16; o > 0; o >>= 1) ll += __shfl_xor_sync(0xffffffffu, ll, o);
+    if (lane == 0) sum_l[g] = ll;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < group * HD / 4; i += blockDim.x) {
+    const int g = i / (HD / 4), e = 4 * (i % (HD / 4));
+    const float4* head =
+        reinterpret_cast<const float4*>(parts + int64_t(g) * splits * kStride + kAttentionPartialHeader + e);
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 8
+    for (int s = 0; s < used; ++s) {
+      const float4 p = __ldcg(head + s * (kStride / 4));
+      const float w = weight[g][s];
+      v.x = fmaf(p.x, w, v.x), v.y = fmaf(p.y, w, v.y), v.z = fmaf(p.z, w, v.z), v.w = fmaf(p.w, w, v.w);
+    }
+    const float l = sum_l[g];
+    staging[g * HD + e] = v.x / l;
+    staging[g * HD + e + 1] = v.y / l;
+    staging[g * HD + e + 2] = v.z / l;
+    staging[g * HD + e + 3] = v.w / l;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < group * HD; i += blockDim.x) {
+    const int g = i / HD, e = i % HD;
+    const float o = staging[i];
+    const int h = kvh * group + g;
+    a.out[int64_t(t) * a.ldo + h * HD + e] = o;
+    if (a.out_q.q)
+      quantize_block_warp(o, a.out_q, t, int64_t(a.n_heads) * HD, (int64_t(h) * HD + e) / kActivationBlock);
+    if (a.narrow_x)
+      write_narrow_x_warp(o, lane, (int64_t(h) * HD + e) / kActivationBlock, a.narrow_row0 + t,
+                          a.narrow_n8, int64_t(a.n_heads) * HD / kActivationBlock, a.narrow_x);
+  }
 }
 
 // A cache reader gives pass 1 one lane's 8 elements of a position's K and V
@@ -182,10 +261,26 @@ __global__ void __launch_bounds__(kAttentionWarps * 32)
       aa += sm_acc[w][g][e] * c;
     }
     const int head = kvh * group + g;
-    float* part = a.partials + ((int64_t(t) * a.n_heads + head) * splits + split) * (HD + 2);
-    part[2 + e] = aa;
+    float* part = a.partials + ((int64_t(t) * a.n_heads + head) * splits + split) *
+                                   (kAttentionPartialHeader + HD);
+    part[kAttentionPartialHeader + e] = aa;
     if (e == 0) part[0] = mm, part[1] = ll;
   }
+  if (!a.arrivals) return;
+  // Counted once every thread's partial is visible device-wide; the block
+  // that counts last combines, and leaves the counter zero for the next launch.
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    uint32_t* counter = a.arrivals + int64_t(t) * a.n_kv_heads + kvh;
+    last = atomicAdd(counter, 1u) == unsigned(splits) - 1;
+    if (last) *counter = 0;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  combine_pieces<HD>(a, t, kvh, group, splits, &sm_acc[0][0][0]);
 }
 
 // Pass 2 (attention.cu): out = sum_s acc_s e^(m_s - m) / sum_s l_s e^(m_s - m)
@@ -265,7 +360,7 @@ void launch_attention_split_k(const AttentionArgs& a, Reader cache, cudaStream_t
     return pieces;
   });
   CUDA_CHECK(cudaGetLastError());
-  launch_attention_combine(a, splits, stream);
+  if (!a.arrivals) launch_attention_combine(a, splits, stream);
 }
 
 }  // namespace voltad::kernels

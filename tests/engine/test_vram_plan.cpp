@@ -123,12 +123,16 @@ TEST_CASE("workspace: each buffer by its formula, 256-byte aligned, total their 
   // block table of 4096 / 16 = 256 entries per sequence.
   CHECK(w.step_indices == (5 * 2048 + 16 * 256) * 4);
   // 4096 positions: the most split-K pieces, 64 (of 64 positions).
-  CHECK(w.attention_partials == 16ull * 32 * 64 * (128 + 2) * 4);
+  CHECK(w.attention_partials == 16ull * 32 * 64 * (4 + 128) * 4);
   // 256 positions: 16 pieces of 16.
-  CHECK(cuda_workspace_bytes(kLlama3_8b, limits(256)).attention_partials == 16ull * 32 * 16 * (128 + 2) * 4);
+  CHECK(cuda_workspace_bytes(kLlama3_8b, limits(256)).attention_partials == 16ull * 32 * 16 * (4 + 128) * 4);
   CHECK(w.total() == w.residual + w.normed + w.qkv + w.attention_out + w.ffn_gate_up +
                          w.quantized_x + w.quantized_x_scales + w.selected + w.logits +
-                         w.candidates + w.topk_scratch + w.step_indices + w.attention_partials);
+                         w.candidates + w.topk_scratch + w.step_indices + w.attention_partials +
+                         w.attention_arrivals);
+  // A 4-byte counter per sequence and KV head: 16 x 8, then 512 x 8.
+  CHECK(w.attention_arrivals == 16 * 8 * 4);
+  CHECK(cuda_workspace_bytes(kLlama3_8b, limits(4096, 512)).attention_arrivals == 512 * 8 * 4);
   // Qwen3-32B's wo input (q_dim 8192) is wider than dim: the int8 buffer
   // takes the widest matvec input, here ffn_dim.
   const CudaWorkspace q = cuda_workspace_bytes(kQwen3_32b, limits(4096, 1, 16));

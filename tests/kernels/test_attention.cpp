@@ -87,9 +87,20 @@ int check_attention(Shape sh, const std::vector<int>& cached, const std::vector<
   a.partials = dpart.get();
   const int pieces = kernels::attention_launch_pieces(a);
   kernels::launch_attention(a, nullptr);
-  std::vector<float> got = dout.download();
+  const std::vector<float> two_launches = dout.download();
+  // The combine in the last block of pass 1 (AttentionArgs::arrivals), run
+  // twice: the counters must be left zero, and the second run equal the first.
+  DeviceBuffer<uint32_t> arrivals(std::vector<uint32_t>(size_t(n_tokens) * size_t(sh.n_kv_heads), 0u));
+  a.arrivals = arrivals.get();
+  poison(dout);
+  kernels::launch_attention(a, nullptr);
+  const std::vector<float> fused = dout.download();
+  poison(dout);
+  kernels::launch_attention(a, nullptr);
+  CHECK(dout.download() == fused);
+  for (uint32_t c : arrivals.download()) REQUIRE(c == 0u);
 
-  std::vector<double> ref(got.size());
+  std::vector<double> ref(fused.size());
   const int group = sh.n_heads / sh.n_kv_heads;
   for (int t = 0; t < n_tokens; ++t) {
     const int seq = token_tables[size_t(t)], pos = positions[size_t(t)];
@@ -118,7 +129,8 @@ int check_attention(Shape sh, const std::vector<int>& cached, const std::vector<
       }
     }
   }
-  CHECK(count_mismatches("attention", got, ref, 2e-4, 1e-3) == 0);
+  CHECK(count_mismatches("attention", two_launches, ref, 2e-4, 1e-3) == 0);
+  CHECK(count_mismatches("attention, combined in pass 1", fused, ref, 2e-4, 1e-3) == 0);
   return pieces;
 }
 

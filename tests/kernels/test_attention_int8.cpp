@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
 #include <sstream>
 
 #include "kernels/attention_int8.h"
@@ -116,6 +117,29 @@ void check_attention_int8(Shape sh, const std::vector<int>& cached,
     check_same_quantization(fused, separate);
   }
 
+  // The combine in the last block of pass 1 (AttentionArgs::arrivals), with
+  // the quantized output where there is one: the counters are left zero,
+  // and the quantized output is that of the block's own fp32 output.
+  DeviceBuffer<uint32_t> arrivals(std::vector<uint32_t>(size_t(n_tokens) * size_t(sh.n_kv_heads), 0u));
+  DeviceBuffer<float> dout_combined(dout.size());
+  poison(dout_combined);
+  kernels::AttentionArgs ac = a;
+  ac.out = dout_combined.get();
+  ac.arrivals = arrivals.get();
+  std::optional<QuantBuffers> qc, qs;
+  if (sh.head_dim % kernels::kActivationBlock == 0) {
+    qc.emplace(n_tokens, q_dim);
+    qs.emplace(n_tokens, q_dim);
+    ac.out_q = qc->view();
+  }
+  kernels::launch_attention_int8(ac, cache, nullptr);
+  const std::vector<float> combined = dout_combined.download();
+  for (uint32_t c : arrivals.download()) REQUIRE(c == 0u);
+  if (qc) {
+    kernels::launch_quantize_activations(dout_combined.get(), q_dim, n_tokens, q_dim, qs->view(), nullptr);
+    check_same_quantization(*qc, *qs);
+  }
+
   auto value = [&](const std::vector<int8_t>& vals, const std::vector<uint16_t>& sc, size_t slot,
                    int kvh, int e) {
     return double(half_bits_to_float(sc[slot * size_t(sh.n_kv_heads) + size_t(kvh)])) *
@@ -152,6 +176,7 @@ void check_attention_int8(Shape sh, const std::vector<int>& cached,
     }
   }
   CHECK(count_mismatches("attention int8", got, ref, 1e-3, 2e-3) == 0);
+  CHECK(count_mismatches("attention int8, combined in pass 1", combined, ref, 1e-3, 2e-3) == 0);
 }
 
 }  // namespace

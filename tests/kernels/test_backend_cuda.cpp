@@ -364,7 +364,9 @@ TEST_CASE("batched steps with auto (narrow GEMM, fused x) follow the portable ke
   auto model = load_model((fixtures() / "tiny-llama256.Q4_K_M.gguf").string());
   REQUIRE(model.ok());
   const int32_t vocab = int32_t(model.value()->config.n_vocab);
-  const int S = 6;
+  // 8 sequences: their decode steps also take the attention's combine in
+  // pass 1 (from 8 tokens), whose counters the graph replays must find zero.
+  const int S = 8;
   for (bool kv_int8 : {false, true}) {
     CAPTURE(kv_int8);
     std::vector<std::vector<float>> rows[2];
@@ -405,12 +407,12 @@ TEST_CASE("batched steps with auto (narrow GEMM, fused x) follow the portable ke
         REQUIRE(be.kv_pool().reserve(s, 64));
         extend({{s, 5}}, 0);  // a 5-token prompt: a narrow-GEMM step alone
       }
-      for (int d = 1; d <= 3; ++d) {  // decode steps of all six
+      for (int d = 1; d <= 3; ++d) {  // decode steps of all eight
         std::vector<std::pair<int, int>> all;
         for (int s = 0; s < S; ++s) all.push_back({s, 1});
         extend(all, d);
       }
-      std::vector<std::pair<int, int>> mixed = {{0, 20}};  // 20 + 5 = 25 tokens
+      std::vector<std::pair<int, int>> mixed = {{0, 20}};  // 20 + 7 = 27 tokens
       for (int s = 1; s < S; ++s) mixed.push_back({s, 1});
       extend(mixed, 4);
     }
