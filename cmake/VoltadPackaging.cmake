@@ -40,7 +40,18 @@ install(FILES ${CMAKE_SOURCE_DIR}/systemd/sysusers.d/voltad.conf DESTINATION lib
 install(FILES ${CMAKE_SOURCE_DIR}/systemd/tmpfiles.d/voltad.conf DESTINATION lib/tmpfiles.d)
 install(FILES ${CMAKE_SOURCE_DIR}/packaging/dbus/org.voltad.Daemon1.conf
         DESTINATION share/dbus-1/system.d)
-install(FILES ${VOLTAD_DEB_DIR}/lintian-overrides DESTINATION share/lintian/overrides
+# The CUDA runtime's overrides only where it is linked (an unused override
+# is itself a lintian warning).
+file(READ ${VOLTAD_DEB_DIR}/lintian-overrides VOLTAD_LINTIAN_OVERRIDES)
+if(VOLTAD_CUDA_ENABLED)
+  file(READ ${VOLTAD_DEB_DIR}/lintian-overrides-cuda VOLTAD_LINTIAN_CUDA)
+  string(APPEND VOLTAD_LINTIAN_OVERRIDES "\n${VOLTAD_LINTIAN_CUDA}")
+endif()
+file(CONFIGURE OUTPUT ${CMAKE_BINARY_DIR}/packaging/lintian-overrides
+     CONTENT "${VOLTAD_LINTIAN_OVERRIDES}" @ONLY)
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
+             ${VOLTAD_DEB_DIR}/lintian-overrides ${VOLTAD_DEB_DIR}/lintian-overrides-cuda)
+install(FILES ${CMAKE_BINARY_DIR}/packaging/lintian-overrides DESTINATION share/lintian/overrides
         RENAME voltad)
 
 # Documentation an operator reads on the machine. The units' Documentation=
