@@ -185,6 +185,7 @@ json vram_plan_json(const VramPlan& p) {
         {"topk_scratch", w.topk_scratch},
         {"step_indices", w.step_indices},
         {"attention_partials", w.attention_partials},
+        {"attention_arrivals", w.attention_arrivals},
         {"total", w.total()}}},
       {"kv_pool",
        {{"bytes_per_token", p.kv.bytes_per_token},

@@ -231,7 +231,7 @@ Status CudaBackend::Impl::allocate_workspace() {
   arrivals = reinterpret_cast<uint32_t*>(take(ws.attention_arrivals, S * size_t(c.n_kv_heads) * 4, "attention arrivals"));
   VOLTAD_CHECK(next == base.value() + ws.total());
   // Zero once; every attention launch leaves them zero (kernels/attention.h).
-  if (cudaError_t z = cudaMemset(arrivals, 0, ws.attention_arrivals); z != cudaSuccess)
+  if (cudaError_t z = cudaMemsetAsync(arrivals, 0, ws.attention_arrivals, stream); z != cudaSuccess)
     return cuda_error("zeroing the attention arrivals", z);
   if (!drift.empty()) return make_error("cuda backend: " + drift);
   cudaError_t e = alloc_pinned(h_logits, S * size_t(c.n_vocab) * sizeof(float));

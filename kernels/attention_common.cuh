@@ -273,9 +273,9 @@ __global__ void __launch_bounds__(kAttentionWarps * 32)
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) {
-    uint32_t* counter = a.arrivals + int64_t(t) * a.n_kv_heads + kvh;
-    last = atomicAdd(counter, 1u) == unsigned(splits) - 1;
-    if (last) *counter = 0;
+    // atomicInc wraps to 0 as the last piece counts in.
+    last = atomicInc(a.arrivals + int64_t(t) * a.n_kv_heads + kvh, unsigned(splits) - 1) ==
+           unsigned(splits) - 1;
   }
   __syncthreads();
   if (!last) return;
@@ -351,6 +351,8 @@ void launch_attention_split_k(const AttentionArgs& a, Reader cache, cudaStream_t
                         "a quantized attention output needs head_dim % 32 == 0");
   VOLTAD_KERNEL_REQUIRE(!a.narrow_x || a.head_dim % kActivationBlock == 0,
                         "an attention output in the narrow GEMM's layout needs head_dim % 32 == 0");
+  VOLTAD_KERNEL_REQUIRE(!a.arrivals || reinterpret_cast<uintptr_t>(a.partials) % 16 == 0,
+                        "the combine in pass 1 reads the partials as float4: 16-byte aligned");
   const int splits = with_head_dim(a.head_dim, [&](auto hd) {
     constexpr int HD = decltype(hd)::value;
     const int pieces = attention_pieces<HD, Reader>(a);

@@ -59,7 +59,7 @@ __device__ __forceinline__ void wait_for_previous_kernel() {
 
 // The same, for the short kernels between the matvecs and GEMMs of a decode
 // step (norms, RoPE, SwiGLU, the attention, the x conversions) and for the
-// narrow GEMM, whose grids are one wave: once the
+// narrow GEMM: once the
 // wait returns, the kernel lets the next one on the stream be scheduled
 // (griddepcontrol.launch_dependents) instead of at its own exit. That next
 // one, a GEMM as a rule, then starts its weight loads while this kernel

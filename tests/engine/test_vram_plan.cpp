@@ -133,6 +133,8 @@ TEST_CASE("workspace: each buffer by its formula, 256-byte aligned, total their 
   // A 4-byte counter per sequence and KV head: 16 x 8, then 512 x 8.
   CHECK(w.attention_arrivals == 16 * 8 * 4);
   CHECK(cuda_workspace_bytes(kLlama3_8b, limits(4096, 512)).attention_arrivals == 512 * 8 * 4);
+  // Rounded up to 256 bytes like every region: 16 x 3 x 4 = 192.
+  CHECK(cuda_workspace_bytes(shape(1536, 28, 12, 3, 8960, 151936), limits(4096)).attention_arrivals == 256);
   // Qwen3-32B's wo input (q_dim 8192) is wider than dim: the int8 buffer
   // takes the widest matvec input, here ffn_dim.
   const CudaWorkspace q = cuda_workspace_bytes(kQwen3_32b, limits(4096, 1, 16));

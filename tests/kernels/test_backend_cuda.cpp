@@ -353,8 +353,8 @@ TEST_CASE("INT8 KV cache: logits stay close to the FP16 cache's on every tiny mo
 // whose x RMSNorm, SwiGLU and the attention combine write themselves, so
 // that its GEMMs skip their conversion (CudaBackend::Impl::enqueue_step).
 // Against the portable kernels on the same steps: 5-token prompts, decode
-// steps of 6 sequences, and a step mixing a 20-token chunk (the tensor-core
-// prefill attention, so wo converts its x itself) with 5 decode tokens; with
+// steps of 8 sequences, and a step mixing a 20-token chunk (the tensor-core
+// prefill attention, so wo converts its x itself) with 7 decode tokens; with
 // both KV caches. Before the test case that sets VOLTAD_GEMM_SM80_ALWAYS,
 // which turns the narrow GEMM off for the rest of the binary.
 TEST_CASE("batched steps with auto (narrow GEMM, fused x) follow the portable kernels") {
