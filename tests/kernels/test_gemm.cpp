@@ -450,32 +450,39 @@ TEST_CASE("the attention combine writes the narrow sm80 GEMM's x: the GEMM skips
     // The pieces per token depend on the launch's token count (one wave);
     // fixed here, so that one launch and two give the same sums.
     a.max_splits = 8;
-    check_narrow_x(
-        n, q_dim,
-        [&](float* out) {
-          a.out = out;
-          a.narrow_x = nullptr;
-          kernels::launch_attention(a, nullptr);
-        },
-        [&](float* out, void* scratch) {
-          // Two launches of the rows, as the backend's token groups: the
-          // second writes its rows from narrow_row0.
-          const int first = n / 2;
-          kernels::AttentionArgs b = a;
-          b.narrow_x = static_cast<uint32_t*>(scratch);
-          b.narrow_n8 = (n + 7) / 8 * 8;
-          b.n_tokens = first;
-          b.out = out;
-          if (first > 0) kernels::launch_attention(b, nullptr);
-          b.n_tokens = n - first;
-          b.narrow_row0 = first;
-          b.q = a.q + int64_t(first) * q_dim;
-          b.positions = a.positions + first;
-          b.token_tables = a.token_tables + first;
-          b.out = out + int64_t(first) * q_dim;
-          kernels::launch_attention(b, nullptr);
-          return true;
-        });
+    // Both ways of combining the pieces: a second launch, and the last block
+    // of pass 1 (AttentionArgs::arrivals), which writes the same outputs.
+    DeviceBuffer<uint32_t> arrivals(std::vector<uint32_t>(size_t(n) * size_t(n_kv_heads), 0u));
+    for (bool in_pass1 : {false, true}) {
+      CAPTURE(in_pass1);
+      a.arrivals = in_pass1 ? arrivals.get() : nullptr;
+      check_narrow_x(
+          n, q_dim,
+          [&](float* out) {
+            a.out = out;
+            a.narrow_x = nullptr;
+            kernels::launch_attention(a, nullptr);
+          },
+          [&](float* out, void* scratch) {
+            // Two launches of the rows, as the backend's token groups: the
+            // second writes its rows from narrow_row0.
+            const int first = n / 2;
+            kernels::AttentionArgs b = a;
+            b.narrow_x = static_cast<uint32_t*>(scratch);
+            b.narrow_n8 = (n + 7) / 8 * 8;
+            b.n_tokens = first;
+            b.out = out;
+            if (first > 0) kernels::launch_attention(b, nullptr);
+            b.n_tokens = n - first;
+            b.narrow_row0 = first;
+            b.q = a.q + int64_t(first) * q_dim;
+            b.positions = a.positions + first;
+            b.token_tables = a.token_tables + first;
+            b.out = out + int64_t(first) * q_dim;
+            kernels::launch_attention(b, nullptr);
+            return true;
+          });
+    }
   }
 }
 
