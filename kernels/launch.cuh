@@ -59,9 +59,9 @@ __device__ __forceinline__ void wait_for_previous_kernel() {
 
 // The same, for the short kernels between the matvecs and GEMMs of a decode
 // step (norms, RoPE, SwiGLU, the attention, the x conversions) and for the
-// narrow GEMM: once the
-// wait returns, the kernel lets the next one on the stream be scheduled
-// (griddepcontrol.launch_dependents) instead of at its own exit. That next
+// narrow GEMM: once the wait returns, the kernel lets the next one on the
+// stream be scheduled (griddepcontrol.launch_dependents) instead of at its
+// own exit. That next
 // one, a GEMM as a rule, then starts its weight loads while this kernel
 // runs. Its reads of this kernel's output still come after its own wait,
 // which returns when this kernel has completed. The matvecs and the prefill
