@@ -216,8 +216,9 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
   scratch_holds = nullptr;  // the final norm's quantization takes the scratch's bytes (xq)
   if (n_out > 0) {
     kernels::launch_gather_rows(x, dim, d_logit_rows, n_out, dim, selected, dim, st);
-    kernels::launch_rmsnorm_quantize(selected, dim, output_norm, selected, dim, n_out, dim, c.rms_eps, xq, st);
-    matvec(output, selected, dim, n_out, logits, c.n_vocab, nullptr, false);
+    // Out of place: the norm's blocks of a row all read the whole row.
+    kernels::launch_rmsnorm_quantize(selected, dim, output_norm, xn, dim, n_out, dim, c.rms_eps, xq, st);
+    matvec(output, xn, dim, n_out, logits, c.n_vocab, nullptr, false);
   }
 }
 

@@ -167,6 +167,11 @@ __device__ __forceinline__ void prefetch_l2(const uint8_t* p, int64_t bytes, int
     asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
 }
 
+// One 128-byte line of L2, asked for by one lane.
+__device__ __forceinline__ void prefetch_l2_line(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
 // Each lane of a warp holds partial sums acc[r][b] for rows row0+r and batch
 // row b; the warp reduces them and one lane per value writes
 // y[b][row] = sum + bias[row] (+ y[b][row] when accumulating).

@@ -64,12 +64,23 @@ __device__ __forceinline__ void wait_for_previous_kernel() {
 // own exit. That next
 // one, a GEMM as a rule, then starts its weight loads while this kernel
 // runs. Its reads of this kernel's output still come after its own wait,
-// which returns when this kernel has completed. The matvecs and the prefill
-// GEMMs do not release early: measured, batch 1 and prefill lost 2-6% when
-// they did (docs/PERFORMANCE.md, run 13).
+// which returns when this kernel has completed. The prefill GEMMs do not
+// release early: measured, prefill lost 6% when they did (docs/PERFORMANCE.md,
+// run 13); the decode matvecs release after their main loop
+// (release_next_kernel), having issued their first weight loads before their
+// wait (run 15).
 __device__ __forceinline__ void wait_then_release_next() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;\n" :::);
+#endif
+}
+
+// griddepcontrol.launch_dependents alone: lets the next kernel on the
+// stream be scheduled from here on (a matvec after its main loop; released
+// at its start instead, batch 1 was 1% slower, run 15).
+__device__ __forceinline__ void release_next_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;\n" :::);
 #endif
 }

@@ -10,6 +10,12 @@
 // activation rows 8 dp4a against each of the two int8 levels of x (one
 // block of 32 = one chunk, 64 bytes of x) and three FMAs. x (a few KB)
 // stays in L1; R > 1 lets one x load serve several rows.
+//
+// Under programmatic dependent launch (kernels/launch.cuh) a lane issues its
+// first weight loads, and asks L2 for the next ones' lines, before it waits
+// for the kernel that wrote x: those bytes stream while the norm, SwiGLU or
+// attention before it finishes. After the main loop the successor may be
+// scheduled. Batch 1 +5% (docs/PERFORMANCE.md, run 15).
 #include "kernels/cuda_check.h"
 #include "kernels/device_common.cuh"
 #include "kernels/launch.cuh"
@@ -68,7 +74,6 @@ struct Int4Scales<PackedFormat::Int4K256> {
 // R rows per warp, B activation rows, U chunks per lane in flight per row.
 template <PackedFormat F, int R, int B, int U>
 __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_int4(MatvecArgs a) {
-  wait_for_previous_kernel();
   using Scales = Int4Scales<F>;
   const PackedLayout& l = a.w.layout;
   const int lane = threadIdx.x & 31;
@@ -106,6 +111,13 @@ __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_int4(
           s[u][r] = Scales::load(srow[r], c);
         }
       }
+    }
+    if (c0 == lane) {  // the first loads are out: L2 gets the next ones' lines, then the wait
+      const int next = c0 + 32 * U;
+      if ((lane & 7) == 0 && next < chunks)
+#pragma unroll
+        for (int r = 0; r < R; ++r) prefetch_l2_line(qrow[r] + 16 * next);
+      wait_for_previous_kernel();
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -162,6 +174,8 @@ __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_int4(
       }
     }
   }
+  wait_for_previous_kernel();  // lanes past the last chunk: no wait yet
+  release_next_kernel();
   matvec_store<R, B>(acc, row0, l.rows, a.y, a.ldy, a.bias, a.accumulate);
 }
 

@@ -18,7 +18,6 @@ namespace voltad::kernels {
 // Int8*: w = a*q + b with (a, b) per group of 32 (two pieces).
 template <PackedFormat F, int R, int B, int U>
 __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_int8(MatvecArgs a) {
-  wait_for_previous_kernel();
   const PackedLayout& l = a.w.layout;
   const int lane = threadIdx.x & 31;
   const int64_t row0 = (int64_t(blockIdx.x) * kMatvecWarpsPerBlock + (threadIdx.x >> 5)) * R;
@@ -67,6 +66,7 @@ __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_int8(
         }
       }
     }
+    if (p0 == lane) wait_for_previous_kernel();  // after the first loads
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int p = p0 + 32 * u;
@@ -122,13 +122,14 @@ __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_int8(
       }
     }
   }
+  wait_for_previous_kernel();  // lanes past the last chunk: no wait yet
+  release_next_kernel();
   matvec_store<R, B>(acc, row0, l.rows, a.y, a.ldy, a.bias, a.accumulate);
 }
 
 // Int6K256: w = d*sc*(q-32); assembled bytes hold 4*(q-32).
 template <int R, int B, int U>
 __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_int6(MatvecArgs a) {
-  wait_for_previous_kernel();
   const PackedLayout& l = a.w.layout;
   const int lane = threadIdx.x & 31;
   const int64_t row0 = (int64_t(blockIdx.x) * kMatvecWarpsPerBlock + (threadIdx.x >> 5)) * R;
@@ -173,6 +174,7 @@ __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_int6(
         }
       }
     }
+    if (c0 == lane) wait_for_previous_kernel();  // after the first loads
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int c = c0 + 32 * u;
@@ -237,6 +239,8 @@ __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_int6(
       }
     }
   }
+  wait_for_previous_kernel();  // lanes past the last chunk: no wait yet
+  release_next_kernel();
   matvec_store<R, B>(acc, row0, l.rows, a.y, a.ldy, a.bias, a.accumulate);
 }
 

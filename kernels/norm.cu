@@ -37,66 +37,59 @@ __global__ void kernel_rmsnorm(float* x, const float* delta, int64_t ldx, const 
 }
 
 // RMSNorm whose output also goes out in the next matrix product's form, in
-// one pass: warp w owns blocks of 32 values w, w + warps, ... (at most
-// kNormMaxBlocksPerWarp), and each lane loads its value of x and of the
-// weight in every one of them up front, so all loads are in flight at once;
-// then the sum, and each warp writes its blocks to `out` and to `put`:
-// quantized for the dp4a matvecs (QuantizePut, kernels/quantize_warp.cuh)
-// or in the narrow sm_80 GEMM's x layout (NarrowXPut,
-// kernels/narrow_x.cuh). Blocks from `rows` on (NarrowXPut's rows up to a
-// multiple of 8) give put only zeros. dim % 32 == 0.
-constexpr int kNormMaxBlocksPerWarp = 8;
-
+// one pass, spread over several blocks per row (grid: blocks of 32 values /
+// warps, rows) so that each warp quantizes one block of 32 values: one block
+// per row was 4 blocks a warp, a chain of ~80 shuffles (~4 us a norm at
+// batch 1 on the H200, measured by leaving it out of the decode graph,
+// docs/PERFORMANCE.md run 15). Every block sums the squares of the whole row
+// itself (the row is a few KB, in L2), in the order kernel_rmsnorm sums them
+// (thread t takes t, t + threads, ...; threads_for(dim) threads), so the
+// bytes equal launch_rmsnorm's. The warp then writes its block to `out` and
+// to `put`: quantized for the dp4a matvecs (QuantizePut,
+// kernels/quantize_warp.cuh) or in the narrow sm_80 GEMM's x layout
+// (NarrowXPut, kernels/narrow_x.cuh). Rows from `rows` on (NarrowXPut's rows
+// up to a multiple of 8) give put only zeros. dim % 32 == 0.
 template <class Put>
 __global__ void kernel_rmsnorm_blocks(const float* x, int64_t ldx, const float* weight, float* out,
                                       int64_t ldo, int rows, int dim, float eps, Put put) {
-  // The norm's weights are no kernel's output: asked for before the wait.
-  for (int line = threadIdx.x; line < dim / 32; line += blockDim.x)
-    prefetch_l2(reinterpret_cast<const uint8_t*>(weight + 32 * line), 128, 0);
+  const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+  const int b = int(blockIdx.x) * warps + (threadIdx.x >> 5);  // this warp's block of 32
+  const int k = b * kActivationBlock + lane;
+  const bool mine = k < dim;
+  // The norm's weights are no kernel's output: loaded before the wait.
+  const float w = mine ? weight[k] : 0.0f;
   wait_then_release_next();
   __shared__ float scratch[32];
-  const float* row = x + blockIdx.x * ldx;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  const int blocks = dim / kActivationBlock;
-  if (int(blockIdx.x) >= rows) {
-    for (int b = warp; b < blocks; b += warps) put(0.0f, b, lane, dim);
+  const int row = int(blockIdx.y);
+  if (row >= rows) {
+    if (mine) put(0.0f, b, lane, row, dim);
     return;
   }
-  float v[kNormMaxBlocksPerWarp], w[kNormMaxBlocksPerWarp];
+  const float* xr = x + row * ldx;
+  const float v = mine ? xr[k] : 0.0f;
   float sum = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kNormMaxBlocksPerWarp; ++i) {
-    const int b = warp + i * warps;
-    const int k = b * kActivationBlock + lane;
-    v[i] = b < blocks ? row[k] : 0.0f;
-    w[i] = b < blocks ? weight[k] : 0.0f;
-    sum = fmaf(v[i], v[i], sum);
-  }
+#pragma unroll 4
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) sum = fmaf(xr[i], xr[i], sum);
   sum = block_sum(sum, scratch);
+  if (!mine) return;  // whole warps: dim % 32 == 0
   const float inv = rsqrtf(sum / float(dim) + eps);
-  float* dst = out + blockIdx.x * ldo;
-#pragma unroll
-  for (int i = 0; i < kNormMaxBlocksPerWarp; ++i) {
-    const int b = warp + i * warps;
-    if (b >= blocks) break;  // the same for every lane of the warp
-    const float o = v[i] * inv * w[i];
-    dst[b * kActivationBlock + lane] = o;
-    put(o, b, lane, dim);
-  }
+  const float o = v * inv * w;
+  out[row * ldo + k] = o;
+  put(o, b, lane, row, dim);
 }
 
 struct QuantizePut {
   QuantizedActivations xq;
-  __device__ void operator()(float o, int b, int, int dim) const {
-    quantize_block_warp(o, xq, blockIdx.x, dim, b);
+  __device__ void operator()(float o, int b, int, int row, int dim) const {
+    quantize_block_warp(o, xq, row, dim, b);
   }
 };
 
 struct NarrowXPut {
   uint32_t* xp;
   int n8;
-  __device__ void operator()(float o, int b, int lane, int dim) const {
-    write_narrow_x_warp(o, lane, b, blockIdx.x, n8, dim / kActivationBlock, xp);
+  __device__ void operator()(float o, int b, int lane, int row, int dim) const {
+    write_narrow_x_warp(o, lane, b, row, n8, dim / kActivationBlock, xp);
   }
 };
 
@@ -151,24 +144,38 @@ void launch_add_rmsnorm(float* residual, const float* delta, int64_t ld, const f
   CUDA_CHECK(cudaGetLastError());
 }
 
+// The grid of kernel_rmsnorm_blocks: threads_for(dim) threads a block (the
+// summation order of kernel_rmsnorm), as many blocks per row as it takes
+// for one warp per 32 values.
+namespace {
+
+// Whether rows x dim of x (stride ldx) and of out (stride ldo) share bytes.
+bool overlaps(const float* x, int64_t ldx, const float* out, int64_t ldo, int rows, int dim) {
+  if (rows == 0) return false;
+  const float* x_end = x + (rows - 1) * ldx + dim;
+  const float* out_end = out + (rows - 1) * ldo + dim;
+  return x < out_end && out < x_end;
+}
+
+dim3 norm_blocks_grid(int rows, int dim) {
+  const int warps = threads_for(dim) / 32;
+  const int blocks = dim / kActivationBlock;
+  return dim3(unsigned((blocks + warps - 1) / warps), unsigned(rows));
+}
+
+}  // namespace
+
 void launch_rmsnorm_quantize(const float* x, int64_t ldx, const float* weight, float* out,
                              int64_t ldo, int rows, int dim, float eps, QuantizedActivations xq,
                              cudaStream_t stream) {
   check_args("launch_rmsnorm_quantize", rows, dim, ldx, ldo);
   VOLTAD_KERNEL_REQUIRE(dim % kActivationBlock == 0,
                         "launch_rmsnorm_quantize: dim must be a multiple of 32");
+  VOLTAD_KERNEL_REQUIRE(!overlaps(x, ldx, out, ldo, rows, dim),
+                        "launch_rmsnorm_quantize: out must not overlap x (each row's blocks read all of it)");
   if (rows == 0) return;
-  // Enough warps that none holds more than kNormMaxBlocksPerWarp blocks.
-  const int blocks = dim / kActivationBlock;
-  const int warps =
-      std::min(32, std::max((blocks + kNormMaxBlocksPerWarp - 1) / kNormMaxBlocksPerWarp,
-                            (threads_for(dim) + 31) / 32));
-  if (blocks > warps * kNormMaxBlocksPerWarp) {  // dim > 8192: two launches
-    launch_rmsnorm(x, ldx, weight, out, ldo, rows, dim, eps, stream);
-    return launch_quantize_activations(out, ldo, rows, dim, xq, stream);
-  }
-  launch_kernel(kernel_rmsnorm_blocks<QuantizePut>, rows, warps * 32, 0, stream, x, ldx, weight,
-                out, ldo, rows, dim, eps, QuantizePut{xq});
+  launch_kernel(kernel_rmsnorm_blocks<QuantizePut>, norm_blocks_grid(rows, dim), threads_for(dim), 0,
+                stream, x, ldx, weight, out, ldo, rows, dim, eps, QuantizePut{xq});
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -178,18 +185,13 @@ bool launch_rmsnorm_narrow_x(const float* x, int64_t ldx, const float* weight, f
   check_args("launch_rmsnorm_narrow_x", rows, dim, ldx, ldo);
   VOLTAD_KERNEL_REQUIRE(dim % kActivationBlock == 0,
                         "launch_rmsnorm_narrow_x: dim must be a multiple of 32");
-  const int blocks = dim / kActivationBlock;
-  const int warps =
-      std::min(32, std::max((blocks + kNormMaxBlocksPerWarp - 1) / kNormMaxBlocksPerWarp,
-                            (threads_for(dim) + 31) / 32));
-  if (rows == 0 || blocks > warps * kNormMaxBlocksPerWarp) {  // dim > 8192: not written
-    launch_rmsnorm(x, ldx, weight, out, ldo, rows, dim, eps, stream);
-    return false;
-  }
+  VOLTAD_KERNEL_REQUIRE(!overlaps(x, ldx, out, ldo, rows, dim),
+                        "launch_rmsnorm_narrow_x: out must not overlap x (each row's blocks read all of it)");
+  if (rows == 0) return false;
   const int n8 = (rows + 7) / 8 * 8;
   auto* xp = static_cast<uint32_t*>(narrow_x);
-  launch_kernel(kernel_rmsnorm_blocks<NarrowXPut>, n8, warps * 32, 0, stream, x, ldx, weight, out,
-                ldo, rows, dim, eps, NarrowXPut{xp, n8});
+  launch_kernel(kernel_rmsnorm_blocks<NarrowXPut>, norm_blocks_grid(n8, dim), threads_for(dim), 0, stream,
+                x, ldx, weight, out, ldo, rows, dim, eps, NarrowXPut{xp, n8});
   CUDA_CHECK(cudaGetLastError());
   return true;
 }

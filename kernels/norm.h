@@ -17,16 +17,17 @@ void launch_rmsnorm(const float* x, int64_t ldx, const float* weight, float* out
 
 // launch_rmsnorm, and the output also quantized into xq (rows x dim, the
 // layout of kernels/matvec.h) for the matvec that reads it: one launch
-// instead of two. dim % 32 == 0.
+// instead of two. dim % 32 == 0; out must not overlap x (several blocks
+// share a row, and each reads all of it).
 void launch_rmsnorm_quantize(const float* x, int64_t ldx, const float* weight, float* out, int64_t ldo,
                              int rows, int dim, float eps, QuantizedActivations xq, cudaStream_t stream);
 
 // launch_rmsnorm, and the output also written as the sm_80 narrow GEMM's x
 // (kernels/narrow_x.cuh: rows rounded up to 8, the extra rows zeros) into
 // `narrow_x`, so that the GEMMs that read `out` next skip their conversion
-// (GemmScratch::holds_x in kernels/gemm_sm80.h). dim % 32 == 0. Returns
-// false, having run launch_rmsnorm alone, where dim is past the one-pass
-// kernel (8192).
+// (GemmScratch::holds_x in kernels/gemm_sm80.h). dim % 32 == 0; out must not
+// overlap x. Returns
+// false where nothing was launched (rows == 0).
 bool launch_rmsnorm_narrow_x(const float* x, int64_t ldx, const float* weight, float* out,
                              int64_t ldo, int rows, int dim, float eps, void* narrow_x,
                              cudaStream_t stream);
