@@ -223,8 +223,10 @@ struct CudaBackend::Impl {
   };
   // Split-K attention for the n_tokens consecutive tokens from row `first`.
   // The output also goes out as `out` asks when the kernel can do it;
-  // returns whether it did.
-  bool attention(const Layer& layer, int first, int n_tokens, int max_position, AttnOut out);
+  // returns whether it did. own_position_only: each of those tokens is the
+  // only one of its sequence in the step (kernels::AttentionArgs).
+  bool attention(const Layer& layer, int first, int n_tokens, int max_position, AttnOut out,
+                 bool own_position_only);
   // Returns whether every token's output went out as `out` asks (see attention()).
   bool attention_spans(const Layer& layer, const std::vector<Span>& spans, int max_position, AttnOut out);
   // Every kernel of one step, on the stream (no copies, no syncs): what a

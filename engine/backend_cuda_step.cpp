@@ -5,7 +5,8 @@
 
 namespace voltad {
 
-bool CudaBackend::Impl::attention(const Layer& layer, int first, int n_tokens, int max_position, AttnOut out) {
+bool CudaBackend::Impl::attention(const Layer& layer, int first, int n_tokens, int max_position, AttnOut out,
+                                  bool own_position_only) {
   const ModelConfig& c = model->config;
   const bool fused = out.kind != AttnOut::Plain && c.head_dim % kernels::kActivationBlock == 0;
   const int T = options.max_batch_tokens;
@@ -39,6 +40,7 @@ bool CudaBackend::Impl::attention(const Layer& layer, int first, int n_tokens, i
     a.max_splits = splits;
     a.scale = float(1.0 / std::sqrt(double(c.head_dim)));
     a.partials = partials;
+    a.own_position_only = own_position_only;
     // The combine in pass 1's last block (kernels/attention.h) from 8
     // tokens a launch: measured on the H200 (docs/PERFORMANCE.md, run 14),
     // b8 and b32 +1%, but batch 1 -5%: there one block per KV head does the
@@ -189,7 +191,7 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
                                                           gemm_scratch))
       attn_out.kind = AttnOut::NarrowX;
     const bool attn_written = spans ? attention_spans(l, *spans, max_position, attn_out)
-                                    : attention(l, 0, n, max_position, attn_out);
+                                    : attention(l, 0, n, max_position, attn_out, true);
     if (quantized && !attn_written) kernels::launch_quantize_activations(attn, qd, n, qd, xq, st);
     scratch_holds = attn_out.kind == AttnOut::NarrowX && attn_written ? attn : nullptr;
     matvec(l.wo, attn, qd, n, x, dim, nullptr, true);  // residual add fused
@@ -233,11 +235,13 @@ bool CudaBackend::Impl::attention_spans(const Layer& layer, const std::vector<Sp
   const int T = options.max_batch_tokens;
   const int32_t* d_tables = d_ints + 5 * T;
   int run_first = -1, run_end = -1;
+  bool run_single = true;  // every span of the run one token: decode tokens
   bool all_written = true;
   auto flush = [&] {
     if (run_first < 0) return;
-    all_written &= attention(layer, run_first, run_end - run_first, max_position, out);
+    all_written &= attention(layer, run_first, run_end - run_first, max_position, out, run_single);
     run_first = -1;
+    run_single = true;
   };
   for (const Span& sp : spans) {
     if (tensor_cores && sp.count >= kPrefillMinTokens) {
@@ -260,6 +264,7 @@ bool CudaBackend::Impl::attention_spans(const Layer& layer, const std::vector<Sp
     } else {
       if (run_first < 0) run_first = sp.first;
       run_end = sp.first + sp.count;
+      run_single &= sp.count == 1;
     }
   }
   flush();

@@ -77,48 +77,68 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   return v;
 }
 
-// One block per (token, head). Each piece's max m_s and sum l_s are read
-// once, by one thread each, and reduced across the block (a serial loop
-// over the pieces was a chain of dependent global loads: ~9 us at 32
-// pieces on the H200); then every thread sums its elements over the pieces.
+// One block per (token, head), max(32, head_dim) threads: a thread per
+// element. Every load is issued at once, in one round trip: each piece's max
+// m_s and sum l_s (by one thread each; a serial loop over the pieces was a
+// chain of dependent global loads, ~9 us at 32 pieces on the H200), and each
+// thread's element of every piece (registers, kAttentionMaxSplits of them);
+// then the block reduces m and l and every thread sums its element over the
+// pieces (~2 us a layer less at batch 1 than loading the elements after the
+// reductions, docs/PERFORMANCE.md run 15). The sums go in the same order as
+// before, so the bits are unchanged.
 __global__ void kernel_attention_combine(AttentionArgs a, int splits) {
-  wait_then_release_next();
   __shared__ float weight[kAttentionMaxSplits];  // exp(m_s - max m) of each piece
   __shared__ float scratch[32];
   const int t = blockIdx.x, head = blockIdx.y;
   const int stride = kAttentionPartialHeader + a.head_dim;
+  // positions is the step's input (AttentionArgs), not pass 1's output.
+  const int pos = a.positions[t];
+  const int used = min(splits, pos / split_tokens(pos, splits) + 1);
+  wait_then_release_next();
   const float* parts = a.partials + (int64_t(t) * a.n_heads + head) * splits * stride;
-  const int used = min(splits, a.positions[t] / split_tokens(a.positions[t], splits) + 1);
+  const int e = threadIdx.x;
+  constexpr int kPer = kAttentionMaxSplits / 32;  // pieces a thread reduces: blockDim >= 32
+  float m[kPer], l[kPer];
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int s = threadIdx.x + i * blockDim.x;
+    m[i] = s < used ? parts[s * stride] : -INFINITY;
+    l[i] = s < used ? parts[s * stride + 1] : 0.0f;
+  }
+  float vals[kAttentionMaxSplits];
+#pragma unroll
+  for (int s = 0; s < kAttentionMaxSplits; ++s)
+    vals[s] = s < used && e < a.head_dim ? parts[s * stride + kAttentionPartialHeader + e] : 0.0f;
   float mine = -INFINITY;
-  for (int s = threadIdx.x; s < used; s += blockDim.x) {
-    weight[s] = parts[s * stride];
-    mine = fmaxf(mine, weight[s]);
-  }
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) mine = fmaxf(mine, m[i]);
   const float mm = block_max(mine, scratch);
-  float l = 0.0f;
-  for (int s = threadIdx.x; s < used; s += blockDim.x) {
-    const float m = weight[s];
-    const float w = m == -INFINITY ? 0.0f : __expf(m - mm);
+  float lsum = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int s = threadIdx.x + i * blockDim.x;
+    if (s >= used) break;
+    const float w = m[i] == -INFINITY ? 0.0f : __expf(m[i] - mm);
     weight[s] = w;
-    l += parts[s * stride + 1] * w;
+    lsum += l[i] * w;
   }
-  const float ll = block_sum(l, scratch);  // its barriers also publish weight[]
-  for (int e = threadIdx.x; e < a.head_dim; e += blockDim.x) {
-    float v = 0.0f;
-#pragma unroll 8
-    for (int s = 0; s < used; ++s) v += parts[s * stride + kAttentionPartialHeader + e] * weight[s];
-    const float o = v / ll;
-    a.out[int64_t(t) * a.ldo + head * a.head_dim + e] = o;
-    // With out_q or narrow_x the block has head_dim threads: one pass,
-    // whole warps, each warp one block of 32 values.
-    if (a.out_q.q)
-      quantize_block_warp(o, a.out_q, t, int64_t(a.n_heads) * a.head_dim,
-                          (int64_t(head) * a.head_dim + e) / kActivationBlock);
-    if (a.narrow_x)
-      write_narrow_x_warp(o, threadIdx.x & 31, (int64_t(head) * a.head_dim + e) / kActivationBlock,
-                          a.narrow_row0 + t, a.narrow_n8,
-                          int64_t(a.n_heads) * a.head_dim / kActivationBlock, a.narrow_x);
-  }
+  const float ll = block_sum(lsum, scratch);  // its barriers also publish weight[]
+  if (e >= a.head_dim) return;  // whole warps where the outputs are quantized (head_dim % 32 == 0)
+  float v = 0.0f;
+#pragma unroll
+  for (int s = 0; s < kAttentionMaxSplits; ++s)
+    if (s < used) v += vals[s] * weight[s];
+  const float o = v / ll;
+  a.out[int64_t(t) * a.ldo + head * a.head_dim + e] = o;
+  // With out_q or narrow_x the block has head_dim threads: whole warps,
+  // each warp one block of 32 values.
+  if (a.out_q.q)
+    quantize_block_warp(o, a.out_q, t, int64_t(a.n_heads) * a.head_dim,
+                        (int64_t(head) * a.head_dim + e) / kActivationBlock);
+  if (a.narrow_x)
+    write_narrow_x_warp(o, threadIdx.x & 31, (int64_t(head) * a.head_dim + e) / kActivationBlock,
+                        a.narrow_row0 + t, a.narrow_n8, int64_t(a.n_heads) * a.head_dim / kActivationBlock,
+                        a.narrow_x);
 }
 
 }  // namespace

@@ -82,6 +82,13 @@ struct AttentionArgs {
   // (the combine kernel's work, outputs included), and the second launch is
   // not made. Null: the two launches.
   uint32_t* arrivals = nullptr;
+  // True where each token is the only one of its sequence in the step (a
+  // decode step): of its positions only its own was written by the kernel
+  // just before (the KV write), so under programmatic dependent launch pass 1
+  // loads the others before it waits for that kernel. positions,
+  // token_tables and block_tables must be the step's inputs (copied from the
+  // host), not a kernel's output: they are read before the wait either way.
+  bool own_position_only = false;
 };
 
 // Floats of split-K scratch a step needs.

@@ -136,7 +136,11 @@ __device__ __forceinline__ void combine_pieces(const AttentionArgs& a, int t, in
 template <int HD, class Reader>
 __global__ void __launch_bounds__(kAttentionWarps * 32)
     kernel_attention_partial(AttentionArgs a, Reader cache) {
-  wait_then_release_next();
+  // Before the wait: the step's inputs (positions, tables) and, with
+  // own_position_only, the cache rows of every position but the token's own
+  // (AttentionArgs). q and the own position's row come after it.
+  bool waited = !a.own_position_only;
+  if (waited) wait_then_release_next();
   constexpr int VEC = kAttentionLaneElements;
   constexpr int kLanes = HD / VEC;                   // lanes per position
   constexpr int kSlots = 32 / kLanes;                // positions per warp step
@@ -161,13 +165,21 @@ __global__ void __launch_bounds__(kAttentionWarps * 32)
     m[g] = -INFINITY;
     l[g] = 0.0f;
 #pragma unroll
-    for (int e = 0; e < VEC; ++e) {
-      acc[g][e] = 0.0f;
-      q[g][e] = g < group
-                    ? a.q[int64_t(t) * a.ldq + (kvh * group + g) * HD + sub * VEC + e] * a.scale
-                    : 0.0f;
-    }
+    for (int e = 0; e < VEC; ++e) acc[g][e] = 0.0f;
   }
+  auto load_q = [&] {
+#pragma unroll
+    for (int g = 0; g < kAttentionMaxGroup; ++g)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e)
+        q[g][e] = g < group ? a.q[int64_t(t) * a.ldq + (kvh * group + g) * HD + sub * VEC + e] * a.scale
+                            : 0.0f;
+  };
+  if (waited) load_q();
+  auto load_row = [&](int p) {
+    const int64_t slot = int64_t(table[p / kKvBlockTokens]) * kKvBlockTokens + p % kKvBlockTokens;
+    return cache.load(slot * a.n_kv_heads + kvh, slot * kv_dim + int64_t(kvh) * HD + sub * VEC);
+  };
 
   // The loop bound is the same for every lane of the warp (the shuffles
   // below need all 32); positions past `end` are masked.
@@ -178,14 +190,15 @@ __global__ void __launch_bounds__(kAttentionWarps * 32)
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int p = p0 + u * kStride;
-      if (p < end) {
-        const int64_t slot =
-            int64_t(table[p / kKvBlockTokens]) * kKvBlockTokens + p % kKvBlockTokens;
-        rows[u] =
-            cache.load(slot * a.n_kv_heads + kvh, slot * kv_dim + int64_t(kvh) * HD + sub * VEC);
-      } else {
-        rows[u] = typename Reader::Rows{};
-      }
+      rows[u] = p < end && (waited || p != pos) ? load_row(p) : typename Reader::Rows{};
+    }
+    if (!waited) {  // the first loads are out
+      wait_then_release_next();
+      waited = true;
+      load_q();
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (p0 + u * kStride == pos) rows[u] = load_row(pos);
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -213,6 +226,7 @@ __global__ void __launch_bounds__(kAttentionWarps * 32)
       }
     }
   }
+  if (!waited) wait_then_release_next();  // no positions in this warp's slots
   // Merge the warp's position slots (lanes kLanes apart hold the same elements).
 #pragma unroll
   for (int o = kLanes; o < 32; o <<= 1) {

@@ -99,6 +99,21 @@ int check_attention(Shape sh, const std::vector<int>& cached, const std::vector<
   kernels::launch_attention(a, nullptr);
   CHECK(dout.download() == fused);
   for (uint32_t c : arrivals.download()) REQUIRE(c == 0u);
+  // Decode tokens (one a sequence): pass 1 may load every row but the
+  // token's own before its wait (AttentionArgs::own_position_only); the
+  // own row is then loaded after it. Same bits, both paths.
+  if (std::all_of(new_tokens.begin(), new_tokens.end(), [](int n) { return n == 1; })) {
+    a.own_position_only = true;
+    poison(dout);
+    kernels::launch_attention(a, nullptr);
+    CHECK(dout.download() == fused);
+    a.arrivals = nullptr;
+    poison(dout);
+    kernels::launch_attention(a, nullptr);
+    CHECK(dout.download() == two_launches);
+    a.arrivals = arrivals.get();
+    a.own_position_only = false;
+  }
 
   std::vector<double> ref(fused.size());
   const int group = sh.n_heads / sh.n_kv_heads;
