@@ -160,8 +160,10 @@ void launch_attention_combine(const AttentionArgs& a, int splits, cudaStream_t s
 }
 
 int attention_launch_pieces(const AttentionArgs& a) {
-  return with_head_dim(
-      a.head_dim, [&](auto hd) { return attention_pieces<decltype(hd)::value, Fp16KvReader>(a); });
+  const int group = a.n_kv_heads > 0 ? a.n_heads / a.n_kv_heads : 1;
+  return with_head_dim_group(a.head_dim, group, [&](auto hd, auto g) {
+    return attention_pieces<decltype(hd)::value, decltype(g)::value, Fp16KvReader>(a);
+  });
 }
 
 void launch_attention(const AttentionArgs& a, cudaStream_t stream) {

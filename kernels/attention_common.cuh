@@ -133,7 +133,7 @@ __device__ __forceinline__ void combine_pieces(const AttentionArgs& a, int t, in
 // The key is k_scale * k, the value v_scale * v: the scales multiply the dot
 // product and the softmax weight, not every element (a reader without
 // scales returns 1, which the compiler folds away).
-template <int HD, class Reader>
+template <int HD, int G, class Reader>
 __global__ void __launch_bounds__(kAttentionWarps * 32)
     kernel_attention_partial(AttentionArgs a, Reader cache) {
   // Before the wait: the step's inputs (positions, tables) and, with
@@ -157,11 +157,11 @@ __global__ void __launch_bounds__(kAttentionWarps * 32)
   const int kv_dim = a.n_kv_heads * HD;
   const int32_t* table = a.block_tables + int64_t(a.token_tables[t]) * a.table_stride;
 
-  float q[kAttentionMaxGroup][VEC];
-  float acc[kAttentionMaxGroup][VEC];
-  float m[kAttentionMaxGroup], l[kAttentionMaxGroup];
+  float q[G][VEC];
+  float acc[G][VEC];
+  float m[G], l[G];
 #pragma unroll
-  for (int g = 0; g < kAttentionMaxGroup; ++g) {
+  for (int g = 0; g < G; ++g) {
     m[g] = -INFINITY;
     l[g] = 0.0f;
 #pragma unroll
@@ -169,7 +169,7 @@ __global__ void __launch_bounds__(kAttentionWarps * 32)
   }
   auto load_q = [&] {
 #pragma unroll
-    for (int g = 0; g < kAttentionMaxGroup; ++g)
+    for (int g = 0; g < G; ++g)
 #pragma unroll
       for (int e = 0; e < VEC; ++e)
         q[g][e] = g < group ? a.q[int64_t(t) * a.ldq + (kvh * group + g) * HD + sub * VEC + e] * a.scale
@@ -206,7 +206,7 @@ __global__ void __launch_bounds__(kAttentionWarps * 32)
       float kf[VEC], vf[VEC], k_scale, v_scale;
       Reader::decode(rows[u], kf, vf, k_scale, v_scale);
 #pragma unroll
-      for (int g = 0; g < kAttentionMaxGroup; ++g) {
+      for (int g = 0; g < G; ++g) {
         if (g >= group) break;
         float s = 0.0f;
 #pragma unroll
@@ -231,7 +231,7 @@ __global__ void __launch_bounds__(kAttentionWarps * 32)
 #pragma unroll
   for (int o = kLanes; o < 32; o <<= 1) {
 #pragma unroll
-    for (int g = 0; g < kAttentionMaxGroup; ++g) {
+    for (int g = 0; g < G; ++g) {
       if (g >= group) break;
       const float mo = __shfl_xor_sync(0xffffffffu, m[g], o);
       const float lo = __shfl_xor_sync(0xffffffffu, l[g], o);
@@ -249,11 +249,10 @@ __global__ void __launch_bounds__(kAttentionWarps * 32)
   }
 
   // Merge the warps: each writes its (m, l, acc) to shared memory, warp 0 combines.
-  __shared__ float sm_m[kAttentionWarps][kAttentionMaxGroup],
-      sm_l[kAttentionWarps][kAttentionMaxGroup];
-  __shared__ float sm_acc[kAttentionWarps][kAttentionMaxGroup][HD];
+  __shared__ float sm_m[kAttentionWarps][G], sm_l[kAttentionWarps][G];
+  __shared__ float sm_acc[kAttentionWarps][G][HD];
 #pragma unroll
-  for (int g = 0; g < kAttentionMaxGroup; ++g) {
+  for (int g = 0; g < G; ++g) {
     if (g >= group) break;
     if (lane == 0) sm_m[warp][g] = m[g], sm_l[warp][g] = l[g];
     if (lane < kLanes) {
@@ -304,14 +303,14 @@ void launch_attention_combine(const AttentionArgs& args, int splits, cudaStream_
 // Blocks of pass 1 the device runs at once (one wave): SMs x resident
 // blocks per SM, for this instance (registers differ per cache reader and
 // head size). Computed once per process: one process serves one GPU.
-template <int HD, class Reader>
+template <int HD, int G, class Reader>
 int attention_wave_blocks() {
   static const int blocks = [] {
     int dev = 0, sms = 0, per_sm = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm, kernel_attention_partial<HD, Reader>, kAttentionWarps * 32, 0));
+        &per_sm, kernel_attention_partial<HD, G, Reader>, kAttentionWarps * 32, 0));
     return sms * std::max(per_sm, 1);
   }();
   return blocks;
@@ -324,12 +323,12 @@ int attention_wave_blocks() {
 // 8 sequences of Llama-3-8B at 32 pieces were 2,048 blocks, ~5 waves of
 // mostly empty or 16-position pieces, 49 us a layer (docs/PERFORMANCE.md,
 // run 11).
-template <int HD, class Reader>
+template <int HD, int G, class Reader>
 int attention_pieces(const AttentionArgs& a) {
   int splits = attention_splits(a.max_position);
   if (a.max_splits > 0) splits = std::min(splits, a.max_splits);
   const int64_t per_piece = std::max<int64_t>(1, int64_t(a.n_tokens) * a.n_kv_heads);
-  const int64_t fit = std::max<int64_t>(1, attention_wave_blocks<HD, Reader>() / per_piece);
+  const int64_t fit = std::max<int64_t>(1, attention_wave_blocks<HD, G, Reader>() / per_piece);
   return int(std::min<int64_t>(splits, fit));
 }
 
@@ -353,6 +352,21 @@ decltype(auto) with_head_dim(int head_dim, Fn&& fn) {
   }
 }
 
+// Calls fn(HD, G) as std::integral_constants: the args' head_dim, and the
+// smallest of 1, 2, 4, 8 that holds `group` query heads a KV head. Pass 1
+// keeps q and the sums of G heads in registers: sized for 8 heads always,
+// Llama-3-8B's 4 took 220 registers a thread, 2 blocks an SM, and so half
+// the pieces a wave holds at batch 8 (docs/PERFORMANCE.md run 16).
+template <class Fn>
+decltype(auto) with_head_dim_group(int head_dim, int group, Fn&& fn) {
+  return with_head_dim(head_dim, [&](auto hd) {
+    if (group <= 1) return fn(hd, std::integral_constant<int, 1>{});
+    if (group <= 2) return fn(hd, std::integral_constant<int, 2>{});
+    if (group <= 4) return fn(hd, std::integral_constant<int, 4>{});
+    return fn(hd, std::integral_constant<int, 8>{});
+  });
+}
+
 // Both passes over the cache that `cache` reads.
 template <class Reader>
 void launch_attention_split_k(const AttentionArgs& a, Reader cache, cudaStream_t stream) {
@@ -367,11 +381,11 @@ void launch_attention_split_k(const AttentionArgs& a, Reader cache, cudaStream_t
                         "an attention output in the narrow GEMM's layout needs head_dim % 32 == 0");
   VOLTAD_KERNEL_REQUIRE(!a.arrivals || reinterpret_cast<uintptr_t>(a.partials) % 16 == 0,
                         "the combine in pass 1 reads the partials as float4: 16-byte aligned");
-  const int splits = with_head_dim(a.head_dim, [&](auto hd) {
-    constexpr int HD = decltype(hd)::value;
-    const int pieces = attention_pieces<HD, Reader>(a);
+  const int splits = with_head_dim_group(a.head_dim, a.n_heads / a.n_kv_heads, [&](auto hd, auto g) {
+    constexpr int HD = decltype(hd)::value, G = decltype(g)::value;
+    const int pieces = attention_pieces<HD, G, Reader>(a);
     const dim3 grid(unsigned(a.n_tokens), unsigned(a.n_kv_heads), unsigned(pieces));
-    launch_kernel(kernel_attention_partial<HD, Reader>, grid, kAttentionWarps * 32, 0, stream, a,
+    launch_kernel(kernel_attention_partial<HD, G, Reader>, grid, kAttentionWarps * 32, 0, stream, a,
                   cache);
     return pieces;
   });
