@@ -14,7 +14,6 @@ namespace voltad::kernels {
 
 __global__ void kernel_rope(float* x, int64_t ld, int rows, int n_heads, int head_dim, int rot_dims,
                             const int32_t* positions, const float* inv_freq, bool neox) {
-  wait_then_release_next();
   const int half = rot_dims / 2;
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= int64_t(rows) * n_heads * half) return;
@@ -24,8 +23,10 @@ __global__ void kernel_rope(float* x, int64_t ld, int rows, int n_heads, int hea
   float* h = x + row * ld + int64_t(head) * head_dim;
   const int i0 = neox ? i : 2 * i;
   const int i1 = neox ? i + half : 2 * i + 1;
+  // The angle before the wait (positions and inv_freq: see rope.h).
   float s, c;
   sincosf(float(positions[row]) * inv_freq[i], &s, &c);
+  wait_then_release_next();
   const float a = h[i0], b = h[i1];
   h[i0] = a * c - b * s;
   h[i1] = a * s + b * c;
@@ -55,7 +56,6 @@ __global__ void kernel_rope_qk_kv_write(float* q, int64_t ldq, float* k, const f
                                         int head_dim, const int32_t* positions,
                                         const float* inv_freq, bool neox, const int32_t* slots,
                                         __half* kc, __half* vc) {
-  wait_then_release_next();
   const int half = head_dim / 2, heads = n_heads + n_kv_heads;
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= int64_t(rows) * heads * half) return;
@@ -68,15 +68,18 @@ __global__ void kernel_rope_qk_kv_write(float* q, int64_t ldq, float* k, const f
       is_k ? k + row * ldkv + int64_t(kh) * head_dim : q + row * ldq + int64_t(head) * head_dim;
   const int i0 = neox ? i : 2 * i;
   const int i1 = neox ? i + half : 2 * i + 1;
+  // The angle and the slot before the wait (see rope.h).
   float s, c;
   sincosf(float(positions[row]) * inv_freq[i], &s, &c);
+  const int64_t slot = is_k ? int64_t(slots[row]) : 0;
+  wait_then_release_next();
   const float a = h[i0], b = h[i1];
   const float r0 = a * c - b * s, r1 = a * s + b * c;
   h[i0] = r0;
   h[i1] = r1;
   if (is_k) {
     const int64_t kv_dim = int64_t(n_kv_heads) * head_dim;
-    const int64_t base = int64_t(slots[row]) * kv_dim + int64_t(kh) * head_dim;
+    const int64_t base = slot * kv_dim + int64_t(kh) * head_dim;
     kc[base + i0] = __float2half_rn(r0);
     kc[base + i1] = __float2half_rn(r1);
     const float* vh = v + row * ldkv + int64_t(kh) * head_dim;

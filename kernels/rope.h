@@ -38,7 +38,12 @@ inline std::vector<float> rope_inverse_frequencies(int rot_dims, double base,
 
 // x: rows (tokens) of n_heads * head_dim values, stride ld; positions: one
 // int32 per row (device); the first rot_dims (even, <= head_dim) values of
-// each head rotate, the rest pass through.
+// each head rotate, the rest pass through. positions and inv_freq (and the
+// slots below) must not be the output of the kernel just before on the
+// stream: under programmatic dependent launch (kernels/launch.cuh) they are
+// read, and the angles computed, before the wait for it. In the backend
+// they are the step's inputs, copied from the host, and a table made at
+// load.
 void launch_rope(float* x, int64_t ld, int rows, int n_heads, int head_dim, int rot_dims,
                  const int32_t* positions, const float* inv_freq, RopeOrdering ordering,
                  cudaStream_t stream);
