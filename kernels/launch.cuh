@@ -3,14 +3,17 @@
 // Programmatic dependent launch (sm_90+, `engine.kernels: auto`): a kernel
 // launched with cudaLaunchAttributeProgrammaticStreamSerialization may be
 // scheduled while the kernel before it on the stream is still draining its
-// last blocks; it then waits in griddepcontrol.wait, at its very start,
-// until that kernel has completed and its writes are visible. What is saved
-// is the launch latency and the ramp of each kernel boundary, a few
-// microseconds each, of which a decode step has ~360. Every kernel waits
-// first thing, so each one still starts its work only after every earlier
-// kernel on the stream is complete (each of those waited for its own
-// predecessor). Without the attribute (portable, the V100, sm_80) the wait
-// returns at once and the launch is the plain <<<>>>.
+// last blocks; it then waits in griddepcontrol.wait until that kernel has
+// completed and its writes are visible. What is saved is the launch latency
+// and the ramp of each kernel boundary, a few microseconds each, of which a
+// decode step has ~360. Every kernel waits before it reads anything a
+// kernel of the step writes or writes anything at all; before the wait it
+// may only read what no kernel of the step writes (weights, the step's
+// inputs copied from the host, cache rows of earlier steps), so each one
+// still reads only after every earlier kernel on the stream is complete
+// (each of those waited for its own predecessor). Without the attribute
+// (portable, the V100, sm_80) the wait returns at once and the launch is
+// the plain <<<>>>.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -50,7 +53,7 @@ void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem
 
 // The first statement of every kernel (see above), or the first after the
 // loads of what no earlier kernel writes (the narrow GEMM's first weight
-// stages).
+// stages, the matvecs' first weights, the attention's older cache rows).
 __device__ __forceinline__ void wait_for_previous_kernel() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
