@@ -137,7 +137,7 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
     scratch_holds = nullptr;
     if (quantized) kernels::launch_rmsnorm_quantize(x, dim, weight, xn, dim, n, dim, c.rms_eps, xq, st);
     else if (!narrow_readers(readers)) kernels::launch_rmsnorm(x, dim, weight, xn, dim, n, dim, c.rms_eps, st);
-    // False past the one-pass kernel's dim: it ran the plain norm alone.
+    // False only for n == 0 (nothing launched).
     else if (kernels::launch_rmsnorm_narrow_x(x, dim, weight, xn, dim, n, dim, c.rms_eps, gemm_scratch.data, st))
       scratch_holds = xn;
   };

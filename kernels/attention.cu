@@ -40,6 +40,12 @@ struct Fp16KvReader {
   __device__ __forceinline__ Rows load(int64_t /*head_row*/, int64_t at) const {
     return {*reinterpret_cast<const uint4*>(k + at), *reinterpret_cast<const uint4*>(v + at)};
   }
+  // The token's own row, written by the kernel just before: from L2 (the
+  // line may be in L1 from a load before the wait; kernel_attention_partial).
+  __device__ __forceinline__ Rows load_fresh(int64_t /*head_row*/, int64_t at) const {
+    return {__ldcg(reinterpret_cast<const uint4*>(k + at)),
+            __ldcg(reinterpret_cast<const uint4*>(v + at))};
+  }
   __device__ __forceinline__ static void decode(const Rows& r, float (&kf)[8], float (&vf)[8],
                                                 float& k_scale, float& v_scale) {
     const __half2* kh = reinterpret_cast<const __half2*>(&r.k);
@@ -97,6 +103,7 @@ __global__ void kernel_attention_combine(AttentionArgs a, int splits) {
   wait_then_release_next();
   const float* parts = a.partials + (int64_t(t) * a.n_heads + head) * splits * stride;
   const int e = threadIdx.x;
+  static_assert(kAttentionMaxSplits % 32 == 0, "whole pieces a thread");
   constexpr int kPer = kAttentionMaxSplits / 32;  // pieces a thread reduces: blockDim >= 32
   float m[kPer], l[kPer];
 #pragma unroll
@@ -137,8 +144,8 @@ __global__ void kernel_attention_combine(AttentionArgs a, int splits) {
                         (int64_t(head) * a.head_dim + e) / kActivationBlock);
   if (a.narrow_x)
     write_narrow_x_warp(o, threadIdx.x & 31, (int64_t(head) * a.head_dim + e) / kActivationBlock,
-                        a.narrow_row0 + t, a.narrow_n8, int64_t(a.n_heads) * a.head_dim / kActivationBlock,
-                        a.narrow_x);
+                        a.narrow_row0 + t, a.narrow_n8,
+                        int64_t(a.n_heads) * a.head_dim / kActivationBlock, a.narrow_x);
 }
 
 }  // namespace

@@ -128,6 +128,9 @@ __device__ __forceinline__ void combine_pieces(const AttentionArgs& a, int t, in
 //                 head_row = slot * n_kv_heads + kv head (per-row data such
 //                 as a scale), at = slot * kv_dim + kv head * head_dim + the
 //                 lane's first element
+//   Rows load_fresh(int64_t head_row, int64_t at) const;
+//                 the same through L2 only (__ldcg), for the token's own row
+//                 after the wait (AttentionArgs::own_position_only)
 //   static void decode(const Rows&, float (&k)[8], float (&v)[8],
 //                      float& k_scale, float& v_scale);
 // The key is k_scale * k, the value v_scale * v: the scales multiply the dot
@@ -176,8 +179,11 @@ __global__ void __launch_bounds__(kAttentionWarps * 32)
                             : 0.0f;
   };
   if (waited) load_q();
+  auto slot_of = [&](int p) {
+    return int64_t(table[p / kKvBlockTokens]) * kKvBlockTokens + p % kKvBlockTokens;
+  };
   auto load_row = [&](int p) {
-    const int64_t slot = int64_t(table[p / kKvBlockTokens]) * kKvBlockTokens + p % kKvBlockTokens;
+    const int64_t slot = slot_of(p);
     return cache.load(slot * a.n_kv_heads + kvh, slot * kv_dim + int64_t(kvh) * HD + sub * VEC);
   };
 
@@ -196,9 +202,12 @@ __global__ void __launch_bounds__(kAttentionWarps * 32)
       wait_then_release_next();
       waited = true;
       load_q();
+      // Through L2: a line of it may be in L1 from a neighbour's load above.
+      const int64_t own = pos < end ? slot_of(pos) : 0;
 #pragma unroll
       for (int u = 0; u < U; ++u)
-        if (p0 + u * kStride == pos) rows[u] = load_row(pos);
+        if (pos < end && p0 + u * kStride == pos)
+          rows[u] = cache.load_fresh(own * a.n_kv_heads + kvh, own * kv_dim + int64_t(kvh) * HD + sub * VEC);
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {

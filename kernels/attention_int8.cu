@@ -84,6 +84,14 @@ struct Int8KvReader {
     return {*reinterpret_cast<const uint2*>(k + at), *reinterpret_cast<const uint2*>(v + at),
             k_scale[head_row], v_scale[head_row]};
   }
+  // The token's own row and scales, written by the kernel just before: from
+  // L2 (neighbouring slots' scales share a line that a load before the wait
+  // may have brought into L1; kernel_attention_partial).
+  __device__ __forceinline__ Rows load_fresh(int64_t head_row, int64_t at) const {
+    return {__ldcg(reinterpret_cast<const uint2*>(k + at)),
+            __ldcg(reinterpret_cast<const uint2*>(v + at)), __ldcg(k_scale + head_row),
+            __ldcg(v_scale + head_row)};
+  }
   __device__ __forceinline__ static void decode(const Rows& r, float (&kf)[8], float (&vf)[8],
                                                 float& ks, float& vs) {
     int8x8_to_float(r.k, kf);

@@ -51,18 +51,20 @@ void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem
   (void)cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
-// The first statement of every kernel (see above), or the first after the
-// loads of what no earlier kernel writes (the narrow GEMM's first weight
-// stages, the matvecs' first weights, the attention's older cache rows).
+// Before a kernel's first read of what a kernel of the step writes, and
+// before its first write (see above). What comes before it may only read
+// what no kernel of the step writes: the narrow GEMM's first weight
+// stages, the matvecs' first weights, the norm's weights, RoPE's angles and
+// slots, the attention's step inputs and older cache rows.
 __device__ __forceinline__ void wait_for_previous_kernel() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
 }
 
-// The same, for the short kernels between the matvecs and GEMMs of a decode
-// step (norms, RoPE, SwiGLU, the attention, the x conversions) and for the
-// narrow GEMM: once the wait returns, the kernel lets the next one on the
+// The same wait, for the short kernels between the matvecs and GEMMs of a
+// decode step (norms, RoPE, SwiGLU, the attention, the x conversions) and
+// for the narrow GEMM: once the wait returns, the kernel lets the next one on the
 // stream be scheduled (griddepcontrol.launch_dependents) instead of at its
 // own exit. That next
 // one, a GEMM as a rule, then starts its weight loads while this kernel

@@ -1,15 +1,17 @@
-// RMSNorm kernels: one block per row; the block's threads stride over the
-// row, sum squares, reduce through shared memory, then scale. Rows are short
-// (a few thousand floats), so the second pass re-reads x from L1.
-#include <algorithm>
+// RMSNorm kernels. kernel_rmsnorm: one block per row; the block's threads
+// stride over the row, sum squares, reduce through shared memory, then
+// scale (rows are a few thousand floats: the second pass re-reads x from
+// L1). kernel_rmsnorm_blocks (the norms that also quantize or write the
+// narrow GEMM's x): several blocks per row, see below.
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 
 #include "kernels/cuda_check.h"
 #include "kernels/device_common.cuh"
 #include "kernels/launch.cuh"
-#include "kernels/norm.h"
 #include "kernels/narrow_x.cuh"
+#include "kernels/norm.h"
 #include "kernels/quantize_warp.cuh"
 
 namespace voltad::kernels {
@@ -144,19 +146,23 @@ void launch_add_rmsnorm(float* residual, const float* delta, int64_t ld, const f
   CUDA_CHECK(cudaGetLastError());
 }
 
-// The grid of kernel_rmsnorm_blocks: threads_for(dim) threads a block (the
-// summation order of kernel_rmsnorm), as many blocks per row as it takes
-// for one warp per 32 values.
 namespace {
 
-// Whether rows x dim of x (stride ldx) and of out (stride ldo) share bytes.
+// Whether the address ranges that rows x dim of x (stride ldx) and of out
+// (stride ldo) span meet: conservative (two interleaved strided layouts
+// that share no element count as overlapping; the backend has none).
 bool overlaps(const float* x, int64_t ldx, const float* out, int64_t ldo, int rows, int dim) {
   if (rows == 0) return false;
-  const float* x_end = x + (rows - 1) * ldx + dim;
-  const float* out_end = out + (rows - 1) * ldo + dim;
-  return x < out_end && out < x_end;
+  const uintptr_t x0 = reinterpret_cast<uintptr_t>(x), o0 = reinterpret_cast<uintptr_t>(out);
+  const uintptr_t x1 = x0 + uintptr_t((rows - 1) * ldx + dim) * sizeof(float);
+  const uintptr_t o1 = o0 + uintptr_t((rows - 1) * ldo + dim) * sizeof(float);
+  return x0 < o1 && o0 < x1;
 }
 
+// The grid of kernel_rmsnorm_blocks: threads_for(dim) threads a block (the
+// summation order of kernel_rmsnorm), as many blocks per row as it takes
+// for one warp per 32 values; rows on y (at most 65,535).
+constexpr int kNormMaxRows = 65535;
 dim3 norm_blocks_grid(int rows, int dim) {
   const int warps = threads_for(dim) / 32;
   const int blocks = dim / kActivationBlock;
@@ -171,11 +177,14 @@ void launch_rmsnorm_quantize(const float* x, int64_t ldx, const float* weight, f
   check_args("launch_rmsnorm_quantize", rows, dim, ldx, ldo);
   VOLTAD_KERNEL_REQUIRE(dim % kActivationBlock == 0,
                         "launch_rmsnorm_quantize: dim must be a multiple of 32");
-  VOLTAD_KERNEL_REQUIRE(!overlaps(x, ldx, out, ldo, rows, dim),
-                        "launch_rmsnorm_quantize: out must not overlap x (each row's blocks read all of it)");
+  VOLTAD_KERNEL_REQUIRE(
+      !overlaps(x, ldx, out, ldo, rows, dim),
+      "launch_rmsnorm_quantize: out must not overlap x (each row's blocks read all of it)");
+  VOLTAD_KERNEL_REQUIRE(rows <= kNormMaxRows,
+                        "launch_rmsnorm_quantize: at most 65,535 rows a launch");
   if (rows == 0) return;
-  launch_kernel(kernel_rmsnorm_blocks<QuantizePut>, norm_blocks_grid(rows, dim), threads_for(dim), 0,
-                stream, x, ldx, weight, out, ldo, rows, dim, eps, QuantizePut{xq});
+  launch_kernel(kernel_rmsnorm_blocks<QuantizePut>, norm_blocks_grid(rows, dim), threads_for(dim),
+                0, stream, x, ldx, weight, out, ldo, rows, dim, eps, QuantizePut{xq});
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -185,13 +194,16 @@ bool launch_rmsnorm_narrow_x(const float* x, int64_t ldx, const float* weight, f
   check_args("launch_rmsnorm_narrow_x", rows, dim, ldx, ldo);
   VOLTAD_KERNEL_REQUIRE(dim % kActivationBlock == 0,
                         "launch_rmsnorm_narrow_x: dim must be a multiple of 32");
-  VOLTAD_KERNEL_REQUIRE(!overlaps(x, ldx, out, ldo, rows, dim),
-                        "launch_rmsnorm_narrow_x: out must not overlap x (each row's blocks read all of it)");
+  VOLTAD_KERNEL_REQUIRE(
+      !overlaps(x, ldx, out, ldo, rows, dim),
+      "launch_rmsnorm_narrow_x: out must not overlap x (each row's blocks read all of it)");
+  VOLTAD_KERNEL_REQUIRE(rows <= kNormMaxRows - 7,
+                        "launch_rmsnorm_narrow_x: at most 65,528 rows a launch");
   if (rows == 0) return false;
   const int n8 = (rows + 7) / 8 * 8;
   auto* xp = static_cast<uint32_t*>(narrow_x);
-  launch_kernel(kernel_rmsnorm_blocks<NarrowXPut>, norm_blocks_grid(n8, dim), threads_for(dim), 0, stream,
-                x, ldx, weight, out, ldo, rows, dim, eps, NarrowXPut{xp, n8});
+  launch_kernel(kernel_rmsnorm_blocks<NarrowXPut>, norm_blocks_grid(n8, dim), threads_for(dim), 0,
+                stream, x, ldx, weight, out, ldo, rows, dim, eps, NarrowXPut{xp, n8});
   CUDA_CHECK(cudaGetLastError());
   return true;
 }
