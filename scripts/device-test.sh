@@ -74,7 +74,8 @@ for f in tests/kernels/test_*.cpp; do
   t="kernels_$(basename "$f" .cpp)"
   [[ -z $tests_re || $t =~ $tests_re ]] && targets+=("$t")
 done
-ninja -C "$build" -k 0 -j "$jobs" "${targets[@]}" >"$out/build.log" 2>&1
+bash scripts/device-fresh-sources.sh "$build" >"$out/build.log"
+ninja -C "$build" -k 0 -j "$jobs" "${targets[@]}" >>"$out/build.log" 2>&1
 build_rc=$?
 ((build_rc == 0)) || grep -E "error|FAILED" "$out/build.log" | head -30
 build_s=$((SECONDS - t0))
