@@ -32,6 +32,13 @@ struct CudaBackendOptions {
   // Portable: only the kernels a V100 runs. Auto: per-architecture variants
   // where the card has them (kernels/kernel_set.h).
   kernels::KernelSet kernels = kernels::KernelSet::Auto;
+  // Timing only (voltad-bench --omit): kernels every step leaves out, so
+  // that a benchmark can measure what each costs inside the decode graph.
+  // The outputs are then meaningless; nothing but the bench sets it.
+  struct Omit {
+    bool norms = false, rope = false, attention = false, swiglu = false, matvecs = false;
+    bool any() const { return norms || rope || attention || swiglu || matvecs; }
+  } omit;
   // Called while weights load: (bytes done, bytes total, tensor name).
   std::function<void(uint64_t, uint64_t, const std::string&)> on_progress;
   // Host memory for the pinned buffers the GPU copies to and from (the

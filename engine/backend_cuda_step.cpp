@@ -113,8 +113,10 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
     a.accumulate = accumulate;
     kernels::launch_matvec(a, on);
   };
+  const CudaBackendOptions::Omit& omit = options.omit;  // timing only
   auto matvec = [&](const kernels::PackedMatrixView& w, const float* xin, int64_t ldx, int rows, float* y,
                     int64_t ldy, const float* bias, bool accumulate) {
+    if (omit.matvecs) return;
     matvec_on(st, w, xin, ldx, rows, y, ldy, bias, accumulate);
   };
 
@@ -135,6 +137,7 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
   };
   auto norm = [&](const float* weight, const std::vector<ProjectionStack>& readers) {
     scratch_holds = nullptr;
+    if (omit.norms) return;
     if (quantized) kernels::launch_rmsnorm_quantize(x, dim, weight, xn, dim, n, dim, c.rms_eps, xq, st);
     else if (!narrow_readers(readers)) kernels::launch_rmsnorm(x, dim, weight, xn, dim, n, dim, c.rms_eps, st);
     // False only for n == 0 (nothing launched).
@@ -157,7 +160,7 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
       CUDA_CHECK(cudaStreamWaitEvent(side, fork_event, 0));
       for (size_t i = 1; i < l.qkv.size(); ++i) {
         const ProjectionStack& p = l.qkv[i];
-        matvec_on(side, p.w, xn, dim, n, q + p.column, ldqkv, p.bias, false);
+        if (!omit.matvecs) matvec_on(side, p.w, xn, dim, n, q + p.column, ldqkv, p.bias, false);
       }
       matvec(l.qkv[0].w, xn, dim, n, q + l.qkv[0].column, ldqkv, l.qkv[0].bias, false);
       CUDA_CHECK(cudaEventRecord(join_event, side));
@@ -172,7 +175,8 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
       kernels::launch_head_rmsnorm(k, ldqkv, n, int(c.n_kv_heads), int(c.head_dim), l.k_norm,
                                    c.rms_eps, st);
     }
-    if (options.kv_int8) {
+    if (omit.rope) {
+    } else if (options.kv_int8) {
       kernels::launch_rope(q, ldqkv, n, int(c.n_heads), int(c.head_dim), int(c.head_dim),
                            d_positions, inv_freq, ordering, st);
       kernels::launch_rope(k, ldqkv, n, int(c.n_kv_heads), int(c.head_dim), int(c.head_dim),
@@ -190,8 +194,9 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
     if (!quantized && kernels::gemm_for_takes_narrow_sm80(options.kernels, gemm_args(l.wo, attn, qd, n, x, dim, nullptr, true),
                                                           gemm_scratch))
       attn_out.kind = AttnOut::NarrowX;
-    const bool attn_written = spans ? attention_spans(l, *spans, max_position, attn_out)
-                                    : attention(l, 0, n, max_position, attn_out, true);
+    const bool attn_written = omit.attention ? true
+                              : spans        ? attention_spans(l, *spans, max_position, attn_out)
+                                             : attention(l, 0, n, max_position, attn_out, true);
     if (quantized && !attn_written) kernels::launch_quantize_activations(attn, qd, n, qd, xq, st);
     scratch_holds = attn_out.kind == AttnOut::NarrowX && attn_written ? attn : nullptr;
     matvec(l.wo, attn, qd, n, x, dim, nullptr, true);  // residual add fused
@@ -201,7 +206,8 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
     for (const ProjectionStack& p : l.gate_up)
       matvec(p.w, xn, dim, n, gate + p.column, ldgu, nullptr, false);
     scratch_holds = nullptr;
-    if (quantized) {
+    if (omit.swiglu) {
+    } else if (quantized) {
       kernels::launch_swiglu_quantize(gate, ldgu, up, ldgu, gate, ldgu, n, ffn, xq, st);
     } else if (ffn % kernels::kActivationBlock == 0 &&
                kernels::gemm_for_takes_narrow_sm80(options.kernels,

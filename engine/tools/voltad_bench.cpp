@@ -27,10 +27,14 @@ namespace {
 constexpr const char* kUsage =
     "usage: voltad-bench -m MODEL.gguf [-p 512] [-n 128] [-b 1,2,4,8,16] [--ctx 512] [--repeat 3]\n"
     "                    [--kv fp16|int8] [--kernels auto|portable] [--no-graphs] [--top-k K] [--json]\n"
+    "                    [--omit norms,rope,attention,swiglu,matvecs]\n"
     "  --kernels: auto (per-architecture variants where the card has them, the\n"
     "             default) or portable (only what a V100 runs)\n"
     "  --top-k K: each decode step returns the K best logits per sequence, as the\n"
-    "             server does for greedy (1) or top-k sampling (0: whole rows)\n";
+    "             server does for greedy (1) or top-k sampling (0: whole rows)\n"
+    "  --omit:    timing only: every step leaves these kernels out, so the time\n"
+    "             they cost inside the decode graph shows as the difference from\n"
+    "             a run without --omit; the outputs are meaningless\n";
 
 [[maybe_unused]] std::vector<int> parse_list(const std::string& s) {
   std::vector<int> v;
@@ -54,7 +58,7 @@ int main(int argc, char** argv) {
   int prompt = 512, steps = 128, ctx = 512, repeat = 3, top_k = 1;
   std::vector<int> batches = {1, 2, 4, 8, 16};
   bool json = false, kv_int8 = false, graphs = true;
-  std::string kernel_set = "auto";
+  std::string kernel_set = "auto", omit_list;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -67,6 +71,15 @@ int main(int argc, char** argv) {
     else if (a == "--json") json = true;
     else if (a == "--no-graphs") graphs = false;
     else if (a == "--top-k") top_k = std::atoi(next().c_str());
+    else if (a == "--omit") {
+      omit_list = next();
+      std::stringstream in(omit_list);
+      for (std::string item; std::getline(in, item, ',');)
+        if (item != "norms" && item != "rope" && item != "attention" && item != "swiglu" && item != "matvecs")
+          return std::fprintf(stderr, "voltad-bench: --omit takes norms, rope, attention, swiglu, matvecs; not '%s'\n",
+                              item.c_str()),
+                 64;
+    }
     else if (a == "--kv") {
       std::string k = next();
       if (k != "fp16" && k != "int8") return std::fprintf(stderr, "voltad-bench: --kv must be fp16 or int8\n"), 64;
@@ -105,6 +118,18 @@ int main(int argc, char** argv) {
   o.kv_int8 = kv_int8;
   o.use_graphs = graphs;
   o.kernels = *kernels::parse_kernel_set(kernel_set);
+  {
+    std::stringstream in(omit_list);
+    for (std::string item; std::getline(in, item, ',');) {
+      if (item == "norms") o.omit.norms = true;
+      else if (item == "rope") o.omit.rope = true;
+      else if (item == "attention") o.omit.attention = true;
+      else if (item == "swiglu") o.omit.swiglu = true;
+      else if (item == "matvecs") o.omit.matvecs = true;
+    }
+    if (o.omit.any())
+      std::fprintf(stderr, "voltad-bench: --omit %s: timing only, the outputs are meaningless\n", omit_list.c_str());
+  }
   o.on_progress = [json](uint64_t done, uint64_t total, const std::string&) {
     if (!json) std::fprintf(stderr, "\rvoltad-bench: loading %3d%%", int(100.0 * double(done) / double(total)));
   };
@@ -187,6 +212,7 @@ int main(int argc, char** argv) {
     std::printf("{\n  \"model\": \"%s\",\n  \"device\": \"%s\",\n  \"copy_bandwidth_gbps\": %.1f,\n", model_path.c_str(),
                 b.device_name().c_str(), bandwidth.value() / 1e9);
     std::printf("  \"top_k\": %d,\n  \"kernels\": \"%s\",\n", top_k, b.kernels_in_use().c_str());
+    if (o.omit.any()) std::printf("  \"omitted_kernels_timing_only\": \"%s\",\n", omit_list.c_str());
     std::printf("  \"kv_cache_type\": \"%s\",\n  \"cuda_graphs\": %s,\n  \"load_seconds\": %.2f,\n  \"weights_bytes\": %llu,\n  \"decode_weight_bytes\": %llu,\n", kv_int8 ? "int8" : "fp16", graphs ? "true" : "false", load_s,
                 (unsigned long long)mem.weights, (unsigned long long)b.decode_weight_bytes());
     std::printf("  \"gguf_tensor_bytes\": %llu,\n  \"workspace_bytes\": %llu,\n  \"kv_cache_bytes\": %llu,\n",
@@ -216,6 +242,7 @@ int main(int argc, char** argv) {
                   return t / 1e9;
                 }(), mem.workspace / 1e9, mem.kv_cache / 1e9, load_s);
     if (prompt > 0) std::printf("prefill     %d tokens: %.0f tokens/s\n", prompt, prefill_tps);
+    if (o.omit.any()) std::printf("omitted     %s (timing only: outputs meaningless)\n", omit_list.c_str());
     std::printf("decode      context %d, %d steps (median)\n", ctx, steps);
     std::printf("  batch   step ms   tok/s/seq   tok/s total   MB/step    GB/s   efficiency\n");
     for (const Row& r : rows)
