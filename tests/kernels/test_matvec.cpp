@@ -12,9 +12,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <random>
 #include <sstream>
 
 #include "engine/weight_repack.h"
+#include "kernels/kernel_set.h"
 #include "kernels/matvec.h"
 #include "tests/kernels/gpu_test_util.h"
 #include "tests/kernels/random_weights.h"
@@ -253,4 +255,61 @@ TEST_CASE("quantized activations: NaN in x makes the block's scale NaN") {
   CHECK(std::isfinite(s[4]));  // block 1
   CHECK(std::isfinite(s[5]));
   CHECK(std::isfinite(s[6]));
+}
+
+// Under programmatic dependent launch (`auto` on sm_90) a matvec issues its
+// first weight loads before its wait and lets its successor start after its
+// main loop; x (quantized by the kernel just before, on the same stream)
+// and the y it accumulates into must still be read after the wait. Fresh
+// x and y every round: a read before the quantizer finished would see the
+// previous round's values, and `auto` would differ from `portable` (plain
+// launches, the same kernels). Batch 1 and 3, the formats of Q4_0, Q4_K_M
+// and Q8_0 models.
+TEST_CASE("decode matvecs under PDL: x quantized by the kernel just before") {
+  if (!kernels::programmatic_launch_supported())
+    MESSAGE(
+        "no programmatic dependent launch on this device or build: both runs are plain launches");
+  std::mt19937& rng = test_rng();
+  const int64_t rows = 4096, cols = 4096;
+  cudaStream_t stream = nullptr;
+  CUDA_CHECK(cudaStreamCreate(&stream));
+  for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0}) {
+    for (int batch : {1, 3}) {
+      CAPTURE(ggml_type_name(type));
+      CAPTURE(batch);
+      const std::vector<uint8_t> gguf = random_valid_tensor(type, rows, cols, rng, 15);
+      auto packed = repack_matrix(type, gguf.data(), rows, cols);
+      REQUIRE(packed.ok());
+      DeviceBuffer<uint8_t> d_w(packed->bytes);
+      DeviceBuffer<float> d_x(size_t(batch * cols)), d_y(size_t(batch * rows));
+      DeviceBuffer<int8_t> d_q(kernels::quantized_activation_q_bytes(batch, cols));
+      DeviceBuffer<float> d_s(kernels::quantized_activation_scale_bytes(batch, cols) /
+                              sizeof(float));
+      kernels::MatvecArgs args;
+      args.w = {packed->layout, d_w.get()};
+      args.batch = batch;
+      args.xq = {d_q.get(), d_s.get()};
+      args.y = d_y.get();
+      args.ldy = rows;
+      args.accumulate = true;
+      int differing_rounds = 0;
+      for (int round = 0; round < 10; ++round) {
+        d_x.upload(random_floats(size_t(batch * cols)));
+        const std::vector<float> y0 = random_floats(size_t(batch * rows));
+        std::vector<float> out[2];
+        const kernels::KernelSet sets[2] = {kernels::KernelSet::Auto, kernels::KernelSet::Portable};
+        for (int i = 0; i < 2; ++i) {
+          kernels::KernelSetScope scope(sets[i]);
+          d_y.upload(y0);
+          kernels::launch_quantize_activations(d_x.get(), cols, batch, cols, args.xq, stream);
+          kernels::launch_matvec(args, stream);
+          CUDA_CHECK(cudaStreamSynchronize(stream));
+          out[i] = d_y.download();
+        }
+        differing_rounds += !same_bits(out[0], out[1]);
+      }
+      CHECK(differing_rounds == 0);
+    }
+  }
+  CUDA_CHECK(cudaStreamDestroy(stream));
 }
