@@ -179,12 +179,12 @@ __global__ void __launch_bounds__(kAttentionWarps * 32)
                             : 0.0f;
   };
   if (waited) load_q();
-  auto slot_of = [&](int p) {
-    return int64_t(table[p / kKvBlockTokens]) * kKvBlockTokens + p % kKvBlockTokens;
-  };
-  auto load_row = [&](int p) {
-    const int64_t slot = slot_of(p);
-    return cache.load(slot * a.n_kv_heads + kvh, slot * kv_dim + int64_t(kvh) * HD + sub * VEC);
+  // fresh: through L2 only (Reader::load_fresh), for the token's own row.
+  auto load_row = [&](int p, bool fresh) {
+    const int64_t slot = int64_t(table[p / kKvBlockTokens]) * kKvBlockTokens + p % kKvBlockTokens;
+    const int64_t head_row = slot * a.n_kv_heads + kvh,
+                  at = slot * kv_dim + int64_t(kvh) * HD + sub * VEC;
+    return fresh ? cache.load_fresh(head_row, at) : cache.load(head_row, at);
   };
 
   // The loop bound is the same for every lane of the warp (the shuffles
@@ -196,18 +196,16 @@ __global__ void __launch_bounds__(kAttentionWarps * 32)
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int p = p0 + u * kStride;
-      rows[u] = p < end && (waited || p != pos) ? load_row(p) : typename Reader::Rows{};
+      rows[u] = p < end && (waited || p != pos) ? load_row(p, false) : typename Reader::Rows{};
     }
     if (!waited) {  // the first loads are out
       wait_then_release_next();
       waited = true;
       load_q();
       // Through L2: a line of it may be in L1 from a neighbour's load above.
-      const int64_t own = pos < end ? slot_of(pos) : 0;
 #pragma unroll
       for (int u = 0; u < U; ++u)
-        if (pos < end && p0 + u * kStride == pos)
-          rows[u] = cache.load_fresh(own * a.n_kv_heads + kvh, own * kv_dim + int64_t(kvh) * HD + sub * VEC);
+        if (pos < end && p0 + u * kStride == pos) rows[u] = load_row(pos, true);
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
