@@ -17,9 +17,11 @@ namespace voltad::kernels {
 
 namespace {
 
-__global__ void kernel_kv_write(const float* __restrict__ k, const float* __restrict__ v,
-                                int64_t ld, int kv_dim, const int32_t* __restrict__ slots,
-                                __half* __restrict__ kc, __half* __restrict__ vc) {
+// Inputs written by the kernel just before: no __restrict__ (read-only
+// loads may be moved above the PDL wait; device_common.cuh, load_activation).
+__global__ void kernel_kv_write(const float* k, const float* v, int64_t ld, int kv_dim,
+                                const int32_t* __restrict__ slots, __half* __restrict__ kc,
+                                __half* __restrict__ vc) {
   wait_then_release_next();
   const int t = blockIdx.x;
   const int64_t slot = slots[t];

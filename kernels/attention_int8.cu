@@ -20,9 +20,11 @@ namespace voltad::kernels {
 namespace {
 
 // One warp per (token, KV head): amax over the head, then the int8 values.
-__global__ void kernel_kv_write_int8(const float* __restrict__ k, const float* __restrict__ v,
-                                     int64_t ld, int n_kv_heads, int head_dim,
-                                     const int32_t* __restrict__ slots, KvInt8LayerView c) {
+// k and v are written by the kernel just before: no __restrict__ (read-only
+// loads may be moved above the PDL wait; device_common.cuh, load_activation).
+__global__ void kernel_kv_write_int8(const float* k, const float* v, int64_t ld, int n_kv_heads,
+                                     int head_dim, const int32_t* __restrict__ slots,
+                                     KvInt8LayerView c) {
   wait_then_release_next();
   const int t = blockIdx.x, lane = threadIdx.x & 31;
   const int64_t slot = slots[t];

@@ -130,8 +130,8 @@ __global__ void __launch_bounds__(kPrefillWarps * 32)
         const int64_t slot = int64_t(__ldg(a.block_table + p / kKvBlockTokens)) * kKvBlockTokens +
                              p % kKvBlockTokens;
         const int64_t at = slot * kv_dim + int64_t(kvh) * D + c;
-        kv = __ldg(reinterpret_cast<const uint4*>(a.cache.k + at));
-        vv = __ldg(reinterpret_cast<const uint4*>(a.cache.v + at));
+        kv = load_activation(reinterpret_cast<const uint4*>(a.cache.k + at));
+        vv = load_activation(reinterpret_cast<const uint4*>(a.cache.v + at));
       }
       *reinterpret_cast<uint4*>(sk + kr * LD + c) = kv;
       *reinterpret_cast<uint4*>(sv + kr * LD + c) = vv;

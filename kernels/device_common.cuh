@@ -41,19 +41,28 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
 
 // ---- loads ---------------------------------------------------------------
 
-// Weights are read once per step: read-only path, 16 (or 8) bytes per lane,
-// and no L1 allocation, so the activations, which every warp of the SM
-// re-reads, stay in L1 (measured on the H200: 3-15% faster matvecs;
-// docs/KERNEL-NOTES.md). VOLTAD_WEIGHTS_VIA_L1=1 restores plain __ldg for
-// comparison. L1::no_allocate is PTX ISA 7.4 and sm_70+.
+// Weights are read once per step: 16 (or 8) bytes per lane and no L1
+// allocation, so the activations, which every warp of the SM re-reads, stay
+// in L1 (measured on the H200: 3-15% faster matvecs; docs/KERNEL-NOTES.md).
+// Plain (weak) loads, not the read-only path (.nc), and volatile: a matvec
+// issues its first weight loads before its PDL wait (launch.cuh), and ptxas
+// moves .nc loads freely across griddepcontrol.wait, which had sunk them
+// below the wait in the int8 matvecs; a weak load stays on its side of it.
+// VOLTAD_WEIGHTS_NC=1 brings back ld.global.nc, VOLTAD_WEIGHTS_VIA_L1=1 plain
+// __ldg, for comparison. L1::no_allocate is PTX ISA 7.4 and sm_70+.
+#if defined(VOLTAD_WEIGHTS_NC) && VOLTAD_WEIGHTS_NC
+#define VOLTAD_WEIGHT_LOAD "ld.global.nc.L1::no_allocate"
+#else
+#define VOLTAD_WEIGHT_LOAD "ld.global.L1::no_allocate"
+#endif
 __device__ __forceinline__ uint4 load_weights_16(const uint8_t* p) {
 #if defined(VOLTAD_WEIGHTS_VIA_L1) && VOLTAD_WEIGHTS_VIA_L1
   return __ldg(reinterpret_cast<const uint4*>(p));
 #else
   uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
+  asm volatile(VOLTAD_WEIGHT_LOAD ".v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
   return v;
 #endif
 }
@@ -62,7 +71,7 @@ __device__ __forceinline__ uint2 load_weights_8(const uint8_t* p) {
   return __ldg(reinterpret_cast<const uint2*>(p));
 #else
   uint2 v;
-  asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  asm volatile(VOLTAD_WEIGHT_LOAD ".v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
   return v;
 #endif
 }
@@ -71,6 +80,20 @@ __device__ __forceinline__ float load_half(const uint8_t* p) {
 }
 __device__ __forceinline__ float2 load_half2(const uint8_t* p) {
   return __half22float2(__ldg(reinterpret_cast<const __half2*>(p)));
+}
+
+// Activations and caches: data the kernel just before this one writes, which
+// under programmatic dependent launch may still be running when this one
+// starts. They are read with plain loads (ld.global: weak, cached in L1),
+// never through the read-only path: ptxas takes ld.global.nc data as
+// constant for the kernel's whole life and moves such loads above
+// griddepcontrol.wait (seen
+// in the int8 and int6 matvecs at batch >= 3, where x was read before the
+// quantizer had written it; tests/kernels/test_matvec.cpp "decode matvecs
+// under PDL"). __ldg is for data no kernel writes: weights, scales, tables.
+template <class T>
+__device__ __forceinline__ T load_activation(const T* p) {
+  return *p;
 }
 
 // ---- integer dot products to float ---------------------------------------

@@ -4,7 +4,7 @@
 
 namespace voltad::kernels {
 
-__global__ void kernel_gather_rows(const float* __restrict__ src, int64_t ld_src,
+__global__ void kernel_gather_rows(const float* src, int64_t ld_src,
                                    const int32_t* __restrict__ rows, int width,
                                    float* __restrict__ dst, int64_t ld_dst) {
   wait_then_release_next();

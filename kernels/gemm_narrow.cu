@@ -106,7 +106,7 @@ __global__ void __launch_bounds__(W * 32, 16 / W) kernel_gemm_narrow(GemmArgs a,
       if (t >= a.n || c >= c_end) continue;
       const float* p = a.x + int64_t(t) * a.ldx + k;
       if (x_vec && k + 4 <= cols) {
-        v[j] = __ldg(reinterpret_cast<const float4*>(p));
+        v[j] = load_activation(reinterpret_cast<const float4*>(p));
       } else {
         v[j].x = k < cols ? p[0] : 0.0f;
         v[j].y = k + 1 < cols ? p[1] : 0.0f;

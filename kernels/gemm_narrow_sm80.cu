@@ -242,10 +242,10 @@ __global__ void kernel_x_to_fragments(const float* x, int64_t ldx, int n, int n8
     for (int j = 0; j < 4; ++j) {  // pair lane_t + 4j: values 2 lane_t + 8j, +1
       float2 v;
       if (pairs_aligned) {
-        v = __ldg(reinterpret_cast<const float2*>(src + 8 * j));
+        v = load_activation(reinterpret_cast<const float2*>(src + 8 * j));
       } else {
-        v.x = __ldg(src + 8 * j);
-        v.y = __ldg(src + 8 * j + 1);
+        v.x = load_activation(src + 8 * j);
+        v.y = load_activation(src + 8 * j + 1);
       }
       const __half2 h = __floats2half2_rn(v.x, v.y);
       w[j] = half2_as_u32(h);
@@ -367,7 +367,7 @@ __global__ void __launch_bounds__(W * 32, W == 8 ? 2 : 1)
         const int64_t c = c0 + cc;
         uint4 xb[NT];
 #pragma unroll
-        for (int j = 0; j < NT; ++j) xb[j] = __ldg(xw + (c * kN8 + 8 * j) * 4);
+        for (int j = 0; j < NT; ++j) xb[j] = load_activation(xw + (c * kN8 + 8 * j) * 4);
 #pragma unroll
         for (int m = 0; m < 2; ++m) {
           uint32_t lo[4], hi[4];
@@ -393,7 +393,7 @@ __global__ void __launch_bounds__(W * 32, W == 8 ? 2 : 1)
       // chunk t; k 8-15 are zero.
       uint32_t bs[NT];
 #pragma unroll
-      for (int j = 0; j < NT; ++j) bs[j] = __ldg(xs + (c0 + t) * kN8 + 8 * j + g);
+      for (int j = 0; j < NT; ++j) bs[j] = load_activation(xs + (c0 + t) * kN8 + 8 * j + g);
 #pragma unroll
       for (int m = 0; m < 2; ++m) {
         const uint4 ha = header(m, 0), hb = header(m, 1);
@@ -419,7 +419,7 @@ __global__ void __launch_bounds__(W * 32, W == 8 ? 2 : 1)
         const int64_t c = c0 + cc;
         uint4 xb[NT];
 #pragma unroll
-        for (int j = 0; j < NT; ++j) xb[j] = __ldg(xw + (c * kN8 + 8 * j) * 4);
+        for (int j = 0; j < NT; ++j) xb[j] = load_activation(xw + (c * kN8 + 8 * j) * 4);
 #pragma unroll
         for (int m = 0; m < 2; ++m) {
           uint32_t lo[4], hi[4];  // rows 16m + g and 16m + g + 8

@@ -128,13 +128,13 @@ __global__ void kernel_x_to_half(const float* x, int64_t ldx, int n, int64_t col
   const float* p = x + t * ldx + g * 8;
   float v[8];
   if (vec) {
-    const float4 lo = __ldg(reinterpret_cast<const float4*>(p)),
-                 hi = __ldg(reinterpret_cast<const float4*>(p + 4));
+    const float4 lo = load_activation(reinterpret_cast<const float4*>(p)),
+                 hi = load_activation(reinterpret_cast<const float4*>(p + 4));
     v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z,
     v[7] = hi.w;
   } else {
 #pragma unroll
-    for (int j = 0; j < 8; ++j) v[j] = __ldg(p + j);
+    for (int j = 0; j < 8; ++j) v[j] = load_activation(p + j);
   }
   *reinterpret_cast<uint4*>(out + t * cols + g * 8) =
       make_uint4(pack_half2(v[0], v[1]), pack_half2(v[2], v[3]), pack_half2(v[4], v[5]),
@@ -419,7 +419,8 @@ bool gemm_for_takes_narrow_sm80(KernelSet set, const GemmArgs& a, const GemmScra
 
 void launch_gemm_for(KernelSet set, const GemmArgs& a, const GemmScratch& scratch,
                      cudaStream_t stream) {
-  if (gemm_for_takes_narrow_sm80(set, a, scratch)) return launch_gemm_narrow_sm80(a, scratch, stream);
+  if (gemm_for_takes_narrow_sm80(set, a, scratch))
+    return launch_gemm_narrow_sm80(a, scratch, stream);
   if (set == KernelSet::Auto) {
     const bool always = sm80_always();
     if (gemm_sm80_supports(a, scratch) && (always || gemm_sm80_preferred(a)))

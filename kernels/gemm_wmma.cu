@@ -69,8 +69,8 @@ __device__ __forceinline__ void load_x8_edge(const float* p, int64_t k, int64_t 
                                              float4& lo, float4& hi) {
   float v[8];
   if (vec && k + 8 <= cols) {
-    lo = __ldg(reinterpret_cast<const float4*>(p));
-    hi = __ldg(reinterpret_cast<const float4*>(p + 4));
+    lo = load_activation(reinterpret_cast<const float4*>(p));
+    hi = load_activation(reinterpret_cast<const float4*>(p + 4));
     return;
   }
 #pragma unroll
@@ -122,8 +122,8 @@ __global__ void __launch_bounds__(WM* WN * 32, MinBlocks) kernel_gemm_wmma(GemmA
 #pragma unroll
       for (int j = 0; j < XP; ++j) {
         const float4* p = reinterpret_cast<const float4*>(x_base + j * x_pass + k0);
-        xv[2 * j] = __ldg(p);
-        xv[2 * j + 1] = __ldg(p + 1);
+        xv[2 * j] = load_activation(p);
+        xv[2 * j + 1] = load_activation(p + 1);
       }
     } else {
 #pragma unroll

@@ -30,9 +30,8 @@ __device__ __forceinline__ void quantize_block_level(const float (&v)[kActivatio
   }
 }
 
-__global__ void kernel_quantize_activations(const float* __restrict__ x, int64_t ldx, int batch,
-                                            int64_t cols, int8_t* __restrict__ q,
-                                            float* __restrict__ scales) {
+__global__ void kernel_quantize_activations(const float* x, int64_t ldx, int batch, int64_t cols,
+                                            int8_t* __restrict__ q, float* __restrict__ scales) {
   wait_then_release_next();
   constexpr int kActBlock = kActivationBlock;
   const int64_t blocks_per_row = cols / kActBlock;

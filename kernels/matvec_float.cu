@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_float
         float xv[E];
 #pragma unroll
         for (int i = 0; i < E / 4; ++i) {
-          const float4 v = __ldg(xp + i);
+          const float4 v = load_activation(xp + i);
           xv[4 * i] = v.x;
           xv[4 * i + 1] = v.y;
           xv[4 * i + 2] = v.z;

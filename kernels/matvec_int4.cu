@@ -136,15 +136,16 @@ __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_int4(
 #pragma unroll
       for (int b = 0; b < B; ++b) {
         const int8_t* xq = a.xq.q + b * x_ld + 64 * c;
-        const uint4 x0 = __ldg(reinterpret_cast<const uint4*>(xq));
-        const uint4 x1 = __ldg(reinterpret_cast<const uint4*>(xq + 16));
+        const uint4 x0 = load_activation(reinterpret_cast<const uint4*>(xq));
+        const uint4 x1 = load_activation(reinterpret_cast<const uint4*>(xq + 16));
         // {d1, d2, sum x, 0} of the chunk's 32 activations.
-        const float4 xs = __ldg(reinterpret_cast<const float4*>(a.xq.scales + b * x_scale_ld) + c);
+        const float4 xs =
+            load_activation(reinterpret_cast<const float4*>(a.xq.scales + b * x_scale_ld) + c);
 #if VOLTAD_MATVEC_ONE_LEVEL
         const uint4 y0 = make_uint4(0, 0, 0, 0), y1 = y0;
 #else
-        const uint4 y0 = __ldg(reinterpret_cast<const uint4*>(xq + 32));
-        const uint4 y1 = __ldg(reinterpret_cast<const uint4*>(xq + 48));
+        const uint4 y0 = load_activation(reinterpret_cast<const uint4*>(xq + 32));
+        const uint4 y1 = load_activation(reinterpret_cast<const uint4*>(xq + 48));
 #endif
 #pragma unroll
         for (int r = 0; r < R; ++r) {

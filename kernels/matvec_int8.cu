@@ -76,13 +76,13 @@ __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_int8(
         // Piece p is half p&1 of activation block p/2: q1 at 16*(p&1) of the
         // block's 64 bytes, q2 32 bytes further.
         const int8_t* xq = a.xq.q + b * x_ld + 64 * (p >> 1) + 16 * (p & 1);
-        const uint4 x = __ldg(reinterpret_cast<const uint4*>(xq));
-        const float2 xd =
-            __ldg(reinterpret_cast<const float2*>(a.xq.scales + b * x_scale_ld) + 2 * (p >> 1));
+        const uint4 x = load_activation(reinterpret_cast<const uint4*>(xq));
+        const float2 xd = load_activation(
+            reinterpret_cast<const float2*>(a.xq.scales + b * x_scale_ld) + 2 * (p >> 1));
 #if VOLTAD_MATVEC_ONE_LEVEL
         const uint4 x2 = make_uint4(0, 0, 0, 0);
 #else
-        const uint4 x2 = __ldg(reinterpret_cast<const uint4*>(xq + 32));
+        const uint4 x2 = load_activation(reinterpret_cast<const uint4*>(xq + 32));
 #endif
         // The zero-point formats need sum(x) over this half block: 4 more
         // dp4a per level.
@@ -201,15 +201,15 @@ __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_int6(
 #pragma unroll
       for (int b = 0; b < B; ++b) {
         const int8_t* xq = a.xq.q + b * x_ld + 64 * c;
-        const uint4 x0 = __ldg(reinterpret_cast<const uint4*>(xq));
-        const uint4 x1 = __ldg(reinterpret_cast<const uint4*>(xq + 16));
+        const uint4 x0 = load_activation(reinterpret_cast<const uint4*>(xq));
+        const uint4 x1 = load_activation(reinterpret_cast<const uint4*>(xq + 16));
         const float2 xd =
-            __ldg(reinterpret_cast<const float2*>(a.xq.scales + b * x_scale_ld) + 2 * c);
+            load_activation(reinterpret_cast<const float2*>(a.xq.scales + b * x_scale_ld) + 2 * c);
 #if VOLTAD_MATVEC_ONE_LEVEL
         const uint4 y0 = make_uint4(0, 0, 0, 0), y1 = y0;
 #else
-        const uint4 y0 = __ldg(reinterpret_cast<const uint4*>(xq + 32));
-        const uint4 y1 = __ldg(reinterpret_cast<const uint4*>(xq + 48));
+        const uint4 y0 = load_activation(reinterpret_cast<const uint4*>(xq + 32));
+        const uint4 y1 = load_activation(reinterpret_cast<const uint4*>(xq + 48));
 #endif
 #pragma unroll
         for (int r = 0; r < R; ++r) {

@@ -159,9 +159,8 @@ __device__ void emit(const SelectShared& sm, int k, int32_t* ids_out, float* val
 // Chunks shorter than k are padded with keys 0 (NaN's key) and distinct
 // indices above any real one, which lose every tie.
 __global__ void __launch_bounds__(kThreads)
-    kernel_topk_chunks(const float* __restrict__ logits, int64_t ld, int64_t n, int k,
-                       bool final_pass, uint32_t* cand_keys, int32_t* cand_ids, int32_t* out_ids,
-                       float* out_vals) {
+    kernel_topk_chunks(const float* logits, int64_t ld, int64_t n, int k, bool final_pass,
+                       uint32_t* cand_keys, int32_t* cand_ids, int32_t* out_ids, float* out_vals) {
   wait_for_previous_kernel();
   __shared__ SelectShared sm;
   const int row = blockIdx.y, chunk = blockIdx.x, chunks = gridDim.x;
@@ -186,8 +185,8 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 __global__ void __launch_bounds__(kThreads)
-    kernel_topk_merge(const uint32_t* __restrict__ cand_keys, const int32_t* __restrict__ cand_ids,
-                      int chunks, int k, int32_t* out_ids, float* out_vals) {
+    kernel_topk_merge(const uint32_t* cand_keys, const int32_t* cand_ids, int chunks, int k,
+                      int32_t* out_ids, float* out_vals) {
   wait_for_previous_kernel();
   __shared__ SelectShared sm;
   const int row = blockIdx.x, m = chunks * k;

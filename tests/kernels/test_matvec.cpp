@@ -135,9 +135,8 @@ double run_case(GgmlType type, int64_t rows, int64_t cols, int batch, bool accum
   // The x the kernel multiplies, as doubles.
   std::vector<double> x_eff(size_t(batch * cols));
   DeviceBuffer<int8_t> d_q(kernels::quantized_activation_q_bytes(batch, cols));
-  DeviceBuffer<float> d_scales(kernels::quantized_activation_scale_bytes(batch, cols) /
-                                   sizeof(float) +
-                               4);
+  DeviceBuffer<float> d_scales(
+      kernels::quantized_activation_scale_bytes(batch, cols) / sizeof(float) + 4);
   if (is_quantized(format)) {
     kernels::QuantizedActivations xq{d_q.get(), d_scales.get()};
     kernels::launch_quantize_activations(d_x.get(), ldx, batch, cols, xq, nullptr);
@@ -263,8 +262,10 @@ TEST_CASE("quantized activations: NaN in x makes the block's scale NaN") {
 // and the y it accumulates into must still be read after the wait. Fresh
 // x and y every round: a read before the quantizer finished would see the
 // previous round's values, and `auto` would differ from `portable` (plain
-// launches, the same kernels). Batch 1 and 3, the formats of Q4_0, Q4_K_M
-// and Q8_0 models.
+// launches, the same kernels). Every kernel family (Int4, Int6, Int8, one
+// batch of each unrolling). The first run on the H200 caught ptxas moving the
+// int8 kernel's x loads (then __ldg) above the wait: Q8_0 at batch 3, one
+// round in ten.
 TEST_CASE("decode matvecs under PDL: x quantized by the kernel just before") {
   if (!kernels::programmatic_launch_supported())
     MESSAGE(
@@ -273,8 +274,9 @@ TEST_CASE("decode matvecs under PDL: x quantized by the kernel just before") {
   const int64_t rows = 4096, cols = 4096;
   cudaStream_t stream = nullptr;
   CUDA_CHECK(cudaStreamCreate(&stream));
-  for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0}) {
-    for (int batch : {1, 3}) {
+  for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q4_K, GgmlType::Q5_K,
+                        GgmlType::Q6_K, GgmlType::Q8_0}) {
+    for (int batch : {1, 2, 3, 8}) {
       CAPTURE(ggml_type_name(type));
       CAPTURE(batch);
       const std::vector<uint8_t> gguf = random_valid_tensor(type, rows, cols, rng, 15);
@@ -293,7 +295,7 @@ TEST_CASE("decode matvecs under PDL: x quantized by the kernel just before") {
       args.ldy = rows;
       args.accumulate = true;
       int differing_rounds = 0;
-      for (int round = 0; round < 10; ++round) {
+      for (int round = 0; round < 20; ++round) {
         d_x.upload(random_floats(size_t(batch * cols)));
         const std::vector<float> y0 = random_floats(size_t(batch * rows));
         std::vector<float> out[2];
