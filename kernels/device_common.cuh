@@ -173,12 +173,15 @@ __device__ __forceinline__ uint32_t int6_assemble(uint32_t nibbles, uint32_t cru
 #endif
 
 // ---- matvec launch shape and epilogue -------------------------------------
-// Every matvec runs blocks of 4 warps, each warp owning R consecutive rows.
+// Every matvec runs blocks of 4 warps, each warp owning R consecutive rows,
+// or, sliced (S = 2), S warps sharing R rows, each over every S-th
+// group of 32 chunks of the columns (MatvecArgs::slices).
 constexpr int kMatvecWarpsPerBlock = 4;
 
-inline unsigned matvec_grid(int64_t rows, int rows_per_warp) {
-  const int64_t warps = (rows + rows_per_warp - 1) / rows_per_warp;
-  return unsigned((warps + kMatvecWarpsPerBlock - 1) / kMatvecWarpsPerBlock);
+inline unsigned matvec_grid(int64_t rows, int rows_per_warp, int slices = 1) {
+  const int64_t groups = (rows + rows_per_warp - 1) / rows_per_warp;
+  const int64_t per_block = kMatvecWarpsPerBlock / slices;
+  return unsigned((groups + per_block - 1) / per_block);
 }
 
 // Asks L2 for the 128-byte lines of [p, p + bytes), lane by lane: no
@@ -217,6 +220,46 @@ __device__ __forceinline__ void matvec_store(float (&acc)[R][B], int64_t row0, i
         *dst = out;
       }
     }
+  }
+}
+
+// matvec_store for S warps sharing rows (S = 1: the same). Each warp sums
+// its lanes, the block meets in shared memory, and the first warp of each
+// group adds the S partial sums in slice order (the same bits every run).
+// Every warp of the block must call it: it synchronizes the block.
+template <int R, int B, int S>
+__device__ __forceinline__ void matvec_store_sliced(float (&acc)[R][B], int64_t row0, int64_t rows,
+                                                    float* y, int64_t ldy, const float* bias,
+                                                    bool accumulate) {
+  if constexpr (S == 1) {
+    matvec_store<R, B>(acc, row0, rows, y, ldy, bias, accumulate);
+  } else {
+    static_assert(kMatvecWarpsPerBlock % S == 0 && R * B <= 32, "slices or outputs per warp");
+    __shared__ float part[kMatvecWarpsPerBlock][R * B];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int b = 0; b < B; ++b) {
+        const float v = warp_sum(acc[r][b]);
+        if (lane == 0) part[warp][r * B + b] = v;
+      }
+    __syncthreads();
+    if (warp % S != 0) return;
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int b = 0; b < B; ++b) {
+        const int64_t row = row0 + r;
+        if (lane != r * B + b || row >= rows) continue;
+        float out = part[warp][r * B + b];
+#pragma unroll
+        for (int k = 1; k < S; ++k) out += part[warp + k][r * B + b];
+        if (bias) out += bias[row];
+        float* dst = y + b * ldy + row;
+        if (accumulate) out += *dst;
+        *dst = out;
+      }
   }
 }
 

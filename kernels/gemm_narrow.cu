@@ -221,22 +221,12 @@ void launch_narrow_format(const GemmArgs& a, int sms, cudaStream_t stream) {
     launch_narrow<F, 8>(a, grid, stream);
 }
 
-int narrow_sm_count() {
-  static const int sms = [] {
-    int device = 0, count = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-    return count;
-  }();
-  return sms;
-}
-
 }  // namespace
 
 void launch_gemm_narrow(const GemmArgs& a, cudaStream_t stream) {
   VOLTAD_KERNEL_REQUIRE((a.w.layout.rows + kNarrowRows - 1) / kNarrowRows <= 65535,
                         "gemm narrow: too many rows for the grid");
-  const int sms = narrow_sm_count();
+  const int sms = device_sm_count();
   with_packed_format(a.w.layout.format,
                      [&](auto f) { launch_narrow_format<decltype(f)::value>(a, sms, stream); });
 }

@@ -241,13 +241,6 @@ void launch_format(const GemmArgs& a, GemmTile tile, cudaStream_t stream) {
   }
 }
 
-int device_sm_count() {
-  int device = 0, count = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-  return count;
-}
-
 }  // namespace
 
 GemmTile gemm_pick_tile(int n, int64_t rows) {

@@ -2,6 +2,8 @@
 // (kernels/launch.cuh, kernels/kernel_set.h).
 #include "kernels/launch.cuh"
 
+#include "kernels/cuda_check.h"
+
 namespace voltad::kernels {
 
 namespace {
@@ -40,6 +42,16 @@ KernelSetScope::~KernelSetScope() {
 }
 KernelSet current_kernel_set() {
   return t_kernel_set;
+}
+
+int device_sm_count() {
+  static const int sms = [] {
+    int device = 0, count = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+    return count;
+  }();
+  return sms;
 }
 
 bool programmatic_launch_supported() {

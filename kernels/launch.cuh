@@ -29,6 +29,9 @@ namespace voltad::kernels {
 // and this binary's kernels were built for sm_90+ (so that they do wait).
 bool programmatic_launch_enabled();
 
+// SMs of the current device, read once: one process serves one GPU.
+int device_sm_count();
+
 template <class... Params, class... Args>
 void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
                    cudaStream_t stream, Args&&... args) {

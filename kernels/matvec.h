@@ -44,11 +44,12 @@ inline size_t quantized_activation_q_bytes(int batch, int64_t cols) {
   return size_t(batch) * size_t(cols) * 2;
 }
 inline size_t quantized_activation_scale_bytes(int batch, int64_t cols) {
-  return size_t(batch) * size_t(cols / kActivationBlock) * kActivationRecordFloats *
-         sizeof(float);
+  return size_t(batch) * size_t(cols / kActivationBlock) * kActivationRecordFloats * sizeof(float);
 }
 // Offsets of batch row b (elements of q and floats of scales).
-inline int64_t quantized_activation_q_row(int64_t cols) { return 2 * cols; }
+inline int64_t quantized_activation_q_row(int64_t cols) {
+  return 2 * cols;
+}
 inline int64_t quantized_activation_scale_row(int64_t cols) {
   return cols / kActivationBlock * kActivationRecordFloats;
 }
@@ -67,7 +68,18 @@ struct MatvecArgs {
   int64_t ldy = 0;
   const float* bias = nullptr;  // (rows) or null
   bool accumulate = false;      // y += W x (fused residual add)
+  // Warps that share each row group, each over every slices-th group of 32
+  // chunks of the columns: more loads in flight for matrices with too few
+  // rows to fill the SMs (Q4_K at batch 1, Q4_0/Q4_1 at batch 2; see
+  // matvec_int4.cu). 0: matvec_slices decides; 1, 2: as given (tests,
+  // comparisons); other formats and batches ignore it.
+  int slices = 0;
 };
+
+// The slices a matvec of `row_groups` groups of rows gets on a device of
+// `sms` SMs: 2 under 16 row groups an SM, else 1.
+// VOLTAD_MATVEC_SLICES=1|2 in the environment overrides (comparisons).
+int matvec_slices(int64_t row_groups, int sms);
 
 // Dispatches on the weight format. Batches above kMatvecMaxBatch are run in
 // slices of 8 (the weights are then read once per slice).

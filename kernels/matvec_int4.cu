@@ -9,7 +9,10 @@
 // then decodes: nibbles -> bytes once per chunk, then for each of the B
 // activation rows 8 dp4a against each of the two int8 levels of x (one
 // block of 32 = one chunk, 64 bytes of x) and three FMAs. x (a few KB)
-// stays in L1; R > 1 lets one x load serve several rows.
+// stays in L1; R > 1 lets one x load serve several rows. Matrices with too
+// few rows to keep enough loads in flight (q, k, v, o and down at batch 1)
+// give each row group S = 2 warps, which take alternate groups of 32 chunks
+// and add their sums in shared memory (matvec_store_sliced).
 //
 // Under programmatic dependent launch (kernels/launch.cuh) a lane issues its
 // first weight loads, and asks L2 for the next ones' lines, before it waits
@@ -71,14 +74,19 @@ struct Int4Scales<PackedFormat::Int4K256> {
 
 }  // namespace
 
-// R rows per warp, B activation rows, U chunks per lane in flight per row.
-template <PackedFormat F, int R, int B, int U>
+// R rows per warp, B activation rows, U chunks per lane in flight per row,
+// S warps per row group (slices of the columns: groups of 32 chunks
+// slice, slice + S, ...; a lane's chunks stay lane + 32i, so its Q4_K
+// sub-block lane & 7 too).
+template <PackedFormat F, int R, int B, int U, int S>
 __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_int4(MatvecArgs a) {
   using Scales = Int4Scales<F>;
   const PackedLayout& l = a.w.layout;
-  const int lane = threadIdx.x & 31;
-  const int64_t row0 = (int64_t(blockIdx.x) * kMatvecWarpsPerBlock + (threadIdx.x >> 5)) * R;
-  if (row0 >= l.rows) return;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, slice = warp % S;
+  const int64_t row0 = (int64_t(blockIdx.x) * (kMatvecWarpsPerBlock / S) + warp / S) * R;
+  // Sliced warps all reach the block's reduction (rows past the end re-read
+  // the last row and are not stored).
+  if (S == 1 && row0 >= l.rows) return;
   const int chunks = int(l.cols / 32);
   const int64_t x_ld = 2 * l.cols;  // q1 and q2: 64 bytes per block
   const int64_t x_scale_ld = l.cols / kActivationBlock * kActivationRecordFloats;
@@ -98,12 +106,13 @@ __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_int4(
 #pragma unroll
     for (int b = 0; b < B; ++b) acc[r][b] = 0.0f;
 
-  for (int c0 = lane; c0 < chunks; c0 += 32 * U) {
+  const int first = lane + 32 * slice;
+  for (int c0 = first; c0 < chunks; c0 += 32 * U * S) {
     uint4 w[U][R];
     typename Scales::Raw s[U][R];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int c = c0 + 32 * u;
+      const int c = c0 + 32 * S * u;
       if (c < chunks) {
 #pragma unroll
         for (int r = 0; r < R; ++r) {
@@ -112,8 +121,8 @@ __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_int4(
         }
       }
     }
-    if (c0 == lane) {  // the first loads are out: L2 gets the next ones' lines, then the wait
-      const int next = c0 + 32 * U;
+    if (c0 == first) {  // the first loads are out: L2 gets the next ones' lines, then the wait
+      const int next = c0 + 32 * U * S;
       if ((lane & 7) == 0 && next < chunks)
 #pragma unroll
         for (int r = 0; r < R; ++r) prefetch_l2_line(qrow[r] + 16 * next);
@@ -121,7 +130,7 @@ __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_int4(
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int c = c0 + 32 * u;
+      const int c = c0 + 32 * S * u;
       if (c >= chunks) break;
       uint32_t lo[R][4], hi[R][4];
       float ca[R], cb[R];
@@ -177,16 +186,32 @@ __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_int4(
   }
   wait_for_previous_kernel();  // lanes past the last chunk: no wait yet
   release_next_kernel();
-  matvec_store<R, B>(acc, row0, l.rows, a.y, a.ldy, a.bias, a.accumulate);
+  matvec_store_sliced<R, B, S>(acc, row0, l.rows, a.y, a.ldy, a.bias, a.accumulate);
 }
 
 namespace {
 
-template <PackedFormat F, int R, int B, int U>
+template <PackedFormat F, int R, int B, int U, int S = 1>
 void launch_int4(const MatvecArgs& a, cudaStream_t stream) {
-  launch_kernel(kernel_matvec_int4<F, R, B, U>, matvec_grid(a.w.layout.rows, R),
+  launch_kernel(kernel_matvec_int4<F, R, B, U, S>, matvec_grid(a.w.layout.rows, R, S),
                 kMatvecWarpsPerBlock * 32, 0, stream, a);
   CUDA_CHECK(cudaGetLastError());
+}
+
+// Matrices of few rows leave the SMs short of loads in flight: 1 or 2 warps
+// per row group (MatvecArgs::slices). Only where measured to pay (H200,
+// docs/PERFORMANCE.md run 17): Q4_K at batch 1 (+3.5%, and +2.5% more with
+// Q6_K sliced too, kernel_matvec_int6; 4 slices -2%) and
+// Q4_0 at batch 2 (+3%); Q4_0 at batch 1 loses 8% (its 2 rows a warp with
+// 2 chunks in flight already fill the SMs), Q4_K at batch 2 loses 1%.
+template <PackedFormat F, int R, int B, int U>
+void launch_int4_sliced(const MatvecArgs& a, cudaStream_t stream) {
+  const int slices =
+      a.slices > 0 ? a.slices : matvec_slices((a.w.layout.rows + R - 1) / R, device_sm_count());
+  if (slices == 2)
+    launch_int4<F, R, B, U, 2>(a, stream);
+  else
+    launch_int4<F, R, B, U, 1>(a, stream);
 }
 
 // Rows per warp and loads in flight per batch size: x reuse across rows
@@ -199,12 +224,15 @@ void launch_int4_format(const MatvecArgs& a, cudaStream_t stream) {
       // from L1 for every row; more rows per warp share each x load. Measured
       // best (docs/KERNEL-NOTES.md run 4): 4 rows for Q4_K's, 2 for the others.
       if constexpr (F == PackedFormat::Int4K256)
-        launch_int4<F, 4, 1, 1>(a, stream);
+        launch_int4_sliced<F, 4, 1, 1>(a, stream);
       else
         launch_int4<F, 2, 1, 2>(a, stream);
       break;
     case 2:
-      launch_int4<F, 2, 2, 2>(a, stream);
+      if constexpr (F == PackedFormat::Int4K256)
+        launch_int4<F, 2, 2, 2>(a, stream);
+      else
+        launch_int4_sliced<F, 2, 2, 2>(a, stream);
       break;
     case 3:
       launch_int4<F, 4, 3, 1>(a, stream);

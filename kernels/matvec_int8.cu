@@ -127,13 +127,14 @@ __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_int8(
   matvec_store<R, B>(acc, row0, l.rows, a.y, a.ldy, a.bias, a.accumulate);
 }
 
-// Int6K256: w = d*sc*(q-32); assembled bytes hold 4*(q-32).
-template <int R, int B, int U>
+// Int6K256: w = d*sc*(q-32); assembled bytes hold 4*(q-32). S warps per
+// row group, as in kernel_matvec_int4.
+template <int R, int B, int U, int S>
 __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_int6(MatvecArgs a) {
   const PackedLayout& l = a.w.layout;
-  const int lane = threadIdx.x & 31;
-  const int64_t row0 = (int64_t(blockIdx.x) * kMatvecWarpsPerBlock + (threadIdx.x >> 5)) * R;
-  if (row0 >= l.rows) return;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, slice = warp % S;
+  const int64_t row0 = (int64_t(blockIdx.x) * (kMatvecWarpsPerBlock / S) + warp / S) * R;
+  if (S == 1 && row0 >= l.rows) return;  // sliced warps all reach the reduction
   const int chunks = int(l.cols / 32);
   const int64_t x_ld = 2 * l.cols;  // q1 and q2: 64 bytes per block
   const int64_t x_scale_ld = l.cols / kActivationBlock * kActivationRecordFloats;
@@ -156,14 +157,15 @@ __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_int6(
 #pragma unroll
     for (int b = 0; b < B; ++b) acc[r][b] = 0.0f;
 
-  for (int c0 = lane; c0 < chunks; c0 += 32 * U) {
+  const int first = lane + 32 * slice;
+  for (int c0 = first; c0 < chunks; c0 += 32 * U * S) {
     uint4 w[U][R];
     uint2 h[U][R];
     unsigned short sc[U][R];
     float d[U][R];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int c = c0 + 32 * u;
+      const int c = c0 + 32 * S * u;
       if (c < chunks) {
 #pragma unroll
         for (int r = 0; r < R; ++r) {
@@ -174,10 +176,10 @@ __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_int6(
         }
       }
     }
-    if (c0 == lane) wait_for_previous_kernel();  // after the first loads
+    if (c0 == first) wait_for_previous_kernel();  // after the first loads
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int c = c0 + 32 * u;
+      const int c = c0 + 32 * S * u;
       if (c >= chunks) break;
       uint32_t lo[R][4], hi[R][4];
       float dq[R];       // d/4
@@ -241,7 +243,7 @@ __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_int6(
   }
   wait_for_previous_kernel();  // lanes past the last chunk: no wait yet
   release_next_kernel();
-  matvec_store<R, B>(acc, row0, l.rows, a.y, a.ldy, a.bias, a.accumulate);
+  matvec_store_sliced<R, B, S>(acc, row0, l.rows, a.y, a.ldy, a.bias, a.accumulate);
 }
 
 namespace {
@@ -253,9 +255,9 @@ void launch_int8(const MatvecArgs& a, cudaStream_t stream) {
   CUDA_CHECK(cudaGetLastError());
 }
 
-template <int R, int B, int U>
+template <int R, int B, int U, int S = 1>
 void launch_int6(const MatvecArgs& a, cudaStream_t stream) {
-  launch_kernel(kernel_matvec_int6<R, B, U>, matvec_grid(a.w.layout.rows, R),
+  launch_kernel(kernel_matvec_int6<R, B, U, S>, matvec_grid(a.w.layout.rows, R, S),
                 kMatvecWarpsPerBlock * 32, 0, stream, a);
   CUDA_CHECK(cudaGetLastError());
 }
@@ -292,9 +294,15 @@ void launch_int8_format(const MatvecArgs& a, cudaStream_t stream) {
 
 void launch_int6_format(const MatvecArgs& a, cudaStream_t stream) {
   switch (a.batch) {
-    case 1:
-      launch_int6<2, 1, 2>(a, stream);  // 2 rows share each x load (KERNEL-NOTES run 4)
+    case 1: {  // 2 rows share each x load (KERNEL-NOTES run 4); slices as for Q4_K
+      const int slices =
+          a.slices > 0 ? a.slices : matvec_slices((a.w.layout.rows + 1) / 2, device_sm_count());
+      if (slices == 2)
+        launch_int6<2, 1, 2, 2>(a, stream);
+      else
+        launch_int6<2, 1, 2>(a, stream);
       break;
+    }
     case 2:
       launch_int6<2, 2, 2>(a, stream);
       break;

@@ -93,11 +93,11 @@ bool is_quantized(PackedFormat f) {
 // One matvec case; returns the largest error of the kernel against an fp32-x
 // matvec, relative to sum |w x| (the price of int8 activations), for notes.
 double run_case(GgmlType type, int64_t rows, int64_t cols, int batch, bool accumulate,
-                bool with_bias) {
+                bool with_bias, int slices = 0) {
   std::mt19937& rng = test_rng();
   std::ostringstream name;
   name << ggml_type_name(type) << " " << rows << "x" << cols << " batch " << batch
-       << (accumulate ? " +=" : "") << (with_bias ? " +bias" : "");
+       << (accumulate ? " +=" : "") << (with_bias ? " +bias" : "") << " slices " << slices;
   CAPTURE(name.str());
 
   const std::vector<uint8_t> gguf = random_valid_tensor(type, rows, cols, rng, 15);
@@ -131,6 +131,7 @@ double run_case(GgmlType type, int64_t rows, int64_t cols, int batch, bool accum
   args.ldy = ldy;
   args.bias = with_bias ? d_bias.get() : nullptr;
   args.accumulate = accumulate;
+  args.slices = slices;
 
   // The x the kernel multiplies, as doubles.
   std::vector<double> x_eff(size_t(batch * cols));
@@ -238,6 +239,21 @@ TEST_CASE("matvec matches the float64 reference for every weight type, shape and
     MESSAGE(ggml_type_name(type) << ": max |y - y(fp32 x)| / sum|w x| at cols 4096 = " << worst);
     CHECK(worst < 2e-4);
   }
+}
+
+// Q4_K and Q6_K at batch 1 and Q4_0/Q4_1 at batch 2 split the columns of each row
+// group over 1 or 2 warps (MatvecArgs::slices; chosen from the rows and the
+// SMs when 0, which the test above leaves to the launcher: its small
+// matrices get 2). Each must match the reference, rows past the end of the
+// last block included (69 rows), and columns that leave a slice no chunks
+// (256 columns: one group of 32 chunks is 1024 values). The other formats
+// and batches ignore the field: the same cases run them once more.
+TEST_CASE("sliced matvecs: every slice count matches the reference") {
+  for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q4_K, GgmlType::Q6_K})
+    for (int slices : {1, 2})
+      for (int batch : {1, 2})
+        for (const Shape& s : {Shape{69, 256}, Shape{33, 4096}, Shape{300, 5120}})
+          run_case(type, s.rows, s.cols, batch, batch == 2, slices != 2, slices);
 }
 
 TEST_CASE("quantized activations: NaN in x makes the block's scale NaN") {
