@@ -70,7 +70,7 @@ struct MatvecArgs {
   bool accumulate = false;      // y += W x (fused residual add)
   // Warps that share each row group, each over every slices-th group of 32
   // chunks of the columns: more loads in flight for matrices with too few
-  // rows to fill the SMs (Q4_K at batch 1, Q4_0/Q4_1 at batch 2; see
+  // rows to fill the SMs (Int4 and Q6_K at batch 1, Q4_0/Q4_1 at batch 2; see
   // matvec_int4.cu). 0: matvec_slices decides; 1, 2: as given (tests,
   // comparisons); other formats and batches ignore it.
   int slices = 0;

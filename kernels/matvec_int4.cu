@@ -200,10 +200,10 @@ void launch_int4(const MatvecArgs& a, cudaStream_t stream) {
 
 // Matrices of few rows leave the SMs short of loads in flight: 1 or 2 warps
 // per row group (MatvecArgs::slices). Only where measured to pay (H200,
-// docs/PERFORMANCE.md run 17): Q4_K at batch 1 (+3.5%, and +2.5% more with
-// Q6_K sliced too, kernel_matvec_int6; 4 slices -2%) and
-// Q4_0 at batch 2 (+3%); Q4_0 at batch 1 loses 8% (its 2 rows a warp with
-// 2 chunks in flight already fill the SMs), Q4_K at batch 2 loses 1%.
+// docs/PERFORMANCE.md run 17): 4 rows a warp at batch 1 (Q4_K +3.5%, and
+// +2.5% more with Q6_K sliced too, kernel_matvec_int6; 4 slices -2%; 2
+// slices for every matrix -3% against this rule) and Q4_0 at batch 2 (+3%);
+// Q4_K at batch 2 loses 1%, Q4_0's old 2 rows a warp at batch 1 8%.
 template <PackedFormat F, int R, int B, int U>
 void launch_int4_sliced(const MatvecArgs& a, cudaStream_t stream) {
   const int slices =
@@ -221,12 +221,11 @@ void launch_int4_format(const MatvecArgs& a, cudaStream_t stream) {
   switch (a.batch) {
     case 1:
       // One row per warp reads x (64 bytes + a record per 16 weight bytes)
-      // from L1 for every row; more rows per warp share each x load. Measured
-      // best (docs/KERNEL-NOTES.md run 4): 4 rows for Q4_K's, 2 for the others.
-      if constexpr (F == PackedFormat::Int4K256)
-        launch_int4_sliced<F, 4, 1, 1>(a, stream);
-      else
-        launch_int4<F, 2, 1, 2>(a, stream);
+      // from L1 for every row; more rows per warp share each x load. 4 rows
+      // a warp, sliced where rows are few, for every Int4 format: Q4_0 had
+      // 2 rows and 2 chunks in flight (docs/KERNEL-NOTES.md run 4), which
+      // measured 429 tok/s against 478 (docs/PERFORMANCE.md run 17).
+      launch_int4_sliced<F, 4, 1, 1>(a, stream);
       break;
     case 2:
       if constexpr (F == PackedFormat::Int4K256)

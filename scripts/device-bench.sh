@@ -39,7 +39,8 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DVOLTAD_CUDA=O
   -DCMAKE_PREFIX_PATH="$root/.deps" >"$out/bench-configure.log" 2>&1 || { tail -20 "$out/bench-configure.log"; exit 1; }
 bash scripts/device-fresh-sources.sh "$build" >"$out/bench-build.log"
 ninja -C "$build" voltad-bench voltad-mkmodel >>"$out/bench-build.log" 2>&1 || { tail -30 "$out/bench-build.log"; exit 1; }
-commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+# The device copy of the tree may carry a stale .git: the caller can name the commit.
+commit=${VOLTAD_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 summary=()
 for spec in ${models//,/ }; do
   shape=${spec%%:*}

@@ -241,7 +241,7 @@ TEST_CASE("matvec matches the float64 reference for every weight type, shape and
   }
 }
 
-// Q4_K and Q6_K at batch 1 and Q4_0/Q4_1 at batch 2 split the columns of each row
+// The Int4 formats and Q6_K at batch 1, Q4_0/Q4_1 at batch 2 split the columns of each row
 // group over 1 or 2 warps (MatvecArgs::slices; chosen from the rows and the
 // SMs when 0, which the test above leaves to the launcher: its small
 // matrices get 2). Each must match the reference, rows past the end of the
