@@ -313,9 +313,8 @@ void launch_attention_combine(const AttentionArgs& args, int splits, cudaStream_
 template <int HD, int G, class Reader>
 int attention_wave_blocks() {
   static const int blocks = [] {
-    int dev = 0, sms = 0, per_sm = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    int per_sm = 0;
+    const int sms = device_sm_count();
     CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
         &per_sm, kernel_attention_partial<HD, G, Reader>, kAttentionWarps * 32, 0));
     return sms * std::max(per_sm, 1);

@@ -75,6 +75,7 @@ __device__ __forceinline__ uint2 load_weights_8(const uint8_t* p) {
   return v;
 #endif
 }
+#undef VOLTAD_WEIGHT_LOAD
 __device__ __forceinline__ float load_half(const uint8_t* p) {
   return __half2float(__ldg(reinterpret_cast<const __half*>(p)));
 }
@@ -87,10 +88,10 @@ __device__ __forceinline__ float2 load_half2(const uint8_t* p) {
 // starts. They are read with plain loads (ld.global: weak, cached in L1),
 // never through the read-only path: ptxas takes ld.global.nc data as
 // constant for the kernel's whole life and moves such loads above
-// griddepcontrol.wait (seen
-// in the int8 and int6 matvecs at batch >= 3, where x was read before the
-// quantizer had written it; tests/kernels/test_matvec.cpp "decode matvecs
-// under PDL"). __ldg is for data no kernel writes: weights, scales, tables.
+// griddepcontrol.wait (seen in the int8 and int6 matvecs at batch >= 3,
+// where x was read before the quantizer had written it;
+// tests/kernels/test_matvec.cpp "decode matvecs under PDL"). __ldg is for
+// data no kernel writes: weights, scales, tables.
 template <class T>
 __device__ __forceinline__ T load_activation(const T* p) {
   return *p;

@@ -244,7 +244,7 @@ void launch_format(const GemmArgs& a, GemmTile tile, cudaStream_t stream) {
 }  // namespace
 
 GemmTile gemm_pick_tile(int n, int64_t rows) {
-  static const int sms = device_sm_count();
+  const int sms = device_sm_count();
   // Decode-sized batches (docs/KERNEL-NOTES.md, "Narrow GEMM"): the narrow
   // kernel, which decodes every weight once per 16 tokens; from 17 tokens
   // on, a matrix with rows for two waves of 32x64 tiles runs faster on those

@@ -11,7 +11,10 @@
 // may only read what no kernel of the step writes (weights, the step's
 // inputs copied from the host, cache rows of earlier steps), so each one
 // still reads only after every earlier kernel on the stream is complete
-// (each of those waited for its own predecessor). Without the attribute
+// (each of those waited for its own predecessor). What a kernel of the
+// step writes is never read through the read-only path (__ldg, .nc,
+// const __restrict__), not even after the wait: ptxas may move such loads
+// above it (device_common.cuh, load_activation). Without the attribute
 // (portable, the V100, sm_80) the wait returns at once and the launch is
 // the plain <<<>>>.
 #pragma once

@@ -82,7 +82,7 @@ struct MatvecArgs {
 int matvec_slices(int64_t row_groups, int sms);
 
 // Dispatches on the weight format. Batches above kMatvecMaxBatch are run in
-// slices of 8 (the weights are then read once per slice).
+// chunks of 8 rows of x (the weights are then read once per chunk).
 void launch_matvec(const MatvecArgs& args, cudaStream_t stream);
 
 // The per-format launchers launch_matvec dispatches to.

@@ -2,17 +2,18 @@
 // Int4Affine32 from Q4_1, Int4K256 from Q4_K); layouts in
 // kernels/device_common.cuh and docs/FORMAT.md.
 //
-// Work split: a warp owns R consecutive rows. Lane l reads chunks
-// l, l+32, l+64, ... of each of its rows (a chunk = 32 values = 16 bytes), so
-// every load instruction of the warp covers 512 contiguous bytes of a row.
-// Per step a lane first issues U x R weight loads (and their scale loads),
-// then decodes: nibbles -> bytes once per chunk, then for each of the B
-// activation rows 8 dp4a against each of the two int8 levels of x (one
-// block of 32 = one chunk, 64 bytes of x) and three FMAs. x (a few KB)
-// stays in L1; R > 1 lets one x load serve several rows. Matrices with too
-// few rows to keep enough loads in flight (q, k, v, o and down at batch 1)
-// give each row group S = 2 warps, which take alternate groups of 32 chunks
-// and add their sums in shared memory (matvec_store_sliced).
+// Work split: a warp (or a pair of warps, see below) owns R consecutive
+// rows. Lane l reads chunks l, l+32, l+64, ... of each of its rows (a chunk
+// = 32 values = 16 bytes), so every load instruction of the warp covers 512
+// contiguous bytes of a row. Per step a lane first issues U x R weight
+// loads (and their scale loads), then decodes: nibbles -> bytes once per
+// chunk, then for each of the B activation rows 8 dp4a against each of the
+// two int8 levels of x (one block of 32 = one chunk, 64 bytes of x) and
+// three FMAs. x (a few KB) stays in L1; R > 1 lets one x load serve several
+// rows. Matrices with too few rows to keep enough loads in flight (q, k, v,
+// o and down at batch 1) give each row group S = 2 warps, which take
+// alternate groups of 32 chunks and add their sums in shared memory
+// (matvec_store_sliced).
 //
 // Under programmatic dependent launch (kernels/launch.cuh) a lane issues its
 // first weight loads, and asks L2 for the next ones' lines, before it waits
@@ -199,11 +200,9 @@ void launch_int4(const MatvecArgs& a, cudaStream_t stream) {
 }
 
 // Matrices of few rows leave the SMs short of loads in flight: 1 or 2 warps
-// per row group (MatvecArgs::slices). Only where measured to pay (H200,
-// docs/PERFORMANCE.md run 17): 4 rows a warp at batch 1 (Q4_K +3.5%, and
-// +2.5% more with Q6_K sliced too, kernel_matvec_int6; 4 slices -2%; 2
-// slices for every matrix -3% against this rule) and Q4_0 at batch 2 (+3%);
-// Q4_K at batch 2 loses 1%, Q4_0's old 2 rows a warp at batch 1 8%.
+// per row group (MatvecArgs::slices), where it measured faster (H200,
+// docs/PERFORMANCE.md run 17): batch 1 for every Int4 format, batch 2 for
+// Q4_0/Q4_1 (Q4_K at batch 2 was 1% slower sliced).
 template <PackedFormat F, int R, int B, int U>
 void launch_int4_sliced(const MatvecArgs& a, cudaStream_t stream) {
   const int slices =

@@ -2,8 +2,10 @@
 // Q5_0), Int8Affine32 (Q5_1), Int8K256 (Q5_K) and Int6K256 (Q6_K, decoded to
 // int8 in registers). Layouts in kernels/device_common.cuh and docs/FORMAT.md.
 //
-// Same work split as matvec_int4.cu: a warp owns R rows, lane l reads the
-// 16-byte pieces l, l+32, ... of each row so a warp's load covers 512
+// Same work split as matvec_int4.cu: a warp owns R rows (Int6 at batch 1
+// where rows are few: a pair of warps, each over alternate groups of 32
+// pieces), lane l reads
+// the 16-byte pieces l, l+32, ... of each row so a warp's load covers 512
 // contiguous bytes. An Int8 piece is 16 values (half a scale group); an Int6
 // piece is a chunk of 32 values: 16 bytes of nibbles plus 8 of crumbs.
 // x is two-level (kernels/matvec.h): every dp4a against q1 has a twin

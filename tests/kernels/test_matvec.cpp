@@ -1,7 +1,8 @@
 // The decode matvecs against a float64 CPU reference, for every weight type
 // the CUDA backend runs, odd and even shapes (fewer chunks than lanes, more
 // than one round of lanes, rows not a multiple of the rows per warp), batch
-// 1..8 and 11 (sliced), with and without bias and fused residual add.
+// 1..8 and 11 (two chunks of x), with and without bias and fused residual
+// add.
 //
 // Reference: W decoded by dequantize_packed_row (itself proven equal to the
 // GGUF decoder by tests/engine/test_weight_repack.cpp) times the x the kernel
@@ -253,7 +254,8 @@ TEST_CASE("sliced matvecs: every slice count matches the reference") {
     for (int slices : {1, 2})
       for (int batch : {1, 2})
         for (const Shape& s : {Shape{69, 256}, Shape{33, 4096}, Shape{300, 5120}})
-          run_case(type, s.rows, s.cols, batch, batch == 2, slices != 2, slices);
+          for (bool accumulate : {false, true})
+            run_case(type, s.rows, s.cols, batch, accumulate, !accumulate, slices);
 }
 
 TEST_CASE("quantized activations: NaN in x makes the block's scale NaN") {
@@ -279,55 +281,66 @@ TEST_CASE("quantized activations: NaN in x makes the block's scale NaN") {
 // x and y every round: a read before the quantizer finished would see the
 // previous round's values, and `auto` would differ from `portable` (plain
 // launches, the same kernels). Every kernel family (Int4, Int6, Int8, one
-// batch of each unrolling). The first run on the H200 caught ptxas moving the
-// int8 kernel's x loads (then __ldg) above the wait: Q8_0 at batch 3, one
-// round in ten.
+// batch of each unrolling), at batch 1 and 2 with one and two warps a row
+// group (MatvecArgs::slices), and 256 columns, where a second slice has no
+// chunks and waits after its empty loop. The first run on the H200 caught
+// ptxas moving the int8 kernel's x loads (then __ldg) above the wait: Q8_0
+// at batch 3, one round in ten.
 TEST_CASE("decode matvecs under PDL: x quantized by the kernel just before") {
   if (!kernels::programmatic_launch_supported())
     MESSAGE(
         "no programmatic dependent launch on this device or build: both runs are plain launches");
   std::mt19937& rng = test_rng();
-  const int64_t rows = 4096, cols = 4096;
+  const int64_t rows = 4096;
   cudaStream_t stream = nullptr;
   CUDA_CHECK(cudaStreamCreate(&stream));
+  struct Case {
+    int batch, slices;
+  };
+  const Case cases[] = {{1, 1}, {1, 2}, {2, 1}, {2, 2}, {3, 0}, {8, 0}};
   for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q4_K, GgmlType::Q5_K,
-                        GgmlType::Q6_K, GgmlType::Q8_0}) {
-    for (int batch : {1, 2, 3, 8}) {
-      CAPTURE(ggml_type_name(type));
-      CAPTURE(batch);
-      const std::vector<uint8_t> gguf = random_valid_tensor(type, rows, cols, rng, 15);
-      auto packed = repack_matrix(type, gguf.data(), rows, cols);
-      REQUIRE(packed.ok());
-      DeviceBuffer<uint8_t> d_w(packed->bytes);
-      DeviceBuffer<float> d_x(size_t(batch * cols)), d_y(size_t(batch * rows));
-      DeviceBuffer<int8_t> d_q(kernels::quantized_activation_q_bytes(batch, cols));
-      DeviceBuffer<float> d_s(kernels::quantized_activation_scale_bytes(batch, cols) /
-                              sizeof(float));
-      kernels::MatvecArgs args;
-      args.w = {packed->layout, d_w.get()};
-      args.batch = batch;
-      args.xq = {d_q.get(), d_s.get()};
-      args.y = d_y.get();
-      args.ldy = rows;
-      args.accumulate = true;
-      int differing_rounds = 0;
-      for (int round = 0; round < 20; ++round) {
-        d_x.upload(random_floats(size_t(batch * cols)));
-        const std::vector<float> y0 = random_floats(size_t(batch * rows));
-        std::vector<float> out[2];
-        const kernels::KernelSet sets[2] = {kernels::KernelSet::Auto, kernels::KernelSet::Portable};
-        for (int i = 0; i < 2; ++i) {
-          kernels::KernelSetScope scope(sets[i]);
-          d_y.upload(y0);
-          kernels::launch_quantize_activations(d_x.get(), cols, batch, cols, args.xq, stream);
-          kernels::launch_matvec(args, stream);
-          CUDA_CHECK(cudaStreamSynchronize(stream));
-          out[i] = d_y.download();
+                        GgmlType::Q6_K, GgmlType::Q8_0})
+    for (int64_t cols : {4096, 256})
+      for (const Case& c : cases) {
+        const int batch = c.batch;
+        CAPTURE(ggml_type_name(type));
+        CAPTURE(cols);
+        CAPTURE(batch);
+        CAPTURE(c.slices);
+        const std::vector<uint8_t> gguf = random_valid_tensor(type, rows, cols, rng, 15);
+        auto packed = repack_matrix(type, gguf.data(), rows, cols);
+        REQUIRE(packed.ok());
+        DeviceBuffer<uint8_t> d_w(packed->bytes);
+        DeviceBuffer<float> d_x(size_t(batch * cols)), d_y(size_t(batch * rows));
+        DeviceBuffer<int8_t> d_q(kernels::quantized_activation_q_bytes(batch, cols));
+        DeviceBuffer<float> d_s(kernels::quantized_activation_scale_bytes(batch, cols) /
+                                sizeof(float));
+        kernels::MatvecArgs args;
+        args.w = {packed->layout, d_w.get()};
+        args.batch = batch;
+        args.xq = {d_q.get(), d_s.get()};
+        args.y = d_y.get();
+        args.ldy = rows;
+        args.accumulate = true;
+        args.slices = c.slices;
+        int differing_rounds = 0;
+        for (int round = 0; round < 20; ++round) {
+          d_x.upload(random_floats(size_t(batch * cols)));
+          const std::vector<float> y0 = random_floats(size_t(batch * rows));
+          std::vector<float> out[2];
+          const kernels::KernelSet sets[2] = {kernels::KernelSet::Auto,
+                                              kernels::KernelSet::Portable};
+          for (int i = 0; i < 2; ++i) {
+            kernels::KernelSetScope scope(sets[i]);
+            d_y.upload(y0);
+            kernels::launch_quantize_activations(d_x.get(), cols, batch, cols, args.xq, stream);
+            kernels::launch_matvec(args, stream);
+            CUDA_CHECK(cudaStreamSynchronize(stream));
+            out[i] = d_y.download();
+          }
+          differing_rounds += !same_bits(out[0], out[1]);
         }
-        differing_rounds += !same_bits(out[0], out[1]);
+        CHECK(differing_rounds == 0);
       }
-      CHECK(differing_rounds == 0);
-    }
-  }
   CUDA_CHECK(cudaStreamDestroy(stream));
 }
