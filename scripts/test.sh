@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what is needed, builds, and runs every test: the unit and
 # integration suites (ctest; GPU tests are reported as skipped where no CUDA
-# device exists), the V100 (sm_70) compile check, and the fuzzers for a
-# bounded time. .ci/run calls exactly this.
+# device exists), the V100 (sm_70) compile check, the order of the matvecs'
+# loads around the PDL wait (scripts/check-pdl-loads.sh), and the fuzzers
+# for a bounded time. .ci/run calls exactly this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -23,6 +24,13 @@ if command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; then
   bash scripts/ci-sm70.sh
 else
   echo "ci-sm70: skipped: no nvcc on this machine"
+fi
+
+echo "== PDL load order (sm_90 SASS of the matvecs)"
+if command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  bash scripts/check-pdl-loads.sh
+else
+  echo "check-pdl-loads: skipped: no nvcc on this machine"
 fi
 
 if [[ -f scripts/fuzz.sh ]]; then
