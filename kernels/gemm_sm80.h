@@ -69,7 +69,7 @@ bool gemm_sm80_preferred(const GemmArgs& args);
 size_t gemm_narrow_sm80_scratch_bytes(int n, int64_t cols);
 // From this many tokens on it beats the dp4a matvecs on the H200, where it
 // takes all of a model's matrices (end to end at 4 sequences: Llama-3-8B
-// Q4_0 858 -> 1,056 tok/s, Q4_K_M 782 -> 851; docs/PERFORMANCE.md run 12).
+// Q4_0 858 -> 1,056 tok/s, Q4_K_M 782 -> 851; docs/PERFORMANCE-RUNS-1-12.md, run 12).
 constexpr int kGemmMinTokensNarrowSm80 = 4;
 bool gemm_narrow_sm80_supports(const GemmArgs& args, const GemmScratch& scratch);
 void launch_gemm_narrow_sm80(const GemmArgs& args, const GemmScratch& scratch, cudaStream_t stream);
