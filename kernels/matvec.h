@@ -76,10 +76,11 @@ struct MatvecArgs {
   int slices = 0;
 };
 
-// The slices a matvec of `row_groups` groups of rows gets on a device of
-// `sms` SMs: 2 under 16 row groups an SM, else 1.
-// VOLTAD_MATVEC_SLICES=1|2 in the environment overrides (comparisons).
-int matvec_slices(int64_t row_groups, int sms);
+// The slices a sliced launcher runs `a` with, at rows_per_warp rows a row
+// group: a.slices when set, else 2 under 16 row groups an SM of this
+// device, else 1. VOLTAD_MATVEC_SLICES=1|2 in the environment overrides
+// the choice (comparisons).
+int matvec_slices(const MatvecArgs& a, int rows_per_warp);
 
 // Dispatches on the weight format. Batches above kMatvecMaxBatch are run in
 // chunks of 8 rows of x (the weights are then read once per chunk).

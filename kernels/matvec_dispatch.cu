@@ -115,13 +115,15 @@ bool is_quantized(PackedFormat f) {
 
 }  // namespace
 
-int matvec_slices(int64_t row_groups, int sms) {
+int matvec_slices(const MatvecArgs& a, int rows_per_warp) {
+  if (a.slices > 0) return a.slices;
   static const int forced = [] {  // read once: ~225 matvecs a step
     const char* v = std::getenv("VOLTAD_MATVEC_SLICES");
     return v && (std::string_view(v) == "1" || std::string_view(v) == "2") ? v[0] - '0' : 0;
   }();
   if (forced) return forced;
-  return row_groups < int64_t(16) * sms ? 2 : 1;
+  const int64_t row_groups = (a.w.layout.rows + rows_per_warp - 1) / rows_per_warp;
+  return row_groups < int64_t(16) * device_sm_count() ? 2 : 1;
 }
 
 void launch_matvec(const MatvecArgs& args, cudaStream_t stream) {

@@ -205,9 +205,7 @@ void launch_int4(const MatvecArgs& a, cudaStream_t stream) {
 // Q4_0/Q4_1 (Q4_K at batch 2 was 1% slower sliced).
 template <PackedFormat F, int R, int B, int U>
 void launch_int4_sliced(const MatvecArgs& a, cudaStream_t stream) {
-  const int slices =
-      a.slices > 0 ? a.slices : matvec_slices((a.w.layout.rows + R - 1) / R, device_sm_count());
-  if (slices == 2)
+  if (matvec_slices(a, R) == 2)
     launch_int4<F, R, B, U, 2>(a, stream);
   else
     launch_int4<F, R, B, U, 1>(a, stream);

@@ -296,15 +296,12 @@ void launch_int8_format(const MatvecArgs& a, cudaStream_t stream) {
 
 void launch_int6_format(const MatvecArgs& a, cudaStream_t stream) {
   switch (a.batch) {
-    case 1: {  // 2 rows share each x load (KERNEL-NOTES run 4); slices as for Q4_K
-      const int slices =
-          a.slices > 0 ? a.slices : matvec_slices((a.w.layout.rows + 1) / 2, device_sm_count());
-      if (slices == 2)
+    case 1:  // 2 rows share each x load (KERNEL-NOTES run 4); slices as for Q4_K
+      if (matvec_slices(a, 2) == 2)
         launch_int6<2, 1, 2, 2>(a, stream);
       else
         launch_int6<2, 1, 2>(a, stream);
       break;
-    }
     case 2:
       launch_int6<2, 2, 2>(a, stream);
       break;
