@@ -18,9 +18,10 @@
 //   - per chunk and 16-row tile a lane reads the two 16-byte rows it needs
 //     (four lanes read the same bytes: a broadcast), picks its 4 bytes with
 //     byte permutes, turns nibbles into FP16 with the 1024+q bit trick, and
-//     scales them: Q4_0 in FP16 and Q6_K in FP32 rounded once to FP16, as
-//     the portable decoders do; Q4_K as the exact integers sc*q, with D, M
-//     and the mins applied once per stage after the MMAs (k256_six_bits);
+//     scales them: Q4_0 in FP16, as the portable decoder does; Q4_K as the
+//     exact integers sc*q, with D, M and the mins applied once per stage
+//     after the MMAs (k256_six_bits); Q6_K as the exact integers q - 32,
+//     with d*sc applied to each MMA's result (one MMA is one sub-block);
 //   - x is rounded to FP16 once per call into scratch, with each chunk's 16
 //     words reordered so that lane t's B fragments for both k halves are one
 //     16-byte load (words t, t+4, t+8, t+12), plus each chunk's x sum (the
@@ -85,7 +86,6 @@ constexpr size_t smem_bytes(int warps) {
 
 // Bit casts and packing: the portable decoders' own (gemm_decode.cuh).
 using gemm_decode::half2_as_u32;
-using gemm_decode::pack_half2;
 using gemm_decode::u32_as_half2;
 
 // From a chunk's 16 quant bytes, lane t's bytes b[2t], b[2t+8], b[2t+1],
@@ -100,26 +100,23 @@ __device__ __forceinline__ uint32_t pick_bytes(const uint4& q, uint32_t sel) {
 // v[0] = (w[2t], w[2t+1]), v[1] = (w[2t+8], w[2t+9]) for k 0-15 and v[2], v[3]
 // the same for k 16-31. `w` from pick_bytes: its nibbles at shift 0, 8, 4,
 // 12 (nibble_shift) are those four pairs. `row_extra` the row's extra bytes
-// in the slot; c the chunk's index in the row, cc in the stage.
+// in the slot; cc the chunk's index in the stage.
 __device__ __forceinline__ constexpr int nibble_shift(int i) {
   return (i & 1) * 8 + (i >> 1) * 4;
 }
-template <PackedFormat F>
-struct Decode;
 
-template <>
-struct Decode<PackedFormat::Int4Sym32> {  // w = d * (q - 8)
-  static __device__ __forceinline__ void run(uint32_t w, const uint8_t* row_extra, int64_t, int cc,
-                                             int, int, uint32_t (&v)[4]) {
-    const uint16_t d = reinterpret_cast<const uint16_t*>(row_extra)[cc];
-    const __half2 d2 = __halves2half2(__ushort_as_half(d), __ushort_as_half(d));
-    const __half2 off = u32_as_half2(0x64086408u);  // 1024 + 8
+// Int4Sym32 (Q4_0), w = d * (q - 8): in FP16, exact for the portable
+// decoder's values.
+__device__ __forceinline__ void decode_q4_0(uint32_t w, const uint8_t* row_extra, int cc,
+                                            uint32_t (&v)[4]) {
+  const uint16_t d = reinterpret_cast<const uint16_t*>(row_extra)[cc];
+  const __half2 d2 = __halves2half2(__ushort_as_half(d), __ushort_as_half(d));
+  const __half2 off = u32_as_half2(0x64086408u);  // 1024 + 8
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
-      v[i] = half2_as_u32(__hmul2(
-          __hsub2(u32_as_half2(((w >> nibble_shift(i)) & 0x000F000Fu) | 0x64006400u), off), d2));
-  }
-};
+  for (int i = 0; i < 4; ++i)
+    v[i] = half2_as_u32(__hmul2(
+        __hsub2(u32_as_half2(((w >> nibble_shift(i)) & 0x000F000Fu) | 0x64006400u), off), d2));
+}
 
 // Int4K256 (Q4_K), w = D*sc*q - M*mn with six-bit sc, mn per chunk (a
 // sub-block of 32) and fp16 D, M per super-block of 8 chunks. The MMAs take
@@ -159,36 +156,40 @@ __device__ __forceinline__ void decode_sc_q(uint32_t w, __half2 sc, uint32_t (&v
         __hfma2(u32_as_half2(((w >> nibble_shift(i)) & 0x000F000Fu) | 0x64006400u), sc, nsc));
 }
 
-// Int6K256: the low nibbles as in Int4 (of the six-bit two's complement of
-// q - 32), the top two bits of value 4g+j of each half of 16 in bits 8j+2g
-// of the half's crumb word: values 2t, 2t+1, 2t+8, 2t+9 of a half have
-// theirs at s, s+8, s+4, s+12 with s = 16(t%2) + 2(t/2). Bit 5 flipped
-// gives q in 0..63; w = d*sc*(q - 32), sc per half (d*sc exact in FP32).
-template <>
-struct Decode<PackedFormat::Int6K256> {
-  static __device__ __forceinline__ void run(uint32_t w, const uint8_t* row_extra, int64_t, int cc,
-                                             int t, int d_half, uint32_t (&v)[4]) {
-    const uint2 crumbs = reinterpret_cast<const uint2*>(row_extra)[cc];
-    const uint16_t sc = reinterpret_cast<const uint16_t*>(row_extra + 32)[cc];
-    const uint32_t dword = *reinterpret_cast<const uint32_t*>(row_extra + 40);
-    const float d = __half2float(__ushort_as_half((unsigned short)(dword >> (16 * d_half))));
-    const int s = 16 * (t & 1) + 2 * (t >> 1);
+// Int6K256 (Q6_K), w = d*sc*(q - 32) with an int8 sc per half of 16 values
+// and an fp16 d per super-block: each m16n8k16 MMA covers exactly one half,
+// so the MMAs take q - 32 (exact in FP16) and the scale d*sc (exact in FP32)
+// multiplies each MMA's result. The low nibbles are as in Int4 (of the six-
+// bit two's complement of q - 32); the top two bits of value 4g+j of a half
+// are bits 8j+2g of the half's crumb word, so values 2t, 2t+1, 2t+8, 2t+9
+// have theirs at s, s+8, s+4, s+12 with s = 16(t%2) + 2(t/2). Per pair: the
+// nibbles and crumbs meet in one word, then one XOR flips bit 5 (q in
+// 0..63) and makes it the FP16 1024 + q, and one HSUB2 of 1056 gives q - 32.
+// v in the order above (v[0], v[1]: the first half, k 0-15); scale[h] = d*sc of
+// half h. d_half: which half of the copied 4-byte word holds d.
+__device__ __forceinline__ void decode_q6(uint32_t w, const uint8_t* row_extra, int cc, int t,
+                                          int d_half, uint32_t (&v)[4], float (&scale)[2]) {
+  const uint2 crumbs = reinterpret_cast<const uint2*>(row_extra)[cc];
+  const uint16_t sc = reinterpret_cast<const uint16_t*>(row_extra + 32)[cc];
+  const uint32_t dword = *reinterpret_cast<const uint32_t*>(row_extra + 40);
+  const float d = __half2float(__ushort_as_half((unsigned short)(dword >> (16 * d_half))));
+  const int s = 16 * (t & 1) + 2 * (t >> 1);
+  constexpr uint32_t k1056 = 0x64206420u;  // FP16 pair (1056, 1056); also 0x6400 | bit 5
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const uint32_t cw = half ? crumbs.y : crumbs.x;
-      const float a = d * float(int8_t(sc >> (8 * half)));
+  for (int half = 0; half < 2; ++half) {
+    scale[half] = d * float(int8_t(sc >> (8 * half)));
+    // The crumbs of values 2t and 2t+1 (p = 0) at bits 0-1 and 16-17 of z,
+    // those of 2t+8 and 2t+9 (p = 1) at bits 4-5 and 20-21.
+    const uint32_t z = __byte_perm((half ? crumbs.y : crumbs.x) >> s, 0, 0x4140);
 #pragma unroll
-      for (int p = 0; p < 2; ++p) {  // p = 0: values 2t, 2t+1; p = 1: 2t+8, 2t+9
-        const uint32_t nib = (w >> nibble_shift(2 * half + p)) & 0x000F000Fu;
-        const uint32_t top =
-            (((cw >> (s + 4 * p)) & 3u) << 4) | (((cw >> (s + 4 * p + 8)) & 3u) << 20);
-        const uint32_t q = (nib | top) ^ 0x00200020u;
-        const float2 f = __half22float2(u32_as_half2(q | 0x64006400u));  // 1024 + q
-        v[2 * half + p] = pack_half2(a * (f.x - 1056.0f), a * (f.y - 1056.0f));
-      }
+    for (int p = 0; p < 2; ++p) {
+      const uint32_t nib = (w >> nibble_shift(2 * half + p)) & 0x000F000Fu;
+      const uint32_t top = (p == 0 ? z << 4 : z) & 0x00300030u;
+      v[2 * half + p] =
+          half2_as_u32(__hsub2(u32_as_half2((nib | top) ^ k1056), u32_as_half2(k1056)));
     }
   }
-};
+}
 
 __device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
                                           uint32_t b1) {
@@ -413,6 +414,38 @@ __global__ void __launch_bounds__(W * 32, W == 8 ? 2 : 1)
             acc[m][j][e] = fmaf(d[e >> 1], sq[m][j][e], fmaf(nm[e >> 1], sm[e], acc[m][j][e]));
         }
       }
+    } else if constexpr (F == PackedFormat::Int6K256) {
+#pragma unroll
+      for (int cc = 0; cc < kStageChunks; ++cc) {
+        const int64_t c = c0 + cc;
+        uint4 xb[NT];
+#pragma unroll
+        for (int j = 0; j < NT; ++j) xb[j] = load_activation(xw + (c * kN8 + 8 * j) * 4);
+#pragma unroll
+        for (int m = 0; m < 2; ++m) {
+          uint32_t lo[4], hi[4];  // rows 16m + g and 16m + g + 8
+          float sa[2], sb[2];     // their d*sc for k 0-15 and 16-31
+          const int ra = 16 * m + g, rb = ra + 8;
+          decode_q6(pick_bytes(*reinterpret_cast<const uint4*>(q + ra * kQuantLd + cc * 16), sel),
+                    extra + ra * kExtra, cc, t, int(d_offset(r0 + ra, c) >> 1) & 1, lo, sa);
+          decode_q6(pick_bytes(*reinterpret_cast<const uint4*>(q + rb * kQuantLd + cc * 16), sel),
+                    extra + rb * kExtra, cc, t, int(d_offset(r0 + rb, c) >> 1) & 1, hi, sb);
+          const uint32_t a0[4] = {lo[0], hi[0], lo[1], hi[1]};  // k 0-15
+          const uint32_t a1[4] = {lo[2], hi[2], lo[3], hi[3]};  // k 16-31
+#pragma unroll
+          for (int j = 0; j < NT; ++j) {
+            float p[4];  // e 0, 1: row ra; 2, 3: row rb
+            mma_16816_first(p, a0, xb[j].x, xb[j].y);
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              acc[m][j][e] = fmaf(e < 2 ? sa[0] : sb[0], p[e], acc[m][j][e]);
+            mma_16816_first(p, a1, xb[j].z, xb[j].w);
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              acc[m][j][e] = fmaf(e < 2 ? sa[1] : sb[1], p[e], acc[m][j][e]);
+          }
+        }
+      }
     } else {
 #pragma unroll
       for (int cc = 0; cc < kStageChunks; ++cc) {
@@ -424,12 +457,10 @@ __global__ void __launch_bounds__(W * 32, W == 8 ? 2 : 1)
         for (int m = 0; m < 2; ++m) {
           uint32_t lo[4], hi[4];  // rows 16m + g and 16m + g + 8
           const int ra = 16 * m + g, rb = ra + 8;
-          Decode<F>::run(
-              pick_bytes(*reinterpret_cast<const uint4*>(q + ra * kQuantLd + cc * 16), sel),
-              extra + ra * kExtra, c, cc, t, int(d_offset(r0 + ra, c) >> 1) & 1, lo);
-          Decode<F>::run(
-              pick_bytes(*reinterpret_cast<const uint4*>(q + rb * kQuantLd + cc * 16), sel),
-              extra + rb * kExtra, c, cc, t, int(d_offset(r0 + rb, c) >> 1) & 1, hi);
+          decode_q4_0(pick_bytes(*reinterpret_cast<const uint4*>(q + ra * kQuantLd + cc * 16), sel),
+                      extra + ra * kExtra, cc, lo);
+          decode_q4_0(pick_bytes(*reinterpret_cast<const uint4*>(q + rb * kQuantLd + cc * 16), sel),
+                      extra + rb * kExtra, cc, hi);
           const uint32_t a0[4] = {lo[0], hi[0], lo[1], hi[1]};  // k 0-15
           const uint32_t a1[4] = {lo[2], hi[2], lo[3], hi[3]};  // k 16-31
 #pragma unroll
