@@ -17,7 +17,8 @@
 //     by cp.async into its own ring of 3-4 stages of 4 chunks;
 //   - per chunk and 16-row tile a lane reads the two 16-byte rows it needs
 //     (four lanes read the same bytes: a broadcast), picks its 4 bytes with
-//     byte permutes, turns nibbles into FP16 with the 1024+q bit trick, and
+//     byte permutes, turns nibbles into FP16 with the 1024+q bit trick (64+q
+//     for the high nibbles, which then need no shift; low_nibbles), and
 //     scales them: Q4_0 in FP16, as the portable decoder does; Q4_K as the
 //     exact integers sc*q, with D, M and the mins applied once per stage
 //     after the MMAs (k256_six_bits); Q6_K as the exact integers q - 32,
@@ -98,11 +99,41 @@ __device__ __forceinline__ uint32_t pick_bytes(const uint4& q, uint32_t sel) {
 
 // The four FP16 pairs of one row and chunk a lane feeds the MMAs:
 // v[0] = (w[2t], w[2t+1]), v[1] = (w[2t+8], w[2t+9]) for k 0-15 and v[2], v[3]
-// the same for k 16-31. `w` from pick_bytes: its nibbles at shift 0, 8, 4,
-// 12 (nibble_shift) are those four pairs. `row_extra` the row's extra bytes
-// in the slot; cc the chunk's index in the stage.
-__device__ __forceinline__ constexpr int nibble_shift(int i) {
-  return (i & 1) * 8 + (i >> 1) * 4;
+// the same for k 16-31. `w` from pick_bytes: the low nibbles of its bytes 0
+// and 2 are v[0], of bytes 1 and 3 (w >> 8) v[1]; the high nibbles v[2] and
+// v[3]. `row_extra` the row's extra bytes in the slot; cc the chunk's index
+// in the stage.
+// (a & kMask) | kOr, and (a & kMask) ^ kXor, in one LOP3 each: written as
+// C++, ptxas splits a mask and an OR with two immediates into two
+// instructions (an SASS LOP3 holds one).
+template <uint32_t kMask, uint32_t kOr>
+__device__ __forceinline__ uint32_t mask_or(uint32_t a) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(d) : "r"(a), "n"(kMask), "n"(kOr));
+  return d;
+}
+template <uint32_t kMask, uint32_t kXor>
+__device__ __forceinline__ uint32_t mask_xor(uint32_t a) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0x6A;\n" : "=r"(d) : "r"(a), "n"(kMask), "n"(kXor));
+  return d;
+}
+// (a & kMask) | b in one LOP3.
+template <uint32_t kMask>
+__device__ __forceinline__ uint32_t mask_or_reg(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(d) : "r"(a), "n"(kMask), "r"(b));
+  return d;
+}
+// The low nibbles of bytes 0 and 2 of w as the FP16 pair 1024 + q (exponent
+// 0x64: a unit in the last place of 1), and the high nibbles of the same
+// bytes, where they lie, as 64 + q (exponent 0x54: a unit in the last place
+// of 1/16, so bits 4-7 count whole units): no shift for either.
+__device__ __forceinline__ uint32_t low_nibbles(uint32_t w) {
+  return mask_or<0x000F000Fu, 0x64006400u>(w);
+}
+__device__ __forceinline__ uint32_t high_nibbles(uint32_t w) {
+  return mask_or<0x00F000F0u, 0x54005400u>(w);
 }
 
 // Int4Sym32 (Q4_0), w = d * (q - 8): in FP16, exact for the portable
@@ -111,11 +142,16 @@ __device__ __forceinline__ void decode_q4_0(uint32_t w, const uint8_t* row_extra
                                             uint32_t (&v)[4]) {
   const uint16_t d = reinterpret_cast<const uint16_t*>(row_extra)[cc];
   const __half2 d2 = __halves2half2(__ushort_as_half(d), __ushort_as_half(d));
-  const __half2 off = u32_as_half2(0x64086408u);  // 1024 + 8
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-    v[i] = half2_as_u32(__hmul2(
-        __hsub2(u32_as_half2(((w >> nibble_shift(i)) & 0x000F000Fu) | 0x64006400u), off), d2));
+  const __half2 low_off = u32_as_half2(0x64086408u);   // 1024 + 8
+  const __half2 high_off = u32_as_half2(0x54805480u);  // 64 + 8
+  const uint32_t w8 = w >> 8;
+  auto scale = [&](uint32_t bits, __half2 off) {  // q - 8 exact, then one rounding
+    return half2_as_u32(__hmul2(__hsub2(u32_as_half2(bits), off), d2));
+  };
+  v[0] = scale(low_nibbles(w), low_off);
+  v[1] = scale(low_nibbles(w8), low_off);
+  v[2] = scale(high_nibbles(w), high_off);
+  v[3] = scale(high_nibbles(w8), high_off);
 }
 
 // Int4K256 (Q4_K), w = D*sc*q - M*mn with six-bit sc, mn per chunk (a
@@ -141,19 +177,32 @@ __device__ __forceinline__ uint32_t k256_six_bits(const uint4& h, bool upper, bo
 __device__ __forceinline__ float k256_d(const uint4& h, bool mins) {
   return __half2float(__ushort_as_half((unsigned short)(mins ? h.x >> 16 : h.x & 0xFFFF)));
 }
-// Byte b of v, a small integer, as an exact FP16 pair.
+// Byte b of v, a small integer, as an exact FP16 pair: one byte permute
+// puts it below the exponent byte 0x64 (the FP16 1024 + b), one HSUB2
+// takes 1024 away.
 __device__ __forceinline__ __half2 byte_as_half2(uint32_t v, int b) {
-  const uint32_t two = __byte_perm(v, 0, 0x4040u | uint32_t(b) | (uint32_t(b) << 8));
-  return __hsub2(u32_as_half2(two | 0x64006400u), u32_as_half2(0x64006400u));
+  const uint32_t two = __byte_perm(v, 0x64646464u, 0x4040u | uint32_t(b) | (uint32_t(b) << 8));
+  return __hsub2(u32_as_half2(two), u32_as_half2(0x64006400u));
 }
-// The four pairs of sc*q a lane feeds the MMAs (order as in Decode): one
-// fused (1024 + q)*sc - 1024*sc each, exact (the result is below 1024).
+// The four pairs of sc*q a lane feeds the MMAs (order as in decode_q4_0):
+// one fused (1024 + q)*sc - 1024*sc each; exact (the results are integers
+// below 1024). kInPlace: the high nibbles as (64 + q)*sc - 64*sc, without a
+// shift but with one more register (-64*sc) a row, which the kernels of
+// 3-4 token tiles cannot spare (they spill).
+template <bool kInPlace>
 __device__ __forceinline__ void decode_sc_q(uint32_t w, __half2 sc, uint32_t (&v)[4]) {
   const __half2 nsc = __hmul2(sc, u32_as_half2(0xE400E400u));  // -1024*sc, exact
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-    v[i] = half2_as_u32(
-        __hfma2(u32_as_half2(((w >> nibble_shift(i)) & 0x000F000Fu) | 0x64006400u), sc, nsc));
+  const uint32_t w8 = w >> 8;
+  v[0] = half2_as_u32(__hfma2(u32_as_half2(low_nibbles(w)), sc, nsc));
+  v[1] = half2_as_u32(__hfma2(u32_as_half2(low_nibbles(w8)), sc, nsc));
+  if constexpr (kInPlace) {
+    const __half2 nsc64 = __hmul2(sc, u32_as_half2(0xD400D400u));  // -64*sc, exact
+    v[2] = half2_as_u32(__hfma2(u32_as_half2(high_nibbles(w)), sc, nsc64));
+    v[3] = half2_as_u32(__hfma2(u32_as_half2(high_nibbles(w8)), sc, nsc64));
+  } else {
+    v[2] = half2_as_u32(__hfma2(u32_as_half2(low_nibbles(w >> 4)), sc, nsc));
+    v[3] = half2_as_u32(__hfma2(u32_as_half2(low_nibbles(w8 >> 4)), sc, nsc));
+  }
 }
 
 // Int6K256 (Q6_K), w = d*sc*(q - 32) with an int8 sc per half of 16 values
@@ -162,9 +211,12 @@ __device__ __forceinline__ void decode_sc_q(uint32_t w, __half2 sc, uint32_t (&v
 // multiplies each MMA's result. The low nibbles are as in Int4 (of the six-
 // bit two's complement of q - 32); the top two bits of value 4g+j of a half
 // are bits 8j+2g of the half's crumb word, so values 2t, 2t+1, 2t+8, 2t+9
-// have theirs at s, s+8, s+4, s+12 with s = 16(t%2) + 2(t/2). Per pair: the
-// nibbles and crumbs meet in one word, then one XOR flips bit 5 (q in
-// 0..63) and makes it the FP16 1024 + q, and one HSUB2 of 1056 gives q - 32.
+// have theirs at s, s+8, s+4, s+12 with s = 16(t%2) + 2(t/2). The crumbs go
+// above the nibbles, where those lie (low_nibbles, high_nibbles): bits 4-5
+// for the first half (1024 + u), bits 8-9 for the second (64 + u), u the
+// six-bit field; flipping its top bit (XOR with 0x6420 or 0x5600, which also
+// sets the exponent) gives 1024 + q or 64 + q, q = u ^ 32 in 0..63, and one
+// HSUB2 of the same constant (1056 or 96) gives q - 32.
 // v in the order above (v[0], v[1]: the first half, k 0-15); scale[h] = d*sc of
 // half h. d_half: which half of the copied 4-byte word holds d.
 __device__ __forceinline__ void decode_q6(uint32_t w, const uint8_t* row_extra, int cc, int t,
@@ -174,21 +226,22 @@ __device__ __forceinline__ void decode_q6(uint32_t w, const uint8_t* row_extra, 
   const uint32_t dword = *reinterpret_cast<const uint32_t*>(row_extra + 40);
   const float d = __half2float(__ushort_as_half((unsigned short)(dword >> (16 * d_half))));
   const int s = 16 * (t & 1) + 2 * (t >> 1);
-  constexpr uint32_t k1056 = 0x64206420u;  // FP16 pair (1056, 1056); also 0x6400 | bit 5
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    scale[half] = d * float(int8_t(sc >> (8 * half)));
-    // The crumbs of values 2t and 2t+1 (p = 0) at bits 0-1 and 16-17 of z,
-    // those of 2t+8 and 2t+9 (p = 1) at bits 4-5 and 20-21.
-    const uint32_t z = __byte_perm((half ? crumbs.y : crumbs.x) >> s, 0, 0x4140);
-#pragma unroll
-    for (int p = 0; p < 2; ++p) {
-      const uint32_t nib = (w >> nibble_shift(2 * half + p)) & 0x000F000Fu;
-      const uint32_t top = (p == 0 ? z << 4 : z) & 0x00300030u;
-      v[2 * half + p] =
-          half2_as_u32(__hsub2(u32_as_half2((nib | top) ^ k1056), u32_as_half2(k1056)));
-    }
-  }
+  const uint32_t w8 = w >> 8;
+  constexpr uint32_t kLow = 0x64206420u;   // FP16 pair 1056: 0x6400 | bit 5
+  constexpr uint32_t kHigh = 0x56005600u;  // FP16 pair 96: 0x5400 | bit 9
+  // The crumbs of values 2t and 2t+1 (p = 0) at bits 0-1 and 16-17 of z,
+  // those of 2t+8 and 2t+9 (p = 1) at bits 4-5 and 20-21.
+  const uint32_t z0 = __byte_perm(crumbs.x >> s, 0, 0x4140);
+  const uint32_t z1 = __byte_perm(crumbs.y >> s, 0, 0x4140);
+  auto q_minus_32 = [](uint32_t bits, uint32_t k) {
+    return half2_as_u32(__hsub2(u32_as_half2(bits), u32_as_half2(k)));
+  };
+  v[0] = q_minus_32(mask_or_reg<0x000F000Fu>(w, mask_xor<0x00300030u, kLow>(z0 << 4)), kLow);
+  v[1] = q_minus_32(mask_or_reg<0x000F000Fu>(w8, mask_xor<0x00300030u, kLow>(z0)), kLow);
+  v[2] = q_minus_32(mask_or_reg<0x00F000F0u>(w, mask_xor<0x03000300u, kHigh>(z1 << 8)), kHigh);
+  v[3] = q_minus_32(mask_or_reg<0x00F000F0u>(w8, mask_xor<0x03000300u, kHigh>(z1 << 4)), kHigh);
+  scale[0] = d * float(int8_t(sc));
+  scale[1] = d * float(int8_t(sc >> 8));
 }
 
 __device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
@@ -373,10 +426,12 @@ __global__ void __launch_bounds__(W * 32, W == 8 ? 2 : 1)
         for (int m = 0; m < 2; ++m) {
           uint32_t lo[4], hi[4];
           const int ra = 16 * m + g, rb = ra + 8;
-          decode_sc_q(pick_bytes(*reinterpret_cast<const uint4*>(q + ra * kQuantLd + cc * 16), sel),
-                      byte_as_half2(scw[m][0], cc), lo);
-          decode_sc_q(pick_bytes(*reinterpret_cast<const uint4*>(q + rb * kQuantLd + cc * 16), sel),
-                      byte_as_half2(scw[m][1], cc), hi);
+          decode_sc_q<NT <= 2>(
+              pick_bytes(*reinterpret_cast<const uint4*>(q + ra * kQuantLd + cc * 16), sel),
+              byte_as_half2(scw[m][0], cc), lo);
+          decode_sc_q<NT <= 2>(
+              pick_bytes(*reinterpret_cast<const uint4*>(q + rb * kQuantLd + cc * 16), sel),
+              byte_as_half2(scw[m][1], cc), hi);
           const uint32_t a0[4] = {lo[0], hi[0], lo[1], hi[1]};
           const uint32_t a1[4] = {lo[2], hi[2], lo[3], hi[3]};
 #pragma unroll
