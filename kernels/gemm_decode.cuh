@@ -102,6 +102,29 @@ __device__ __forceinline__ RowPointers row_pointers(const PackedMatrixView& m, i
           m.data + l.super_offset + row * l.super_row_bytes, l.cols};
 }
 
+// (a & kMask) | kOr, and (a & kMask) ^ kXor, in one LOP3 each: written as
+// C++, ptxas splits a mask and an OR with two immediates into two
+// instructions (an SASS LOP3 holds one).
+template <uint32_t kMask, uint32_t kOr>
+__device__ __forceinline__ uint32_t mask_or(uint32_t a) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(d) : "r"(a), "n"(kMask), "n"(kOr));
+  return d;
+}
+template <uint32_t kMask, uint32_t kXor>
+__device__ __forceinline__ uint32_t mask_xor(uint32_t a) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0x6A;\n" : "=r"(d) : "r"(a), "n"(kMask), "n"(kXor));
+  return d;
+}
+// (a & kMask) | b in one LOP3.
+template <uint32_t kMask>
+__device__ __forceinline__ uint32_t mask_or_reg(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(d) : "r"(a), "n"(kMask), "r"(b));
+  return d;
+}
+
 // Int4 nibbles as exact fp16 integers 1024 + q, in natural order. Byte i of
 // the 16 holds value i (bits 0-3) and i+16 (bits 4-7); word t holds values
 // 4t..4t+3 and 16+4t..16+4t+3. After swapping its middle bytes (b0 b2 b1
@@ -112,10 +135,10 @@ __device__ __forceinline__ void int4_to_half2(const uint4& q, uint32_t (&h)[16],
 #pragma unroll
   for (int t = 0; t < 4; ++t) {
     const uint32_t w = __byte_perm(words[t], 0, 0x3120);
-    h[2 * t] = op(((w >> 0) & 0x000F000Fu) | 0x64006400u);
-    h[2 * t + 1] = op(((w >> 8) & 0x000F000Fu) | 0x64006400u);
-    h[8 + 2 * t] = op(((w >> 4) & 0x000F000Fu) | 0x64006400u);
-    h[8 + 2 * t + 1] = op(((w >> 12) & 0x000F000Fu) | 0x64006400u);
+    h[2 * t] = op(mask_or<0x000F000Fu, 0x64006400u>(w));
+    h[2 * t + 1] = op(mask_or<0x000F000Fu, 0x64006400u>(w >> 8));
+    h[8 + 2 * t] = op(mask_or<0x000F000Fu, 0x64006400u>(w >> 4));
+    h[8 + 2 * t + 1] = op(mask_or<0x000F000Fu, 0x64006400u>(w >> 12));
   }
 }
 

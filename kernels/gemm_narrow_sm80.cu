@@ -87,6 +87,9 @@ constexpr size_t smem_bytes(int warps) {
 
 // Bit casts and packing: the portable decoders' own (gemm_decode.cuh).
 using gemm_decode::half2_as_u32;
+using gemm_decode::mask_or;
+using gemm_decode::mask_or_reg;
+using gemm_decode::mask_xor;
 using gemm_decode::u32_as_half2;
 
 // From a chunk's 16 quant bytes, lane t's bytes b[2t], b[2t+8], b[2t+1],
@@ -103,28 +106,6 @@ __device__ __forceinline__ uint32_t pick_bytes(const uint4& q, uint32_t sel) {
 // and 2 are v[0], of bytes 1 and 3 (w >> 8) v[1]; the high nibbles v[2] and
 // v[3]. `row_extra` the row's extra bytes in the slot; cc the chunk's index
 // in the stage.
-// (a & kMask) | kOr, and (a & kMask) ^ kXor, in one LOP3 each: written as
-// C++, ptxas splits a mask and an OR with two immediates into two
-// instructions (an SASS LOP3 holds one).
-template <uint32_t kMask, uint32_t kOr>
-__device__ __forceinline__ uint32_t mask_or(uint32_t a) {
-  uint32_t d;
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(d) : "r"(a), "n"(kMask), "n"(kOr));
-  return d;
-}
-template <uint32_t kMask, uint32_t kXor>
-__device__ __forceinline__ uint32_t mask_xor(uint32_t a) {
-  uint32_t d;
-  asm("lop3.b32 %0, %1, %2, %3, 0x6A;\n" : "=r"(d) : "r"(a), "n"(kMask), "n"(kXor));
-  return d;
-}
-// (a & kMask) | b in one LOP3.
-template <uint32_t kMask>
-__device__ __forceinline__ uint32_t mask_or_reg(uint32_t a, uint32_t b) {
-  uint32_t d;
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(d) : "r"(a), "n"(kMask), "r"(b));
-  return d;
-}
 // The low nibbles of bytes 0 and 2 of w as the FP16 pair 1024 + q (exponent
 // 0x64: a unit in the last place of 1), and the high nibbles of the same
 // bytes, where they lie, as 64 + q (exponent 0x54: a unit in the last place
