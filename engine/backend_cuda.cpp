@@ -1,5 +1,7 @@
 #include "engine/backend_cuda.h"
 
+#include <cstdlib>
+
 #include "engine/backend_cuda_impl.h"
 
 namespace voltad {
@@ -269,7 +271,14 @@ Status CudaBackend::Impl::allocate_workspace() {
 
 // kGemmMinTokensNarrowSm80 with `auto` where the sm_80 narrow GEMM takes every
 // matrix of a decode step (faster than the matvecs from there: KERNEL-NOTES).
+// VOLTAD_GEMM_MIN_TOKENS=N (2..9) in the environment moves that threshold
+// (comparisons; read once).
 int CudaBackend::Impl::choose_gemm_min_tokens() const {
+  static const int from_env = [] {
+    const char* v = std::getenv("VOLTAD_GEMM_MIN_TOKENS");
+    const int n = v ? std::atoi(v) : 0;
+    return n >= 2 && n <= kernels::kGemmMinTokens ? n : 0;
+  }();
   if (options.kernels != kernels::KernelSet::Auto) return kernels::kGemmMinTokens;
   auto takes = [&](const kernels::PackedMatrixView& w) {
     return kernels::gemm_narrow_sm80_supports({.w = w, .n = kernels::kGemmMinTokens - 1}, gemm_scratch);
@@ -280,7 +289,8 @@ int CudaBackend::Impl::choose_gemm_min_tokens() const {
     for (const ProjectionStack& p : l.gate_up) all = all && takes(p.w);
     all = all && takes(l.wo) && takes(l.w_down);
   }
-  return all ? kernels::kGemmMinTokensNarrowSm80 : kernels::kGemmMinTokens;
+  if (!all) return kernels::kGemmMinTokens;
+  return from_env ? from_env : kernels::kGemmMinTokensNarrowSm80;
 }
 
 Result<std::unique_ptr<CudaBackend>> CudaBackend::create(std::shared_ptr<const Model> model,

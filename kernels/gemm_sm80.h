@@ -68,9 +68,12 @@ bool gemm_sm80_preferred(const GemmArgs& args);
 // scales applied in FP32 after the MMAs). The order of the FP32 sums differs.
 size_t gemm_narrow_sm80_scratch_bytes(int n, int64_t cols);
 // From this many tokens on it beats the dp4a matvecs on the H200, where it
-// takes all of a model's matrices (end to end at 4 sequences: Llama-3-8B
-// Q4_0 858 -> 1,056 tok/s, Q4_K_M 782 -> 851; docs/PERFORMANCE-RUNS-1-12.md, run 12).
-constexpr int kGemmMinTokensNarrowSm80 = 4;
+// takes all of a model's matrices: 4 since run 12 (end to end at 4
+// sequences: Llama-3-8B Q4_0 858 -> 1,056 tok/s, Q4_K_M 782 -> 851;
+// docs/PERFORMANCE-RUNS-1-12.md), 2 since run 18, when its shorter decode
+// made a step of 4 tokens cheaper than the matvecs' step of 2
+// (docs/PERFORMANCE.md).
+constexpr int kGemmMinTokensNarrowSm80 = 2;
 bool gemm_narrow_sm80_supports(const GemmArgs& args, const GemmScratch& scratch);
 void launch_gemm_narrow_sm80(const GemmArgs& args, const GemmScratch& scratch, cudaStream_t stream);
 
