@@ -349,11 +349,11 @@ TEST_CASE("INT8 KV cache: logits stay close to the FP16 cache's on every tiny mo
   }
 }
 
-// Steps of 4-32 tokens with `auto` on an sm_80+ card run the narrow GEMM,
+// Steps of 2-32 tokens with `auto` on an sm_80+ card run the narrow GEMM,
 // whose x RMSNorm, SwiGLU and the attention combine write themselves, so
 // that its GEMMs skip their conversion (CudaBackend::Impl::enqueue_step).
 // Against the portable kernels on the same steps: 5-token prompts, decode
-// steps of 8 sequences, and a step mixing a 20-token chunk (the tensor-core
+// steps of 8, 2 and 3 sequences, and a step mixing a 20-token chunk (the tensor-core
 // prefill attention, so wo converts its x itself) with 7 decode tokens; with
 // both KV caches. Before the test case that sets VOLTAD_GEMM_SM80_ALWAYS,
 // which turns the narrow GEMM off for the rest of the binary.
@@ -412,15 +412,19 @@ TEST_CASE("batched steps with auto (narrow GEMM, fused x) follow the portable ke
         for (int s = 0; s < S; ++s) all.push_back({s, 1});
         extend(all, d);
       }
+      // Decode steps of 2 and 3 sequences: the narrow GEMM's smallest steps
+      // under auto (kGemmMinTokensNarrowSm80), the matvecs under portable.
+      extend({{0, 1}, {1, 1}}, 5);
+      extend({{2, 1}, {3, 1}, {4, 1}}, 6);
       std::vector<std::pair<int, int>> mixed = {{0, 20}};  // 20 + 7 = 27 tokens
       for (int s = 1; s < S; ++s) mixed.push_back({s, 1});
-      extend(mixed, 4);
+      extend(mixed, 7);
     }
     MESSAGE("auto runs '" << used << "'");
     if (major >= 8 && !std::getenv("VOLTAD_GEMM_SM80_ALWAYS"))
       CHECK(used.find("sm80-narrow") != std::string::npos);
     REQUIRE(rows[0].size() == rows[1].size());
-    REQUIRE(rows[0].size() == size_t(S + 3 * S + S));
+    REQUIRE(rows[0].size() == size_t(S + 3 * S + 2 + 3 + S));
     double worst = 0.0;
     for (size_t r = 0; r < rows[0].size(); ++r) worst = std::max(worst, relative_error(rows[1][r], rows[0][r]));
     MESSAGE("auto vs portable, batched steps: worst relative error " << worst);
