@@ -385,6 +385,15 @@ __global__ void __launch_bounds__(W * 32, W == 8 ? 2 : 1)
     const uint8_t* q = slot(i);
     const uint8_t* extra = q + kRows * kQuantLd;
     const int64_t c0 = (s_begin + i) * kStageChunks;
+    // This lane's B words of chunk c for each token tile, and the quant
+    // bytes it feeds the MMAs from `row` of the slot for the stage's chunk cc.
+    auto load_x = [&](int64_t c, uint4(&xb)[NT]) {
+#pragma unroll
+      for (int j = 0; j < NT; ++j) xb[j] = load_activation(xw + (c * kN8 + 8 * j) * 4);
+    };
+    auto quant_word = [&](int row, int cc) {
+      return pick_bytes(*reinterpret_cast<const uint4*>(q + row * kQuantLd + cc * 16), sel);
+    };
     if constexpr (F == PackedFormat::Int4K256) {
       // Rows 16m + g and 16m + g + 8: their headers, and this stage's sc.
       const bool upper = ((s_begin + i) & 1) != 0;
@@ -401,18 +410,13 @@ __global__ void __launch_bounds__(W * 32, W == 8 ? 2 : 1)
       for (int cc = 0; cc < kStageChunks; ++cc) {
         const int64_t c = c0 + cc;
         uint4 xb[NT];
-#pragma unroll
-        for (int j = 0; j < NT; ++j) xb[j] = load_activation(xw + (c * kN8 + 8 * j) * 4);
+        load_x(c, xb);
 #pragma unroll
         for (int m = 0; m < 2; ++m) {
           uint32_t lo[4], hi[4];
           const int ra = 16 * m + g, rb = ra + 8;
-          decode_sc_q<NT <= 2>(
-              pick_bytes(*reinterpret_cast<const uint4*>(q + ra * kQuantLd + cc * 16), sel),
-              byte_as_half2(scw[m][0], cc), lo);
-          decode_sc_q<NT <= 2>(
-              pick_bytes(*reinterpret_cast<const uint4*>(q + rb * kQuantLd + cc * 16), sel),
-              byte_as_half2(scw[m][1], cc), hi);
+          decode_sc_q<NT <= 2>(quant_word(ra, cc), byte_as_half2(scw[m][0], cc), lo);
+          decode_sc_q<NT <= 2>(quant_word(rb, cc), byte_as_half2(scw[m][1], cc), hi);
           const uint32_t a0[4] = {lo[0], hi[0], lo[1], hi[1]};
           const uint32_t a1[4] = {lo[2], hi[2], lo[3], hi[3]};
 #pragma unroll
@@ -455,17 +459,16 @@ __global__ void __launch_bounds__(W * 32, W == 8 ? 2 : 1)
       for (int cc = 0; cc < kStageChunks; ++cc) {
         const int64_t c = c0 + cc;
         uint4 xb[NT];
-#pragma unroll
-        for (int j = 0; j < NT; ++j) xb[j] = load_activation(xw + (c * kN8 + 8 * j) * 4);
+        load_x(c, xb);
 #pragma unroll
         for (int m = 0; m < 2; ++m) {
           uint32_t lo[4], hi[4];  // rows 16m + g and 16m + g + 8
           float sa[2], sb[2];     // their d*sc for k 0-15 and 16-31
           const int ra = 16 * m + g, rb = ra + 8;
-          decode_q6(pick_bytes(*reinterpret_cast<const uint4*>(q + ra * kQuantLd + cc * 16), sel),
-                    extra + ra * kExtra, cc, t, int(d_offset(r0 + ra, c) >> 1) & 1, lo, sa);
-          decode_q6(pick_bytes(*reinterpret_cast<const uint4*>(q + rb * kQuantLd + cc * 16), sel),
-                    extra + rb * kExtra, cc, t, int(d_offset(r0 + rb, c) >> 1) & 1, hi, sb);
+          decode_q6(quant_word(ra, cc), extra + ra * kExtra, cc, t,
+                    int(d_offset(r0 + ra, c) >> 1) & 1, lo, sa);
+          decode_q6(quant_word(rb, cc), extra + rb * kExtra, cc, t,
+                    int(d_offset(r0 + rb, c) >> 1) & 1, hi, sb);
           const uint32_t a0[4] = {lo[0], hi[0], lo[1], hi[1]};  // k 0-15
           const uint32_t a1[4] = {lo[2], hi[2], lo[3], hi[3]};  // k 16-31
 #pragma unroll
@@ -487,16 +490,13 @@ __global__ void __launch_bounds__(W * 32, W == 8 ? 2 : 1)
       for (int cc = 0; cc < kStageChunks; ++cc) {
         const int64_t c = c0 + cc;
         uint4 xb[NT];
-#pragma unroll
-        for (int j = 0; j < NT; ++j) xb[j] = load_activation(xw + (c * kN8 + 8 * j) * 4);
+        load_x(c, xb);
 #pragma unroll
         for (int m = 0; m < 2; ++m) {
           uint32_t lo[4], hi[4];  // rows 16m + g and 16m + g + 8
           const int ra = 16 * m + g, rb = ra + 8;
-          decode_q4_0(pick_bytes(*reinterpret_cast<const uint4*>(q + ra * kQuantLd + cc * 16), sel),
-                      extra + ra * kExtra, cc, lo);
-          decode_q4_0(pick_bytes(*reinterpret_cast<const uint4*>(q + rb * kQuantLd + cc * 16), sel),
-                      extra + rb * kExtra, cc, hi);
+          decode_q4_0(quant_word(ra, cc), extra + ra * kExtra, cc, lo);
+          decode_q4_0(quant_word(rb, cc), extra + rb * kExtra, cc, hi);
           const uint32_t a0[4] = {lo[0], hi[0], lo[1], hi[1]};  // k 0-15
           const uint32_t a1[4] = {lo[2], hi[2], lo[3], hi[3]};  // k 16-31
 #pragma unroll
