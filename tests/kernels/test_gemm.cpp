@@ -259,9 +259,10 @@ TEST_CASE("gemm narrow tile matches the float64 reference for every weight type 
 
 // The sm_80+ narrow kernel: the same FP16 weights, but its own order of
 // the FP32 sums, so the reference, not bit-identity with the portable
-// kernels. Rows not a multiple of the block,
-// every token count 1..32 across the cases, k shares that leave some warps
-// idle (512 columns = 4 stages for 8 warps).
+// kernels. Rows not a multiple of the block; token counts in each of the
+// four token tiles, among them 2 and 3, the smallest steps the backend
+// gives it (kGemmMinTokensNarrowSm80); k shares that leave some warps idle
+// (512 columns = 4 stages for 8 warps).
 TEST_CASE("gemm narrow sm80 variant matches the float64 reference") {
   if (!device_is_sm80_plus() || !kernels::gemm_sm80_available()) {
     MESSAGE("not an sm_80+ device with the variant built: skipped");
@@ -273,7 +274,7 @@ TEST_CASE("gemm narrow sm80 variant matches the float64 reference") {
   for (GgmlType type : types) {
     double worst = 0.0;
     for (const Shape& s : shapes) {
-      for (int n : {1, 5, 8, 9, 16, 17, 24, 31, 32}) {
+      for (int n : {1, 2, 3, 5, 8, 9, 16, 17, 24, 31, 32}) {
         const Case c{s.rows,     s.cols,     n,          GemmTile::Auto,
                      i % 2 == 0, i % 3 != 1, i % 4 != 3, Path::Narrow80};
         ++i;
