@@ -271,13 +271,13 @@ Status CudaBackend::Impl::allocate_workspace() {
 
 // kGemmMinTokensNarrowSm80 with `auto` where the sm_80 narrow GEMM takes every
 // matrix of a decode step (faster than the matvecs from there: KERNEL-NOTES).
-// VOLTAD_GEMM_MIN_TOKENS=N (2..9) in the environment moves that threshold
-// (comparisons; read once).
+// VOLTAD_GEMM_MIN_TOKENS=N (2..8) in the environment moves that threshold
+// (comparisons; read once; 9 and up is the portable set's kGemmMinTokens).
 int CudaBackend::Impl::choose_gemm_min_tokens() const {
   static const int from_env = [] {
     const char* v = std::getenv("VOLTAD_GEMM_MIN_TOKENS");
     const int n = v ? std::atoi(v) : 0;
-    return n >= 2 && n <= kernels::kGemmMinTokens ? n : 0;
+    return n >= 2 && n < kernels::kGemmMinTokens ? n : 0;
   }();
   if (options.kernels != kernels::KernelSet::Auto) return kernels::kGemmMinTokens;
   auto takes = [&](const kernels::PackedMatrixView& w) {

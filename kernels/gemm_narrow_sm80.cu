@@ -100,12 +100,6 @@ __device__ __forceinline__ uint32_t pick_bytes(const uint4& q, uint32_t sel) {
   return __byte_perm(lo, hi, 0x5140);
 }
 
-// The four FP16 pairs of one row and chunk a lane feeds the MMAs:
-// v[0] = (w[2t], w[2t+1]), v[1] = (w[2t+8], w[2t+9]) for k 0-15 and v[2], v[3]
-// the same for k 16-31. `w` from pick_bytes: the low nibbles of its bytes 0
-// and 2 are v[0], of bytes 1 and 3 (w >> 8) v[1]; the high nibbles v[2] and
-// v[3]. `row_extra` the row's extra bytes in the slot; cc the chunk's index
-// in the stage.
 // The low nibbles of bytes 0 and 2 of w as the FP16 pair 1024 + q (exponent
 // 0x64: a unit in the last place of 1), and the high nibbles of the same
 // bytes, where they lie, as 64 + q (exponent 0x54: a unit in the last place
@@ -116,6 +110,13 @@ __device__ __forceinline__ uint32_t low_nibbles(uint32_t w) {
 __device__ __forceinline__ uint32_t high_nibbles(uint32_t w) {
   return mask_or<0x00F000F0u, 0x54005400u>(w);
 }
+
+// The decoders below give the four FP16 pairs of one row and chunk a lane
+// feeds the MMAs: v[0] = (w[2t], w[2t+1]), v[1] = (w[2t+8], w[2t+9]) for k
+// 0-15 and v[2], v[3] the same for k 16-31. `w` from pick_bytes: the low
+// nibbles of its bytes 0 and 2 are v[0], of bytes 1 and 3 (w >> 8) v[1];
+// the high nibbles v[2] and v[3]. `row_extra` the row's extra bytes in the
+// slot; cc the chunk's index in the stage.
 
 // Int4Sym32 (Q4_0), w = d * (q - 8): in FP16, exact for the portable
 // decoder's values.
@@ -576,8 +577,9 @@ template <PackedFormat F, int NT>
 void launch_warps(const GemmArgs& a, const uint32_t* xp, cudaStream_t stream) {
   const unsigned blocks = unsigned((a.w.layout.rows + kRows - 1) / kRows);
   // 16 warps where the blocks would not fill the SMs once, except for
-  // Int4K256 at 25-32 tokens: there the 16-warp kernel spills (128 registers
-  // a thread) and measured slower than 8 warps (docs/KERNEL-NOTES.md).
+  // Int4K256 at 25-32 tokens: under the 128-register cap both kernels spill
+  // there (68 bytes at 16 warps, 44 at 8 since run 18), and 16 warps
+  // measured slower than 8 (docs/KERNEL-NOTES.md).
   const bool spills = F == PackedFormat::Int4K256 && NT == 4;
   if (!spills && int64_t(blocks) <= device().sms && smem_bytes<F>(16) <= size_t(device().max_smem))
     return launch<F, NT, 16>(a, xp, blocks, stream);

@@ -63,9 +63,10 @@ bool gemm_sm80_preferred(const GemmArgs& args);
 // weights decoded straight into the MMA operands and every weight decoded
 // once for all tokens. Rounds x into the scratch (n rounded up to 8 rows of
 // cols fp16 values, reordered, and an x sum per row and 32 values), then the
-// GEMM: two launches. Q4_0 and Q6_K weights are the portable decoders' FP16
-// values; Q4_K weights are not rounded at all (sc*q exact in FP16, the
-// scales applied in FP32 after the MMAs). The order of the FP32 sums differs.
+// GEMM: two launches. Q4_0 weights are the portable decoder's FP16 values;
+// Q4_K and Q6_K weights are not rounded at all (sc*q and q - 32 exact in
+// FP16, the scales applied in FP32 after the MMAs). The order of the FP32
+// sums differs.
 size_t gemm_narrow_sm80_scratch_bytes(int n, int64_t cols);
 // From this many tokens on it beats the dp4a matvecs on the H200, where it
 // takes all of a model's matrices: 4 since run 12 (end to end at 4

@@ -364,6 +364,10 @@ TEST_CASE("batched steps with auto (narrow GEMM, fused x) follow the portable ke
   auto model = load_model((fixtures() / "tiny-llama256.Q4_K_M.gguf").string());
   REQUIRE(model.ok());
   const int32_t vocab = int32_t(model.value()->config.n_vocab);
+  // With the threshold moved, the 2- and 3-token steps below would not take
+  // the narrow GEMM and the test would not test them.
+  CHECK_MESSAGE(!std::getenv("VOLTAD_GEMM_MIN_TOKENS"),
+                "VOLTAD_GEMM_MIN_TOKENS is set: the small steps may run the matvecs");
   // 8 sequences: their decode steps also take the attention's combine in
   // pass 1 (from 8 tokens), whose counters the graph replays must find zero.
   const int S = 8;
