@@ -102,6 +102,10 @@ struct CudaBackend::Impl {
   kernels::QuantizedActivations xq;
   kernels::GemmScratch gemm_scratch;  // aliases xq.q (allocate_workspace)
   int gemm_min_tokens = kernels::kGemmMinTokens;  // GEMMs from here, else dp4a matvecs
+  // Decode graphs run the head norms, RoPE and the KV write inside the
+  // attention (kernels::AttentionArgs::rope): the fp16 cache; off with
+  // VOLTAD_ROPE_IN_ATTENTION=0, for comparisons (choose_rope_in_attention).
+  bool rope_in_attention = false;
   int32_t *d_ints = nullptr;  // tokens, positions, slots, token_tables, logit_rows, block tables
   std::vector<int32_t> h_ints;
   float* h_logits = nullptr;  // pinned
@@ -206,6 +210,7 @@ struct CudaBackend::Impl {
   Status load_weight_tensors();  // into the arena load_weights sets up
   Status allocate_workspace();
   int choose_gemm_min_tokens() const;
+  bool choose_rope_in_attention() const;
   // The decode graph for n sequences (n tokens, n logits rows), into
   // decode_graphs[n]. Instantiating a graph allocates device memory, so
   // create() makes every one up front: the request path allocates nothing.
@@ -224,9 +229,11 @@ struct CudaBackend::Impl {
   // Split-K attention for the n_tokens consecutive tokens from row `first`.
   // The output also goes out as `out` asks when the kernel can do it;
   // returns whether it did. own_position_only: each of those tokens is the
-  // only one of its sequence in the step (kernels::AttentionArgs).
+  // only one of its sequence in the step (kernels::AttentionArgs). rope: q
+  // and k are the projections' raw output, and the attention applies the
+  // head norms and RoPE and writes the KV cache (needs own_position_only).
   bool attention(const Layer& layer, int first, int n_tokens, int max_position, AttnOut out,
-                 bool own_position_only);
+                 bool own_position_only, bool rope = false);
   // Returns whether every token's output went out as `out` asks (see attention()).
   bool attention_spans(const Layer& layer, const std::vector<Span>& spans, int max_position, AttnOut out);
   // Every kernel of one step, on the stream (no copies, no syncs): what a

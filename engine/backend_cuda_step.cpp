@@ -6,7 +6,7 @@
 namespace voltad {
 
 bool CudaBackend::Impl::attention(const Layer& layer, int first, int n_tokens, int max_position, AttnOut out,
-                                  bool own_position_only) {
+                                  bool own_position_only, bool rope) {
   const ModelConfig& c = model->config;
   const bool fused = out.kind != AttnOut::Plain && c.head_dim % kernels::kActivationBlock == 0;
   const int T = options.max_batch_tokens;
@@ -41,6 +41,17 @@ bool CudaBackend::Impl::attention(const Layer& layer, int first, int n_tokens, i
     a.scale = float(1.0 / std::sqrt(double(c.head_dim)));
     a.partials = partials;
     a.own_position_only = own_position_only;
+    if (rope) {
+      a.rope.inv_freq = inv_freq;
+      a.rope.neox = c.rope_style == RopeStyle::Neox;
+      a.rope.k = k + row * ld_qkv();
+      a.rope.v = v + row * ld_qkv();
+      a.rope.ldkv = ld_qkv();
+      a.rope.slots = d_ints + 2 * T + row;
+      a.rope.q_norm = c.qk_norm ? layer.q_norm : nullptr;
+      a.rope.k_norm = c.qk_norm ? layer.k_norm : nullptr;
+      a.rope.eps = c.rms_eps;
+    }
     // The combine in pass 1's last block (kernels/attention.h) from 8
     // tokens a launch: measured on the H200 (docs/PERFORMANCE.md, run 14),
     // b8 and b32 +1%, but batch 1 -5%: there one block per KV head does the
@@ -145,6 +156,11 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
       scratch_holds = xn;
   };
 
+  // A decode graph's step (every token its sequence's only one) runs the
+  // head norms, RoPE and the KV write inside the attention: one to three
+  // launches a layer fewer.
+  const bool rope_in = rope_in_attention && !spans && !omit.attention && !omit.rope;
+
   kernels::launch_embedding_gather(token_embd, d_tokens, n, x, dim, st);
   const auto ordering = c.rope_style == RopeStyle::Neox ? kernels::RopeOrdering::NeoX : kernels::RopeOrdering::Normal;
   for (size_t li = 0; li < layers.size(); ++li) {
@@ -169,13 +185,13 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
       for (const ProjectionStack& p : l.qkv)
         matvec(p.w, xn, dim, n, q + p.column, ldqkv, p.bias, false);
     }
-    if (c.qk_norm) {
+    if (c.qk_norm && !rope_in) {
       kernels::launch_head_rmsnorm(q, ldqkv, n, int(c.n_heads), int(c.head_dim), l.q_norm,
                                    c.rms_eps, st);
       kernels::launch_head_rmsnorm(k, ldqkv, n, int(c.n_kv_heads), int(c.head_dim), l.k_norm,
                                    c.rms_eps, st);
     }
-    if (omit.rope) {
+    if (omit.rope || rope_in) {
     } else if (options.kv_int8) {
       kernels::launch_rope(q, ldqkv, n, int(c.n_heads), int(c.head_dim), int(c.head_dim),
                            d_positions, inv_freq, ordering, st);
@@ -196,7 +212,7 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
       attn_out.kind = AttnOut::NarrowX;
     const bool attn_written = omit.attention ? true
                               : spans        ? attention_spans(l, *spans, max_position, attn_out)
-                                             : attention(l, 0, n, max_position, attn_out, true);
+                                             : attention(l, 0, n, max_position, attn_out, true, rope_in);
     if (quantized && !attn_written) kernels::launch_quantize_activations(attn, qd, n, qd, xq, st);
     scratch_holds = attn_out.kind == AttnOut::NarrowX && attn_written ? attn : nullptr;
     matvec(l.wo, attn, qd, n, x, dim, nullptr, true);  // residual add fused

@@ -60,6 +60,23 @@ struct Fp16KvReader {
     }
     k_scale = v_scale = 1.0f;
   }
+  // AttentionArgs::rope: the own row, rounded as kernel_rope_qk_kv_write
+  // rounds it, and its store (the reader's pointers are the cache's).
+  __device__ __forceinline__ static Rows pack(const float (&kf)[8], const float (&vf)[8]) {
+    Rows r;
+    __half2* kh = reinterpret_cast<__half2*>(&r.k);
+    __half2* vh = reinterpret_cast<__half2*>(&r.v);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      kh[e] = __halves2half2(__float2half_rn(kf[2 * e]), __float2half_rn(kf[2 * e + 1]));
+      vh[e] = __halves2half2(__float2half_rn(vf[2 * e]), __float2half_rn(vf[2 * e + 1]));
+    }
+    return r;
+  }
+  __device__ __forceinline__ void store(int64_t at, const Rows& r) const {
+    *reinterpret_cast<uint4*>(const_cast<__half*>(k) + at) = r.k;
+    *reinterpret_cast<uint4*>(const_cast<__half*>(v) + at) = r.v;
+  }
 };
 
 // Block-wide max and sum of one value per thread (blockDim.x a multiple of
@@ -171,15 +188,16 @@ void launch_attention_combine(const AttentionArgs& a, int splits, cudaStream_t s
 int attention_launch_pieces(const AttentionArgs& a) {
   const int group = a.n_kv_heads > 0 ? a.n_heads / a.n_kv_heads : 1;
   return with_head_dim_group(a.head_dim, group, [&](auto hd, auto g) {
-    return attention_pieces<decltype(hd)::value, decltype(g)::value, Fp16KvReader>(a);
+    constexpr int HD = decltype(hd)::value, G = decltype(g)::value;
+    return a.rope.inv_freq ? attention_pieces<HD, G, Fp16KvReader, true>(a)
+                           : attention_pieces<HD, G, Fp16KvReader, false>(a);
   });
 }
 
 void launch_attention(const AttentionArgs& a, cudaStream_t stream) {
-  launch_attention_split_k(a,
-                           Fp16KvReader{reinterpret_cast<const __half*>(a.cache.k),
-                                        reinterpret_cast<const __half*>(a.cache.v)},
-                           stream);
+  const Fp16KvReader reader{reinterpret_cast<const __half*>(a.cache.k), reinterpret_cast<const __half*>(a.cache.v)};
+  if (a.rope.inv_freq) launch_attention_split_k<true>(a, reader, stream);
+  else launch_attention_split_k<false>(a, reader, stream);
 }
 
 }  // namespace voltad::kernels

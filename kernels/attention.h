@@ -89,6 +89,27 @@ struct AttentionArgs {
   // token_tables and block_tables must be the step's inputs (copied from the
   // host), not a kernel's output: they are read before the wait either way.
   bool own_position_only = false;
+  // When rope.inv_freq is set (decode steps: own_position_only, the fp16
+  // cache): q is the projection's raw output, and pass 1 applies, per head,
+  // the RMSNorm (weights q_norm / k_norm, when set; Qwen3) and RoPE over the
+  // whole head_dim to q and to the token's own k (rope.k, beside rope.v,
+  // stride ldkv), and the block whose piece holds the token's own position
+  // writes that k and its v into the cache slot slots[t]. This replaces
+  // launch_head_rmsnorm (q and k) and launch_rope_qk_kv_write before the
+  // attention: one to three launches a layer fewer. q and k stay unrotated
+  // in their buffers. inv_freq, the norm weights and slots are read before
+  // the wait (rope.h): not a kernel's output.
+  struct Rope {
+    const float* inv_freq = nullptr;  // head_dim / 2 (rope_inverse_frequencies)
+    bool neox = false;                // pairs (i, i + head_dim/2); else (2i, 2i+1)
+    const float* k = nullptr;         // the token's own k and v rows (n_kv_heads * head_dim)
+    const float* v = nullptr;
+    int64_t ldkv = 0;
+    const int32_t* slots = nullptr;   // (n_tokens): cache slot of the token's own row
+    const float* q_norm = nullptr;    // head_dim weights, or null: no norm
+    const float* k_norm = nullptr;
+    float eps = 0.0f;
+  } rope;
 };
 
 // Floats of split-K scratch a step needs.

@@ -119,6 +119,46 @@ __device__ __forceinline__ void combine_pieces(const AttentionArgs& a, int t, in
   }
 }
 
+// The head RMSNorm and RoPE of pass 1 with AttentionArgs::rope, on one
+// lane's 8 elements x of a head (elements sub*8 .. sub*8+7; the head's
+// HD/8 lanes are consecutive lanes of the warp, and every lane of the warp
+// takes part: the sums and the NeoX partners are shuffles). norm: the
+// head_dim weights, null for none; sn, cs: sin and cos of each pair's angle
+// (shared memory). The same expressions as kernel_head_rmsnorm and
+// kernel_rope_qk_kv_write; the sum of squares goes in another order.
+template <int HD>
+__device__ __forceinline__ void norm_rope_lane(float (&x)[kAttentionLaneElements], int sub, const float* norm,
+                                               float eps, const float* sn, const float* cs, bool neox) {
+  constexpr int VEC = kAttentionLaneElements, kLanes = HD / VEC;
+  if (norm) {  // the same for the whole warp (q_norm and k_norm come together)
+    float ss = 0.0f;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) ss = fmaf(x[e], x[e], ss);
+#pragma unroll
+    for (int o = kLanes / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    const float inv = rsqrtf(ss / float(HD) + eps);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) x[e] = x[e] * inv * norm[sub * VEC + e];
+  }
+  if (neox) {  // pairs (i, i + HD/2): the partner is in lane sub ^ kLanes/2
+    const bool first = sub < kLanes / 2;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+      const float p = __shfl_xor_sync(0xffffffffu, x[e], kLanes / 2);
+      const int i = (sub * VEC + e) % (HD / 2);
+      x[e] = first ? x[e] * cs[i] - p * sn[i] : p * sn[i] + x[e] * cs[i];
+    }
+  } else {  // pairs (2i, 2i+1): both in the lane
+#pragma unroll
+    for (int m = 0; m < VEC / 2; ++m) {
+      const int i = sub * (VEC / 2) + m;
+      const float a = x[2 * m], b = x[2 * m + 1];
+      x[2 * m] = a * cs[i] - b * sn[i];
+      x[2 * m + 1] = a * sn[i] + b * cs[i];
+    }
+  }
+}
+
 // A cache reader gives pass 1 one lane's 8 elements of a position's K and V
 // rows, in two steps so that several positions' loads are in flight before
 // the first is used:
@@ -133,11 +173,26 @@ __device__ __forceinline__ void combine_pieces(const AttentionArgs& a, int t, in
 //                 after the wait (AttentionArgs::own_position_only)
 //   static void decode(const Rows&, float (&k)[8], float (&v)[8],
 //                      float& k_scale, float& v_scale);
+// and, for AttentionArgs::rope (the fp16 cache only):
+//   static Rows pack(const float (&k)[8], const float (&v)[8]);
+//                 the rows as the cache holds them (rounded)
+//   void store(int64_t at, const Rows&) const;
 // The key is k_scale * k, the value v_scale * v: the scales multiply the dot
 // product and the softmax weight, not every element (a reader without
 // scales returns 1, which the compiler folds away).
-template <int HD, int G, class Reader>
-__global__ void __launch_bounds__(kAttentionWarps * 32)
+//
+// kRope (AttentionArgs::rope; own_position_only): q and the own k are the
+// projections' raw rows. After the wait the warps that hold positions norm
+// and rotate the block's `group` q heads, a lane group a head, into shared
+// memory, and the piece that holds the own position makes its k and v and
+// stores them in the cache; then the loop runs as without kRope, the own
+// row loaded after the wait. Done in registers, lane by lane, q's
+// preparation took 168 registers a thread against 128. Up to 4 heads a
+// group the kernel is held to 128 (4 blocks an SM, as without kRope; ptxas
+// spills a few bytes); a minimum of 0 blocks leaves ptxas its own choice,
+// which is 128 for the kernel without kRope (a minimum of 1 gave it 147).
+template <int HD, int G, class Reader, bool kRope = false>
+__global__ void __launch_bounds__(kAttentionWarps * 32, kRope && G <= 4 ? 4 : 0)
     kernel_attention_partial(AttentionArgs a, Reader cache) {
   // Before the wait: the step's inputs (positions, tables) and, with
   // own_position_only, the cache rows of every position but the token's own
@@ -159,6 +214,15 @@ __global__ void __launch_bounds__(kAttentionWarps * 32)
   const int end = min(pos + 1, begin + per);
   const int kv_dim = a.n_kv_heads * HD;
   const int32_t* table = a.block_tables + int64_t(a.token_tables[t]) * a.table_stride;
+  // kRope: the rotation angles (before the wait, a thread each; rope.h:
+  // sincosf) and the prepared q (scaled).
+  __shared__ float rope_sin[kRope ? HD / 2 : 1], rope_cos[kRope ? HD / 2 : 1];
+  __shared__ float q_ready[kRope ? G : 1][kRope ? HD : 1];
+  if constexpr (kRope) {
+    for (int i = threadIdx.x; i < HD / 2; i += blockDim.x)
+      sincosf(float(pos) * a.rope.inv_freq[i], &rope_sin[i], &rope_cos[i]);
+    __syncthreads();
+  }
 
   float q[G][VEC];
   float acc[G][VEC];
@@ -175,8 +239,10 @@ __global__ void __launch_bounds__(kAttentionWarps * 32)
     for (int g = 0; g < G; ++g)
 #pragma unroll
       for (int e = 0; e < VEC; ++e)
-        q[g][e] = g < group ? a.q[int64_t(t) * a.ldq + (kvh * group + g) * HD + sub * VEC + e] * a.scale
-                            : 0.0f;
+        if constexpr (kRope) q[g][e] = g < group ? q_ready[g][sub * VEC + e] : 0.0f;
+        else
+          q[g][e] = g < group ? a.q[int64_t(t) * a.ldq + (kvh * group + g) * HD + sub * VEC + e] * a.scale
+                              : 0.0f;
   };
   if (waited) load_q();
   // fresh: through L2 only (Reader::load_fresh), for the token's own row.
@@ -188,7 +254,12 @@ __global__ void __launch_bounds__(kAttentionWarps * 32)
   };
 
   // The loop bound is the same for every lane of the warp (the shuffles
-  // below need all 32); positions past `end` are masked.
+  // below need all 32); positions past `end` are masked. Where the own
+  // position comes in a later step, its row is loaded through L2 too when
+  // rows are shorter than 128 bytes (head_dim < 128: an int8 row of 64, an
+  // fp16 row of 32, share lines with other slots or heads, which the loads
+  // before the wait may have brought into L1).
+  constexpr bool kSmallRows = HD < 128;
   const int lane_slot = lane / kLanes;
   for (int w0 = begin + warp * kSlots; w0 < end; w0 += U * kStride) {
     const int p0 = w0 + lane_slot;
@@ -196,11 +267,44 @@ __global__ void __launch_bounds__(kAttentionWarps * 32)
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int p = p0 + u * kStride;
-      rows[u] = p < end && (waited || p != pos) ? load_row(p, false) : typename Reader::Rows{};
+      rows[u] = p < end && (waited || p != pos) ? load_row(p, kSmallRows && p == pos) : typename Reader::Rows{};
     }
     if (!waited) {  // the first loads are out
       wait_then_release_next();
       waited = true;
+      if constexpr (kRope) {
+        // The warps that hold positions (all those that get here) make the
+        // items, a lane group each: q heads 0..group-1 into shared memory,
+        // then, in the piece that holds the own position, its k and v into
+        // the cache. Every lane takes part in the shuffles.
+        const int active = min(kAttentionWarps, (end - begin + kSlots - 1) / kSlots);
+        const bool holds_own = pos < end;  // the same for the whole block
+        const int items = group + (holds_own ? 1 : 0);
+        for (int i0 = 0; i0 < items; i0 += active * kSlots) {
+          const int item = i0 + warp * kSlots + lane_slot;
+          const bool is_k = holds_own && item == group;  // other pieces must not store
+          const float* src = is_k ? a.rope.k + int64_t(t) * a.rope.ldkv + int64_t(kvh) * HD
+                                  : a.q + int64_t(t) * a.ldq + int64_t(kvh * group + item) * HD;
+          float x[VEC];
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) x[e] = item < items ? src[sub * VEC + e] : 0.0f;
+          norm_rope_lane<HD>(x, sub, is_k ? a.rope.k_norm : a.rope.q_norm, a.rope.eps, rope_sin, rope_cos,
+                             a.rope.neox);
+          if (item < group) {
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) q_ready[item][sub * VEC + e] = x[e] * a.scale;
+          } else if (is_k) {
+            const float* vsrc = a.rope.v + int64_t(t) * a.rope.ldkv + int64_t(kvh) * HD + sub * VEC;
+            float vf[VEC];
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) vf[e] = vsrc[e];
+            cache.store(int64_t(a.rope.slots[t]) * kv_dim + int64_t(kvh) * HD + sub * VEC, Reader::pack(x, vf));
+          }
+        }
+        // Named barrier 1 over the active warps (the others never get here):
+        // q_ready is written, and the own row's stores are performed for them.
+        asm volatile("bar.sync 1, %0;" ::"r"(active * 32) : "memory");
+      }
       load_q();
       // Through L2: a line of it may be in L1 from a neighbour's load above.
 #pragma unroll
@@ -310,13 +414,13 @@ void launch_attention_combine(const AttentionArgs& args, int splits, cudaStream_
 // Blocks of pass 1 the device runs at once (one wave): SMs x resident
 // blocks per SM, for this instance (registers differ per cache reader and
 // head size). Computed once per process: one process serves one GPU.
-template <int HD, int G, class Reader>
+template <int HD, int G, class Reader, bool kRope = false>
 int attention_wave_blocks() {
   static const int blocks = [] {
     int per_sm = 0;
     const int sms = device_sm_count();
     CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm, kernel_attention_partial<HD, G, Reader>, kAttentionWarps * 32, 0));
+        &per_sm, kernel_attention_partial<HD, G, Reader, kRope>, kAttentionWarps * 32, 0));
     return sms * std::max(per_sm, 1);
   }();
   return blocks;
@@ -329,12 +433,12 @@ int attention_wave_blocks() {
 // 8 sequences of Llama-3-8B at 32 pieces were 2,048 blocks, ~5 waves of
 // mostly empty or 16-position pieces, 49 us a layer (docs/PERFORMANCE.md,
 // run 11).
-template <int HD, int G, class Reader>
+template <int HD, int G, class Reader, bool kRope = false>
 int attention_pieces(const AttentionArgs& a) {
   int splits = attention_splits(a.max_position);
   if (a.max_splits > 0) splits = std::min(splits, a.max_splits);
   const int64_t per_piece = std::max<int64_t>(1, int64_t(a.n_tokens) * a.n_kv_heads);
-  const int64_t fit = std::max<int64_t>(1, attention_wave_blocks<HD, G, Reader>() / per_piece);
+  const int64_t fit = std::max<int64_t>(1, attention_wave_blocks<HD, G, Reader, kRope>() / per_piece);
   return int(std::min<int64_t>(splits, fit));
 }
 
@@ -373,8 +477,9 @@ decltype(auto) with_head_dim_group(int head_dim, int group, Fn&& fn) {
   });
 }
 
-// Both passes over the cache that `cache` reads.
-template <class Reader>
+// Both passes over the cache that `cache` reads. kRope: AttentionArgs::rope
+// is set (the reader can store rows).
+template <bool kRope, class Reader>
 void launch_attention_split_k(const AttentionArgs& a, Reader cache, cudaStream_t stream) {
   if (a.n_tokens == 0) return;
   VOLTAD_KERNEL_REQUIRE(a.n_kv_heads > 0 && a.n_heads % a.n_kv_heads == 0,
@@ -387,11 +492,14 @@ void launch_attention_split_k(const AttentionArgs& a, Reader cache, cudaStream_t
                         "an attention output in the narrow GEMM's layout needs head_dim % 32 == 0");
   VOLTAD_KERNEL_REQUIRE(!a.arrivals || reinterpret_cast<uintptr_t>(a.partials) % 16 == 0,
                         "the combine in pass 1 reads the partials as float4: 16-byte aligned");
+  VOLTAD_KERNEL_REQUIRE(!kRope || (a.own_position_only && a.rope.k && a.rope.v && a.rope.slots),
+                        "RoPE in the attention needs own_position_only, the own k and v rows and their slots");
+  VOLTAD_KERNEL_REQUIRE(!a.rope.q_norm == !a.rope.k_norm, "RoPE in the attention: q_norm and k_norm together");
   const int splits = with_head_dim_group(a.head_dim, a.n_heads / a.n_kv_heads, [&](auto hd, auto g) {
     constexpr int HD = decltype(hd)::value, G = decltype(g)::value;
-    const int pieces = attention_pieces<HD, G, Reader>(a);
+    const int pieces = attention_pieces<HD, G, Reader, kRope>(a);
     const dim3 grid(unsigned(a.n_tokens), unsigned(a.n_kv_heads), unsigned(pieces));
-    launch_kernel(kernel_attention_partial<HD, G, Reader>, grid, kAttentionWarps * 32, 0, stream, a,
+    launch_kernel(kernel_attention_partial<HD, G, Reader, kRope>, grid, kAttentionWarps * 32, 0, stream, a,
                   cache);
     return pieces;
   });

@@ -117,7 +117,8 @@ void launch_kv_write_int8(const float* k, const float* v, int64_t ld, int n_toke
 }
 
 void launch_attention_int8(const AttentionArgs& a, KvInt8LayerView cache, cudaStream_t stream) {
-  launch_attention_split_k(a, Int8KvReader{cache.k, cache.v, cache.k_scale, cache.v_scale}, stream);
+  VOLTAD_KERNEL_REQUIRE(!a.rope.inv_freq, "RoPE in the attention: the fp16 cache only");
+  launch_attention_split_k<false>(a, Int8KvReader{cache.k, cache.v, cache.k_scale, cache.v_scale}, stream);
 }
 
 }  // namespace voltad::kernels
