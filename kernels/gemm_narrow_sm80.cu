@@ -579,9 +579,13 @@ void launch_warps(const GemmArgs& a, const uint32_t* xp, cudaStream_t stream) {
   // 16 warps where the blocks would not fill the SMs once, except for
   // Int4K256 at 25-32 tokens: under the 128-register cap both kernels spill
   // there (68 bytes at 16 warps, 44 at 8 since run 18), and 16 warps
-  // measured slower than 8 (docs/KERNEL-NOTES.md).
+  // measured slower than 8 (docs/KERNEL-NOTES.md). Int6K256 at 17-32
+  // tokens takes 16 warps always: the 8-warp kernels spill 28-48 bytes
+  // there, the 16-warp ones 4-16 (b32 +1.1%, PERFORMANCE.md run 19).
   const bool spills = F == PackedFormat::Int4K256 && NT == 4;
-  if (!spills && int64_t(blocks) <= device().sms && smem_bytes<F>(16) <= size_t(device().max_smem))
+  const bool wide = F == PackedFormat::Int6K256 && NT >= 3;
+  if ((wide || (!spills && int64_t(blocks) <= device().sms)) &&
+      smem_bytes<F>(16) <= size_t(device().max_smem))
     return launch<F, NT, 16>(a, xp, blocks, stream);
   launch<F, NT, 8>(a, xp, blocks, stream);
 }
