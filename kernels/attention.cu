@@ -34,6 +34,8 @@ __global__ void kernel_kv_write(const float* k, const float* v, int64_t ld, int 
 // The fp16 cache as pass 1 reads it (attention_common.cuh): 8 halves, one
 // 16-byte load, of K and of V per lane; no scales.
 struct Fp16KvReader {
+  static constexpr int kElementBytes = 2;  // see Int8KvReader
+  static constexpr bool kScalesShareLines = false;
   const __half* k;
   const __half* v;
   struct Rows {

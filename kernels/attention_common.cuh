@@ -173,6 +173,8 @@ __device__ __forceinline__ void norm_rope_lane(float (&x)[kAttentionLaneElements
 //                 after the wait (AttentionArgs::own_position_only)
 //   static void decode(const Rows&, float (&k)[8], float (&v)[8],
 //                      float& k_scale, float& v_scale);
+//   static constexpr int kElementBytes;        bytes of one cached element
+//   static constexpr bool kScalesShareLines;   per-slot data several slots share lines
 // and, for AttentionArgs::rope (the fp16 cache only):
 //   static Rows pack(const float (&k)[8], const float (&v)[8]);
 //                 the rows as the cache holds them (rounded)
@@ -255,11 +257,12 @@ __global__ void __launch_bounds__(kAttentionWarps * 32, kRope && G <= 4 ? 4 : 0)
 
   // The loop bound is the same for every lane of the warp (the shuffles
   // below need all 32); positions past `end` are masked. Where the own
-  // position comes in a later step, its row is loaded through L2 too when
-  // rows are shorter than 128 bytes (head_dim < 128: an int8 row of 64, an
-  // fp16 row of 32, share lines with other slots or heads, which the loads
-  // before the wait may have brought into L1).
-  constexpr bool kSmallRows = HD < 128;
+  // position comes in a later step, its row is loaded through L2 too if it
+  // shares cache lines with other slots or heads, which the loads before
+  // the wait (this block's or another's on the SM) may have brought into
+  // L1 before the row was written: rows under 128 bytes (fp16 heads under
+  // 64, int8 under 128) and the int8 cache's per-slot scales.
+  constexpr bool kSmallRows = Reader::kScalesShareLines || HD * Reader::kElementBytes < 128;
   const int lane_slot = lane / kLanes;
   for (int w0 = begin + warp * kSlots; w0 < end; w0 += U * kStride) {
     const int p0 = w0 + lane_slot;

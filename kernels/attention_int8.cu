@@ -74,6 +74,10 @@ __device__ __forceinline__ void int8x8_to_float(uint2 w, float (&out)[8]) {
 // values of K and of V (8-byte loads: `at` is a multiple of 8) and the
 // position's two scales.
 struct Int8KvReader {
+  // What a slot's row of one head shares its cache lines with
+  // (kernel_attention_partial: the own row's loads).
+  static constexpr int kElementBytes = 1;
+  static constexpr bool kScalesShareLines = true;  // 2 bytes a slot and head
   const int8_t* k;
   const int8_t* v;
   const uint16_t* k_scale;

@@ -35,6 +35,7 @@ struct Case {
   kernels::RopeOrdering ordering;
   bool norms;
   int max_splits;  // 0: as many pieces as the launch takes; small: long pieces
+  float eps = 1e-6f;
 };
 
 // One decode step's tables: sequences of one token each at `positions`,
@@ -148,7 +149,7 @@ void check_rope_in_attention(const Case& c, const std::vector<int32_t>& position
   DeviceBuffer<float> qkv_sep(qkv), qkv_in(qkv), d_qn(q_norm), d_kn(k_norm);
   DeviceBuffer<float> out_sep(size_t(n * q_dim)), out_in(size_t(n * q_dim));
   DeviceBuffer<uint32_t> arrivals(std::vector<uint32_t>(size_t(n * c.n_kv_heads), 0u));
-  const float eps = 1e-6f;
+  const float eps = c.eps;
 
   // Separate: the norms and RoPE in place, the KV write, then the attention.
   float* q_sep = qkv_sep.get();
@@ -232,6 +233,9 @@ TEST_CASE("attention with RoPE inside = head norms, rope_qk_kv_write, attention"
       {4, 2, 16, RopeOrdering::NeoX, true, 0},      // slots share cache lines
       {4, 1, 16, RopeOrdering::Normal, true, 1},    // ... and the own row past the first loads
       {8, 2, 256, RopeOrdering::NeoX, true, 0},     // a lane group is the whole warp
+      {16, 2, 256, RopeOrdering::Normal, true, 0},  // ... 8 heads a group: 44 KB shared
+      {8, 4, 32, RopeOrdering::NeoX, true, 2},      // fp16 rows of 64 bytes
+      {8, 2, 64, RopeOrdering::NeoX, true, 0, 0.5f},  // an eps that matters
   };
   for (const Case& c : cases) {
     CAPTURE(c.n_heads);
@@ -240,6 +244,7 @@ TEST_CASE("attention with RoPE inside = head norms, rope_qk_kv_write, attention"
     CAPTURE(c.norms);
     CAPTURE(c.max_splits);
     CAPTURE(int(c.ordering));
+    CAPTURE(c.eps);
     check_rope_in_attention(c, {0, 37, 511, 1500, 16});
   }
 }
