@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# A/B comparison on a GPU machine: one voltad-bench binary run under several
+# environments (the backend's comparison switches, e.g.
+# VOLTAD_ROPE_IN_ATTENTION=0, VOLTAD_GEMM_MIN_TOKENS=4), each model and
+# variant --reps times with the variants' order alternating, so that a
+# machine drifting during the run favours none. Prints tok/s per batch, one
+# row per run, then the median per variant. JSON goes to $OUT (the device
+# tool's folder) or build-device/out.
+#
+# Needs what scripts/device-bench.sh needs (.deps, .tok), which builds the
+# tools and writes the models:
+#   bash scripts/device-ab.sh [--models llama3-8b:q4_k_m] [--batches 1,8,32] [--ctx 512]
+#        [--kernels auto] [--reps 2] [--steps 128] -- base VOLTAD_ROPE_IN_ATTENTION=0 ...
+# Each variant after `--` is `base` (no change) or NAME=VALUE[,NAME=VALUE...].
+set -euo pipefail
+cd "$(dirname "$0")/.."
+models="llama3-8b:q4_k_m"
+batches="1,8,32"
+ctx=512
+kernels=auto
+reps=2
+steps=128
+while (($#)); do
+  case $1 in
+    --models) models=$2; shift 2 ;;
+    --batches) batches=$2; shift 2 ;;
+    --ctx) ctx=$2; shift 2 ;;
+    --kernels) kernels=$2; shift 2 ;;
+    --reps) reps=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    --) shift; break ;;
+    *) echo "usage: $0 [--models M,...] [--batches B,...] [--ctx N] [--kernels K] [--reps N] [--steps N] -- VARIANT..." >&2
+       exit 64 ;;
+  esac
+done
+(($#)) || { echo "device-ab: name the variants after --, e.g. base VOLTAD_ROPE_IN_ATTENTION=0" >&2; exit 64; }
+variants=("$@")
+out=${OUT:-$PWD/build-device/out}
+mkdir -p "$out"
+# The bench builds the tools and writes the models (batch 1 at the first
+# model's context: cheap); a prebuilt binary may be named instead.
+bench=${VOLTAD_BENCH_BIN:-}
+if [[ -z $bench ]]; then
+  OUT="$out/build" bash scripts/device-bench.sh --models "$models" --ctx "$ctx" --batches 1 \
+    --kernels "$kernels" >"$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
+  bench=build-bench/bin/voltad-bench
+fi
+model_dir=${VOLTAD_MODEL_DIR:-/tmp/voltad-models}
+
+rows=()
+for spec in ${models//,/ }; do
+  model=$model_dir/${spec%%:*}-${spec##*:}.gguf
+  for ((rep = 1; rep <= reps; ++rep)); do
+    order=("${variants[@]}")
+    if ((rep % 2 == 0)); then  # alternate the order
+      order=()
+      for ((i = ${#variants[@]} - 1; i >= 0; --i)); do order+=("${variants[i]}"); done
+    fi
+    for v in "${order[@]}"; do
+      env_args=()
+      [[ $v == base ]] || IFS=, read -r -a env_args <<<"$v"
+      json=$out/ab-${spec//:/-}-${v//[^A-Za-z0-9_=.-]/_}-$rep.json
+      if ! env "${env_args[@]}" "$bench" -m "$model" -p 16 -n "$steps" -b "$batches" --ctx "$ctx" \
+        --kernels "$kernels" --json >"$json"; then
+        echo "device-ab: $spec under '$v' (run $rep) failed; left out" >&2
+        continue
+      fi
+      rows+=("$spec	$v	$json")
+    done
+  done
+done
+
+printf '%s\n' "${rows[@]}" | python3 -c '
+import json, statistics, sys
+runs = {}
+for line in sys.stdin:
+    spec, variant, path = line.rstrip("\n").split("\t")
+    d = json.load(open(path))
+    tps = {r["batch"]: r["tokens_per_second"] for r in d["decode"]}
+    runs.setdefault((spec, variant), []).append(tps)
+    print(f"{spec:20} {variant:40} " + " ".join(f"b{b}={t:.1f}" for b, t in sorted(tps.items())))
+print("== median per variant (tok/s)")
+for (spec, variant), rs in runs.items():
+    batches = sorted(rs[0])
+    print(f"{spec:20} {variant:40} " +
+          " ".join(f"b{b}={statistics.median(r[b] for r in rs):.1f}" for b in batches))
+'
