@@ -7,6 +7,8 @@
 
 #include <doctest/doctest.h>
 
+#include <cuda_fp16.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -64,6 +66,16 @@ inline std::mt19937& test_rng() {
     return std::mt19937(seed);
   }();
   return rng;
+}
+
+// fp16 bits <-> float (the fp16 KV cache's elements).
+inline float half_bits_to_float(uint16_t bits) {
+  __half_raw raw;
+  raw.x = bits;
+  return __half2float(__half(raw));
+}
+inline uint16_t float_to_half_bits(float f) {
+  return __half_raw(__float2half_rn(f)).x;
 }
 
 inline std::vector<float> random_floats(size_t n, float scale = 1.0f) {

@@ -21,15 +21,6 @@ using namespace voltad::test;
 
 namespace {
 
-float half_bits_to_float(uint16_t bits) {
-  __half_raw raw;
-  raw.x = bits;
-  return __half2float(__half(raw));
-}
-uint16_t float_to_half_bits(float f) {
-  return __half_raw(__float2half_rn(f)).x;
-}
-
 struct Shape {
   int n_heads, n_kv_heads, head_dim;
 };

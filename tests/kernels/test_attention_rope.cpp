@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <numeric>
 #include <vector>
 
@@ -23,12 +22,6 @@ using namespace voltad;
 using namespace voltad::test;
 
 namespace {
-
-float half_value(uint16_t bits) {
-  __half_raw raw;
-  raw.x = bits;
-  return __half2float(__half(raw));
-}
 
 struct Case {
   int n_heads, n_kv_heads, head_dim;
@@ -137,10 +130,8 @@ void check_rope_in_attention(const Case& c, const std::vector<int32_t>& position
   const std::vector<int32_t>& slots = st.slots;
   const std::vector<float> cache_values = random_floats(2 * half_elems);
   std::vector<uint16_t> cache_bits(cache_values.size());
-  for (size_t i = 0; i < cache_bits.size(); ++i) {
-    const __half h = __float2half_rn(cache_values[i]);
-    std::memcpy(&cache_bits[i], &h, sizeof(uint16_t));
-  }
+  for (size_t i = 0; i < cache_bits.size(); ++i)
+    cache_bits[i] = float_to_half_bits(cache_values[i]);
   const std::vector<float> qkv = random_floats(size_t(n) * size_t(ldqkv), 2.0f);
   std::vector<float> q_norm = random_floats(size_t(c.head_dim)),
                      k_norm = random_floats(size_t(c.head_dim));
@@ -202,7 +193,7 @@ void check_rope_in_attention(const Case& c, const std::vector<int32_t>& position
       changed_elsewhere += got_cache[i] != want_cache[i];
       continue;
     }
-    const float g = half_value(got_cache[i]), w = half_value(want_cache[i]);
+    const float g = half_bits_to_float(got_cache[i]), w = half_bits_to_float(want_cache[i]);
     const bool off = !(std::fabs(g - w) <= 1e-3f * std::fabs(w) + 1e-6f);
     if (off && ++own_off <= 8) {
       const size_t e = i % half_elems;
