@@ -11,7 +11,10 @@
 # tools and writes the models:
 #   bash scripts/device-ab.sh [--models llama3-8b:q4_k_m] [--batches 1,8,32] [--ctx 512]
 #        [--kernels auto] [--reps 2] [--steps 128] -- base VOLTAD_ROPE_IN_ATTENTION=0 ...
-# Each variant after `--` is `base` (no change) or NAME=VALUE[,NAME=VALUE...].
+# Each variant after `--` is `base` (no change) or a comma list of
+# NAME=VALUE (environment) and --flag=value items (voltad-bench arguments,
+# e.g. --omit=attention; a list inside a value takes +: --omit=norms+swiglu),
+# such as VOLTAD_ROPE_IN_ATTENTION=0,--omit=norms.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 models="llama3-8b:q4_k_m"
@@ -57,11 +60,19 @@ for spec in ${models//,/ }; do
       for ((i = ${#variants[@]} - 1; i >= 0; --i)); do order+=("${variants[i]}"); done
     fi
     for v in "${order[@]}"; do
-      env_args=()
-      [[ $v == base ]] || IFS=, read -r -a env_args <<<"$v"
+      env_args=() bench_args=() items=()
+      [[ $v == base ]] || IFS=, read -r -a items <<<"$v"
+      for item in "${items[@]}"; do
+        if [[ $item == --* ]]; then
+          bench_args+=("${item%%=*}")
+          [[ $item == *=* ]] && { value=${item#*=}; bench_args+=("${value//+/,}"); }
+        else
+          env_args+=("$item")
+        fi
+      done
       json=$out/ab-${spec//:/-}-${v//[^A-Za-z0-9_=.-]/_}-$rep.json
       if ! env "${env_args[@]}" "$bench" -m "$model" -p 16 -n "$steps" -b "$batches" --ctx "$ctx" \
-        --kernels "$kernels" --json >"$json"; then
+        --kernels "$kernels" "${bench_args[@]}" --json >"$json"; then
         echo "device-ab: $spec under '$v' (run $rep) failed; left out" >&2
         continue
       fi
