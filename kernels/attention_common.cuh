@@ -7,14 +7,16 @@
 // Pass 1, kernel_attention_partial: grid (tokens, kv heads, splits), 4 warps.
 // head_dim/8 lanes share a position (8 elements each: one 16-byte load of
 // fp16 K and of V, or 8 bytes of int8), so a warp covers 32/(head_dim/8)
-// positions per step, with 4 steps' loads in flight: decode is a chain of
-// dependent memory latencies otherwise (one position per warp step measured
-// 52 us for 256 positions on the H200; docs/KERNEL-NOTES.md). A lane holds
-// its 8 elements of each query head of the group, so a key row is read once
-// for every head that shares it. Each lane group keeps an online softmax
-// (running max m, sum l, weighted V sum); the groups merge through shuffles,
-// the four warps through shared memory, and one partial per (token, head,
-// split) is written: {m, l, acc[head_dim]}.
+// positions per step, with the loads of the next 2 steps in flight while a
+// step computes (a row's load goes out as the row it replaces is decoded):
+// decode is a chain of dependent memory latencies otherwise (one position
+// per warp step measured 52 us for 256 positions on the H200;
+// docs/KERNEL-NOTES.md). A lane holds its 8 elements of each query head of
+// the group, so a key row is read once for every head that shares it. Each
+// lane group keeps an online softmax (running max m, sum l, weighted V
+// sum); the groups merge through shuffles, the four warps through shared
+// memory, and one partial per (token, head, split) is written:
+// {m, l, acc[head_dim]}.
 #pragma once
 
 #include <algorithm>
@@ -205,7 +207,7 @@ __global__ void __launch_bounds__(kAttentionWarps * 32, kRope && G <= 4 ? 4 : 0)
   constexpr int kLanes = HD / VEC;                   // lanes per position
   constexpr int kSlots = 32 / kLanes;                // positions per warp step
   constexpr int kStride = kAttentionWarps * kSlots;  // positions per block step
-  constexpr int U = 4;                               // block steps in flight
+  constexpr int U = 2;                               // block steps loaded ahead
   const int t = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int sub = lane % kLanes;  // this lane's 8 elements: sub*8 .. sub*8+7
@@ -263,15 +265,23 @@ __global__ void __launch_bounds__(kAttentionWarps * 32, kRope && G <= 4 ? 4 : 0)
   // L1 before the row was written: rows under 128 bytes (fp16 heads under
   // 64, int8 under 128) and the int8 cache's per-slot scales.
   constexpr bool kSmallRows = Reader::kScalesShareLines || HD * Reader::kElementBytes < 128;
+  // The rows are loaded U block steps ahead: as row u of a step is decoded,
+  // the load of row u of the next step goes out into its registers, so the
+  // loads stay in flight while the steps compute. Against U = 4 loaded at
+  // the top of each step and used in it: b32 +3.3%, 4,096 positions b1
+  // +4.6% (docs/PERFORMANCE.md run 20). U = 4 rolling took 151 registers.
   const int lane_slot = lane / kLanes;
-  for (int w0 = begin + warp * kSlots; w0 < end; w0 += U * kStride) {
-    const int p0 = w0 + lane_slot;
-    typename Reader::Rows rows[U];
+  typename Reader::Rows rows[U];
+  {
+    const int p0 = begin + warp * kSlots + lane_slot;
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int p = p0 + u * kStride;
       rows[u] = p < end && (waited || p != pos) ? load_row(p, kSmallRows && p == pos) : typename Reader::Rows{};
     }
+  }
+  for (int w0 = begin + warp * kSlots; w0 < end; w0 += U * kStride) {
+    const int p0 = w0 + lane_slot;
     if (!waited) {  // the first loads are out
       wait_then_release_next();
       waited = true;
@@ -319,6 +329,9 @@ __global__ void __launch_bounds__(kAttentionWarps * 32, kRope && G <= 4 ? 4 : 0)
       const bool valid = p0 + u * kStride < end;
       float kf[VEC], vf[VEC], k_scale, v_scale;
       Reader::decode(rows[u], kf, vf, k_scale, v_scale);
+      const int next = p0 + (u + U) * kStride;
+      if (w0 + U * kStride < end)  // the same for the warp
+        rows[u] = next < end ? load_row(next, kSmallRows && next == pos) : typename Reader::Rows{};
 #pragma unroll
       for (int g = 0; g < G; ++g) {
         if (g >= group) break;

@@ -14,7 +14,8 @@
 # Each variant after `--` is `base` (no change) or a comma list of
 # NAME=VALUE (environment) and --flag=value items (voltad-bench arguments,
 # e.g. --omit=attention; a list inside a value takes +: --omit=norms+swiglu),
-# such as VOLTAD_ROPE_IN_ATTENTION=0,--omit=norms.
+# such as VOLTAD_ROPE_IN_ATTENTION=0,--omit=norms; bin=PATH runs another
+# voltad-bench binary (a build of another version of a file).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 models="llama3-8b:q4_k_m"
@@ -62,8 +63,11 @@ for spec in ${models//,/ }; do
     for v in "${order[@]}"; do
       env_args=() bench_args=() items=()
       [[ $v == base ]] || IFS=, read -r -a items <<<"$v"
+      run_bench=$bench
       for item in "${items[@]}"; do
-        if [[ $item == --* ]]; then
+        if [[ $item == bin=* ]]; then
+          run_bench=${item#bin=}
+        elif [[ $item == --* ]]; then
           bench_args+=("${item%%=*}")
           [[ $item == *=* ]] && { value=${item#*=}; bench_args+=("${value//+/,}"); }
         else
@@ -71,7 +75,7 @@ for spec in ${models//,/ }; do
         fi
       done
       json=$out/ab-${spec//:/-}-${v//[^A-Za-z0-9_=.-]/_}-$rep.json
-      if ! env "${env_args[@]}" "$bench" -m "$model" -p 16 -n "$steps" -b "$batches" --ctx "$ctx" \
+      if ! env "${env_args[@]}" "$run_bench" -m "$model" -p 16 -n "$steps" -b "$batches" --ctx "$ctx" \
         --kernels "$kernels" "${bench_args[@]}" --json >"$json"; then
         echo "device-ab: $spec under '$v' (run $rep) failed; left out" >&2
         continue
