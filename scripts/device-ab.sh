@@ -4,8 +4,8 @@
 # VOLTAD_ROPE_IN_ATTENTION=0, VOLTAD_GEMM_MIN_TOKENS=4), each model and
 # variant --reps times with the variants' order alternating, so that a
 # machine drifting during the run favours none. Prints tok/s per batch, one
-# row per run, then the median per variant. JSON goes to $OUT (the device
-# tool's folder) or build-device/out.
+# row per run, then the median per variant. The runs' JSON goes, as one tar
+# file, to $OUT (the device tool's folder) or build-device/out.
 #
 # Needs what scripts/device-bench.sh needs (.deps, .tok), which builds the
 # tools and writes the models:
@@ -40,13 +40,16 @@ done
 (($#)) || { echo "device-ab: name the variants after --, e.g. base VOLTAD_ROPE_IN_ATTENTION=0" >&2; exit 64; }
 variants=("$@")
 out=${OUT:-$PWD/build-device/out}
-mkdir -p "$out"
+work=$PWD/build-device/ab
+rm -rf "$work"
+mkdir -p "$out" "$work"
+trap 'tar -C "$work" -cf "$out/ab.tar" --exclude=build .' EXIT
 # The bench builds the tools and writes the models (batch 1 at the first
 # model's context: cheap); a prebuilt binary may be named instead.
 bench=${VOLTAD_BENCH_BIN:-}
 if [[ -z $bench ]]; then
-  OUT="$out/build" bash scripts/device-bench.sh --models "$models" --ctx "$ctx" --batches 1 \
-    --kernels "$kernels" >"$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
+  OUT="$work/build" bash scripts/device-bench.sh --models "$models" --ctx "$ctx" --batches 1 \
+    --kernels "$kernels" >"$work/build.log" 2>&1 || { tail -20 "$work/build.log"; exit 1; }
   bench=build-bench/bin/voltad-bench
 fi
 model_dir=${VOLTAD_MODEL_DIR:-/tmp/voltad-models}
@@ -74,7 +77,7 @@ for spec in ${models//,/ }; do
           env_args+=("$item")
         fi
       done
-      json=$out/ab-${spec//:/-}-${v//[^A-Za-z0-9_=.-]/_}-$rep.json
+      json=$work/ab-${spec//:/-}-${v//[^A-Za-z0-9_=.-]/_}-$rep.json
       if ! env "${env_args[@]}" "$run_bench" -m "$model" -p 16 -n "$steps" -b "$batches" --ctx "$ctx" \
         --kernels "$kernels" "${bench_args[@]}" --json >"$json"; then
         echo "device-ab: $spec under '$v' (run $rep) failed; left out" >&2

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The headline benchmarks on a GPU machine: builds the engine tools there,
 # writes random-weight models of real shapes with voltad-mkmodel, and runs
-# voltad-bench on them. JSON results go to $OUT (the device tool's folder)
-# or build-device/out; a table is printed last.
+# voltad-bench on them. The JSON results go to build-bench/json and, as one
+# tar file (the device tool returns only a few files), to $OUT (the device
+# tool's folder) or build-device/out; a table is printed last.
 #
 # Needs .deps (scripts/device-test.sh --prepare-deps) and .tok/tok.tar.xz
 # (the shared llama3 and qwen3 tokenizers: tar -C ../shared/tokenizers
@@ -32,15 +33,19 @@ while (($#)); do
 done
 out=${OUT:-$root/build-device/out}
 build=$root/build-bench
-mkdir -p "$out" "$build" /tmp/voltad-models /tmp/voltad-tok
+json_dir=$build/json
+rm -rf "$json_dir"
+mkdir -p "$out" "$build" "$json_dir" /tmp/voltad-models /tmp/voltad-tok
 tar -C /tmp/voltad-tok -xJf .tok/tok.tar.xz
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DVOLTAD_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES="$arch" -DVOLTAD_DAEMON=OFF -DVOLTAD_TESTS=OFF \
-  -DCMAKE_PREFIX_PATH="$root/.deps" >"$out/bench-configure.log" 2>&1 || { tail -20 "$out/bench-configure.log"; exit 1; }
-bash scripts/device-fresh-sources.sh "$build" >"$out/bench-build.log"
-ninja -C "$build" voltad-bench voltad-mkmodel >>"$out/bench-build.log" 2>&1 || { tail -30 "$out/bench-build.log"; exit 1; }
+  -DCMAKE_PREFIX_PATH="$root/.deps" >"$build/bench-configure.log" 2>&1 || { tail -20 "$build/bench-configure.log"; exit 1; }
+bash scripts/device-fresh-sources.sh "$build" >"$build/bench-build.log"
+ninja -C "$build" voltad-bench voltad-mkmodel >>"$build/bench-build.log" 2>&1 || { tail -30 "$build/bench-build.log"; exit 1; }
 # The device copy of the tree may carry a stale .git: the caller can name the commit.
 commit=${VOLTAD_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+# The JSON of every run that finished, also when a later one fails.
+trap 'tar -C "$json_dir" -cf "$out/bench-$commit.tar" .' EXIT
 summary=()
 for spec in ${models//,/ }; do
   shape=${spec%%:*}
@@ -57,7 +62,7 @@ for spec in ${models//,/ }; do
   [[ ,$kernel_sets, == *,portable,* ]] && runs+=("portable ${contexts%%,*} 1,8")
   for run in "${runs[@]}"; do
     read -r kernels ctx b <<<"$run"
-    json=$out/bench-$shape-$type-ctx$ctx-$kernels.json
+    json=$json_dir/bench-$shape-$type-ctx$ctx-$kernels.json
     "$build/bin/voltad-bench" -m "$file" -p 512 -n 64 -b "$b" --ctx "$ctx" --kernels "$kernels" --json >"$json"
     summary+=("$(python3 - "$json" "$shape-$type" "$ctx" <<'PY'
 import json, sys
@@ -71,5 +76,5 @@ PY
     echo "${summary[-1]}"  # as it comes: a run cut short still shows what it measured
   done
 done
-echo "== voltad-bench at commit $commit (arch sm_$arch)"
+echo "== voltad-bench at commit $commit (arch sm_$arch); JSON: $out/bench-$commit.tar"
 printf '%s\n' "${summary[@]}"
