@@ -7,8 +7,8 @@
 // Pass 1, kernel_attention_partial: grid (tokens, kv heads, splits), 4 warps.
 // head_dim/8 lanes share a position (8 elements each: one 16-byte load of
 // fp16 K and of V, or 8 bytes of int8), so a warp covers 32/(head_dim/8)
-// positions per step, with the loads of the next 2 steps in flight while a
-// step computes (a row's load goes out as the row it replaces is decoded):
+// positions per step, with the loads of the next 2 steps in flight while 2
+// steps compute (a row's load goes out as the row it replaces is decoded):
 // decode is a chain of dependent memory latencies otherwise (one position
 // per warp step measured 52 us for 256 positions on the H200;
 // docs/KERNEL-NOTES.md). A lane holds its 8 elements of each query head of
@@ -192,22 +192,24 @@ __device__ __forceinline__ void norm_rope_lane(float (&x)[kAttentionLaneElements
 // stores them in the cache; then the loop runs as without kRope, the own
 // row loaded after the wait. Done in registers, lane by lane, q's
 // preparation took 168 registers a thread against 128. Up to 4 heads a
-// group the kernel is held to 128 (4 blocks an SM, as without kRope; ptxas
-// spills a few bytes); a minimum of 0 blocks leaves ptxas its own choice,
-// which is 128 for the kernel without kRope (a minimum of 1 gave it 147).
+// group the kernel is held to 128 registers (4 blocks an SM): at head_dim
+// 128 it takes 127 on sm_90 and 128 with 8 bytes spilled on sm_70. A
+// minimum of 0 blocks leaves ptxas its own choice: 122 on sm_90 and 128 on
+// sm_70 for the kernel without kRope (a minimum of 1 gave it 147 in run 19).
 template <int HD, int G, class Reader, bool kRope = false>
 __global__ void __launch_bounds__(kAttentionWarps * 32, kRope && G <= 4 ? 4 : 0)
     kernel_attention_partial(AttentionArgs a, Reader cache) {
   // Before the wait: the step's inputs (positions, tables) and, with
-  // own_position_only, the cache rows of every position but the token's own
-  // (AttentionArgs). q and the own position's row come after it.
+  // own_position_only, the cache rows of the first pass but the token's own
+  // (AttentionArgs). q, the own position's row and every later pass's rows
+  // come after it.
   bool waited = !a.own_position_only;
   if (waited) wait_then_release_next();
   constexpr int VEC = kAttentionLaneElements;
   constexpr int kLanes = HD / VEC;                   // lanes per position
   constexpr int kSlots = 32 / kLanes;                // positions per warp step
   constexpr int kStride = kAttentionWarps * kSlots;  // positions per block step
-  constexpr int U = 2;                               // block steps loaded ahead
+  constexpr int U = 2;                               // block steps a pass
   const int t = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int sub = lane % kLanes;  // this lane's 8 elements: sub*8 .. sub*8+7
@@ -259,17 +261,18 @@ __global__ void __launch_bounds__(kAttentionWarps * 32, kRope && G <= 4 ? 4 : 0)
 
   // The loop bound is the same for every lane of the warp (the shuffles
   // below need all 32); positions past `end` are masked. Where the own
-  // position comes in a later step, its row is loaded through L2 too if it
+  // position comes in a later pass, its row is loaded through L2 too if it
   // shares cache lines with other slots or heads, which the loads before
   // the wait (this block's or another's on the SM) may have brought into
   // L1 before the row was written: rows under 128 bytes (fp16 heads under
   // 64, int8 under 128) and the int8 cache's per-slot scales.
   constexpr bool kSmallRows = Reader::kScalesShareLines || HD * Reader::kElementBytes < 128;
-  // The rows are loaded U block steps ahead: as row u of a step is decoded,
-  // the load of row u of the next step goes out into its registers, so the
-  // loads stay in flight while the steps compute. Against U = 4 loaded at
-  // the top of each step and used in it: b32 +3.3%, 4,096 positions b1
-  // +4.6% (docs/PERFORMANCE.md run 20). U = 4 rolling took 151 registers.
+  // A pass of the loop takes U block steps. Its rows are loaded a pass
+  // ahead: as row u of a pass is decoded, the load of row u of the next
+  // pass (U block steps on) goes out into its registers, so the loads stay
+  // in flight while the pass computes. Against U = 4 loaded at the top of
+  // each pass and used in it: b32 +3.3%, 4,096 positions b1 +4.6%
+  // (docs/PERFORMANCE.md run 20). U = 4 a pass ahead took 151 registers.
   const int lane_slot = lane / kLanes;
   typename Reader::Rows rows[U];
   {

@@ -9,17 +9,21 @@
 
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "kernels/cuda_check.h"
 #include "kernels/fill.h"
+#include "kernels/kernel_set.h"
 #include "kernels/matvec.h"
 
 namespace voltad::test {
@@ -129,6 +133,52 @@ struct QuantBuffers {
 inline void check_same_quantization(const QuantBuffers& fused, const QuantBuffers& separate) {
   CHECK(fused.q.download() == separate.q.download());
   CHECK(same_bits(fused.scales.download(), separate.scales.download()));
+}
+
+// The paging of a decode step: one token a sequence at positions[t], each
+// sequence with blocks_per_seq blocks of 16 slots drawn shuffled from one
+// pool (tables: sequence t's blocks at t * blocks_per_seq); slots[t] is
+// the token's own slot, token_tables[t] = t.
+struct DecodePaging {
+  std::vector<int32_t> tables, slots, token_tables;
+};
+inline DecodePaging decode_paging(const std::vector<int32_t>& positions, int blocks_per_seq) {
+  DecodePaging d;
+  const int n = int(positions.size());
+  d.tables.resize(size_t(n) * size_t(blocks_per_seq));
+  std::iota(d.tables.begin(), d.tables.end(), 0);
+  std::shuffle(d.tables.begin(), d.tables.end(), test_rng());
+  for (int t = 0; t < n; ++t) {
+    const int p = positions[size_t(t)];
+    d.slots.push_back(d.tables[size_t(t * blocks_per_seq + p / 16)] * 16 + p % 16);
+    d.token_tables.push_back(t);
+  }
+  return d;
+}
+
+// Under programmatic dependent launch (engine.kernels auto on sm_90) a
+// kernel may start before the one it reads from has finished; under
+// portable every launch is plain. Runs `rounds` rounds of `refresh` (fresh
+// inputs) and then `step` (launches on the stream it is given and returns
+// the output) under both kernel sets, and counts the rounds whose outputs
+// differ in any bit: a read that raced its producer shows as a difference.
+inline int rounds_auto_differs(int rounds, const std::function<void()>& refresh,
+                               const std::function<std::vector<float>(cudaStream_t)>& step) {
+  cudaStream_t stream = nullptr;
+  CUDA_CHECK(cudaStreamCreate(&stream));
+  int differing = 0;
+  for (int round = 0; round < rounds; ++round) {
+    refresh();
+    std::vector<float> out[2];
+    const kernels::KernelSet sets[2] = {kernels::KernelSet::Auto, kernels::KernelSet::Portable};
+    for (int i = 0; i < 2; ++i) {
+      kernels::KernelSetScope scope(sets[i]);
+      out[i] = step(stream);
+    }
+    differing += !same_bits(out[0], out[1]);
+  }
+  CUDA_CHECK(cudaStreamDestroy(stream));
+  return differing;
 }
 
 }  // namespace voltad::test

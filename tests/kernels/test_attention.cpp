@@ -192,82 +192,88 @@ TEST_CASE("capped piece counts: a long run of prompt tokens in one launch") {
   check_attention({32, 8, 128}, {200, 0}, {100, 40}, 3);
 }
 
+TEST_CASE("decode, one long piece: the own position around a pass boundary, every head size") {
+  // One piece a token: the loop walks many passes of 2 block steps (HD 16:
+  // 128 positions a pass, 32: 64, 64: 32, 128: 16, 256: 8), loading each
+  // pass's rows during the one before. The own position at the last row of
+  // pass 0, the first of pass 1, the one after, deep in a later pass, and
+  // in a piece shorter than a block step (warps with no positions).
+  check_attention({4, 2, 16}, {127, 128, 129, 1500, 5}, {1, 1, 1, 1, 1}, 1);
+  check_attention({4, 4, 32}, {63, 64, 65, 700, 5}, {1, 1, 1, 1, 1}, 1);
+  check_attention({9, 3, 64}, {31, 32, 33, 333, 2}, {1, 1, 1, 1, 1}, 1);
+  check_attention({32, 8, 128}, {15, 16, 17, 511, 1}, {1, 1, 1, 1, 1}, 1);
+  check_attention({8, 4, 256}, {7, 8, 9, 300, 0}, {1, 1, 1, 1, 1}, 1);
+  // Pieces that start inside a sequence and end off the pass grid.
+  check_attention({4, 2, 16}, {1000, 777}, {1, 1}, 2);
+  check_attention({32, 8, 128}, {1000, 777}, {1, 1}, 3);
+}
+
 // Under programmatic dependent launch pass 1 loads the older cache rows
 // before its wait (AttentionArgs::own_position_only) and the token's own
 // row after it. Here the own rows are written by launch_kv_write just
 // before, on the same stream, with fresh values each round: were the own
 // row read before that kernel completed (or from a stale L1 line), `auto`
 // would see the previous round's row and differ from `portable`, whose
-// launches are plain. Head sizes 128 and 16 (the latter: slots share
-// cache lines).
+// launches are plain. Head sizes 16 and 32 (slots share cache lines) and
+// 128; pieces as the launch picks them (the own row in the first pass) and
+// one or two a token (at HD 16 the own rows 511, 200 and 128 then lie in
+// later passes, whose rows are loaded during the pass before).
 TEST_CASE("decode attention under PDL: each token's own row written by the kernel just before") {
   if (!kernels::programmatic_launch_supported())
     MESSAGE(
         "no programmatic dependent launch on this device or build: both runs are plain launches");
-  for (Shape sh : {Shape{32, 8, 128}, Shape{4, 2, 16}}) {
-    CAPTURE(sh.head_dim);
-    const std::vector<int32_t> positions = {511, 37, 200, 16};  // one token a sequence
-    const int n = int(positions.size()), blocks_per_seq = 33;
-    const int kv_dim = sh.n_kv_heads * sh.head_dim, q_dim = sh.n_heads * sh.head_dim;
-    std::vector<int32_t> tables(size_t(n * blocks_per_seq));
-    std::iota(tables.begin(), tables.end(), 0);
-    std::shuffle(tables.begin(), tables.end(), test_rng());
-    std::vector<int32_t> slots, token_tables;
-    for (int t = 0; t < n; ++t) {
-      const int p = positions[size_t(t)];
-      slots.push_back(tables[size_t(t * blocks_per_seq + p / 16)] * 16 + p % 16);
-      token_tables.push_back(t);
+  for (int max_splits : {0, 1, 2}) {
+    for (Shape sh : {Shape{32, 8, 128}, Shape{4, 2, 16}, Shape{8, 4, 32}}) {
+      CAPTURE(sh.head_dim);
+      CAPTURE(max_splits);
+      const std::vector<int32_t> positions = {511, 37, 200, 16, 128};  // one token a sequence
+      const int n = int(positions.size()), blocks_per_seq = 33;
+      const int kv_dim = sh.n_kv_heads * sh.head_dim, q_dim = sh.n_heads * sh.head_dim;
+      const DecodePaging paging = decode_paging(positions, blocks_per_seq);
+      std::vector<uint16_t> cache_bits(paging.tables.size() * 16 * size_t(kv_dim));
+      for (uint16_t& b : cache_bits) b = float_to_half_bits(random_floats(1)[0]);
+      DeviceBuffer<uint16_t> ck(cache_bits), cv(cache_bits);
+      DeviceBuffer<int32_t> dpos(positions), dtt(paging.token_tables), dtab(paging.tables),
+          dslots(paging.slots);
+      DeviceBuffer<float> dq(size_t(n * q_dim)), dout(size_t(n * q_dim)), dk(size_t(n * kv_dim)),
+          dv(size_t(n * kv_dim));
+      DeviceBuffer<float> dpart(kernels::attention_partial_floats(n, sh.n_heads, sh.head_dim, 511));
+      kernels::AttentionArgs a;
+      a.q = dq.get();
+      a.ldq = q_dim;
+      a.out = dout.get();
+      a.ldo = q_dim;
+      a.cache = {ck.get(), cv.get()};
+      a.positions = dpos.get();
+      a.token_tables = dtt.get();
+      a.block_tables = dtab.get();
+      a.table_stride = blocks_per_seq;
+      a.n_tokens = n;
+      a.n_heads = sh.n_heads;
+      a.n_kv_heads = sh.n_kv_heads;
+      a.head_dim = sh.head_dim;
+      a.max_position = 511;
+      a.max_splits = max_splits;
+      a.scale = 1.0f / std::sqrt(float(sh.head_dim));
+      a.partials = dpart.get();
+      a.own_position_only = true;
+      const int differing_rounds = rounds_auto_differs(
+          20,
+          [&] {
+            dk.upload(random_floats(size_t(n * kv_dim)));
+            dv.upload(random_floats(size_t(n * kv_dim)));
+            dq.upload(random_floats(size_t(n * q_dim)));
+          },
+          [&](cudaStream_t stream) {
+            poison(dout);
+            kernels::launch_kv_write(dk.get(), dv.get(), kv_dim, n, kv_dim, dslots.get(),
+                                     {ck.get(), cv.get()}, stream);
+            kernels::launch_attention(a, stream);
+            CUDA_CHECK(cudaStreamSynchronize(stream));
+            return dout.download();
+          });
+      CHECK(differing_rounds == 0);
     }
-    std::vector<uint16_t> cache_bits(tables.size() * 16 * size_t(kv_dim));
-    for (uint16_t& b : cache_bits) {
-      __half h = __float2half_rn(random_floats(1)[0]);
-      b = *reinterpret_cast<uint16_t*>(&h);
-    }
-    DeviceBuffer<uint16_t> ck(cache_bits), cv(cache_bits);
-    DeviceBuffer<int32_t> dpos(positions), dtt(token_tables), dtab(tables), dslots(slots);
-    DeviceBuffer<float> dq(size_t(n * q_dim)), dout(size_t(n * q_dim)), dk(size_t(n * kv_dim)),
-        dv(size_t(n * kv_dim));
-    DeviceBuffer<float> dpart(kernels::attention_partial_floats(n, sh.n_heads, sh.head_dim, 511));
-    kernels::AttentionArgs a;
-    a.q = dq.get();
-    a.ldq = q_dim;
-    a.out = dout.get();
-    a.ldo = q_dim;
-    a.cache = {ck.get(), cv.get()};
-    a.positions = dpos.get();
-    a.token_tables = dtt.get();
-    a.block_tables = dtab.get();
-    a.table_stride = blocks_per_seq;
-    a.n_tokens = n;
-    a.n_heads = sh.n_heads;
-    a.n_kv_heads = sh.n_kv_heads;
-    a.head_dim = sh.head_dim;
-    a.max_position = 511;
-    a.scale = 1.0f / std::sqrt(float(sh.head_dim));
-    a.partials = dpart.get();
-    a.own_position_only = true;
-    cudaStream_t stream = nullptr;
-    CUDA_CHECK(cudaStreamCreate(&stream));
-    int differing_rounds = 0;
-    for (int round = 0; round < 20; ++round) {
-      dk.upload(random_floats(size_t(n * kv_dim)));
-      dv.upload(random_floats(size_t(n * kv_dim)));
-      dq.upload(random_floats(size_t(n * q_dim)));
-      std::vector<float> out[2];
-      const kernels::KernelSet sets[2] = {kernels::KernelSet::Auto, kernels::KernelSet::Portable};
-      for (int i = 0; i < 2; ++i) {
-        kernels::KernelSetScope scope(sets[i]);
-        poison(dout);
-        kernels::launch_kv_write(dk.get(), dv.get(), kv_dim, n, kv_dim, dslots.get(),
-                                 {ck.get(), cv.get()}, stream);
-        kernels::launch_attention(a, stream);
-        CUDA_CHECK(cudaStreamSynchronize(stream));
-        out[i] = dout.download();
-      }
-      differing_rounds += !same_bits(out[0], out[1]);
-    }
-    CUDA_CHECK(cudaStreamDestroy(stream));
-    CHECK(differing_rounds == 0);
   }
 }
 

@@ -93,6 +93,16 @@ void check_attention_int8(Shape sh, const std::vector<int>& cached,
   const kernels::KvInt8LayerView cache{dk.get(), dv.get(), dks.get(), dvs.get()};
   kernels::launch_attention_int8(a, cache, nullptr);
   std::vector<float> got = dout.download();
+  // Decode tokens (one a sequence): every row but the token's own may be
+  // loaded before the wait (AttentionArgs::own_position_only), the own row
+  // after it, through L2 (the scales share cache lines). Same bits.
+  if (std::all_of(new_tokens.begin(), new_tokens.end(), [](int n) { return n == 1; })) {
+    kernels::AttentionArgs ao = a;
+    ao.own_position_only = true;
+    poison(dout);
+    kernels::launch_attention_int8(ao, cache, nullptr);
+    CHECK(same_bits(dout.download(), got));
+  }
 
   if (sh.head_dim % kernels::kActivationBlock == 0) {
     DeviceBuffer<float> dout_fused(dout.size());
@@ -292,4 +302,85 @@ TEST_CASE("int8 attention: piece counts at the split boundaries, short tokens in
   // 128 positions a piece: each warp goes round its loop several times.
   check_attention_int8({4, 1, 128}, {8191}, {1});
   check_attention_int8({4, 1, 256}, {2000}, {1});
+}
+
+TEST_CASE("int8 attention: one long piece, the own position around a pass boundary") {
+  // As test_attention's case of the same name: passes of 128 (HD 16) to 8
+  // (HD 256) positions, the own position around the first boundary, deep
+  // in a later pass, and in a piece shorter than a block step.
+  check_attention_int8({4, 2, 16}, {127, 128, 129, 1500, 5}, {1, 1, 1, 1, 1}, 1);
+  check_attention_int8({4, 4, 32}, {63, 64, 65, 700, 5}, {1, 1, 1, 1, 1}, 1);
+  check_attention_int8({9, 3, 64}, {31, 32, 33, 333, 2}, {1, 1, 1, 1, 1}, 1);
+  check_attention_int8({32, 8, 128}, {15, 16, 17, 511, 1}, {1, 1, 1, 1, 1}, 1);
+  check_attention_int8({8, 4, 256}, {7, 8, 9, 300, 0}, {1, 1, 1, 1, 1}, 1);
+}
+
+// The int8 cache under programmatic dependent launch, as test_attention's
+// PDL case: launch_kv_write_int8 writes each token's own row and scales
+// just before the attention, on one stream, fresh each round; `auto` must
+// give the bits of `portable`. Every own-row load goes through L2 here (the
+// per-slot scales share cache lines), in the first pass and in later ones.
+TEST_CASE("int8 attention under PDL: each token's own row written by the kernel just before") {
+  if (!kernels::programmatic_launch_supported())
+    MESSAGE(
+        "no programmatic dependent launch on this device or build: both runs are plain launches");
+  for (int max_splits : {0, 1}) {
+    for (Shape sh : {Shape{32, 8, 128}, Shape{4, 2, 16}, Shape{8, 2, 64}}) {
+      CAPTURE(sh.head_dim);
+      CAPTURE(max_splits);
+      const std::vector<int32_t> positions = {511, 37, 200, 16, 128};  // one token a sequence
+      const int n = int(positions.size()), blocks_per_seq = 33;
+      const int kv_dim = sh.n_kv_heads * sh.head_dim, q_dim = sh.n_heads * sh.head_dim;
+      const DecodePaging paging = decode_paging(positions, blocks_per_seq);
+      std::mt19937& rng = test_rng();
+      const size_t n_slots = paging.tables.size() * 16;
+      std::vector<int8_t> vals(n_slots * size_t(kv_dim));
+      for (auto& x : vals) x = int8_t(rng());
+      std::vector<uint16_t> scales(n_slots * size_t(sh.n_kv_heads));
+      std::uniform_real_distribution<float> unit(0.25f, 1.0f);
+      for (auto& sc : scales) sc = float_to_half_bits(unit(rng) / 127.0f);
+      DeviceBuffer<int8_t> ck(vals), cv(vals);
+      DeviceBuffer<uint16_t> cks(scales), cvs(scales);
+      const kernels::KvInt8LayerView cache{ck.get(), cv.get(), cks.get(), cvs.get()};
+      DeviceBuffer<int32_t> dpos(positions), dtt(paging.token_tables), dtab(paging.tables),
+          dslots(paging.slots);
+      DeviceBuffer<float> dq(size_t(n * q_dim)), dout(size_t(n * q_dim)), dk(size_t(n * kv_dim)),
+          dv(size_t(n * kv_dim));
+      DeviceBuffer<float> dpart(kernels::attention_partial_floats(n, sh.n_heads, sh.head_dim, 511));
+      kernels::AttentionArgs a;
+      a.q = dq.get();
+      a.ldq = q_dim;
+      a.out = dout.get();
+      a.ldo = q_dim;
+      a.positions = dpos.get();
+      a.token_tables = dtt.get();
+      a.block_tables = dtab.get();
+      a.table_stride = blocks_per_seq;
+      a.n_tokens = n;
+      a.n_heads = sh.n_heads;
+      a.n_kv_heads = sh.n_kv_heads;
+      a.head_dim = sh.head_dim;
+      a.max_position = 511;
+      a.max_splits = max_splits;
+      a.scale = 1.0f / std::sqrt(float(sh.head_dim));
+      a.partials = dpart.get();
+      a.own_position_only = true;
+      const int differing_rounds = rounds_auto_differs(
+          20,
+          [&] {
+            dk.upload(random_floats(size_t(n * kv_dim)));
+            dv.upload(random_floats(size_t(n * kv_dim)));
+            dq.upload(random_floats(size_t(n * q_dim)));
+          },
+          [&](cudaStream_t stream) {
+            poison(dout);
+            kernels::launch_kv_write_int8(dk.get(), dv.get(), kv_dim, n, sh.n_kv_heads, sh.head_dim,
+                                          dslots.get(), cache, stream);
+            kernels::launch_attention_int8(a, cache, stream);
+            CUDA_CHECK(cudaStreamSynchronize(stream));
+            return dout.download();
+          });
+      CHECK(differing_rounds == 0);
+    }
+  }
 }

@@ -256,26 +256,18 @@ TEST_CASE("attention with RoPE inside under PDL: q and k written by the kernel j
       out(size_t(n * st.q_dim));
   const kernels::AttentionArgs a = st.rope_args(
       qkv.get(), cache.get(), out.get(), kernels::RopeOrdering::NeoX, nullptr, nullptr, 0.0f);
-  cudaStream_t stream = nullptr;
-  CUDA_CHECK(cudaStreamCreate(&stream));
-  int differing_rounds = 0;
-  for (int round = 0; round < 20; ++round) {
-    const std::vector<float> rows = random_floats(size_t(n) * size_t(ld));
-    std::vector<float> results[2];
-    const kernels::KernelSet sets[2] = {kernels::KernelSet::Auto, kernels::KernelSet::Portable};
-    for (int i = 0; i < 2; ++i) {
-      kernels::KernelSetScope scope(sets[i]);
-      qkv.upload(rows);
-      poison(out);
-      // q and k normed in place, then read by the attention.
-      kernels::launch_head_rmsnorm(qkv.get(), ld, n, n_heads + n_kv_heads, head_dim, d_w.get(),
-                                   1e-6f, stream);
-      kernels::launch_attention(a, stream);
-      CUDA_CHECK(cudaStreamSynchronize(stream));
-      results[i] = out.download();
-    }
-    differing_rounds += !same_bits(results[0], results[1]);
-  }
-  CUDA_CHECK(cudaStreamDestroy(stream));
+  std::vector<float> rows;
+  const int differing_rounds = rounds_auto_differs(
+      20, [&] { rows = random_floats(size_t(n) * size_t(ld)); },
+      [&](cudaStream_t stream) {
+        qkv.upload(rows);
+        poison(out);
+        // q and k normed in place, then read by the attention.
+        kernels::launch_head_rmsnorm(qkv.get(), ld, n, n_heads + n_kv_heads, head_dim, d_w.get(),
+                                     1e-6f, stream);
+        kernels::launch_attention(a, stream);
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        return out.download();
+      });
   CHECK(differing_rounds == 0);
 }

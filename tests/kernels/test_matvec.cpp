@@ -292,8 +292,6 @@ TEST_CASE("decode matvecs under PDL: x quantized by the kernel just before") {
         "no programmatic dependent launch on this device or build: both runs are plain launches");
   std::mt19937& rng = test_rng();
   const int64_t rows = 4096;
-  cudaStream_t stream = nullptr;
-  CUDA_CHECK(cudaStreamCreate(&stream));
   struct Case {
     int batch, slices;
   };
@@ -323,24 +321,20 @@ TEST_CASE("decode matvecs under PDL: x quantized by the kernel just before") {
         args.ldy = rows;
         args.accumulate = true;
         args.slices = c.slices;
-        int differing_rounds = 0;
-        for (int round = 0; round < 20; ++round) {
-          d_x.upload(random_floats(size_t(batch * cols)));
-          const std::vector<float> y0 = random_floats(size_t(batch * rows));
-          std::vector<float> out[2];
-          const kernels::KernelSet sets[2] = {kernels::KernelSet::Auto,
-                                              kernels::KernelSet::Portable};
-          for (int i = 0; i < 2; ++i) {
-            kernels::KernelSetScope scope(sets[i]);
-            d_y.upload(y0);
-            kernels::launch_quantize_activations(d_x.get(), cols, batch, cols, args.xq, stream);
-            kernels::launch_matvec(args, stream);
-            CUDA_CHECK(cudaStreamSynchronize(stream));
-            out[i] = d_y.download();
-          }
-          differing_rounds += !same_bits(out[0], out[1]);
-        }
+        std::vector<float> y0;
+        const int differing_rounds = rounds_auto_differs(
+            20,
+            [&] {
+              d_x.upload(random_floats(size_t(batch * cols)));
+              y0 = random_floats(size_t(batch * rows));
+            },
+            [&](cudaStream_t stream) {
+              d_y.upload(y0);
+              kernels::launch_quantize_activations(d_x.get(), cols, batch, cols, args.xq, stream);
+              kernels::launch_matvec(args, stream);
+              CUDA_CHECK(cudaStreamSynchronize(stream));
+              return d_y.download();
+            });
         CHECK(differing_rounds == 0);
       }
-  CUDA_CHECK(cudaStreamDestroy(stream));
 }
