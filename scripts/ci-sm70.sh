@@ -8,6 +8,8 @@
 # paths a V100 compiles), emits PTX, and CUDA 12.9's ptxas assembles that PTX
 # for sm_70. ptxas refuses any instruction sm_70 does not have ("Feature X
 # requires .target sm_80"), and a scan of the PTX names the forbidden ones.
+# ptxas's -v report then holds the decode kernels to their register and
+# spill budgets (scripts/sm70-budgets.txt, scripts/ptxas-budgets.py).
 # Files named *_sm80.cu / *_sm90.cu are per-architecture variants: they are
 # not part of the portable path and are not compiled for sm_70.
 set -euo pipefail
@@ -40,7 +42,8 @@ for cu in kernels/*.cu; do
     grep -nE "$forbidden" "$ptx" | head -5 | sed 's/^/    /'
     fail=1
   fi
-  if ! "$ptxas12" -arch=sm_70 "$ptx" -o "$work/$name.cubin"; then
+  if ! "$ptxas12" -arch=sm_70 -v "$ptx" -o "$work/$name.cubin" 2>"$work/$name.ptxas"; then
+    grep -v '^ptxas info' "$work/$name.ptxas" | head -20
     echo "ci-sm70: FAIL $cu: ptxas 12.9 for sm_70"; fail=1; continue
   fi
   count=$((count + 1))
@@ -52,5 +55,10 @@ sed -i 's/^\.target sm_80/.target sm_70/; s/^\.version 9\.[0-9]*/.version 8.8/' 
 if "$ptxas12" -arch=sm_70 "$work/planted.ptx" -o "$work/planted.cubin" 2>/dev/null || ! grep -qE "$forbidden" "$work/planted.ptx"; then
   echo "ci-sm70: FAIL: the check did not catch a planted cp.async"; fail=1
 fi
+# Registers and spills of the V100's decode kernels (scripts/sm70-budgets.txt):
+# the blocks an SM they get are what docs/V100.md's numbers assume.
+if ((fail == 0)) && ! python3 scripts/ptxas-budgets.py scripts/sm70-budgets.txt "$work"/*.ptxas; then
+  echo "ci-sm70: FAIL: a decode kernel is over its register or spill budget for sm_70"; fail=1
+fi
 ((fail == 0)) || exit 1
-echo "ci-sm70: $count kernel file(s) compile for sm_70 with CUDA 12.9's ptxas; PTX scan clean"
+echo "ci-sm70: $count kernel file(s) compile for sm_70 with CUDA 12.9's ptxas; PTX scan clean; register budgets hold"
