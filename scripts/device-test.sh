@@ -2,7 +2,9 @@
 # Builds engine + kernels on the GPU machine and runs the `gpu` tests; with
 # --bench also times the matvecs (kernels/dev/bench_matvec.cu) and the
 # prefill GEMM (kernels/dev/bench_gemm.cu; --bench=gemm or --bench=matvec for
-# one); --tests=REGEX builds and runs only the gpu tests whose target name
+# one; --bench=persistent for the kernel-boundary harness,
+# kernels/dev/bench_persistent.cu, which --bench alone leaves out);
+# --tests=REGEX builds and runs only the gpu tests whose target name
 # (kernels_test_*) matches. The summary is printed last. Logs go to $OUT (the
 # device tool's folder) when set.
 #
@@ -10,9 +12,9 @@
 # travel in .deps/ (git-ignored). Once, here:
 #   bash scripts/device-test.sh --prepare-deps
 # then, as the device tool's command with carry [".deps"]:
-#   bash scripts/device-test.sh [--bench[=matvec|gemm]] [--tests=REGEX] [--arch=90]
+#   bash scripts/device-test.sh [--bench[=matvec|gemm|persistent]] [--tests=REGEX] [--arch=90]
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 root=$PWD
 deps=$root/.deps
 
@@ -35,7 +37,7 @@ for arg in "$@"; do
     --bench=*) bench=1; benches=${arg#--bench=}; benches=${benches//,/ } ;;
     --tests=*) tests_re=${arg#--tests=} ;;
     --arch=*) arch=${arg#--arch=} ;;
-    *) echo "usage: $0 [--prepare-deps | [--bench[=matvec|gemm]] [--tests=REGEX] [--arch=NN]]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--prepare-deps | [--bench[=matvec|gemm|persistent]] [--tests=REGEX] [--arch=NN]]" >&2; exit 2 ;;
   esac
 done
 [[ -f $deps/include/doctest/doctest.h ]] || {
@@ -61,6 +63,10 @@ fi
 if ((bench)) && [[ " $benches " == *" matvec "* ]]; then
   nvcc -std=c++17 -O3 -I"$root" -arch="sm_$arch" --expt-relaxed-constexpr -lineinfo \
     kernels/dev/bench_matvec.cu -o "$build/bench_matvec" >"$out/bench-build.log" 2>&1 &
+fi
+if ((bench)) && [[ " $benches " == *" persistent "* ]]; then
+  nvcc -std=c++17 -O3 -I"$root" -arch="sm_$arch" --expt-relaxed-constexpr -lineinfo \
+    kernels/dev/bench_persistent.cu -o "$build/bench_persistent" >"$out/bench-persistent-build.log" 2>&1 &
 fi
 # bench_gemm compares with cuBLAS where the image has it, else builds without.
 if ((bench)) && [[ " $benches " == *" gemm "* ]]; then
@@ -126,6 +132,16 @@ if ((bench)) && [[ " $benches " == *" matvec "* ]]; then
   else
     tail -20 "$out/bench-build.log"
     bench_line="${bench_line:+$bench_line; }bench matvec: build FAILED"
+  fi
+fi
+if ((bench)) && [[ " $benches " == *" persistent "* ]]; then
+  if [[ -x $build/bench_persistent ]]; then
+    "$build/bench_persistent" 2>&1 | tee "$out/bench_persistent.txt"
+    rc=${PIPESTATUS[0]}
+    bench_line="${bench_line:+$bench_line; }bench persistent: $([[ $rc == 0 ]] && echo ok || echo FAILED)"
+  else
+    tail -20 "$out/bench-persistent-build.log"
+    bench_line="${bench_line:+$bench_line; }bench persistent: build FAILED"
   fi
 fi
 
