@@ -2,8 +2,9 @@
 # Installs what is needed, builds, and runs every test: the unit and
 # integration suites (ctest; GPU tests are reported as skipped where no CUDA
 # device exists), the V100 (sm_70) compile check, the order of the matvecs'
-# loads around the PDL wait (scripts/check-pdl-loads.sh), and the fuzzers
-# for a bounded time. .ci/run calls exactly this.
+# loads around the PDL wait (scripts/check-pdl-loads.sh), that the dev
+# benches still compile (scripts/check-dev-benches.sh), and the fuzzers for
+# a bounded time. .ci/run calls exactly this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -31,6 +32,13 @@ if command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; then
   bash scripts/check-pdl-loads.sh
 else
   echo "check-pdl-loads: skipped: no nvcc on this machine"
+fi
+
+echo "== dev benches (nvcc front end)"
+if command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  bash scripts/check-dev-benches.sh
+else
+  echo "check-dev-benches: skipped: no nvcc on this machine"
 fi
 
 if [[ -f scripts/fuzz.sh ]]; then

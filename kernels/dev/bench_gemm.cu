@@ -24,6 +24,7 @@
 #endif
 
 #include "kernels/attention.cu"
+#include "kernels/dev/bench_timing.cuh"
 #include "kernels/attention_prefill.cu"
 #include "kernels/gemm_narrow.cu"
 #include "kernels/gemm_narrow_sm80.cu"
@@ -96,31 +97,10 @@ struct Matrix {
   ~Matrix() { cudaFree(const_cast<uint8_t*>(view.data)); }
 };
 
-float median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
+// ms a launch: the mean over 10 launches, the median of 7 rounds.
 template <class F>
-float time_ms(F&& body, int reps = 10, int rounds = 7) {
-  cudaEvent_t a, b;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  body();
-  CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<float> t;
-  for (int r = 0; r < rounds; ++r) {
-    CUDA_CHECK(cudaEventRecord(a));
-    for (int i = 0; i < reps; ++i) body();
-    CUDA_CHECK(cudaEventRecord(b));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms / float(reps));
-  }
-  CUDA_CHECK(cudaEventDestroy(a));
-  CUDA_CHECK(cudaEventDestroy(b));
-  return median(t);
+float time_ms(F&& body) {
+  return bench_timing::time_ms(body, nullptr, 10);
 }
 
 struct Buffers {

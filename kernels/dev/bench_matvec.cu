@@ -32,6 +32,7 @@
 #include "kernels/matvec_float.cu"
 #include "kernels/matvec_int4.cu"
 #include "kernels/matvec_int8.cu"
+#include "kernels/dev/bench_timing.cuh"
 
 namespace bench {
 
@@ -61,31 +62,7 @@ __global__ void kernel_finite_halves(uint16_t* p, size_t n) {
   }
 }
 
-float median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-template <class F>
-float time_ms(F&& body, cudaStream_t stream = nullptr, int rounds = 7) {
-  cudaEvent_t a, b;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  body();  // warm-up
-  std::vector<float> t;
-  for (int r = 0; r < rounds; ++r) {
-    CUDA_CHECK(cudaEventRecord(a, stream));
-    body();
-    CUDA_CHECK(cudaEventRecord(b, stream));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms);
-  }
-  CUDA_CHECK(cudaEventDestroy(a));
-  CUDA_CHECK(cudaEventDestroy(b));
-  return median(t);
-}
+using bench_timing::time_ms;
 
 struct Pool {
   uint8_t* base = nullptr;
@@ -219,11 +196,11 @@ void int6_launch(const MatvecArgs& a, cudaStream_t s) {
 template <PackedFormat F, int R, int B, int U>
 Variant int4_variant(const char* name) {
   return {name, int4_launch<F, R, B, U>,
-          reinterpret_cast<const void*>(kernel_matvec_int4<F, R, B, U>)};
+          reinterpret_cast<const void*>(kernel_matvec_int4<F, R, B, U, 1>)};
 }
 template <int R, int B, int U>
 Variant int6_variant(const char* name) {
-  return {name, int6_launch<R, B, U>, reinterpret_cast<const void*>(kernel_matvec_int6<R, B, U>)};
+  return {name, int6_launch<R, B, U>, reinterpret_cast<const void*>(kernel_matvec_int6<R, B, U, 1>)};
 }
 
 // Batched decode, n tokens: launch_matvec (dp4a, slices of 8: the weights

@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/dev/bench_timing.cuh"
 #include "kernels/launch.cu"
 
 namespace bench {
@@ -176,28 +177,7 @@ __global__ void __launch_bounds__(kThreads)
 
 // --- the harness --------------------------------------------------------------
 
-template <class F>
-float time_ms(F&& body, cudaStream_t stream, int rounds = 7) {
-  cudaEvent_t start, stop;
-  CUDA_CHECK(cudaEventCreate(&start));
-  CUDA_CHECK(cudaEventCreate(&stop));
-  body();  // warm-up
-  CUDA_CHECK(cudaStreamSynchronize(stream));
-  std::vector<float> ms;
-  for (int r = 0; r < rounds; ++r) {
-    CUDA_CHECK(cudaEventRecord(start, stream));
-    body();
-    CUDA_CHECK(cudaEventRecord(stop, stream));
-    CUDA_CHECK(cudaEventSynchronize(stop));
-    float t = 0.0f;
-    CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-    ms.push_back(t);
-  }
-  CUDA_CHECK(cudaEventDestroy(start));
-  CUDA_CHECK(cudaEventDestroy(stop));
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
+using bench_timing::time_ms;
 
 // ms a step, from kSteps steps between the events: the host's submission
 // of the first is then a quarter of what it would be.
