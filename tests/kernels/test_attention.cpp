@@ -10,6 +10,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/kernel_set.h"
+#include "tests/kernels/attention_test_util.h"
 #include "tests/kernels/gpu_test_util.h"
 
 using namespace voltad;
@@ -226,51 +227,20 @@ TEST_CASE("decode attention under PDL: each token's own row written by the kerne
     for (Shape sh : {Shape{32, 8, 128}, Shape{4, 2, 16}, Shape{8, 4, 32}}) {
       CAPTURE(sh.head_dim);
       CAPTURE(max_splits);
-      const std::vector<int32_t> positions = {511, 37, 200, 16, 128};  // one token a sequence
-      const int n = int(positions.size()), blocks_per_seq = 33;
-      const int kv_dim = sh.n_kv_heads * sh.head_dim, q_dim = sh.n_heads * sh.head_dim;
-      const DecodePaging paging = decode_paging(positions, blocks_per_seq);
-      std::vector<uint16_t> cache_bits(paging.tables.size() * 16 * size_t(kv_dim));
+      PdlDecodeStep st(sh.n_heads, sh.n_kv_heads, sh.head_dim, {511, 37, 200, 16, 128}, max_splits);
+      std::vector<uint16_t> cache_bits(st.cache_slots() * size_t(st.kv_dim));
       for (uint16_t& b : cache_bits) b = float_to_half_bits(random_floats(1)[0]);
       DeviceBuffer<uint16_t> ck(cache_bits), cv(cache_bits);
-      DeviceBuffer<int32_t> dpos(positions), dtt(paging.token_tables), dtab(paging.tables),
-          dslots(paging.slots);
-      DeviceBuffer<float> dq(size_t(n * q_dim)), dout(size_t(n * q_dim)), dk(size_t(n * kv_dim)),
-          dv(size_t(n * kv_dim));
-      DeviceBuffer<float> dpart(kernels::attention_partial_floats(n, sh.n_heads, sh.head_dim, 511));
-      kernels::AttentionArgs a;
-      a.q = dq.get();
-      a.ldq = q_dim;
-      a.out = dout.get();
-      a.ldo = q_dim;
-      a.cache = {ck.get(), cv.get()};
-      a.positions = dpos.get();
-      a.token_tables = dtt.get();
-      a.block_tables = dtab.get();
-      a.table_stride = blocks_per_seq;
-      a.n_tokens = n;
-      a.n_heads = sh.n_heads;
-      a.n_kv_heads = sh.n_kv_heads;
-      a.head_dim = sh.head_dim;
-      a.max_position = 511;
-      a.max_splits = max_splits;
-      a.scale = 1.0f / std::sqrt(float(sh.head_dim));
-      a.partials = dpart.get();
-      a.own_position_only = true;
+      st.args.cache = {ck.get(), cv.get()};
       const int differing_rounds = rounds_auto_differs(
-          20,
-          [&] {
-            dk.upload(random_floats(size_t(n * kv_dim)));
-            dv.upload(random_floats(size_t(n * kv_dim)));
-            dq.upload(random_floats(size_t(n * q_dim)));
-          },
+          20, [&] { st.refresh(); },
           [&](cudaStream_t stream) {
-            poison(dout);
-            kernels::launch_kv_write(dk.get(), dv.get(), kv_dim, n, kv_dim, dslots.get(),
-                                     {ck.get(), cv.get()}, stream);
-            kernels::launch_attention(a, stream);
+            poison(st.out);
+            kernels::launch_kv_write(st.k.get(), st.v.get(), st.kv_dim, st.n, st.kv_dim,
+                                     st.slots.get(), {ck.get(), cv.get()}, stream);
+            kernels::launch_attention(st.args, stream);
             CUDA_CHECK(cudaStreamSynchronize(stream));
-            return dout.download();
+            return st.out.download();
           });
       CHECK(differing_rounds == 0);
     }

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "kernels/attention_int8.h"
+#include "tests/kernels/attention_test_util.h"
 #include "tests/kernels/gpu_test_util.h"
 
 using namespace voltad;
@@ -328,57 +329,25 @@ TEST_CASE("int8 attention under PDL: each token's own row written by the kernel 
     for (Shape sh : {Shape{32, 8, 128}, Shape{4, 2, 16}, Shape{8, 2, 64}}) {
       CAPTURE(sh.head_dim);
       CAPTURE(max_splits);
-      const std::vector<int32_t> positions = {511, 37, 200, 16, 128};  // one token a sequence
-      const int n = int(positions.size()), blocks_per_seq = 33;
-      const int kv_dim = sh.n_kv_heads * sh.head_dim, q_dim = sh.n_heads * sh.head_dim;
-      const DecodePaging paging = decode_paging(positions, blocks_per_seq);
+      PdlDecodeStep st(sh.n_heads, sh.n_kv_heads, sh.head_dim, {511, 37, 200, 16, 128}, max_splits);
       std::mt19937& rng = test_rng();
-      const size_t n_slots = paging.tables.size() * 16;
-      std::vector<int8_t> vals(n_slots * size_t(kv_dim));
+      std::vector<int8_t> vals(st.cache_slots() * size_t(st.kv_dim));
       for (auto& x : vals) x = int8_t(rng());
-      std::vector<uint16_t> scales(n_slots * size_t(sh.n_kv_heads));
+      std::vector<uint16_t> scales(st.cache_slots() * size_t(sh.n_kv_heads));
       std::uniform_real_distribution<float> unit(0.25f, 1.0f);
       for (auto& sc : scales) sc = float_to_half_bits(unit(rng) / 127.0f);
       DeviceBuffer<int8_t> ck(vals), cv(vals);
       DeviceBuffer<uint16_t> cks(scales), cvs(scales);
       const kernels::KvInt8LayerView cache{ck.get(), cv.get(), cks.get(), cvs.get()};
-      DeviceBuffer<int32_t> dpos(positions), dtt(paging.token_tables), dtab(paging.tables),
-          dslots(paging.slots);
-      DeviceBuffer<float> dq(size_t(n * q_dim)), dout(size_t(n * q_dim)), dk(size_t(n * kv_dim)),
-          dv(size_t(n * kv_dim));
-      DeviceBuffer<float> dpart(kernels::attention_partial_floats(n, sh.n_heads, sh.head_dim, 511));
-      kernels::AttentionArgs a;
-      a.q = dq.get();
-      a.ldq = q_dim;
-      a.out = dout.get();
-      a.ldo = q_dim;
-      a.positions = dpos.get();
-      a.token_tables = dtt.get();
-      a.block_tables = dtab.get();
-      a.table_stride = blocks_per_seq;
-      a.n_tokens = n;
-      a.n_heads = sh.n_heads;
-      a.n_kv_heads = sh.n_kv_heads;
-      a.head_dim = sh.head_dim;
-      a.max_position = 511;
-      a.max_splits = max_splits;
-      a.scale = 1.0f / std::sqrt(float(sh.head_dim));
-      a.partials = dpart.get();
-      a.own_position_only = true;
       const int differing_rounds = rounds_auto_differs(
-          20,
-          [&] {
-            dk.upload(random_floats(size_t(n * kv_dim)));
-            dv.upload(random_floats(size_t(n * kv_dim)));
-            dq.upload(random_floats(size_t(n * q_dim)));
-          },
+          20, [&] { st.refresh(); },
           [&](cudaStream_t stream) {
-            poison(dout);
-            kernels::launch_kv_write_int8(dk.get(), dv.get(), kv_dim, n, sh.n_kv_heads, sh.head_dim,
-                                          dslots.get(), cache, stream);
-            kernels::launch_attention_int8(a, cache, stream);
+            poison(st.out);
+            kernels::launch_kv_write_int8(st.k.get(), st.v.get(), st.kv_dim, st.n, sh.n_kv_heads,
+                                          sh.head_dim, st.slots.get(), cache, stream);
+            kernels::launch_attention_int8(st.args, cache, stream);
             CUDA_CHECK(cudaStreamSynchronize(stream));
-            return dout.download();
+            return st.out.download();
           });
       CHECK(differing_rounds == 0);
     }
