@@ -16,8 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 nvcc13=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 [[ -x $nvcc13 ]] || { echo "ci-sm70: no nvcc on this machine" >&2; exit 1; }
-nvcc12=$(bash scripts/cuda12-toolkit.sh)
-ptxas12="$(dirname "$nvcc12")/ptxas"
+ptxas12=$(bash scripts/cuda12-toolkit.sh)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 

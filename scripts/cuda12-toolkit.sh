@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Provides CUDA 12.9's compiler (the last that targets the V100, sm_70) from
-# PyPI, pinned, cached under ~/.cache/voltad/cuda12.9 between runs. Prints the
-# path of nvcc. CUDA 13, which the machine has, dropped sm_70.
+# Provides CUDA 12.9's assembler (the last that targets the V100, sm_70) from
+# PyPI, pinned, cached under ~/.cache/voltad/cuda12.9 between runs, with the
+# runtime's and CCCL's headers beside it. Prints the path of ptxas. The
+# nvcc wheel carries ptxas and libnvvm but not nvcc's front end, so there is
+# no nvcc there (scripts/ci-sm70.sh compiles with the machine's own nvcc).
+# CUDA 13, which the machine has, dropped sm_70.
 set -euo pipefail
 prefix="${VOLTAD_CUDA12_PREFIX:-$HOME/.cache/voltad/cuda12.9}"
 pins=(nvidia-cuda-nvcc-cu12==12.9.86 nvidia-cuda-runtime-cu12==12.9.79 nvidia-cuda-cccl-cu12==12.9.27)
@@ -16,7 +19,7 @@ root="$prefix/site/nvidia/cuda_nvcc"
 # nvcc finds its headers and libraries relative to itself: gather the three
 # wheels into one toolkit-shaped tree.
 tk="$prefix/toolkit"
-if [[ ! -x $tk/bin/nvcc ]]; then
+if [[ ! -x $tk/bin/ptxas || ! -f $tk/include/cuda_runtime.h ]]; then
   mkdir -p "$tk"
   cp -r "$root"/. "$tk"/
   for w in cuda_runtime cuda_cccl; do
@@ -29,4 +32,4 @@ if [[ ! -x $tk/bin/nvcc ]]; then
   # The runtime wheel ships libcudart.so.12 only; link the unversioned name.
   [[ -e $tk/lib64/libcudart.so ]] || ln -sf libcudart.so.12 "$tk/lib64/libcudart.so"
 fi
-echo "$tk/bin/nvcc"
+echo "$tk/bin/ptxas"
