@@ -227,8 +227,10 @@ __device__ __forceinline__ void matvec_store(float (&acc)[R][B], int64_t row0, i
 // matvec_store for S warps sharing rows (S = 1: the same). Each warp sums
 // its lanes, the block meets in shared memory, and the first warp of each
 // group adds the S partial sums in slice order (the same bits every run).
-// Every warp of the block must call it: it synchronizes the block.
-template <int R, int B, int S>
+// Every warp of the block must call it: it synchronizes the block. kAgain:
+// the block calls it again (a kernel that walks several row groups), so it
+// synchronizes once more before it returns.
+template <int R, int B, int S, bool kAgain = false>
 __device__ __forceinline__ void matvec_store_sliced(float (&acc)[R][B], int64_t row0, int64_t rows,
                                                     float* y, int64_t ldy, const float* bias,
                                                     bool accumulate) {
@@ -246,21 +248,23 @@ __device__ __forceinline__ void matvec_store_sliced(float (&acc)[R][B], int64_t 
         if (lane == 0) part[warp][r * B + b] = v;
       }
     __syncthreads();
-    if (warp % S != 0) return;
+    if (warp % S == 0) {
 #pragma unroll
-    for (int r = 0; r < R; ++r)
+      for (int r = 0; r < R; ++r)
 #pragma unroll
-      for (int b = 0; b < B; ++b) {
-        const int64_t row = row0 + r;
-        if (lane != r * B + b || row >= rows) continue;
-        float out = part[warp][r * B + b];
+        for (int b = 0; b < B; ++b) {
+          const int64_t row = row0 + r;
+          if (lane != r * B + b || row >= rows) continue;
+          float out = part[warp][r * B + b];
 #pragma unroll
-        for (int k = 1; k < S; ++k) out += part[warp + k][r * B + b];
-        if (bias) out += bias[row];
-        float* dst = y + b * ldy + row;
-        if (accumulate) out += *dst;
-        *dst = out;
-      }
+          for (int k = 1; k < S; ++k) out += part[warp + k][r * B + b];
+          if (bias) out += bias[row];
+          float* dst = y + b * ldy + row;
+          if (accumulate) out += *dst;
+          *dst = out;
+        }
+    }
+    if constexpr (kAgain) __syncthreads();  // `part` is written again next
   }
 }
 

@@ -24,56 +24,9 @@
 #include "kernels/device_common.cuh"
 #include "kernels/launch.cuh"
 #include "kernels/matvec.h"
+#include "kernels/matvec_chunks.cuh"
 
 namespace voltad::kernels {
-
-namespace {
-
-// Per-format scale records: what one lane loads for chunk c, and how it
-// becomes the (a, b) of value = a*q + b.
-template <PackedFormat F>
-struct Int4Scales;
-
-template <>
-struct Int4Scales<PackedFormat::Int4Sym32> {
-  using Raw = unsigned short;  // fp16 d
-  static __device__ __forceinline__ Raw load(const uint8_t* srow, int c) {
-    return __ldg(reinterpret_cast<const unsigned short*>(srow) + c);
-  }
-  static __device__ __forceinline__ void decode(Raw raw, int, float& a, float& b) {
-    a = __half2float(__ushort_as_half(raw));
-    b = -8.0f * a;
-  }
-};
-
-template <>
-struct Int4Scales<PackedFormat::Int4Affine32> {
-  using Raw = unsigned int;  // fp16 d (low half), fp16 m (high half)
-  static __device__ __forceinline__ Raw load(const uint8_t* srow, int c) {
-    return __ldg(reinterpret_cast<const unsigned int*>(srow) + c);
-  }
-  static __device__ __forceinline__ void decode(Raw raw, int, float& a, float& b) {
-    a = __half2float(__ushort_as_half((unsigned short)(raw & 0xFFFF)));
-    b = __half2float(__ushort_as_half((unsigned short)(raw >> 16)));
-  }
-};
-
-template <>
-struct Int4Scales<PackedFormat::Int4K256> {
-  using Raw = uint4;  // Q4_K header of the chunk's super-block
-  static __device__ __forceinline__ Raw load(const uint8_t* srow, int c) {
-    return load_weights_16(srow + 16 * (c >> 3));
-  }
-  // j = c % 8, the sub-block: constant per lane, since c = lane + 32i.
-  static __device__ __forceinline__ void decode(Raw raw, int j, float& a, float& b) {
-    int sc, mn;
-    q4_k_scale_min(raw.y, raw.z, raw.w, j, sc, mn);
-    a = __half2float(__ushort_as_half((unsigned short)(raw.x & 0xFFFF))) * float(sc);
-    b = -__half2float(__ushort_as_half((unsigned short)(raw.x >> 16))) * float(mn);
-  }
-};
-
-}  // namespace
 
 // R rows per warp, B activation rows, U chunks per lane in flight per row,
 // S warps per row group (slices of the columns: groups of 32 chunks

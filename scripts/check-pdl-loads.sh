@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks, without a GPU, where the compiler put the matvecs' loads around
 # the programmatic-dependent-launch wait (kernels/launch.cuh). In the sm_90
-# SASS of every kernel_matvec_* (int4, int8, int6), before the first ACQBULK
+# SASS of every kernel_matvec_* (int4, int8, int6, stream), before the first ACQBULK
 # (griddepcontrol.wait) there may only be
 #   - weight loads, LDG.*.NA (load_weights_*: issued early on purpose, so
 #     they stream while the kernel before finishes), and
@@ -36,7 +36,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 failed=0
 checked=0
-for src in kernels/matvec_int4.cu kernels/matvec_int8.cu kernels/matvec_float.cu; do
+for src in kernels/matvec_int4.cu kernels/matvec_int8.cu kernels/matvec_stream.cu kernels/matvec_float.cu; do
   cubin=$work/$(basename "$src" .cu).cubin
   "$nvcc" -std=c++17 -I. -arch=sm_90 --expt-relaxed-constexpr ${VOLTAD_CHECK_NVCC_FLAGS:-} -cubin "$src" -o "$cubin"
   # One line per matvec kernel: name, weight loads before the wait, the

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/dev/bench_timing.cuh"
 #include "kernels/gemm_narrow.cu"
 #include "kernels/gemm_narrow_sm80.cu"
 #include "kernels/gemm_sm80.cu"
@@ -32,7 +33,7 @@
 #include "kernels/matvec_float.cu"
 #include "kernels/matvec_int4.cu"
 #include "kernels/matvec_int8.cu"
-#include "kernels/dev/bench_timing.cuh"
+#include "kernels/matvec_stream.cu"
 
 namespace bench {
 
@@ -197,6 +198,18 @@ template <PackedFormat F, int R, int B, int U>
 Variant int4_variant(const char* name) {
   return {name, int4_launch<F, R, B, U>,
           reinterpret_cast<const void*>(kernel_matvec_int4<F, R, B, U, 1>)};
+}
+// Batch 1 as the dispatch had it before the streaming kernels: 4 rows a
+// warp, sliced where rows are few.
+template <PackedFormat F>
+Variant int4_sliced_variant(const char* name) {
+  return {name, launch_int4_sliced<F, 4, 1, 1>,
+          reinterpret_cast<const void*>(kernel_matvec_int4<F, 4, 1, 1, 1>)};
+}
+template <class C, int R>
+Variant stream_variant(const char* name) {
+  return {name, launch_stream_sliced<C, R>,
+          reinterpret_cast<const void*>(kernel_matvec_stream<C, R, 1>)};
 }
 template <int R, int B, int U>
 Variant int6_variant(const char* name) {
@@ -414,22 +427,23 @@ int main(int argc, char** argv) {
   constexpr auto Q40 = PackedFormat::Int4Sym32;
   constexpr auto Q4K = PackedFormat::Int4K256;
   const Variant dispatch{"dispatch", launch_matvec, nullptr};
-  const Variant q40_b1[] = {
-      int4_variant<Q40, 1, 1, 2>("R1 U2"), int4_variant<Q40, 1, 1, 4>("R1 U4"),
-      int4_variant<Q40, 2, 1, 2>("R2 U2"), int4_variant<Q40, 2, 1, 4>("R2 U4"),
-      int4_variant<Q40, 4, 1, 1>("R4 U1"), dispatch};
-  const Variant q4k_b1[] = {
-      int4_variant<Q4K, 1, 1, 2>("R1 U2"), int4_variant<Q4K, 1, 1, 4>("R1 U4"),
-      int4_variant<Q4K, 2, 1, 2>("R2 U2"), int4_variant<Q4K, 2, 1, 4>("R2 U4"),
-      int4_variant<Q4K, 4, 1, 1>("R4 U1"), dispatch};
+  const Variant q40_b1[] = {int4_sliced_variant<Q40>("classic R4 U1 sliced"),
+                            stream_variant<Int4Chunk<Q40>, 2>("stream R2"),
+                            stream_variant<Int4Chunk<Q40>, 4>("stream R4"), dispatch};
+  const Variant q4k_b1[] = {int4_sliced_variant<Q4K>("classic R4 U1 sliced"),
+                            stream_variant<Int4Chunk<Q4K>, 2>("stream R2"),
+                            stream_variant<Int4Chunk<Q4K>, 4>("stream R4"), dispatch};
   const Variant q40_b8[] = {
       int4_variant<Q40, 2, 8, 1>("R2 U1"), int4_variant<Q40, 4, 8, 1>("R4 U1"),
       int4_variant<Q40, 4, 8, 2>("R4 U2"), int4_variant<Q40, 8, 8, 1>("R8 U1"), dispatch};
   const Variant q4k_b8[] = {
       int4_variant<Q4K, 2, 8, 1>("R2 U1"), int4_variant<Q4K, 4, 8, 1>("R4 U1"),
       int4_variant<Q4K, 4, 8, 2>("R4 U2"), int4_variant<Q4K, 8, 8, 1>("R8 U1"), dispatch};
-  const Variant q6k_b1[] = {int6_variant<1, 1, 2>("R1 U2"), int6_variant<1, 1, 4>("R1 U4"),
-                            int6_variant<2, 1, 2>("R2 U2"), dispatch};
+  const Variant q6k_b1[] = {{"classic R2 U2 sliced", launch_int6_format, nullptr},
+                            stream_variant<Int6Chunk, 1>("stream R1"),
+                            stream_variant<Int6Chunk, 2>("stream R2"),
+                            stream_variant<Int6Chunk, 4>("stream R4"),
+                            dispatch};
   const Variant q6k_b8[] = {int6_variant<2, 8, 1>("R2 U1"), int6_variant<4, 8, 1>("R4 U1"),
                             int6_variant<8, 8, 1>("R8 U1"), dispatch};
 

@@ -93,12 +93,15 @@ bool is_quantized(PackedFormat f) {
 
 // One matvec case; returns the largest error of the kernel against an fp32-x
 // matvec, relative to sum |w x| (the price of int8 activations), for notes.
+// classic: the format's own launcher (launch_matvec_int4/int8), past
+// launch_matvec's choice of the streaming kernel at batch 1.
 double run_case(GgmlType type, int64_t rows, int64_t cols, int batch, bool accumulate,
-                bool with_bias, int slices = 0) {
+                bool with_bias, int slices = 0, bool classic = false) {
   std::mt19937& rng = test_rng();
   std::ostringstream name;
   name << ggml_type_name(type) << " " << rows << "x" << cols << " batch " << batch
-       << (accumulate ? " +=" : "") << (with_bias ? " +bias" : "") << " slices " << slices;
+       << (accumulate ? " +=" : "") << (with_bias ? " +bias" : "") << " slices " << slices
+       << (classic ? " classic" : "");
   CAPTURE(name.str());
 
   const std::vector<uint8_t> gguf = random_valid_tensor(type, rows, cols, rng, 15);
@@ -157,7 +160,12 @@ double run_case(GgmlType type, int64_t rows, int64_t cols, int batch, bool accum
     args.x = d_x.get();
     args.ldx = ldx;
   }
-  kernels::launch_matvec(args, nullptr);
+  if (!classic)
+    kernels::launch_matvec(args, nullptr);
+  else if (format == PackedFormat::Int4K256)
+    kernels::launch_matvec_int4(args, nullptr);
+  else
+    kernels::launch_matvec_int8(args, nullptr);
   const std::vector<float> got = d_y.download();
 
   std::vector<double> ref(got.size()), atol(got.size());
@@ -256,6 +264,21 @@ TEST_CASE("sliced matvecs: every slice count matches the reference") {
         for (const Shape& s : {Shape{69, 256}, Shape{33, 4096}, Shape{300, 5120}})
           for (bool accumulate : {false, true})
             run_case(type, s.rows, s.cols, batch, accumulate, !accumulate, slices);
+}
+
+// At batch 1, Q4_K and Q6_K run the streaming kernels (matvec_stream.cu),
+// whose grid is one wave: with these rows every block walks several row
+// groups (a wave of the H200 holds 528 blocks of 16 Q4_K rows, 924 of 8
+// Q6_K rows; unsliced and sliced), and the loads of a block's next group go
+// out while it finishes the last. The kernels they replaced (launch_matvec_int4/
+// int8, which VOLTAD_MATVEC_STREAM=0 brings back) must still match too.
+TEST_CASE("batch-1 streaming matvecs: blocks that walk several row groups") {
+  for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q6_K})
+    for (int slices : {1, 2})
+      for (const Shape& s : {Shape{9001, 256}, Shape{4099, 1280}}) {
+        run_case(type, s.rows, s.cols, 1, slices == 2, slices == 1, slices);
+        run_case(type, s.rows, s.cols, 1, slices == 1, slices == 2, slices, true);
+      }
 }
 
 TEST_CASE("quantized activations: NaN in x makes the block's scale NaN") {
