@@ -267,15 +267,20 @@ TEST_CASE("sliced matvecs: every slice count matches the reference") {
 }
 
 // At batch 1, Q4_K and Q6_K run the streaming kernels (matvec_stream.cu),
-// whose grid is one wave: with these rows every block walks several row
-// groups (a wave of the H200 holds 528 blocks of 16 Q4_K rows, 924 of 8
-// Q6_K rows; unsliced and sliced), and the loads of a block's next group go
-// out while it finishes the last. The kernels they replaced (launch_matvec_int4/
-// int8, which VOLTAD_MATVEC_STREAM=0 brings back) must still match too.
+// whose grid is one wave: with 17,001 and 25,001 rows every block walks
+// several row groups, at 1 step a group (256 columns) and 2-3 (2,560). A
+// wave of the H200 holds 528 blocks of 16 Q4_K rows (8 sliced), 924-1,056
+// of 8 Q6_K rows (4 sliced), 528 of 32 with VOLTAD_MATVEC_STREAM=3; the
+// V100's waves are smaller. The loads of a block's next group go out while
+// it finishes the last. 1,280 columns leave the second slice's lanes 8-31
+// without a chunk. ctest runs this file again under VOLTAD_MATVEC_STREAM=2
+// and 3 (Q4_K's headers staged in shared memory). The kernels they replaced
+// (launch_matvec_int4/int8, which VOLTAD_MATVEC_STREAM=0 brings back) must
+// still match too.
 TEST_CASE("batch-1 streaming matvecs: blocks that walk several row groups") {
   for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q6_K})
     for (int slices : {1, 2})
-      for (const Shape& s : {Shape{9001, 256}, Shape{4099, 1280}}) {
+      for (const Shape& s : {Shape{25001, 256}, Shape{17001, 2560}, Shape{4099, 1280}}) {
         run_case(type, s.rows, s.cols, 1, slices == 2, slices == 1, slices);
         run_case(type, s.rows, s.cols, 1, slices == 1, slices == 2, slices, true);
       }
@@ -305,8 +310,9 @@ TEST_CASE("quantized activations: NaN in x makes the block's scale NaN") {
 // previous round's values, and `auto` would differ from `portable` (plain
 // launches, the same kernels). Every kernel family (Int4, Int6, Int8, one
 // batch of each unrolling), at batch 1 and 2 with one and two warps a row
-// group (MatvecArgs::slices), and 256 columns, where a second slice has no
-// chunks and waits after its empty loop. The first run on the H200 caught
+// group (MatvecArgs::slices), 256 columns, where a second slice has no
+// chunks and waits after its empty loop, and 20,000 x 1,280, where the
+// batch-1 streaming kernels' blocks walk several row groups. The first run on the H200 caught
 // ptxas moving the int8 kernel's x loads (then __ldg) above the wait: Q8_0
 // at batch 3, one round in ten.
 TEST_CASE("decode matvecs under PDL: x quantized by the kernel just before") {
@@ -314,15 +320,17 @@ TEST_CASE("decode matvecs under PDL: x quantized by the kernel just before") {
     MESSAGE(
         "no programmatic dependent launch on this device or build: both runs are plain launches");
   std::mt19937& rng = test_rng();
-  const int64_t rows = 4096;
   struct Case {
     int batch, slices;
   };
   const Case cases[] = {{1, 1}, {1, 2}, {2, 1}, {2, 2}, {3, 0}, {8, 0}};
   for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q4_K, GgmlType::Q5_K,
                         GgmlType::Q6_K, GgmlType::Q8_0})
-    for (int64_t cols : {4096, 256})
+    for (int64_t cols : {4096, 1280, 256})
       for (const Case& c : cases) {
+        // 20,000 rows: the batch-1 streaming kernels' blocks walk several
+        // row groups of 2 steps (Q4_K, Q6_K; matvec_stream.cu).
+        const int64_t rows = cols == 1280 ? 20000 : 4096;
         const int batch = c.batch;
         CAPTURE(ggml_type_name(type));
         CAPTURE(cols);
