@@ -92,8 +92,7 @@ void launch_matvec_int8(const MatvecArgs& args, cudaStream_t stream);   // Int8*
 void launch_matvec_float(const MatvecArgs& args, cudaStream_t stream);  // F16, F32
 // Batch 1, Int4K256 and Int6K256 (Q4_K, Q6_K): the one-wave streaming
 // kernels (matvec_stream.cu), which launch_matvec takes for them unless
-// VOLTAD_MATVEC_STREAM=0 is in the environment (comparisons; 2 and 3 stage
-// Q4_K's headers in shared memory).
+// VOLTAD_MATVEC_STREAM=0 is in the environment (comparisons).
 void launch_matvec_stream(const MatvecArgs& args, cudaStream_t stream);
 bool matvec_stream_enabled();
 

@@ -99,27 +99,12 @@ __device__ __forceinline__ void q4_k_scales_lane(const uint4& h, int j, float& a
   b = -__half2float(__ushort_as_half((unsigned short)(h.x >> 16))) * float(int(mn));
 }
 
-// The dot product of a chunk's 16 nibble bytes with its activations, for
-// value = a*q + b:  sum_i (a*q_i + b) * x_i = a * sum_i q_i x_i + b * sum_i x_i.
-__device__ __forceinline__ float int4_chunk_dot(const uint4& w, float a, float b, const ChunkX& x) {
-  uint32_t lo[4], hi[4];
-  int4_unpack(w.x, lo[0], hi[0]);
-  int4_unpack(w.y, lo[1], hi[1]);
-  int4_unpack(w.z, lo[2], hi[2]);
-  int4_unpack(w.w, lo[3], hi[3]);
-  float d = x.rec.x * small_int_to_float(dp4a_4(hi, x.x1, dp4a_4(lo, x.x0, 0)));
-  if (!VOLTAD_MATVEC_ONE_LEVEL)
-    d = fmaf(x.rec.y, small_int_to_float(dp4a_4(hi, x.y1, dp4a_4(lo, x.y0, 0))), d);
-  return a * d + b * x.rec.z;
-}
-
 // A chunk of an Int4 format: 16 bytes of nibbles and the chunk's scales.
 // Raw holds loaded words only: nothing that would wait for the load is done
 // before dot(), so a kernel can issue the next chunk's loads and then work on
 // this one.
 template <PackedFormat F>
 struct Int4Chunk {
-  static constexpr bool kStaged = false;
   struct Raw {
     uint4 w;
     typename Int4Scales<F>::Raw s;
@@ -138,43 +123,22 @@ struct Int4Chunk {
       q4_k_scales_lane(r.s, j, a, b);
     else
       Int4Scales<F>::decode(r.s, j, a, b);
-    return int4_chunk_dot(r.w, a, b, x);
-  }
-};
-
-// Int4K256 with its super-block headers staged in shared memory
-// (kernel_matvec_stream): a lane's registers hold only the nibbles, and the
-// block loads the headers of its next row group a few per step.
-struct Int4KStagedChunk {
-  static constexpr bool kStaged = true;
-  struct Raw {
-    uint4 w;
-  };
-  static __device__ __forceinline__ Raw load(const PackedMatrixView& m, int64_t row, int c) {
-    const PackedLayout& l = m.layout;
-    return {load_weights_16(m.data + l.quants_offset + row * l.quant_row_bytes + 16 * c)};
-  }
-  // Headers (16 bytes each) of a row: one per 8 chunks.
-  static __host__ __device__ __forceinline__ int headers_per_row(const PackedLayout& l) {
-    return int(l.cols / 256);
-  }
-  static __device__ __forceinline__ uint4 load_header(const PackedMatrixView& m, int64_t row,
-                                                      int h) {
-    const PackedLayout& l = m.layout;
-    return load_weights_16(m.data + l.scales_offset + row * l.scale_row_bytes + 16 * h);
-  }
-  static __device__ __forceinline__ float dot(const Raw& r, const uint4& header, int j,
-                                              const ChunkX& x) {
-    float a, b;
-    q4_k_scales_lane(header, j, a, b);
-    return int4_chunk_dot(r.w, a, b, x);
+    uint32_t lo[4], hi[4];
+    int4_unpack(r.w.x, lo[0], hi[0]);
+    int4_unpack(r.w.y, lo[1], hi[1]);
+    int4_unpack(r.w.z, lo[2], hi[2]);
+    int4_unpack(r.w.w, lo[3], hi[3]);
+    float d = x.rec.x * small_int_to_float(dp4a_4(hi, x.x1, dp4a_4(lo, x.x0, 0)));
+    if (!VOLTAD_MATVEC_ONE_LEVEL)
+      d = fmaf(x.rec.y, small_int_to_float(dp4a_4(hi, x.y1, dp4a_4(lo, x.y0, 0))), d);
+    // sum_i (a*q_i + b) * x_i = a * sum_i q_i x_i + b * sum_i x_i
+    return a * d + b * x.rec.z;
   }
 };
 
 // A chunk of Int6K256 (Q6_K): 16 bytes of nibbles, 8 of crumbs, the two
 // int8 scales of its halves and the fp16 d of its super-block.
 struct Int6Chunk {
-  static constexpr bool kStaged = false;
   struct Raw {
     uint4 w;
     uint2 h;

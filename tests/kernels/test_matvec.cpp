@@ -270,11 +270,9 @@ TEST_CASE("sliced matvecs: every slice count matches the reference") {
 // whose grid is one wave: with 17,001 and 25,001 rows every block walks
 // several row groups, at 1 step a group (256 columns) and 2-3 (2,560). A
 // wave of the H200 holds 528 blocks of 16 Q4_K rows (8 sliced), 924-1,056
-// of 8 Q6_K rows (4 sliced), 528 of 32 with VOLTAD_MATVEC_STREAM=3; the
-// V100's waves are smaller. The loads of a block's next group go out while
-// it finishes the last. 1,280 columns leave the second slice's lanes 8-31
-// without a chunk. ctest runs this file again under VOLTAD_MATVEC_STREAM=2
-// and 3 (Q4_K's headers staged in shared memory). The kernels they replaced
+// of 8 Q6_K rows (4 sliced); the V100's waves are smaller. The loads of a
+// block's next group go out while it finishes the last. 1,280 columns leave
+// the second slice's lanes 8-31 without a chunk. The kernels they replaced
 // (launch_matvec_int4/int8, which VOLTAD_MATVEC_STREAM=0 brings back) must
 // still match too.
 TEST_CASE("batch-1 streaming matvecs: blocks that walk several row groups") {
