@@ -7,23 +7,64 @@
 #   bash scripts/device-profile.sh [--model /tmp/voltad-models/llama3-8b-q4_k_m.gguf] [--steps 4] [--batch 1]
 # Prints a table (kernel, launches per step, us per step, share); the CSV
 # goes to $OUT.
+#   bash scripts/device-profile.sh --stalls REGEX [--skip N] [--count N] [--model ...]
+# instead profiles --count launches (8) of the kernels whose names match
+# REGEX, after skipping --skip of them (200: past the prompt and the first
+# layers), with Nsight Compute's warp state and source sections, and prints where their warps stall
+# (scripts/ncu-stalls.py: reasons, and the SASS instructions with the most
+# samples), with each launch's duration, DRAM throughput and issue rate.
+# Comparison switches pass through the environment, e.g.
+# VOLTAD_MATVEC_STREAM=0 bash scripts/device-profile.sh --stalls kernel_matvec
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model=/tmp/voltad-models/llama3-8b-q4_k_m.gguf
 steps=4
 batch=1
+stalls=""
+skip=200
+count=8
 while (($#)); do
   case $1 in
     --model) model=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --batch) batch=$2; shift 2 ;;
-    *) echo "usage: $0 [--model FILE] [--steps N] [--batch N]" >&2; exit 64 ;;
+    --stalls) stalls=$2; shift 2 ;;
+    --skip) skip=$2; shift 2 ;;
+    --count) count=$2; shift 2 ;;
+    *) echo "usage: $0 [--model FILE] [--steps N] [--batch N] [--stalls REGEX [--skip N] [--count N]]" >&2
+       exit 64 ;;
   esac
 done
 out=${OUT:-$PWD/build-device/out}
 mkdir -p "$out"
 ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || true)
 [[ -n $ncu ]] || { echo "device-profile: no ncu on this machine" >&2; exit 1; }
+if [[ -n $stalls ]]; then
+  "$ncu" --clock-control none -k "regex:$stalls" --launch-skip "$skip" --launch-count "$count" \
+    --section SpeedOfLight --section SchedulerStats --section WarpStateStats --section SourceCounters \
+    --section Occupancy --section LaunchStats \
+    --import-source no -f -o "$out/stalls" \
+    build-bench/bin/voltad-bench -m "$model" -p 1 -n "$steps" -b "$batch" --ctx 512 --repeat 1 --no-graphs \
+    >"$out/stalls-ncu.log" 2>&1 || { tail -20 "$out/stalls-ncu.log"; exit 1; }
+  "$ncu" -i "$out/stalls.ncu-rep" --page details --csv >"$out/stalls-details.csv"
+  python3 - "$out/stalls-details.csv" <<'PY'
+import csv, sys
+want = {"Duration", "DRAM Throughput", "Issued Warp Per Scheduler", "Achieved Active Warps Per SM",
+        "Registers Per Thread", "Grid Size"}
+rows = list(csv.reader(open(sys.argv[1])))
+head = rows[0]
+ii, ki, mi, ui, vi = (head.index(c) for c in ("ID", "Kernel Name", "Metric Name", "Metric Unit", "Metric Value"))
+seen = {}
+for r in rows[1:]:
+    if len(r) > vi and r[mi] in want:
+        seen.setdefault((r[ii], r[ki][:90]), []).append(f"{r[mi]} {r[vi]} {r[ui]}".strip())
+for (i, k), v in seen.items():
+    print(f"launch {i}: {k}\n    " + "; ".join(v))
+PY
+  "$ncu" -i "$out/stalls.ncu-rep" --page source --csv --print-source sass >"$out/stalls-source.csv"
+  python3 scripts/ncu-stalls.py "$out/stalls-source.csv"
+  exit 0
+fi
 # Prompt of 1 token: the "prefill" is itself a decode-shaped step. --repeat 1
 # and -n steps: every profiled launch belongs to a decode step of `batch`
 # sequences.

@@ -3,8 +3,8 @@
 # integration suites (ctest; GPU tests are reported as skipped where no CUDA
 # device exists), the V100 (sm_70) compile check, the order of the matvecs'
 # loads around the PDL wait (scripts/check-pdl-loads.sh), that the dev
-# benches still compile (scripts/check-dev-benches.sh), and the fuzzers for
-# a bounded time. .ci/run calls exactly this.
+# benches still compile (scripts/check-dev-benches.sh), the measurement
+# scripts' self-tests, and the fuzzers for a bounded time. .ci/run calls exactly this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -40,6 +40,9 @@ if command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; then
 else
   echo "check-dev-benches: skipped: no nvcc on this machine"
 fi
+
+echo "== measurement scripts (self-tests)"
+python3 scripts/ncu-stalls.py --self-test
 
 if [[ -f scripts/fuzz.sh ]]; then
   echo "== fuzzers (bounded)"
