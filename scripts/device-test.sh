@@ -3,7 +3,9 @@
 # --bench also times the matvecs (kernels/dev/bench_matvec.cu) and the
 # prefill GEMM (kernels/dev/bench_gemm.cu; --bench=gemm or --bench=matvec for
 # one; --bench=persistent for the kernel-boundary harness,
-# kernels/dev/bench_persistent.cu, which --bench alone leaves out);
+# kernels/dev/bench_persistent.cu, and --bench=stream for the batch-1
+# streaming matvecs alone, kernels/dev/bench_stream.cu (seconds to build,
+# for Nsight Compute), which --bench alone leaves out);
 # --tests=REGEX builds and runs only the gpu tests whose target name
 # (kernels_test_*) matches. The summary is printed last. Logs go to $OUT (the
 # device tool's folder) when set.
@@ -12,7 +14,7 @@
 # travel in .deps/ (git-ignored). Once, here:
 #   bash scripts/device-test.sh --prepare-deps
 # then, as the device tool's command with carry [".deps"]:
-#   bash scripts/device-test.sh [--bench[=matvec|gemm|persistent]] [--tests=REGEX] [--arch=90]
+#   bash scripts/device-test.sh [--bench[=matvec|gemm|persistent|stream]] [--tests=REGEX] [--arch=90]
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 root=$PWD
@@ -37,7 +39,7 @@ for arg in "$@"; do
     --bench=*) bench=1; benches=${arg#--bench=}; benches=${benches//,/ } ;;
     --tests=*) tests_re=${arg#--tests=} ;;
     --arch=*) arch=${arg#--arch=} ;;
-    *) echo "usage: $0 [--prepare-deps | [--bench[=matvec|gemm|persistent]] [--tests=REGEX] [--arch=NN]]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--prepare-deps | [--bench[=matvec|gemm|persistent|stream]] [--tests=REGEX] [--arch=NN]]" >&2; exit 2 ;;
   esac
 done
 [[ -f $deps/include/doctest/doctest.h ]] || {
@@ -64,10 +66,14 @@ if ((bench)) && [[ " $benches " == *" matvec "* ]]; then
   nvcc -std=c++17 -O3 -I"$root" -arch="sm_$arch" --expt-relaxed-constexpr -lineinfo \
     kernels/dev/bench_matvec.cu -o "$build/bench_matvec" >"$out/bench-build.log" 2>&1 &
 fi
-if ((bench)) && [[ " $benches " == *" persistent "* ]]; then
-  nvcc -std=c++17 -O3 -I"$root" -arch="sm_$arch" --expt-relaxed-constexpr -lineinfo \
-    kernels/dev/bench_persistent.cu -o "$build/bench_persistent" >"$out/bench-persistent-build.log" 2>&1 &
-fi
+# The benches that build from one file and print their own table.
+simple_benches="persistent stream"
+for b in $simple_benches; do
+  if ((bench)) && [[ " $benches " == *" $b "* ]]; then
+    nvcc -std=c++17 -O3 -I"$root" -arch="sm_$arch" --expt-relaxed-constexpr -lineinfo \
+      "kernels/dev/bench_$b.cu" -o "$build/bench_$b" >"$out/bench-$b-build.log" 2>&1 &
+  fi
+done
 # bench_gemm compares with cuBLAS where the image has it, else builds without.
 if ((bench)) && [[ " $benches " == *" gemm "* ]]; then
   gemm_flags=(-std=c++17 -O3 -I"$root" -arch="sm_$arch" --expt-relaxed-constexpr -lineinfo)
@@ -134,16 +140,17 @@ if ((bench)) && [[ " $benches " == *" matvec "* ]]; then
     bench_line="${bench_line:+$bench_line; }bench matvec: build FAILED"
   fi
 fi
-if ((bench)) && [[ " $benches " == *" persistent "* ]]; then
-  if [[ -x $build/bench_persistent ]]; then
-    "$build/bench_persistent" 2>&1 | tee "$out/bench_persistent.txt"
+for b in $simple_benches; do
+  ((bench)) && [[ " $benches " == *" $b "* ]] || continue
+  if [[ -x $build/bench_$b ]]; then
+    "$build/bench_$b" 2>&1 | tee "$out/bench_$b.txt"
     rc=${PIPESTATUS[0]}
-    bench_line="${bench_line:+$bench_line; }bench persistent: $([[ $rc == 0 ]] && echo ok || echo FAILED)"
+    bench_line="${bench_line:+$bench_line; }bench $b: $([[ $rc == 0 ]] && echo ok || echo FAILED)"
   else
-    tail -20 "$out/bench-persistent-build.log"
-    bench_line="${bench_line:+$bench_line; }bench persistent: build FAILED"
+    tail -20 "$out/bench-$b-build.log"
+    bench_line="${bench_line:+$bench_line; }bench $b: build FAILED"
   fi
-fi
+done
 
 echo
 echo "== device-test summary =="
