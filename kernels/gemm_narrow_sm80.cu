@@ -9,23 +9,26 @@
 // on the H200 that, not DRAM, sets its pace (Nsight: L1/TEX 83% busy, DRAM
 // 14%). mma.sync's layout is documented (PTX ISA, "Matrix Fragments for
 // mma.m16n8k16"): lane (g = lane/4, t = lane%4) holds A's rows g and g+8 at
-// k = 2t, 2t+1, 2t+8, 2t+9, and x's token g at the same k. In the Int4
-// layout (byte i = value i | value i+16 << 4) those are the nibbles of bytes
-// 2t, 2t+1, 2t+8, 2t+9 of a chunk, both halves of it: low nibbles for
-// k 0-15, high for k 16-31. So:
+// k = 2t, 2t+1, 2t+8, 2t+9, and x's token g at the same k. Any order of a
+// chunk's 32 values along k will do if x takes the same one, so the MMAs
+// take the order in which the Int4 layout (byte i = value i | value i+16
+// << 4) gives lane t its values from the chunk's word t alone (bytes 4t to
+// 4t+3): k 2t, 2t+1, 2t+8, 2t+9 of the first MMA are values 4t, 4t+2,
+// 4t+1, 4t+3 (the low nibbles of bytes 0 and 2, then 1 and 3), and of the
+// second MMA 16 more (the high nibbles). Each MMA still covers 16 values
+// (0-15, 16-31), one Q6_K sub-block. So:
 //   - each warp copies raw weight bytes (quants and scales) of its 32 rows
 //     by cp.async into its own ring of 3-4 stages of 4 chunks;
-//   - per chunk and 16-row tile a lane reads the two 16-byte rows it needs
-//     (four lanes read the same bytes: a broadcast), picks its 4 bytes with
-//     byte permutes, turns nibbles into FP16 with the 1024+q bit trick (64+q
+//   - per chunk and 16-row tile a lane reads its word of the two rows it
+//     needs, turns nibbles into FP16 with the 1024+q bit trick (64+q
 //     for the high nibbles, which then need no shift; low_nibbles), and
 //     scales them: Q4_0 in FP16, as the portable decoder does; Q4_K as the
 //     exact integers sc*q, with D, M and the mins applied once per stage
 //     after the MMAs (k256_six_bits); Q6_K as the exact integers q - 32,
 //     with d*sc applied to each MMA's result (one MMA is one sub-block);
-//   - x is rounded to FP16 once per call into scratch, with each chunk's 16
-//     words reordered so that lane t's B fragments for both k halves are one
-//     16-byte load (words t, t+4, t+8, t+12), plus each chunk's x sum (the
+//   - x is rounded to FP16 once per call into scratch, each chunk's values
+//     in that order so that lane t's B fragments for both MMAs are one
+//     16-byte load (kernels/narrow_x.cuh), plus each chunk's x sum (the
 //     Q4_K mins);
 //   - every weight is decoded once for all tokens (up to 4 n8 tiles), and
 //     the 8 or 16 warps of a block split k; their partial sums meet in shared
@@ -92,14 +95,6 @@ using gemm_decode::mask_or_reg;
 using gemm_decode::mask_xor;
 using gemm_decode::u32_as_half2;
 
-// From a chunk's 16 quant bytes, lane t's bytes b[2t], b[2t+8], b[2t+1],
-// b[2t+9] (in that order): masking 0x000F000F then picks two adjacent values.
-__device__ __forceinline__ uint32_t pick_bytes(const uint4& q, uint32_t sel) {
-  const uint32_t lo = __byte_perm(q.x, q.y, sel);  // b[2t], b[2t+1] in bytes 0, 1
-  const uint32_t hi = __byte_perm(q.z, q.w, sel);  // b[2t+8], b[2t+9]
-  return __byte_perm(lo, hi, 0x5140);
-}
-
 // The low nibbles of bytes 0 and 2 of w as the FP16 pair 1024 + q (exponent
 // 0x64: a unit in the last place of 1), and the high nibbles of the same
 // bytes, where they lie, as 64 + q (exponent 0x54: a unit in the last place
@@ -112,11 +107,12 @@ __device__ __forceinline__ uint32_t high_nibbles(uint32_t w) {
 }
 
 // The decoders below give the four FP16 pairs of one row and chunk a lane
-// feeds the MMAs: v[0] = (w[2t], w[2t+1]), v[1] = (w[2t+8], w[2t+9]) for k
-// 0-15 and v[2], v[3] the same for k 16-31. `w` from pick_bytes: the low
-// nibbles of its bytes 0 and 2 are v[0], of bytes 1 and 3 (w >> 8) v[1];
-// the high nibbles v[2] and v[3]. `row_extra` the row's extra bytes in the
-// slot; cc the chunk's index in the stage.
+// feeds the MMAs, from w, the chunk's word t: v[0] = values (4t, 4t+2),
+// v[1] = (4t+1, 4t+3) for the first MMA (k 2t, 2t+1 and 2t+8, 2t+9), v[2]
+// and v[3] the same 16 on for the second: the low nibbles of w's bytes 0
+// and 2 are v[0], of bytes 1 and 3 (w >> 8) v[1]; the high nibbles v[2] and
+// v[3]. `row_extra` the row's extra bytes in the slot; cc the chunk's index
+// in the stage.
 
 // Int4Sym32 (Q4_0), w = d * (q - 8): in FP16, exact for the portable
 // decoder's values.
@@ -169,8 +165,9 @@ __device__ __forceinline__ __half2 byte_as_half2(uint32_t v, int b) {
 // The four pairs of sc*q a lane feeds the MMAs (order as in decode_q4_0):
 // one fused (1024 + q)*sc - 1024*sc each; exact (the results are integers
 // below 1024). kInPlace: the high nibbles as (64 + q)*sc - 64*sc, without a
-// shift but with one more register (-64*sc) a row, which the kernels of
-// 3-4 token tiles cannot spare (they spill).
+// shift but with one more register (-64*sc) a row, which the kernels of 4
+// token tiles cannot spare (284 bytes spilled at 8 warps; 3 tiles spill
+// nothing since the chunk's word is read whole, run 22).
 template <bool kInPlace>
 __device__ __forceinline__ void decode_sc_q(uint32_t w, __half2 sc, uint32_t (&v)[4]) {
   const __half2 nsc = __hmul2(sc, u32_as_half2(0xE400E400u));  // -1024*sc, exact
@@ -192,9 +189,9 @@ __device__ __forceinline__ void decode_sc_q(uint32_t w, __half2 sc, uint32_t (&v
 // so the MMAs take q - 32 (exact in FP16) and the scale d*sc (exact in FP32)
 // multiplies each MMA's result. The low nibbles are as in Int4 (of the six-
 // bit two's complement of q - 32); the top two bits of value 4g+j of a half
-// are bits 8j+2g of the half's crumb word, so values 2t, 2t+1, 2t+8, 2t+9
-// have theirs at s, s+8, s+4, s+12 with s = 16(t%2) + 2(t/2). The crumbs go
-// above the nibbles, where those lie (low_nibbles, high_nibbles): bits 4-5
+// are bits 8j+2g of the half's crumb word, so values 4t, 4t+1, 4t+2, 4t+3
+// of a half have theirs at bits 0, 8, 16, 24 of the word shifted right by
+// 2t. The crumbs go above the nibbles, where those lie (low_nibbles, high_nibbles): bits 4-5
 // for the first half (1024 + u), bits 8-9 for the second (64 + u), u the
 // six-bit field; flipping its top bit (XOR with 0x6420 or 0x5600, which also
 // sets the exponent) gives 1024 + q or 64 + q, q = u ^ 32 in 0..63, and one
@@ -207,21 +204,19 @@ __device__ __forceinline__ void decode_q6(uint32_t w, const uint8_t* row_extra, 
   const uint16_t sc = reinterpret_cast<const uint16_t*>(row_extra + 32)[cc];
   const uint32_t dword = *reinterpret_cast<const uint32_t*>(row_extra + 40);
   const float d = __half2float(__ushort_as_half((unsigned short)(dword >> (16 * d_half))));
-  const int s = 16 * (t & 1) + 2 * (t >> 1);
   const uint32_t w8 = w >> 8;
   constexpr uint32_t kLow = 0x64206420u;   // FP16 pair 1056: 0x6400 | bit 5
   constexpr uint32_t kHigh = 0x56005600u;  // FP16 pair 96: 0x5400 | bit 9
-  // The crumbs of values 2t and 2t+1 (p = 0) at bits 0-1 and 16-17 of z,
-  // those of 2t+8 and 2t+9 (p = 1) at bits 4-5 and 20-21.
-  const uint32_t z0 = __byte_perm(crumbs.x >> s, 0, 0x4140);
-  const uint32_t z1 = __byte_perm(crumbs.y >> s, 0, 0x4140);
+  // The crumbs of values 4t+j of the first half at bits 8j, 8j+1 of z0, of
+  // the second half of z1.
+  const uint32_t z0 = crumbs.x >> (2 * t), z1 = crumbs.y >> (2 * t);
   auto q_minus_32 = [](uint32_t bits, uint32_t k) {
     return half2_as_u32(__hsub2(u32_as_half2(bits), u32_as_half2(k)));
   };
   v[0] = q_minus_32(mask_or_reg<0x000F000Fu>(w, mask_xor<0x00300030u, kLow>(z0 << 4)), kLow);
-  v[1] = q_minus_32(mask_or_reg<0x000F000Fu>(w8, mask_xor<0x00300030u, kLow>(z0)), kLow);
+  v[1] = q_minus_32(mask_or_reg<0x000F000Fu>(w8, mask_xor<0x00300030u, kLow>(z0 >> 4)), kLow);
   v[2] = q_minus_32(mask_or_reg<0x00F000F0u>(w, mask_xor<0x03000300u, kHigh>(z1 << 8)), kHigh);
-  v[3] = q_minus_32(mask_or_reg<0x00F000F0u>(w8, mask_xor<0x03000300u, kHigh>(z1 << 4)), kHigh);
+  v[3] = q_minus_32(mask_or_reg<0x00F000F0u>(w8, mask_xor<0x03000300u, kHigh>(z1)), kHigh);
   scale[0] = d * float(int8_t(sc));
   scale[1] = d * float(int8_t(sc >> 8));
 }
@@ -251,8 +246,8 @@ __device__ __forceinline__ void mma_16816_first(float (&c)[4], const uint32_t (&
 
 // x (n, ldx) fp32 -> xp: for chunk c and token t < n8 (n rounded up to 8;
 // tokens past n are zeros), the chunk's 16 fp16 pairs at (c * n8 + t) * 16,
-// reordered so that position 4i + j holds pair i + 4j: lane i's B words
-// (k 2i, 2i+8, 16+2i, 24+2i) are one 16-byte load. Then, at xs[c * n8 + t],
+// lane i's B words at 4i..4i+3: values (4i, 4i+2), (4i+1, 4i+3), and the
+// same 16 on (the MMAs' k order, above). Then, at xs[c * n8 + t],
 // the sum of those 32 fp16 values as an fp16 pair (hi, lo = the rest): the
 // B operand of the Int4K256 mins. kernels/narrow_x.cuh writes the same
 // layout from a warp that holds a chunk (RMSNorm's fused path).
@@ -262,7 +257,7 @@ __device__ __forceinline__ void mma_16816_first(float (&c)[4], const uint32_t (&
 // took 4.6 us a launch at 4096 columns). The thread count is a multiple of
 // 32 (n8 * 4 per chunk), so a warp is either all in or all out.
 __global__ void kernel_x_to_fragments(const float* x, int64_t ldx, int n, int n8, int64_t chunks,
-                                      bool pairs_aligned, uint32_t* xp, uint32_t* xs) {
+                                      bool quads_aligned, uint32_t* xp, uint32_t* xs) {
   wait_then_release_next();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= chunks * n8 * 4) return;
@@ -273,20 +268,21 @@ __global__ void kernel_x_to_fragments(const float* x, int64_t ldx, int n, int n8
   uint32_t w[4] = {0, 0, 0, 0};
   float sum = 0.0f;
   if (t < n) {
-    const float* src = x + int64_t(t) * ldx + c * 32 + 2 * lane_t;
+    const float* src = x + int64_t(t) * ldx + c * 32 + 4 * lane_t;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {  // pair lane_t + 4j: values 2 lane_t + 8j, +1
-      float2 v;
-      if (pairs_aligned) {
-        v = load_activation(reinterpret_cast<const float2*>(src + 8 * j));
+    for (int h = 0; h < 2; ++h) {  // values 4 lane_t + 16h .. +3
+      float4 v;
+      if (quads_aligned) {
+        v = load_activation(reinterpret_cast<const float4*>(src + 16 * h));
       } else {
-        v.x = load_activation(src + 8 * j);
-        v.y = load_activation(src + 8 * j + 1);
+        v = make_float4(load_activation(src + 16 * h), load_activation(src + 16 * h + 1),
+                        load_activation(src + 16 * h + 2), load_activation(src + 16 * h + 3));
       }
-      const __half2 h = __floats2half2_rn(v.x, v.y);
-      w[j] = half2_as_u32(h);
-      const float2 r = __half22float2(h);
-      sum += r.x + r.y;
+      const __half2 even = __floats2half2_rn(v.x, v.z), odd = __floats2half2_rn(v.y, v.w);
+      w[2 * h] = half2_as_u32(even);
+      w[2 * h + 1] = half2_as_u32(odd);
+      const float2 e = __half22float2(even), o = __half22float2(odd);
+      sum += (e.x + o.x) + (e.y + o.y);
     }
   }
   reinterpret_cast<uint4*>(xp)[i] = make_uint4(w[0], w[1], w[2], w[3]);
@@ -375,8 +371,6 @@ __global__ void __launch_bounds__(W * 32, W == 8 ? 2 : 1)
   // stages are on their way while the kernel before this one drains.
   wait_then_release_next();
 
-  // b[2t], b[2t+1] of a word pair: byte selector for __byte_perm.
-  const uint32_t sel = uint32_t(2 * t) | (uint32_t(2 * t + 1) << 4);
   const uint4* xw = reinterpret_cast<const uint4*>(xp) + g * 4 + t;  // token g, lane t's words
   const uint32_t* xs = xp + size_t(kN8) * size_t(chunks) * 16;       // x sums (Int4K256)
   for (int i = 0; i < n_stages; ++i) {
@@ -387,13 +381,13 @@ __global__ void __launch_bounds__(W * 32, W == 8 ? 2 : 1)
     const uint8_t* extra = q + kRows * kQuantLd;
     const int64_t c0 = (s_begin + i) * kStageChunks;
     // This lane's B words of chunk c for each token tile, and the quant
-    // bytes it feeds the MMAs from `row` of the slot for the stage's chunk cc.
+    // word it feeds the MMAs from `row` of the slot for the stage's chunk cc.
     auto load_x = [&](int64_t c, uint4(&xb)[NT]) {
 #pragma unroll
       for (int j = 0; j < NT; ++j) xb[j] = load_activation(xw + (c * kN8 + 8 * j) * 4);
     };
     auto quant_word = [&](int row, int cc) {
-      return pick_bytes(*reinterpret_cast<const uint4*>(q + row * kQuantLd + cc * 16), sel);
+      return *reinterpret_cast<const uint32_t*>(q + row * kQuantLd + cc * 16 + 4 * t);
     };
     if constexpr (F == PackedFormat::Int4K256) {
       // Rows 16m + g and 16m + g + 8: their headers, and this stage's sc.
@@ -416,8 +410,8 @@ __global__ void __launch_bounds__(W * 32, W == 8 ? 2 : 1)
         for (int m = 0; m < 2; ++m) {
           uint32_t lo[4], hi[4];
           const int ra = 16 * m + g, rb = ra + 8;
-          decode_sc_q<NT <= 2>(quant_word(ra, cc), byte_as_half2(scw[m][0], cc), lo);
-          decode_sc_q<NT <= 2>(quant_word(rb, cc), byte_as_half2(scw[m][1], cc), hi);
+          decode_sc_q<NT <= 3>(quant_word(ra, cc), byte_as_half2(scw[m][0], cc), lo);
+          decode_sc_q<NT <= 3>(quant_word(rb, cc), byte_as_half2(scw[m][1], cc), hi);
           const uint32_t a0[4] = {lo[0], hi[0], lo[1], hi[1]};
           const uint32_t a1[4] = {lo[2], hi[2], lo[3], hi[3]};
 #pragma unroll
@@ -578,10 +572,10 @@ void launch_warps(const GemmArgs& a, const uint32_t* xp, cudaStream_t stream) {
   const unsigned blocks = unsigned((a.w.layout.rows + kRows - 1) / kRows);
   // 16 warps where the blocks would not fill the SMs once, except for
   // Int4K256 at 25-32 tokens: under the 128-register cap both kernels spill
-  // there (68 bytes at 16 warps, 44 at 8 since run 18), and 16 warps
+  // there (56 bytes at 16 warps, 12 at 8 since run 22), and 16 warps
   // measured slower than 8 (docs/KERNEL-NOTES.md). Int6K256 at 17-32
-  // tokens takes 16 warps always: the 8-warp kernels spill 28-48 bytes
-  // there, the 16-warp ones 4-16 (b32 +1.1%, PERFORMANCE.md run 19).
+  // tokens takes 16 warps always: the 8-warp kernels spill 20-44 bytes
+  // there, the 16-warp ones 0-24 (b32 +1.1%, PERFORMANCE.md run 19).
   const bool spills = F == PackedFormat::Int4K256 && NT == 4;
   const bool wide = F == PackedFormat::Int6K256 && NT >= 3;
   if ((wide || (!spills && int64_t(blocks) <= device().sms)) &&
@@ -634,11 +628,11 @@ void launch_gemm_narrow_sm80(const GemmArgs& a, const GemmScratch& scratch, cuda
   const int n8 = (a.n + 7) / 8 * 8;
   const int64_t chunks = a.w.layout.cols / 32;
   const int64_t threads = chunks * n8 * 4;
-  const bool pairs_aligned = a.ldx % 2 == 0 && reinterpret_cast<uintptr_t>(a.x) % 8 == 0;
+  const bool quads_aligned = a.ldx % 4 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
   uint32_t* xs = xp + size_t(n8) * size_t(chunks) * 16;
   if (scratch.holds_x != a.x) {  // else written by its producer (kernels/narrow_x.cuh)
     launch_kernel(narrow80::kernel_x_to_fragments, unsigned((threads + 255) / 256), 256, 0, stream,
-                  a.x, a.ldx, a.n, n8, chunks, pairs_aligned, xp, xs);
+                  a.x, a.ldx, a.n, n8, chunks, quads_aligned, xp, xs);
     CUDA_CHECK(cudaGetLastError());
   }
   switch (a.w.layout.format) {

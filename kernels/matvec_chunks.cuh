@@ -116,6 +116,31 @@ struct Int4Chunk {
     r.s = Int4Scales<F>::load(m.data + l.scales_offset + row * l.scale_row_bytes, c);
     return r;
   }
+  // Rows row0 + r of a stream kernel's step (stream_load), as pointers to
+  // the first one's arrays and 32-bit offsets from them: the load path per
+  // step about halves against 64-bit row arithmetic at every load
+  // (docs/PERFORMANCE.md, run 22). Rows past the end read the last row.
+  struct Rows {
+    const uint8_t* q;
+    const uint8_t* s;
+    int last;  // rows from the first to the matrix's last
+  };
+  static __device__ __forceinline__ Rows rows_at(const PackedMatrixView& m, int64_t row0) {
+    const PackedLayout& l = m.layout;
+    const int64_t end = l.rows - 1, base = row0 < end ? row0 : end;
+    return {m.data + l.quants_offset + base * l.quant_row_bytes,
+            m.data + l.scales_offset + base * l.scale_row_bytes,
+            int(end - base < (1 << 30) ? end - base : (1 << 30))};
+  }
+  static __device__ __forceinline__ Raw load(const PackedMatrixView& m, const Rows& p, int64_t,
+                                             int r, int c) {
+    const PackedLayout& l = m.layout;
+    if (r > p.last) r = p.last;
+    Raw raw;
+    raw.w = load_weights_16(p.q + (r * int(l.quant_row_bytes) + 16 * c));
+    raw.s = Int4Scales<F>::load(p.s + r * int(l.scale_row_bytes), c);
+    return raw;
+  }
   // j = c % 8 (the Q4_K sub-block).
   static __device__ __forceinline__ float dot(const Raw& r, int j, const ChunkX& x) {
     float a, b;
@@ -156,6 +181,17 @@ struct Int6Chunk {
         reinterpret_cast<const unsigned short*>(m.data + l.super_offset + row * l.super_row_bytes) +
         (c >> 3));
     return r;
+  }
+  // The stream kernel's loads (stream_load) from row0 + r, clamped to the
+  // last row, as load() above: Int4Chunk's array pointers took that kernel
+  // from 72 registers to 92 here, and measured slower (docs/PERFORMANCE.md,
+  // run 22).
+  struct Rows {};
+  static __device__ __forceinline__ Rows rows_at(const PackedMatrixView&, int64_t) { return {}; }
+  static __device__ __forceinline__ Raw load(const PackedMatrixView& m, const Rows&, int64_t row0,
+                                             int r, int c) {
+    const int64_t last = m.layout.rows - 1;
+    return load(m, row0 + r < last ? row0 + r : last, c);
   }
   static __device__ __forceinline__ float dot(const Raw& r, int, const ChunkX& x) {
     uint32_t lo[4], hi[4];

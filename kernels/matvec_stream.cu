@@ -25,16 +25,16 @@
 
 namespace voltad::kernels {
 
-// The loads of one step: chunk c of the R rows from row0 (clamped: rows past
-// the end re-read the last row and are not stored). Lanes whose chunk is
-// past the columns load nothing.
+// The loads of one step: chunk c of the R rows from row0, which C::rows_at
+// gave `rows` for (rows past the end re-read the last row and are not
+// stored). Lanes whose chunk is past the columns load nothing.
 template <class C, int R>
-__device__ __forceinline__ void stream_load(typename C::Raw (&buf)[R], const MatvecArgs& a,
-                                            int64_t row0, int c, bool valid) {
+__device__ __forceinline__ void stream_load(typename C::Raw (&buf)[R], const PackedMatrixView& m,
+                                            const typename C::Rows& rows, int64_t row0, int c,
+                                            bool valid) {
   if (!valid) return;
-  const int64_t last = a.w.layout.rows - 1;
 #pragma unroll
-  for (int r = 0; r < R; ++r) buf[r] = C::load(a.w, row0 + r < last ? row0 + r : last, c);
+  for (int r = 0; r < R; ++r) buf[r] = C::load(m, rows, row0, r, c);
 }
 
 // C: the chunk format (matvec_chunks.cuh); groups: row groups of R rows a
@@ -53,13 +53,18 @@ __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32)
   const int steps = (chunks + stride - 1) / stride;  // per row group, the same for every warp
   const int64_t warp_row = (warp / S) * R;
 
-  // The step being decoded (g, i) and the one being loaded (lg, li).
+  // The step being decoded (g, i) and the one being loaded (lg, li); the
+  // loaded group's rows, computed once a group.
   int64_t g = blockIdx.x, lg = g;
   int i = 0, li = 0;
+  typename C::Rows lrows;
+  auto set_load_rows = [&] { lrows = C::rows_at(a.w, lg * kBlockRows + warp_row); };
+  set_load_rows();
   auto advance = [&] {
     if (++li == steps) {
       li = 0;
       lg += gridDim.x;
+      if (lg < groups) set_load_rows();
     }
   };
   typename C::Raw buf0[R], buf1[R];
@@ -88,7 +93,7 @@ __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32)
   };
 
   if (g >= groups) return;
-  stream_load<C, R>(buf0, a, lg * kBlockRows + warp_row, first + li * stride,
+  stream_load<C, R>(buf0, a.w, lrows, lg * kBlockRows + warp_row, first + li * stride,
                     first + li * stride < chunks);
   advance();
   wait_for_previous_kernel();  // the first weights are on their way
@@ -97,13 +102,13 @@ __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32)
   // streamed the same way (docs/PERFORMANCE.md, run 21).
   for (;;) {
     if (lg < groups)
-      stream_load<C, R>(buf1, a, lg * kBlockRows + warp_row, first + li * stride,
+      stream_load<C, R>(buf1, a.w, lrows, lg * kBlockRows + warp_row, first + li * stride,
                         first + li * stride < chunks);
     advance();
     consume(buf0);
     if (g >= groups) break;
     if (lg < groups)
-      stream_load<C, R>(buf0, a, lg * kBlockRows + warp_row, first + li * stride,
+      stream_load<C, R>(buf0, a.w, lrows, lg * kBlockRows + warp_row, first + li * stride,
                         first + li * stride < chunks);
     advance();
     consume(buf1);

@@ -5,9 +5,11 @@
 // layout themselves, so that the GEMMs skip their conversion launch
 // (GemmScratch::holds_x). The layout, for n8 token rows (n rounded up to 8)
 // and `chunks` chunks per row, in 32-bit words:
-//   - at (c * n8 + t) * 16: the chunk's 16 fp16 pairs (values 2p, 2p+1),
-//     pair p at word 4 * (p % 4) + p / 4 (lane i's B operands of both k
-//     halves are then one 16-byte load);
+//   - at (c * n8 + t) * 16: the chunk's 32 values as 16 fp16 pairs, lane
+//     i's four B operands at words 4i..4i+3: the pairs (4i, 4i+2),
+//     (4i+1, 4i+3), (16+4i, 18+4i), (17+4i, 19+4i) (value v, v+2 at word
+//     4 * (v / 4 % 4) + 2 * (v / 16) + v % 2): the values whose weights
+//     are the nibbles of the chunk's word i (kernels/gemm_narrow_sm80.cu);
 //   - at n8 * chunks * 16 + c * n8 + t: the sum of the chunk's 32 fp16
 //     values times kNarrowXSumScale as an fp16 pair (hi, lo = the rest),
 //     for the Int4K256 mins (pack_x_sum).
@@ -37,11 +39,10 @@ __device__ __forceinline__ void write_narrow_x_warp(float v, int lane, int64_t c
                                                     int64_t chunks, uint32_t* xp) {
   const __half h = __float2half_rn(v);
   const uint32_t bits = __half_as_ushort(h);
-  const uint32_t next = __shfl_down_sync(0xFFFFFFFFu, bits, 1);
-  if ((lane & 1) == 0) {
-    const int p = lane >> 1;
-    xp[(c * n8 + t) * 16 + 4 * (p & 3) + (p >> 2)] = bits | (next << 16);
-  }
+  const uint32_t next = __shfl_down_sync(0xFFFFFFFFu, bits, 2);
+  if ((lane & 2) == 0)
+    xp[(c * n8 + t) * 16 + 4 * ((lane >> 2) & 3) + 2 * (lane >> 4) + (lane & 1)] =
+        bits | (next << 16);
   float sum = __half2float(h);
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, o);
