@@ -1,7 +1,8 @@
 // The batch-1 streaming matvecs alone (not part of the build): a driver that
 // compiles in seconds, for Nsight Compute and quick timing on the GPU
-// machine. It includes only the streaming kernels (kernels/matvec_stream.cu)
-// and the dispatch's helpers; bench_matvec.cu times every variant but takes
+// machine. It includes only the streaming kernels (kernels/matvec_stream.cu,
+// and matvec_async_sm80.cu under `auto` with VOLTAD_MATVEC_ASYNC set) and
+// the dispatch's helpers; bench_matvec.cu times every variant but takes
 // a minute or more to compile.
 //
 //   nvcc -std=c++17 -O3 -I. -arch=sm_90 --expt-relaxed-constexpr -lineinfo \
@@ -9,23 +10,41 @@
 //   ncu --section WarpStateStats --section SourceCounters -k regex:kernel_matvec_stream \
 //     --launch-skip 8 --launch-count 2 -o /tmp/stream /tmp/bench_stream
 //
-// Llama-3-8B's gate|up (Q4_K, 28,672 x 4,096) and down (Q6_K, 4,096 x
-// 14,336) matrices, each one of several copies used in turn so that no
+// Llama-3-8B's gate|up, q|k|v and o (Q4_K) and down (Q6_K, 4,096 x 14,336)
+// matrices, each one of several copies used in turn so that no
 // launch finds its weights in L2. Weight bytes are a fixed pattern (timing
 // does not depend on them); the output is not checked (test_matvec does).
 #include <cstdio>
 #include <vector>
 
 #include "kernels/dev/bench_timing.cuh"
+#include "kernels/gemm_sm80.cu"
 #include "kernels/launch.cu"
+#include "kernels/matvec_async_sm80.cu"
 #include "kernels/matvec_dispatch.cu"
 #include "kernels/matvec_stream.cu"
 
 // launch_matvec's other launchers: never called here (batch 1, Q4_K/Q6_K).
 namespace voltad::kernels {
-void launch_matvec_int4(const MatvecArgs&, cudaStream_t) { std::abort(); }
-void launch_matvec_int8(const MatvecArgs&, cudaStream_t) { std::abort(); }
-void launch_matvec_float(const MatvecArgs&, cudaStream_t) { std::abort(); }
+void launch_matvec_int4(const MatvecArgs&, cudaStream_t) {
+  std::abort();
+}
+void launch_matvec_int8(const MatvecArgs&, cudaStream_t) {
+  std::abort();
+}
+void launch_matvec_float(const MatvecArgs&, cudaStream_t) {
+  std::abort();
+}
+// gemm_sm80.cu's (included for sm80::device()) callees: never called here.
+bool gemm_narrow_sm80_supports(const GemmArgs&, const GemmScratch&) {
+  std::abort();
+}
+void launch_gemm(const GemmArgs&, cudaStream_t) {
+  std::abort();
+}
+void launch_gemm_narrow_sm80(const GemmArgs&, const GemmScratch&, cudaStream_t) {
+  std::abort();
+}
 }  // namespace voltad::kernels
 
 namespace {
@@ -59,24 +78,31 @@ int main() {
   CUDA_CHECK(cudaMalloc(&y, 28672 * sizeof(float)));
   CUDA_CHECK(cudaMemset(q, 0, quantized_activation_q_bytes(1, max_cols)));
   CUDA_CHECK(cudaMemset(scales, 0, quantized_activation_scale_bytes(1, max_cols)));
-  const Matrices mats[] = {make(PackedFormat::Int4K256, 28672, 4096, 6),
-                           make(PackedFormat::Int6K256, 4096, 14336, 6)};
-  const char* names[] = {"Q4_K 28672x4096 (gate|up)", "Q6_K 4096x14336 (down)"};
-  for (int k = 0; k < 2; ++k) {
-    const Matrices& m = mats[k];
-    MatvecArgs a;
-    a.xq = {q, scales};
-    a.y = y;
-    a.ldy = m.layout.rows;
-    const int n = int(m.copies.size()), iters = 8 * n;
-    const float ms = bench_timing::time_ms([&] {
-      for (int i = 0; i < iters; ++i) {
-        a.w = {m.layout, m.copies[size_t(i % n)]};
-        launch_matvec(a, nullptr);
-      }
-    });
-    const double us = ms * 1e3 / iters, bytes = double(packed_payload_bytes(m.layout));
-    std::printf("%-28s %8.2f us  %6.0f GB/s\n", names[k], us, bytes / (us * 1e-6) / 1e9);
-  }
+  const Matrices mats[] = {
+      make(PackedFormat::Int4K256, 28672, 4096, 6), make(PackedFormat::Int4K256, 6144, 4096, 12),
+      make(PackedFormat::Int4K256, 4096, 4096, 16), make(PackedFormat::Int6K256, 4096, 14336, 6)};
+  const char* names[] = {"Q4_K 28672x4096 (gate|up)", "Q4_K 6144x4096 (q|k|v)",
+                         "Q4_K 4096x4096 (o)", "Q6_K 4096x14336 (down)"};
+  // Portable: matvec_stream.cu; auto: also the sm_80 async kernel where
+  // VOLTAD_MATVEC_ASYNC is set (Q4_K).
+  for (int k = 0; k < 4; ++k)
+    for (KernelSet set : {KernelSet::Portable, KernelSet::Auto}) {
+      const KernelSetScope scope(set);
+      const Matrices& m = mats[k];
+      MatvecArgs a;
+      a.xq = {q, scales};
+      a.y = y;
+      a.ldy = m.layout.rows;
+      const int n = int(m.copies.size()), iters = 8 * n;
+      const float ms = bench_timing::time_ms([&] {
+        for (int i = 0; i < iters; ++i) {
+          a.w = {m.layout, m.copies[size_t(i % n)]};
+          launch_matvec(a, nullptr);
+        }
+      });
+      const double us = ms * 1e3 / iters, bytes = double(packed_payload_bytes(m.layout));
+      std::printf("%-28s %-8s %8.2f us  %6.0f GB/s\n", names[k], kernel_set_name(set), us,
+                  bytes / (us * 1e-6) / 1e9);
+    }
   return 0;
 }
