@@ -95,13 +95,5 @@ void launch_matvec_float(const MatvecArgs& args, cudaStream_t stream);  // F16, 
 // VOLTAD_MATVEC_STREAM=0 is in the environment (comparisons).
 void launch_matvec_stream(const MatvecArgs& args, cudaStream_t stream);
 bool matvec_stream_enabled();
-// Batch 1, Int4K256 on sm_80+: the streaming kernel's walk with its loads in
-// flight through shared memory, a ring of `steps` (3, 4 or 6) a warp
-// (cp.async; matvec_async_sm80.cu). launch_matvec takes it under
-// KernelSet::Auto when matvec_async_steps() > 0: VOLTAD_MATVEC_ASYNC=3|4|6
-// in the environment (a comparison); 0 (unset): off.
-bool matvec_async_sm80_supports(const MatvecArgs& args);
-void launch_matvec_async_sm80(const MatvecArgs& args, int steps, cudaStream_t stream);
-int matvec_async_steps();
 
 }  // namespace voltad::kernels

@@ -6,7 +6,6 @@
 
 #include "kernels/cuda_check.h"
 #include "kernels/device_common.cuh"
-#include "kernels/kernel_set.h"
 #include "kernels/launch.cuh"
 #include "kernels/matvec.h"
 
@@ -156,11 +155,7 @@ void launch_matvec(const MatvecArgs& args, cudaStream_t stream) {
     }
     const bool streams = l.format == PackedFormat::Int4K256 || l.format == PackedFormat::Int6K256;
     if (a.batch == 1 && streams && matvec_stream_enabled()) {
-      if (matvec_async_steps() > 0 && current_kernel_set() == KernelSet::Auto &&
-          matvec_async_sm80_supports(a))
-        launch_matvec_async_sm80(a, matvec_async_steps(), stream);
-      else
-        launch_matvec_stream(a, stream);
+      launch_matvec_stream(a, stream);
       continue;
     }
     switch (l.format) {

@@ -29,7 +29,6 @@
 #include "kernels/gemm_sm80.cu"
 #include "kernels/gemm_wmma.cu"
 #include "kernels/launch.cu"
-#include "kernels/matvec_async_sm80.cu"
 #include "kernels/matvec_dispatch.cu"
 #include "kernels/matvec_float.cu"
 #include "kernels/matvec_int4.cu"

@@ -15,7 +15,6 @@
 #include <cmath>
 #include <random>
 #include <sstream>
-#include <string>
 
 #include "engine/weight_repack.h"
 #include "kernels/kernel_set.h"
@@ -95,16 +94,14 @@ bool is_quantized(PackedFormat f) {
 // One matvec case; returns the largest error of the kernel against an fp32-x
 // matvec, relative to sum |w x| (the price of int8 activations), for notes.
 // classic: the format's own launcher (launch_matvec_int4/int8), past
-// launch_matvec's choice of the streaming kernel at batch 1; async_steps > 0:
-// the sm_80 async kernel with a ring of that many steps.
+// launch_matvec's choice of the streaming kernel at batch 1.
 double run_case(GgmlType type, int64_t rows, int64_t cols, int batch, bool accumulate,
-                bool with_bias, int slices = 0, bool classic = false, int async_steps = 0) {
+                bool with_bias, int slices = 0, bool classic = false) {
   std::mt19937& rng = test_rng();
   std::ostringstream name;
   name << ggml_type_name(type) << " " << rows << "x" << cols << " batch " << batch
        << (accumulate ? " +=" : "") << (with_bias ? " +bias" : "") << " slices " << slices
-       << (classic ? " classic" : "") << (async_steps ? " async " : "")
-       << (async_steps ? std::to_string(async_steps) : "");
+       << (classic ? " classic" : "");
   CAPTURE(name.str());
 
   const std::vector<uint8_t> gguf = random_valid_tensor(type, rows, cols, rng, 15);
@@ -163,9 +160,7 @@ double run_case(GgmlType type, int64_t rows, int64_t cols, int batch, bool accum
     args.x = d_x.get();
     args.ldx = ldx;
   }
-  if (async_steps > 0)
-    kernels::launch_matvec_async_sm80(args, async_steps, nullptr);
-  else if (!classic)
+  if (!classic)
     kernels::launch_matvec(args, nullptr);
   else if (format == PackedFormat::Int4K256)
     kernels::launch_matvec_int4(args, nullptr);
@@ -287,29 +282,6 @@ TEST_CASE("batch-1 streaming matvecs: blocks that walk several row groups") {
         run_case(type, s.rows, s.cols, 1, slices == 2, slices == 1, slices);
         run_case(type, s.rows, s.cols, 1, slices == 1, slices == 2, slices, true);
       }
-}
-
-// The sm_80 batch-1 Q4_K kernel with its loads through shared memory
-// (matvec_async_sm80.cu; launch_matvec takes it under `auto` with
-// VOLTAD_MATVEC_ASYNC set): the streaming test's shapes, every ring size.
-// 25,001 x 256 is one step a row group (each step's copies for a new group),
-// 1,280 columns leave lanes without a chunk (no copy, no read), and the
-// ring wraps many times in 17,001 x 2,560.
-TEST_CASE("batch-1 async Q4_K matvec (sm_80+): rings of every size") {
-  {
-    kernels::MatvecArgs probe;
-    probe.w.layout.format = PackedFormat::Int4K256;
-    probe.xq.q = reinterpret_cast<int8_t*>(16);
-    if (!kernels::matvec_async_sm80_supports(probe)) {
-      MESSAGE("no sm_80+ device or code in this build: the async kernel is not run");
-      return;
-    }
-  }
-  for (int steps : {3, 4, 6})
-    for (int slices : {1, 2})
-      for (const Shape& s : {Shape{25001, 256}, Shape{17001, 2560}, Shape{4099, 1280}})
-        run_case(GgmlType::Q4_K, s.rows, s.cols, 1, slices == 2, slices == 1, slices, false,
-                 steps);
 }
 
 TEST_CASE("quantized activations: NaN in x makes the block's scale NaN") {
