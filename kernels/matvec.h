@@ -72,8 +72,7 @@ struct MatvecArgs {
   // chunks of the columns: more loads in flight for matrices with too few
   // rows to fill the SMs (Int4 and Q6_K at batch 1, Q4_0/Q4_1 at batch 2; see
   // matvec_int4.cu). 0: matvec_slices decides; 1, 2: as given (tests,
-  // comparisons); 4: the batch-1 streaming kernels only (matvec_stream.cu;
-  // the others take 1); other formats and batches ignore it.
+  // comparisons); other formats and batches ignore it.
   int slices = 0;
 };
 

@@ -133,8 +133,7 @@ void launch_matvec(const MatvecArgs& args, cudaStream_t stream) {
   if (args.w.data == nullptr || reinterpret_cast<uintptr_t>(args.w.data) % 256 != 0)
     matvec_misuse("weights must be a 256-byte aligned device allocation", args);
   if (l.cols % packed_block_elems(l.format) != 0) matvec_misuse("cols not a block multiple", args);
-  if (args.slices < 0 || args.slices > 4 || args.slices == 3)
-    matvec_misuse("slices must be 0 (chosen), 1, 2 or 4", args);
+  if (args.slices < 0 || args.slices > 2) matvec_misuse("slices must be 0 (chosen), 1 or 2", args);
   if (args.y == nullptr || args.ldy < l.rows) matvec_misuse("y must hold rows per batch row", args);
   if (l.rows > int64_t(1) << 30 || l.cols > int64_t(1) << 30)
     matvec_misuse("matrix too large for 32-bit piece indices", args);

@@ -134,32 +134,12 @@ void launch_stream(const MatvecArgs& a, cudaStream_t stream) {
   CUDA_CHECK(cudaGetLastError());
 }
 
-// The warps a row group takes: MatvecArgs::slices when set (1, 2 or 4),
-// else 4 under VOLTAD_MATVEC_STREAM_S4 row groups an SM (comparisons; 0 or
-// unset: never), else matvec_slices's 1 or 2. Four warps a row group give
-// a small matrix's warps a quarter of the steps each, so more of its bytes
-// are in flight at once.
-int stream_slices(const MatvecArgs& a, int rows_per_warp) {
-  if (a.slices > 0) return a.slices;
-  static const int below = [] {
-    const char* v = std::getenv("VOLTAD_MATVEC_STREAM_S4");
-    return v ? std::max(0, std::atoi(v)) : 0;
-  }();
-  const int64_t row_groups = (a.w.layout.rows + rows_per_warp - 1) / rows_per_warp;
-  if (row_groups < int64_t(below) * device_sm_count()) return 4;
-  return matvec_slices(a, rows_per_warp);
-}
-
 template <class C, int R>
 void launch_stream_sliced(const MatvecArgs& a, cudaStream_t stream) {
-  switch (stream_slices(a, R)) {
-    case 4:
-      return launch_stream<C, R, 4>(a, stream);
-    case 2:
-      return launch_stream<C, R, 2>(a, stream);
-    default:
-      return launch_stream<C, R, 1>(a, stream);
-  }
+  if (matvec_slices(a, R) == 2)
+    launch_stream<C, R, 2>(a, stream);
+  else
+    launch_stream<C, R, 1>(a, stream);
 }
 
 }  // namespace
