@@ -173,7 +173,7 @@ void launch_int4_format(const MatvecArgs& a, cudaStream_t stream) {
       // One row per warp reads x (64 bytes + a record per 16 weight bytes)
       // from L1 for every row; more rows per warp share each x load. 4 rows
       // a warp, sliced where rows are few, for every Int4 format: Q4_0 had
-      // 2 rows and 2 chunks in flight (docs/KERNEL-NOTES.md run 4), which
+      // 2 rows and 2 chunks in flight (docs/KERNEL-NOTES-MATVEC-RUNS-1-4.md, run 4), which
       // measured 429 tok/s against 478 (docs/PERFORMANCE.md run 17).
       launch_int4_sliced<F, 4, 1, 1>(a, stream);
       break;

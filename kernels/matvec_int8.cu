@@ -296,7 +296,7 @@ void launch_int8_format(const MatvecArgs& a, cudaStream_t stream) {
 
 void launch_int6_format(const MatvecArgs& a, cudaStream_t stream) {
   switch (a.batch) {
-    case 1:  // 2 rows share each x load (KERNEL-NOTES run 4); slices as for Q4_K
+    case 1:  // 2 rows share each x load (KERNEL-NOTES-MATVEC-RUNS-1-4 run 4); slices as for Q4_K
       if (matvec_slices(a, 2) == 2)
         launch_int6<2, 1, 2, 2>(a, stream);
       else
