@@ -8,6 +8,10 @@
 //     kernels/dev/bench_stream.cu -o /tmp/bench_stream && /tmp/bench_stream
 //   ncu --section WarpStateStats --section SourceCounters -k regex:kernel_matvec_stream \
 //     --launch-skip 8 --launch-count 2 -o /tmp/stream /tmp/bench_stream
+// (with --kernel-name-base demangled, the regex can name an instance, e.g.
+// 'kernel_matvec_stream.*Int6Chunk'; --section MemoryWorkloadAnalysis gives
+// DRAM throughput and hit rates). Last, a probe of the Q4_K access pattern
+// (Int4KTiledProbe below).
 //
 // Llama-3-8B's gate|up, q|k|v and o (Q4_K) and down (Q6_K, 4,096 x 14,336)
 // matrices, each one of several copies used in turn so that no
@@ -56,6 +60,46 @@ Matrices make(PackedFormat format, int64_t rows, int64_t cols, int n) {
 
 }  // namespace
 
+namespace bench_probe {
+
+using namespace voltad::kernels;
+
+// A timing probe, not a format voltad has: Q4_K's nibbles and headers laid
+// out so that each 4-row warp step of the streaming kernel (S = 1) reads
+// one contiguous piece, 2 KB of nibbles (row r's 512 bytes at r * 512) and
+// 256 bytes of headers, where the packed layout has it read 512 bytes from
+// each of 4 rows a row apart. The same bytes in all, the same loop
+// (Int4Chunk's dot); the values are not meaningful. Rows a multiple of 4,
+// columns of 1,024. The question (PERFORMANCE.md run 22): does the access
+// pattern hold Q4_K at ~69% of the copy bandwidth where Q6_K reaches 81%?
+// (A named namespace: kernels are instantiated on the type.)
+struct Int4KTiledProbe {
+  using Base = Int4Chunk<PackedFormat::Int4K256>;
+  using Raw = Base::Raw;
+  struct Rows {
+    const uint8_t* q;
+    const uint8_t* s;
+  };
+  static __device__ __forceinline__ Rows rows_at(const PackedMatrixView& m, int64_t row0) {
+    const PackedLayout& l = m.layout;
+    const int64_t tile0 = row0 / 4 * (l.cols / 1024);  // a tile: 4 rows x 32 chunks
+    return {m.data + l.quants_offset + tile0 * 2048, m.data + l.scales_offset + tile0 * 256};
+  }
+  static __device__ __forceinline__ Raw load(const PackedMatrixView&, const Rows& p, int64_t, int r,
+                                             int c) {
+    const int tile = c >> 5, k = c & 31;
+    Raw raw;
+    raw.w = load_weights_16(p.q + (tile * 2048 + r * 512 + k * 16));
+    raw.s = load_weights_16(p.s + (tile * 256 + r * 64 + (k >> 3) * 16));
+    return raw;
+  }
+  static __device__ __forceinline__ float dot(const Raw& r, int j, const ChunkX& x) {
+    return Base::dot(r, j, x);
+  }
+};
+
+}  // namespace bench_probe
+
 int main() {
   const int64_t max_cols = 14336;
   int8_t* q = nullptr;
@@ -91,6 +135,31 @@ int main() {
       const double us = ms * 1e3 / iters, bytes = double(packed_payload_bytes(m.layout));
       std::printf("%-28s %-8s %8.2f us  %6.0f GB/s\n", names[k], kernel_set_name(set), us,
                   bytes / (us * 1e-6) / 1e9);
+    }
+  // The probe against the packed layout, one row group a warp and no
+  // slices (S = 1) both ways, on gate|up's copies.
+  for (KernelSet set : {KernelSet::Portable, KernelSet::Auto})
+    for (bool tiled : {false, true}) {
+      const KernelSetScope scope(set);
+      const Matrices& m = mats[0];
+      MatvecArgs a;
+      a.xq = {q, scales};
+      a.y = y;
+      a.ldy = m.layout.rows;
+      const int n = int(m.copies.size()), iters = 8 * n;
+      const float ms = bench_timing::time_ms([&] {
+        for (int i = 0; i < iters; ++i) {
+          a.w = {m.layout, m.copies[size_t(i % n)]};
+          if (tiled)
+            launch_stream<bench_probe::Int4KTiledProbe, 4, 1>(a, nullptr);
+          else
+            launch_stream<Int4Chunk<PackedFormat::Int4K256>, 4, 1>(a, nullptr);
+        }
+      });
+      const double us = ms * 1e3 / iters, bytes = double(packed_payload_bytes(m.layout));
+      std::printf("%-28s %-8s %8.2f us  %6.0f GB/s\n",
+                  tiled ? "probe: gate|up, tiled steps" : "probe: gate|up, packed",
+                  kernel_set_name(set), us, bytes / (us * 1e-6) / 1e9);
     }
   return 0;
 }
