@@ -21,7 +21,9 @@
 //     by cp.async into its own ring of 3-4 stages of 4 chunks;
 //   - per chunk and 16-row tile a lane reads its word of the two rows it
 //     needs, turns nibbles into FP16 with the 1024+q bit trick (64+q
-//     for the high nibbles, which then need no shift; low_nibbles), and
+//     for the high nibbles, which then need no shift, except in the Q4_K
+//     kernels of 4 token tiles, which cannot spare the register;
+//     low_nibbles), and
 //     scales them: Q4_0 in FP16, as the portable decoder does; Q4_K as the
 //     exact integers sc*q, with D, M and the mins applied once per stage
 //     after the MMAs (k256_six_bits); Q6_K as the exact integers q - 32,
