@@ -10,7 +10,11 @@
 # Needs what scripts/device-bench.sh needs (.deps, .tok), which builds the
 # tools and writes the models:
 #   bash scripts/device-ab.sh [--models llama3-8b:q4_k_m] [--batches 1,8,32] [--ctx 512]
-#        [--kernels auto] [--reps 2] [--steps 128] -- base VOLTAD_ROPE_IN_ATTENTION=0 ...
+#        [--kernels auto] [--reps 2] [--steps 128] [--tests REGEX]
+#        -- base VOLTAD_ROPE_IN_ATTENTION=0 ...
+# --tests REGEX also builds and runs those GPU tests (scripts/device-test.sh
+# --tests=REGEX) while the bench builds, and runs no A/B if they fail: a
+# change's tests and its A/B in one device call.
 # Each variant after `--` is `base` (no change) or a comma list of
 # NAME=VALUE (environment) and --flag=value items (voltad-bench arguments,
 # e.g. --omit=attention; a list inside a value takes +: --omit=norms+swiglu),
@@ -24,6 +28,7 @@ ctx=512
 kernels=auto
 reps=2
 steps=128
+tests=""
 while (($#)); do
   case $1 in
     --models) models=$2; shift 2 ;;
@@ -32,8 +37,9 @@ while (($#)); do
     --kernels) kernels=$2; shift 2 ;;
     --reps) reps=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
+    --tests) tests=$2; shift 2 ;;
     --) shift; break ;;
-    *) echo "usage: $0 [--models M,...] [--batches B,...] [--ctx N] [--kernels K] [--reps N] [--steps N] -- VARIANT..." >&2
+    *) echo "usage: $0 [--models M,...] [--batches B,...] [--ctx N] [--kernels K] [--reps N] [--steps N] [--tests REGEX] -- VARIANT..." >&2
        exit 64 ;;
   esac
 done
@@ -44,6 +50,11 @@ work=$PWD/build-device/ab
 rm -rf "$work"
 mkdir -p "$out" "$work"
 trap 'tar -C "$work" -cf "$out/ab.tar" --exclude=build .' EXIT
+tests_pid=""
+if [[ -n $tests ]]; then
+  OUT="$work/tests" bash scripts/device-test.sh --tests="$tests" >"$work/tests.log" 2>&1 &
+  tests_pid=$!
+fi
 # The bench builds the tools and writes the models (batch 1 at the first
 # model's context: cheap); a prebuilt binary may be named instead.
 bench=${VOLTAD_BENCH_BIN:-}
@@ -51,6 +62,12 @@ if [[ -z $bench ]]; then
   OUT="$work/build" bash scripts/device-bench.sh --models "$models" --ctx "$ctx" --batches 1 \
     --kernels "$kernels" >"$work/build.log" 2>&1 || { tail -20 "$work/build.log"; exit 1; }
   bench=build-bench/bin/voltad-bench
+fi
+if [[ -n $tests_pid ]]; then  # before the timed runs: nothing else on the GPU then
+  tests_rc=0
+  wait "$tests_pid" || tests_rc=$?
+  sed -n '/== device-test summary ==/,$p' "$work/tests.log"
+  ((tests_rc == 0)) || { echo "device-ab: the tests failed (tests.log and tests/ in ab.tar); no A/B" >&2; exit 1; }
 fi
 model_dir=${VOLTAD_MODEL_DIR:-/tmp/voltad-models}
 
