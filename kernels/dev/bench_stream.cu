@@ -114,52 +114,39 @@ int main() {
       make(PackedFormat::Int4K256, 4096, 4096, 16), make(PackedFormat::Int6K256, 4096, 14336, 6)};
   const char* names[] = {"Q4_K 28672x4096 (gate|up)", "Q4_K 6144x4096 (q|k|v)",
                          "Q4_K 4096x4096 (o)", "Q6_K 4096x14336 (down)"};
+  // Times `launch` over m's copies in turn under `set` and prints a row.
+  auto time_row = [&](const char* name, const Matrices& m, KernelSet set, auto launch) {
+    const KernelSetScope scope(set);
+    MatvecArgs a;
+    a.xq = {q, scales};
+    a.y = y;
+    a.ldy = m.layout.rows;
+    const int n = int(m.copies.size()), iters = 8 * n;
+    const float ms = bench_timing::time_ms([&] {
+      for (int i = 0; i < iters; ++i) {
+        a.w = {m.layout, m.copies[size_t(i % n)]};
+        launch(a);
+      }
+    });
+    const double us = ms * 1e3 / iters, bytes = double(packed_payload_bytes(m.layout));
+    std::printf("%-28s %-8s %8.2f us  %6.0f GB/s\n", name, kernel_set_name(set), us,
+                bytes / (us * 1e-6) / 1e9);
+  };
   // Each under `portable` (plain launches) and `auto` (programmatic
   // dependent launch on sm_90: a launch's first loads overlap the last's
   // end, as in the decode graph; run 22: 7-22% less time a matrix).
   for (int k = 0; k < 4; ++k)
-    for (KernelSet set : {KernelSet::Portable, KernelSet::Auto}) {
-      const KernelSetScope scope(set);
-      const Matrices& m = mats[k];
-      MatvecArgs a;
-      a.xq = {q, scales};
-      a.y = y;
-      a.ldy = m.layout.rows;
-      const int n = int(m.copies.size()), iters = 8 * n;
-      const float ms = bench_timing::time_ms([&] {
-        for (int i = 0; i < iters; ++i) {
-          a.w = {m.layout, m.copies[size_t(i % n)]};
-          launch_matvec(a, nullptr);
-        }
-      });
-      const double us = ms * 1e3 / iters, bytes = double(packed_payload_bytes(m.layout));
-      std::printf("%-28s %-8s %8.2f us  %6.0f GB/s\n", names[k], kernel_set_name(set), us,
-                  bytes / (us * 1e-6) / 1e9);
-    }
+    for (KernelSet set : {KernelSet::Portable, KernelSet::Auto})
+      time_row(names[k], mats[k], set, [](const MatvecArgs& a) { launch_matvec(a, nullptr); });
   // The probe against the packed layout, one row group a warp and no
   // slices (S = 1) both ways, on gate|up's copies.
-  for (KernelSet set : {KernelSet::Portable, KernelSet::Auto})
-    for (bool tiled : {false, true}) {
-      const KernelSetScope scope(set);
-      const Matrices& m = mats[0];
-      MatvecArgs a;
-      a.xq = {q, scales};
-      a.y = y;
-      a.ldy = m.layout.rows;
-      const int n = int(m.copies.size()), iters = 8 * n;
-      const float ms = bench_timing::time_ms([&] {
-        for (int i = 0; i < iters; ++i) {
-          a.w = {m.layout, m.copies[size_t(i % n)]};
-          if (tiled)
-            launch_stream<bench_probe::Int4KTiledProbe, 4, 1>(a, nullptr);
-          else
-            launch_stream<Int4Chunk<PackedFormat::Int4K256>, 4, 1>(a, nullptr);
-        }
-      });
-      const double us = ms * 1e3 / iters, bytes = double(packed_payload_bytes(m.layout));
-      std::printf("%-28s %-8s %8.2f us  %6.0f GB/s\n",
-                  tiled ? "probe: gate|up, tiled steps" : "probe: gate|up, packed",
-                  kernel_set_name(set), us, bytes / (us * 1e-6) / 1e9);
-    }
+  for (KernelSet set : {KernelSet::Portable, KernelSet::Auto}) {
+    time_row("probe: gate|up, packed", mats[0], set, [](const MatvecArgs& a) {
+      launch_stream<Int4Chunk<PackedFormat::Int4K256>, 4, 1>(a, nullptr);
+    });
+    time_row("probe: gate|up, tiled steps", mats[0], set, [](const MatvecArgs& a) {
+      launch_stream<bench_probe::Int4KTiledProbe, 4, 1>(a, nullptr);
+    });
+  }
   return 0;
 }
