@@ -298,6 +298,11 @@ bool CudaBackend::Impl::choose_rope_in_attention() const {
   return !options.kv_int8 && !(v && std::string(v) == "0");
 }
 
+bool CudaBackend::Impl::choose_attention_mma() const {
+  const char* v = std::getenv("VOLTAD_ATTENTION_MMA");
+  return options.kernels == kernels::KernelSet::Auto && !(v && std::string(v) == "0");
+}
+
 Result<std::unique_ptr<CudaBackend>> CudaBackend::create(std::shared_ptr<const Model> model,
                                                          const CudaBackendOptions& options) {
   auto device = describe_cuda_device(options.device);
@@ -324,6 +329,7 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(std::shared_ptr<const M
   VOLTAD_TRY(impl->allocate_workspace());
   impl->gemm_min_tokens = impl->choose_gemm_min_tokens();
   impl->rope_in_attention = impl->choose_rope_in_attention();
+  impl->attention_mma = impl->choose_attention_mma();
   impl->decode_graphs.assign(size_t(options.max_sequences) + 1, nullptr);
   if (options.use_graphs)
     for (int n = 1; n <= options.max_sequences; ++n) VOLTAD_TRY(impl->capture_decode_graph(n));

@@ -106,6 +106,10 @@ struct CudaBackend::Impl {
   // attention (kernels::AttentionArgs::rope): the fp16 cache; off with
   // VOLTAD_ROPE_IN_ATTENTION=0, for comparisons (choose_rope_in_attention).
   bool rope_in_attention = false;
+  // engine.kernels: auto runs the attention's pass 1 on the tensor cores
+  // where kernels::attention_mma_applies; off with VOLTAD_ATTENTION_MMA=0,
+  // for comparisons (choose_attention_mma).
+  bool attention_mma = false;
   int32_t *d_ints = nullptr;  // tokens, positions, slots, token_tables, logit_rows, block tables
   std::vector<int32_t> h_ints;
   float* h_logits = nullptr;  // pinned
@@ -211,6 +215,7 @@ struct CudaBackend::Impl {
   Status allocate_workspace();
   int choose_gemm_min_tokens() const;
   bool choose_rope_in_attention() const;
+  bool choose_attention_mma() const;
   // The decode graph for n sequences (n tokens, n logits rows), into
   // decode_graphs[n]. Instantiating a graph allocates device memory, so
   // create() makes every one up front: the request path allocates nothing.

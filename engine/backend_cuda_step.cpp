@@ -41,6 +41,7 @@ bool CudaBackend::Impl::attention(const Layer& layer, int first, int n_tokens, i
     a.scale = float(1.0 / std::sqrt(double(c.head_dim)));
     a.partials = partials;
     a.own_position_only = own_position_only;
+    a.tensor_cores = attention_mma;
     if (rope) {
       a.rope.inv_freq = inv_freq;
       a.rope.neox = c.rope_style == RopeStyle::Neox;

@@ -8,6 +8,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/attention_common.cuh"
+#include "kernels/attention_fp16.cuh"
 #include "kernels/cuda_check.h"
 #include "kernels/launch.cuh"
 #include "kernels/narrow_x.cuh"
@@ -30,56 +31,6 @@ __global__ void kernel_kv_write(const float* k, const float* v, int64_t ld, int 
     vc[slot * kv_dim + i] = __float2half_rn(v[t * ld + i]);
   }
 }
-
-// The fp16 cache as pass 1 reads it (attention_common.cuh): 8 halves, one
-// 16-byte load, of K and of V per lane; no scales.
-struct Fp16KvReader {
-  static constexpr int kElementBytes = 2;  // see Int8KvReader
-  static constexpr bool kScalesShareLines = false;
-  const __half* k;
-  const __half* v;
-  struct Rows {
-    uint4 k, v;
-  };
-  __device__ __forceinline__ Rows load(int64_t /*head_row*/, int64_t at) const {
-    return {*reinterpret_cast<const uint4*>(k + at), *reinterpret_cast<const uint4*>(v + at)};
-  }
-  // The token's own row, written by the kernel just before: from L2 (the
-  // line may be in L1 from a load before the wait; kernel_attention_partial).
-  __device__ __forceinline__ Rows load_fresh(int64_t /*head_row*/, int64_t at) const {
-    return {__ldcg(reinterpret_cast<const uint4*>(k + at)),
-            __ldcg(reinterpret_cast<const uint4*>(v + at))};
-  }
-  __device__ __forceinline__ static void decode(const Rows& r, float (&kf)[8], float (&vf)[8],
-                                                float& k_scale, float& v_scale) {
-    const __half2* kh = reinterpret_cast<const __half2*>(&r.k);
-    const __half2* vh = reinterpret_cast<const __half2*>(&r.v);
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float2 kk = __half22float2(kh[e]), vv = __half22float2(vh[e]);
-      kf[2 * e] = kk.x, kf[2 * e + 1] = kk.y;
-      vf[2 * e] = vv.x, vf[2 * e + 1] = vv.y;
-    }
-    k_scale = v_scale = 1.0f;
-  }
-  // AttentionArgs::rope: the own row, rounded as kernel_rope_qk_kv_write
-  // rounds it, and its store (the reader's pointers are the cache's).
-  __device__ __forceinline__ static Rows pack(const float (&kf)[8], const float (&vf)[8]) {
-    Rows r;
-    __half2* kh = reinterpret_cast<__half2*>(&r.k);
-    __half2* vh = reinterpret_cast<__half2*>(&r.v);
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      kh[e] = __halves2half2(__float2half_rn(kf[2 * e]), __float2half_rn(kf[2 * e + 1]));
-      vh[e] = __halves2half2(__float2half_rn(vf[2 * e]), __float2half_rn(vf[2 * e + 1]));
-    }
-    return r;
-  }
-  __device__ __forceinline__ void store(int64_t at, const Rows& r) const {
-    *reinterpret_cast<uint4*>(const_cast<__half*>(k) + at) = r.k;
-    *reinterpret_cast<uint4*>(const_cast<__half*>(v) + at) = r.v;
-  }
-};
 
 // Block-wide max and sum of one value per thread (blockDim.x a multiple of
 // 32, at most 32 warps).
@@ -188,6 +139,7 @@ void launch_attention_combine(const AttentionArgs& a, int splits, cudaStream_t s
 }
 
 int attention_launch_pieces(const AttentionArgs& a) {
+  if (attention_mma_applies(a)) return attention_mma_pieces(a);
   const int group = a.n_kv_heads > 0 ? a.n_heads / a.n_kv_heads : 1;
   return with_head_dim_group(a.head_dim, group, [&](auto hd, auto g) {
     constexpr int HD = decltype(hd)::value, G = decltype(g)::value;
@@ -198,6 +150,7 @@ int attention_launch_pieces(const AttentionArgs& a) {
 
 void launch_attention(const AttentionArgs& a, cudaStream_t stream) {
   const Fp16KvReader reader{reinterpret_cast<const __half*>(a.cache.k), reinterpret_cast<const __half*>(a.cache.v)};
+  if (attention_mma_applies(a)) return launch_attention_mma(a, reader, stream);
   if (a.rope.inv_freq) launch_attention_split_k<true>(a, reader, stream);
   else launch_attention_split_k<false>(a, reader, stream);
 }

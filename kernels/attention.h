@@ -110,6 +110,13 @@ struct AttentionArgs {
     const float* k_norm = nullptr;
     float eps = 0.0f;
   } rope;
+  // Pass 1 on the tensor cores where attention_mma_applies (the fp16 cache,
+  // head_dim 64 or 128, an sm_80+ device; engine.kernels: auto): each warp
+  // takes 16 positions at a time from shared memory into mma.sync, q and
+  // the softmax weights split into an fp16 high and low part (the MMAs'
+  // idle rows carry the low parts), so the sums keep about fp32 accuracy.
+  // Elsewhere, and when false: the portable kernel.
+  bool tensor_cores = false;
 };
 
 // Floats of split-K scratch a step needs.
@@ -119,6 +126,10 @@ inline size_t attention_partial_floats(int n_tokens, int n_heads, int head_dim, 
 }
 
 void launch_attention(const AttentionArgs& args, cudaStream_t stream);
+
+// True where launch_attention runs the tensor-core pass 1 for `args`
+// (AttentionArgs::tensor_cores).
+bool attention_mma_applies(const AttentionArgs& args);
 
 // The split-K pieces per token launch_attention uses for `args`:
 // attention_splits(max_position), at most max_splits, and no more than keep

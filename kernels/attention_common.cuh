@@ -161,6 +161,92 @@ __device__ __forceinline__ void norm_rope_lane(float (&x)[kAttentionLaneElements
   }
 }
 
+// kRope's preparation after the wait (kernel_attention_partial, and the
+// tensor-core pass 1 of attention_sm80.cu): the first `active` warps, a lane
+// group of HD/8 lanes an item, norm and rotate the block's `group` q heads
+// into q_ready (scaled), and where the piece holds the token's own position
+// (holds_own, the same for the whole block) make its k and v and store them
+// in the cache. Every lane of those warps takes part (the shuffles); the
+// caller's barrier over them follows.
+template <int HD, int G, class Reader>
+__device__ __forceinline__ void rope_items(const AttentionArgs& a, const Reader& cache, int t, int kvh,
+                                           int group, bool holds_own, int active,
+                                           const float* rope_sin, const float* rope_cos,
+                                           float (&q_ready)[G][HD]) {
+  constexpr int VEC = kAttentionLaneElements, kLanes = HD / VEC, kSlots = 32 / kLanes;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int sub = lane % kLanes, lane_slot = lane / kLanes;
+  const int kv_dim = a.n_kv_heads * HD;
+  const int items = group + (holds_own ? 1 : 0);
+  for (int i0 = 0; i0 < items; i0 += active * kSlots) {
+    const int item = i0 + warp * kSlots + lane_slot;
+    const bool is_k = holds_own && item == group;  // other pieces must not store
+    const float* src = is_k ? a.rope.k + int64_t(t) * a.rope.ldkv + int64_t(kvh) * HD
+                            : a.q + int64_t(t) * a.ldq + int64_t(kvh * group + item) * HD;
+    float x[VEC];
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) x[e] = item < items ? src[sub * VEC + e] : 0.0f;
+    norm_rope_lane<HD>(x, sub, is_k ? a.rope.k_norm : a.rope.q_norm, a.rope.eps, rope_sin, rope_cos,
+                       a.rope.neox);
+    if (item < group) {
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) q_ready[item][sub * VEC + e] = x[e] * a.scale;
+    } else if (is_k) {
+      const float* vsrc = a.rope.v + int64_t(t) * a.rope.ldkv + int64_t(kvh) * HD + sub * VEC;
+      float vf[VEC];
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) vf[e] = vsrc[e];
+      cache.store(int64_t(a.rope.slots[t]) * kv_dim + int64_t(kvh) * HD + sub * VEC, Reader::pack(x, vf));
+    }
+  }
+}
+
+// The end of pass 1 for both kernels (kernel_attention_partial and the
+// tensor-core pass 1 of attention_sm80.cu): each warp's (m, l, acc) of the
+// block's `group` heads are in sm_m, sm_l and sm_acc. Merges them, writes
+// the piece's partial, and with AttentionArgs::arrivals the block that
+// counts last combines the pieces of its (token, KV head).
+template <int HD, int G>
+__device__ __forceinline__ void finish_piece(const AttentionArgs& a, int t, int kvh, int split, int group,
+                                             const float (&sm_m)[kAttentionWarps][G],
+                                             const float (&sm_l)[kAttentionWarps][G],
+                                             float (&sm_acc)[kAttentionWarps][G][HD]) {
+  __syncthreads();
+  const int splits = gridDim.z;
+  // Threads spread over (group head, element) pairs to finish the merge.
+  for (int i = threadIdx.x; i < group * HD; i += blockDim.x) {
+    const int g = i / HD, e = i % HD;
+    float mm = -INFINITY;
+    for (int w = 0; w < kAttentionWarps; ++w) mm = fmaxf(mm, sm_m[w][g]);
+    float ll = 0.0f, aa = 0.0f;
+    for (int w = 0; w < kAttentionWarps; ++w) {
+      const float c = sm_m[w][g] == -INFINITY ? 0.0f : __expf(sm_m[w][g] - mm);
+      ll += sm_l[w][g] * c;
+      aa += sm_acc[w][g][e] * c;
+    }
+    const int head = kvh * group + g;
+    float* part = a.partials + ((int64_t(t) * a.n_heads + head) * splits + split) *
+                                   (kAttentionPartialHeader + HD);
+    part[kAttentionPartialHeader + e] = aa;
+    if (e == 0) part[0] = mm, part[1] = ll;
+  }
+  if (!a.arrivals) return;
+  // Counted once every thread's partial is visible device-wide; the block
+  // that counts last combines, and leaves the counter zero for the next launch.
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    // atomicInc wraps to 0 as the last piece counts in.
+    last = atomicInc(a.arrivals + int64_t(t) * a.n_kv_heads + kvh, unsigned(splits) - 1) ==
+           unsigned(splits) - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  combine_pieces<HD>(a, t, kvh, group, splits, &sm_acc[0][0][0]);
+}
+
 // A cache reader gives pass 1 one lane's 8 elements of a position's K and V
 // rows, in two steps so that several positions' loads are in flight before
 // the first is used:
@@ -294,29 +380,7 @@ __global__ void __launch_bounds__(kAttentionWarps * 32, kRope && G <= 4 ? 4 : 0)
         // then, in the piece that holds the own position, its k and v into
         // the cache. Every lane takes part in the shuffles.
         const int active = min(kAttentionWarps, (end - begin + kSlots - 1) / kSlots);
-        const bool holds_own = pos < end;  // the same for the whole block
-        const int items = group + (holds_own ? 1 : 0);
-        for (int i0 = 0; i0 < items; i0 += active * kSlots) {
-          const int item = i0 + warp * kSlots + lane_slot;
-          const bool is_k = holds_own && item == group;  // other pieces must not store
-          const float* src = is_k ? a.rope.k + int64_t(t) * a.rope.ldkv + int64_t(kvh) * HD
-                                  : a.q + int64_t(t) * a.ldq + int64_t(kvh * group + item) * HD;
-          float x[VEC];
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) x[e] = item < items ? src[sub * VEC + e] : 0.0f;
-          norm_rope_lane<HD>(x, sub, is_k ? a.rope.k_norm : a.rope.q_norm, a.rope.eps, rope_sin, rope_cos,
-                             a.rope.neox);
-          if (item < group) {
-#pragma unroll
-            for (int e = 0; e < VEC; ++e) q_ready[item][sub * VEC + e] = x[e] * a.scale;
-          } else if (is_k) {
-            const float* vsrc = a.rope.v + int64_t(t) * a.rope.ldkv + int64_t(kvh) * HD + sub * VEC;
-            float vf[VEC];
-#pragma unroll
-            for (int e = 0; e < VEC; ++e) vf[e] = vsrc[e];
-            cache.store(int64_t(a.rope.slots[t]) * kv_dim + int64_t(kvh) * HD + sub * VEC, Reader::pack(x, vf));
-          }
-        }
+        rope_items<HD>(a, cache, t, kvh, group, pos < end, active, rope_sin, rope_cos, q_ready);
         // Named barrier 1 over the active warps (the others never get here):
         // q_ready is written, and the own row's stores are performed for them.
         asm volatile("bar.sync 1, %0;" ::"r"(active * 32) : "memory");
@@ -390,40 +454,7 @@ __global__ void __launch_bounds__(kAttentionWarps * 32, kRope && G <= 4 ? 4 : 0)
       for (int e = 0; e < VEC; ++e) sm_acc[warp][g][sub * VEC + e] = acc[g][e];
     }
   }
-  __syncthreads();
-  const int splits = gridDim.z;
-  // Threads spread over (group head, element) pairs to finish the merge.
-  for (int i = threadIdx.x; i < group * HD; i += blockDim.x) {
-    const int g = i / HD, e = i % HD;
-    float mm = -INFINITY;
-    for (int w = 0; w < kAttentionWarps; ++w) mm = fmaxf(mm, sm_m[w][g]);
-    float ll = 0.0f, aa = 0.0f;
-    for (int w = 0; w < kAttentionWarps; ++w) {
-      const float c = sm_m[w][g] == -INFINITY ? 0.0f : __expf(sm_m[w][g] - mm);
-      ll += sm_l[w][g] * c;
-      aa += sm_acc[w][g][e] * c;
-    }
-    const int head = kvh * group + g;
-    float* part = a.partials + ((int64_t(t) * a.n_heads + head) * splits + split) *
-                                   (kAttentionPartialHeader + HD);
-    part[kAttentionPartialHeader + e] = aa;
-    if (e == 0) part[0] = mm, part[1] = ll;
-  }
-  if (!a.arrivals) return;
-  // Counted once every thread's partial is visible device-wide; the block
-  // that counts last combines, and leaves the counter zero for the next launch.
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    // atomicInc wraps to 0 as the last piece counts in.
-    last = atomicInc(a.arrivals + int64_t(t) * a.n_kv_heads + kvh, unsigned(splits) - 1) ==
-           unsigned(splits) - 1;
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  combine_pieces<HD>(a, t, kvh, group, splits, &sm_acc[0][0][0]);
+  finish_piece<HD, G>(a, t, kvh, split, group, sm_m, sm_l, sm_acc);
 }
 
 // Pass 2 (attention.cu): out = sum_s acc_s e^(m_s - m) / sum_s l_s e^(m_s - m)
@@ -452,13 +483,17 @@ int attention_wave_blocks() {
 // 8 sequences of Llama-3-8B at 32 pieces were 2,048 blocks, ~5 waves of
 // mostly empty or 16-position pieces, 49 us a layer (docs/PERFORMANCE.md,
 // run 11).
-template <int HD, int G, class Reader, bool kRope = false>
-int attention_pieces(const AttentionArgs& a) {
+// wave_blocks: the pass-1 kernel's blocks in one wave.
+inline int attention_pieces_in_wave(const AttentionArgs& a, int wave_blocks) {
   int splits = attention_splits(a.max_position);
   if (a.max_splits > 0) splits = std::min(splits, a.max_splits);
   const int64_t per_piece = std::max<int64_t>(1, int64_t(a.n_tokens) * a.n_kv_heads);
-  const int64_t fit = std::max<int64_t>(1, attention_wave_blocks<HD, G, Reader, kRope>() / per_piece);
+  const int64_t fit = std::max<int64_t>(1, wave_blocks / per_piece);
   return int(std::min<int64_t>(splits, fit));
+}
+template <int HD, int G, class Reader, bool kRope = false>
+int attention_pieces(const AttentionArgs& a) {
+  return attention_pieces_in_wave(a, attention_wave_blocks<HD, G, Reader, kRope>());
 }
 
 // Calls fn(std::integral_constant<int, HD>) for the args' head_dim.
@@ -496,11 +531,9 @@ decltype(auto) with_head_dim_group(int head_dim, int group, Fn&& fn) {
   });
 }
 
-// Both passes over the cache that `cache` reads. kRope: AttentionArgs::rope
-// is set (the reader can store rows).
-template <bool kRope, class Reader>
-void launch_attention_split_k(const AttentionArgs& a, Reader cache, cudaStream_t stream) {
-  if (a.n_tokens == 0) return;
+// What both pass-1 kernels require of the args (rope: AttentionArgs::rope
+// is set).
+inline void check_attention_args(const AttentionArgs& a, bool rope) {
   VOLTAD_KERNEL_REQUIRE(a.n_kv_heads > 0 && a.n_heads % a.n_kv_heads == 0,
                         "heads must divide into KV heads");
   VOLTAD_KERNEL_REQUIRE(a.n_heads / a.n_kv_heads <= kAttentionMaxGroup,
@@ -511,9 +544,17 @@ void launch_attention_split_k(const AttentionArgs& a, Reader cache, cudaStream_t
                         "an attention output in the narrow GEMM's layout needs head_dim % 32 == 0");
   VOLTAD_KERNEL_REQUIRE(!a.arrivals || reinterpret_cast<uintptr_t>(a.partials) % 16 == 0,
                         "the combine in pass 1 reads the partials as float4: 16-byte aligned");
-  VOLTAD_KERNEL_REQUIRE(!kRope || (a.own_position_only && a.rope.k && a.rope.v && a.rope.slots),
+  VOLTAD_KERNEL_REQUIRE(!rope || (a.own_position_only && a.rope.k && a.rope.v && a.rope.slots),
                         "RoPE in the attention needs own_position_only, the own k and v rows and their slots");
   VOLTAD_KERNEL_REQUIRE(!a.rope.q_norm == !a.rope.k_norm, "RoPE in the attention: q_norm and k_norm together");
+}
+
+// Both passes over the cache that `cache` reads. kRope: AttentionArgs::rope
+// is set (the reader can store rows).
+template <bool kRope, class Reader>
+void launch_attention_split_k(const AttentionArgs& a, Reader cache, cudaStream_t stream) {
+  if (a.n_tokens == 0) return;
+  check_attention_args(a, kRope);
   const int splits = with_head_dim_group(a.head_dim, a.n_heads / a.n_kv_heads, [&](auto hd, auto g) {
     constexpr int HD = decltype(hd)::value, G = decltype(g)::value;
     const int pieces = attention_pieces<HD, G, Reader, kRope>(a);

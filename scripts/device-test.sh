@@ -67,7 +67,7 @@ if ((bench)) && [[ " $benches " == *" matvec "* ]]; then
     kernels/dev/bench_matvec.cu -o "$build/bench_matvec" >"$out/bench-build.log" 2>&1 &
 fi
 # The benches that build from one file and print their own table.
-simple_benches="persistent stream"
+simple_benches="persistent stream attention"
 for b in $simple_benches; do
   if ((bench)) && [[ " $benches " == *" $b "* ]]; then
     nvcc -std=c++17 -O3 -I"$root" -arch="sm_$arch" --expt-relaxed-constexpr -lineinfo \

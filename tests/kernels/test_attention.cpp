@@ -9,6 +9,7 @@
 #include <cuda_fp16.h>
 
 #include "kernels/attention.h"
+#include "kernels/gemm_sm80.h"
 #include "kernels/kernel_set.h"
 #include "tests/kernels/attention_test_util.h"
 #include "tests/kernels/gpu_test_util.h"
@@ -29,13 +30,15 @@ float round_half(float x) {
 
 // Runs one step: `seqs` sequences, each with `lens[s]` tokens already cached
 // plus `new_tokens[s]` tokens in the step, and checks every head of every
-// step token. Returns the pieces per token the launch used.
-int check_attention(Shape sh, const std::vector<int>& cached, const std::vector<int>& new_tokens,
-                     int max_splits = 0) {
+// step token. Returns the pieces per token the launch used. tensor_cores:
+// AttentionArgs::tensor_cores (the sm_80+ pass 1 where it applies).
+int check_attention_with(Shape sh, const std::vector<int>& cached,
+                         const std::vector<int>& new_tokens, int max_splits, bool tensor_cores) {
   const int kv_dim = sh.n_kv_heads * sh.head_dim, q_dim = sh.n_heads * sh.head_dim;
   const int n_seqs = int(cached.size());
   int max_len = 0, n_tokens = 0;
-  for (int s = 0; s < n_seqs; ++s) max_len = std::max(max_len, cached[s] + new_tokens[s]), n_tokens += new_tokens[s];
+  for (int s = 0; s < n_seqs; ++s)
+    max_len = std::max(max_len, cached[s] + new_tokens[s]), n_tokens += new_tokens[s];
   const int blocks_per_seq = (max_len + 15) / 16;
   const int n_blocks = blocks_per_seq * n_seqs + 3;
 
@@ -60,7 +63,8 @@ int check_attention(Shape sh, const std::vector<int>& cached, const std::vector<
 
   std::vector<int32_t> positions, token_tables;
   for (int s = 0; s < n_seqs; ++s)
-    for (int i = 0; i < new_tokens[s]; ++i) positions.push_back(cached[s] + i), token_tables.push_back(s);
+    for (int i = 0; i < new_tokens[s]; ++i)
+      positions.push_back(cached[s] + i), token_tables.push_back(s);
   std::vector<float> q = random_floats(size_t(n_tokens) * size_t(q_dim));
   const float scale = 1.0f / std::sqrt(float(sh.head_dim));
 
@@ -68,7 +72,8 @@ int check_attention(Shape sh, const std::vector<int>& cached, const std::vector<
   DeviceBuffer<int32_t> dpos(positions), dtt(token_tables), dtab(tables);
   DeviceBuffer<float> dq(q), dout(size_t(n_tokens) * size_t(q_dim));
   poison(dout);
-  DeviceBuffer<float> dpart(kernels::attention_partial_floats(n_tokens, sh.n_heads, sh.head_dim, max_len - 1));
+  DeviceBuffer<float> dpart(
+      kernels::attention_partial_floats(n_tokens, sh.n_heads, sh.head_dim, max_len - 1));
   kernels::AttentionArgs a;
   a.q = dq.get();
   a.ldq = q_dim;
@@ -87,12 +92,18 @@ int check_attention(Shape sh, const std::vector<int>& cached, const std::vector<
   a.max_splits = max_splits;
   a.scale = scale;
   a.partials = dpart.get();
+  a.tensor_cores = tensor_cores;
+  // Where the device has sm_80+ code, head_dim 64 and 128 take the
+  // tensor-core kernel: a fallback would pass the checks below unnoticed.
+  if (tensor_cores && kernels::gemm_sm80_available() && (sh.head_dim == 64 || sh.head_dim == 128))
+    REQUIRE(kernels::attention_mma_applies(a));
   const int pieces = kernels::attention_launch_pieces(a);
   kernels::launch_attention(a, nullptr);
   const std::vector<float> two_launches = dout.download();
   // The combine in the last block of pass 1 (AttentionArgs::arrivals), run
   // twice: the counters must be left zero, and the second run equal the first.
-  DeviceBuffer<uint32_t> arrivals(std::vector<uint32_t>(size_t(n_tokens) * size_t(sh.n_kv_heads), 0u));
+  DeviceBuffer<uint32_t> arrivals(
+      std::vector<uint32_t>(size_t(n_tokens) * size_t(sh.n_kv_heads), 0u));
   a.arrivals = arrivals.get();
   poison(dout);
   kernels::launch_attention(a, nullptr);
@@ -126,10 +137,12 @@ int check_attention(Shape sh, const std::vector<int>& cached, const std::vector<
       std::vector<double> scores(size_t(pos) + 1);
       double mx = -1e300;
       for (int p = 0; p <= pos; ++p) {
-        size_t row = (size_t(tables[size_t(seq * blocks_per_seq + p / 16)]) * 16 + size_t(p % 16)) * size_t(kv_dim) +
+        size_t row = (size_t(tables[size_t(seq * blocks_per_seq + p / 16)]) * 16 + size_t(p % 16)) *
+                         size_t(kv_dim) +
                      size_t(kvh * sh.head_dim);
         double s = 0;
-        for (int e = 0; e < sh.head_dim; ++e) s += double(q[size_t(t * q_dim + h * sh.head_dim + e)]) * k_all[row + size_t(e)];
+        for (int e = 0; e < sh.head_dim; ++e)
+          s += double(q[size_t(t * q_dim + h * sh.head_dim + e)]) * k_all[row + size_t(e)];
         scores[size_t(p)] = s * scale;
         mx = std::max(mx, scores[size_t(p)]);
       }
@@ -138,27 +151,38 @@ int check_attention(Shape sh, const std::vector<int>& cached, const std::vector<
       for (int e = 0; e < sh.head_dim; ++e) {
         double acc = 0;
         for (int p = 0; p <= pos; ++p) {
-          size_t row = (size_t(tables[size_t(seq * blocks_per_seq + p / 16)]) * 16 + size_t(p % 16)) * size_t(kv_dim) +
-                       size_t(kvh * sh.head_dim);
+          size_t row =
+              (size_t(tables[size_t(seq * blocks_per_seq + p / 16)]) * 16 + size_t(p % 16)) *
+                  size_t(kv_dim) +
+              size_t(kvh * sh.head_dim);
           acc += scores[size_t(p)] / sum * v_all[row + size_t(e)];
         }
         ref[size_t(t * q_dim + h * sh.head_dim + e)] = acc;
       }
     }
   }
+  CAPTURE(tensor_cores);
   CHECK(count_mismatches("attention", two_launches, ref, 2e-4, 1e-3) == 0);
   CHECK(count_mismatches("attention, combined in pass 1", fused, ref, 2e-4, 1e-3) == 0);
+  return pieces;
+}
+
+// Both pass-1 kernels; returns the portable kernel's pieces per token.
+int check_attention(Shape sh, const std::vector<int>& cached, const std::vector<int>& new_tokens,
+                    int max_splits = 0) {
+  const int pieces = check_attention_with(sh, cached, new_tokens, max_splits, false);
+  check_attention_with(sh, cached, new_tokens, max_splits, true);
   return pieces;
 }
 
 }  // namespace
 
 TEST_CASE("decode: one token per sequence, GQA shapes of real models") {
-  check_attention({32, 8, 128}, {511, 37, 4095}, {1, 1, 1});   // Llama-3-8B, split-K at 4096
-  check_attention({9, 3, 64}, {100, 1}, {1, 1});                // SmolLM2
-  check_attention({64, 8, 128}, {700}, {1});                    // Qwen3-32B: 8 heads per KV head
-  check_attention({4, 4, 32}, {0, 16, 17}, {1, 1, 1});          // no GQA, block edges
-  check_attention({4, 2, 16}, {40}, {1});                       // tiny test models: half the lanes idle
+  check_attention({32, 8, 128}, {511, 37, 4095}, {1, 1, 1});  // Llama-3-8B, split-K at 4096
+  check_attention({9, 3, 64}, {100, 1}, {1, 1});              // SmolLM2
+  check_attention({64, 8, 128}, {700}, {1});                  // Qwen3-32B: 8 heads per KV head
+  check_attention({4, 4, 32}, {0, 16, 17}, {1, 1, 1});        // no GQA, block edges
+  check_attention({4, 2, 16}, {40}, {1});  // tiny test models: half the lanes idle
 }
 
 TEST_CASE("prefill: many tokens of one sequence attend causally, also after cached ones") {
@@ -183,8 +207,8 @@ TEST_CASE("batched decode: the pieces stop at one wave of blocks") {
   CHECK(pieces >= 1);
   // 8 sequences (the b8 bench): fewer pieces than the 32 of a 512-position
   // grid, more than one.
-  const int eight = check_attention({32, 8, 128}, {500, 511, 37, 300, 420, 1, 64, 255},
-                                    {1, 1, 1, 1, 1, 1, 1, 1});
+  const int eight =
+      check_attention({32, 8, 128}, {500, 511, 37, 300, 420, 1, 64, 255}, {1, 1, 1, 1, 1, 1, 1, 1});
   CHECK(eight < kernels::attention_splits(511));
 }
 
@@ -224,26 +248,30 @@ TEST_CASE("decode attention under PDL: each token's own row written by the kerne
     MESSAGE(
         "no programmatic dependent launch on this device or build: both runs are plain launches");
   for (int max_splits : {0, 1, 2}) {
-    for (Shape sh : {Shape{32, 8, 128}, Shape{4, 2, 16}, Shape{8, 4, 32}}) {
-      CAPTURE(sh.head_dim);
-      CAPTURE(max_splits);
-      PdlDecodeStep st(sh.n_heads, sh.n_kv_heads, sh.head_dim, {511, 37, 200, 16, 128}, max_splits);
-      std::vector<uint16_t> cache_bits(st.cache_slots() * size_t(st.kv_dim));
-      for (uint16_t& b : cache_bits) b = float_to_half_bits(random_floats(1)[0]);
-      DeviceBuffer<uint16_t> ck(cache_bits), cv(cache_bits);
-      st.args.cache = {ck.get(), cv.get()};
-      const int differing_rounds = rounds_auto_differs(
-          20, [&] { st.refresh(); },
-          [&](cudaStream_t stream) {
-            poison(st.out);
-            kernels::launch_kv_write(st.k.get(), st.v.get(), st.kv_dim, st.n, st.kv_dim,
-                                     st.slots.get(), {ck.get(), cv.get()}, stream);
-            kernels::launch_attention(st.args, stream);
-            CUDA_CHECK(cudaStreamSynchronize(stream));
-            return st.out.download();
-          });
-      CHECK(differing_rounds == 0);
-    }
+    for (Shape sh : {Shape{32, 8, 128}, Shape{4, 2, 16}, Shape{8, 4, 32}, Shape{9, 3, 64}})
+      for (bool tensor_cores : {false, true}) {  // both pass-1 kernels at head_dim 64 and 128
+        CAPTURE(sh.head_dim);
+        CAPTURE(max_splits);
+        CAPTURE(tensor_cores);
+        PdlDecodeStep st(sh.n_heads, sh.n_kv_heads, sh.head_dim, {511, 37, 200, 16, 128},
+                         max_splits);
+        st.args.tensor_cores = tensor_cores;
+        std::vector<uint16_t> cache_bits(st.cache_slots() * size_t(st.kv_dim));
+        for (uint16_t& b : cache_bits) b = float_to_half_bits(random_floats(1)[0]);
+        DeviceBuffer<uint16_t> ck(cache_bits), cv(cache_bits);
+        st.args.cache = {ck.get(), cv.get()};
+        const int differing_rounds = rounds_auto_differs(
+            20, [&] { st.refresh(); },
+            [&](cudaStream_t stream) {
+              poison(st.out);
+              kernels::launch_kv_write(st.k.get(), st.v.get(), st.kv_dim, st.n, st.kv_dim,
+                                       st.slots.get(), {ck.get(), cv.get()}, stream);
+              kernels::launch_attention(st.args, stream);
+              CUDA_CHECK(cudaStreamSynchronize(stream));
+              return st.out.download();
+            });
+        CHECK(differing_rounds == 0);
+      }
   }
 }
 
@@ -256,12 +284,14 @@ TEST_CASE("kv_write stores fp16 rows in their slots") {
   DeviceBuffer<uint16_t> ck(size_t(48 * kv_dim)), cv(size_t(48 * kv_dim));
   kernels::launch_fill_u16(ck.get(), ck.size(), 0x7E00, nullptr);
   kernels::launch_fill_u16(cv.get(), cv.size(), 0x7E00, nullptr);
-  kernels::launch_kv_write(dk.get(), dv.get(), kv_dim, n, kv_dim, ds.get(), {ck.get(), cv.get()}, nullptr);
+  kernels::launch_kv_write(dk.get(), dv.get(), kv_dim, n, kv_dim, ds.get(), {ck.get(), cv.get()},
+                           nullptr);
   auto hk = ck.download(), hv = cv.download();
   int bad = 0;
   for (int t = 0; t < n; ++t)
     for (int i = 0; i < kv_dim; ++i) {
-      uint16_t bk = hk[size_t(slots[size_t(t)] * kv_dim + i)], bv = hv[size_t(slots[size_t(t)] * kv_dim + i)];
+      uint16_t bk = hk[size_t(slots[size_t(t)] * kv_dim + i)],
+               bv = hv[size_t(slots[size_t(t)] * kv_dim + i)];
       __half h1 = *reinterpret_cast<__half*>(&bk), h2 = *reinterpret_cast<__half*>(&bv);
       bad += __half2float(h1) != round_half(k[size_t(t * kv_dim + i)]);
       bad += __half2float(h2) != round_half(v[size_t(t * kv_dim + i)]);

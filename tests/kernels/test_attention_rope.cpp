@@ -163,13 +163,18 @@ void check_rope_in_attention(const Case& c, const std::vector<int32_t>& position
   kernels::AttentionArgs a = st.rope_args(qkv_in.get(), cache_in.get(), out_in.get(), c.ordering,
                                           c.norms ? d_qn.get() : nullptr,
                                           c.norms ? d_kn.get() : nullptr, eps, c.max_splits);
-  std::vector<float> got[2];
-  for (int combine_in_pass1 = 0; combine_in_pass1 < 2; ++combine_in_pass1) {
-    a.arrivals = combine_in_pass1 ? arrivals.get() : nullptr;
-    poison(out_in);
-    kernels::launch_attention(a, nullptr);
-    got[combine_in_pass1] = out_in.download();
-  }
+  // [tensor cores][combine in pass 1]: both pass-1 kernels
+  // (AttentionArgs::tensor_cores, the sm_80+ one where it applies).
+  std::vector<float> got[2][2];
+  for (int tensor_cores = 0; tensor_cores < 2; ++tensor_cores)
+    for (int combine_in_pass1 = 0; combine_in_pass1 < 2; ++combine_in_pass1) {
+      a.tensor_cores = tensor_cores;
+      a.arrivals = combine_in_pass1 ? arrivals.get() : nullptr;
+      cache_in.upload(cache_bits);  // the own rows unwritten: each launch must write and use them
+      poison(out_in);
+      kernels::launch_attention(a, nullptr);
+      got[tensor_cores][combine_in_pass1] = out_in.download();
+    }
   // The raw rows stay as they were (q and k are not rotated in place).
   CHECK(same_bits(qkv_in.download(), qkv));
 
@@ -178,9 +183,12 @@ void check_rope_in_attention(const Case& c, const std::vector<int32_t>& position
   // moves the outputs by ~1e-5; a wrong angle, pair or norm moves them by
   // ~0.1 and more.
   std::vector<double> ref(want.begin(), want.end());
-  CHECK(count_mismatches("attention, RoPE inside", got[0], ref, 2e-4, 1e-3) == 0);
-  CHECK(count_mismatches("attention, RoPE inside, combine in pass 1", got[1], ref, 2e-4, 1e-3) ==
-        0);
+  for (int tensor_cores = 0; tensor_cores < 2; ++tensor_cores) {
+    CAPTURE(tensor_cores);
+    CHECK(count_mismatches("attention, RoPE inside", got[tensor_cores][0], ref, 2e-4, 1e-3) == 0);
+    CHECK(count_mismatches("attention, RoPE inside, combine in pass 1", got[tensor_cores][1], ref,
+                           2e-4, 1e-3) == 0);
+  }
   const std::vector<uint16_t> got_cache = cache_in.download();
   int changed_elsewhere = 0, own_off = 0;
   std::vector<bool> own(got_cache.size(), false);
@@ -240,11 +248,13 @@ TEST_CASE("attention with RoPE inside = head norms, rope_qk_kv_write, attention"
   }
 }
 
+namespace {
+
 // Under programmatic dependent launch the angles are computed before the
 // wait and q, k and v read after it. Here the kernel just before rewrites
 // q and k (a head RMSNorm in place) with fresh rows each round: were they
 // read before it completed, `auto` would differ from `portable`.
-TEST_CASE("attention with RoPE inside under PDL: q and k written by the kernel just before") {
+void check_rope_under_pdl(bool tensor_cores) {
   const int n_heads = 32, n_kv_heads = 8, head_dim = 128;
   DecodeStep st(n_heads, n_kv_heads, head_dim, {700, 5, 64});
   const int n = st.n;
@@ -254,8 +264,9 @@ TEST_CASE("attention with RoPE inside under PDL: q and k written by the kernel j
       cudaMemset(cache.get(), 0x2e, cache.size() * sizeof(uint16_t)));  // small finite halves
   DeviceBuffer<float> qkv(size_t(n) * size_t(ld)), d_w(random_floats(head_dim)),
       out(size_t(n * st.q_dim));
-  const kernels::AttentionArgs a = st.rope_args(
-      qkv.get(), cache.get(), out.get(), kernels::RopeOrdering::NeoX, nullptr, nullptr, 0.0f);
+  kernels::AttentionArgs a = st.rope_args(qkv.get(), cache.get(), out.get(),
+                                          kernels::RopeOrdering::NeoX, nullptr, nullptr, 0.0f);
+  a.tensor_cores = tensor_cores;
   std::vector<float> rows;
   const int differing_rounds = rounds_auto_differs(
       20, [&] { rows = random_floats(size_t(n) * size_t(ld)); },
@@ -270,4 +281,13 @@ TEST_CASE("attention with RoPE inside under PDL: q and k written by the kernel j
         return out.download();
       });
   CHECK(differing_rounds == 0);
+}
+
+}  // namespace
+
+TEST_CASE("attention with RoPE inside under PDL: q and k written by the kernel just before") {
+  for (bool tensor_cores : {false, true}) {  // both pass-1 kernels
+    CAPTURE(tensor_cores);
+    check_rope_under_pdl(tensor_cores);
+  }
 }
