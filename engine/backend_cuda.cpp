@@ -375,6 +375,10 @@ std::string CudaBackend::kernels_in_use() const {
   std::string variants;
   if (kernels::gemm_sm80_available()) variants += "sm80-gemm";
   if (impl_->gemm_min_tokens < kernels::kGemmMinTokens) variants += " + sm80-narrow";
+  kernels::AttentionArgs attention;  // what the decode steps' attention gets
+  attention.tensor_cores = impl_->attention_mma && !impl_->options.kv_int8;
+  attention.head_dim = int(impl_->model->config.head_dim);
+  if (kernels::attention_mma_applies(attention)) variants += variants.empty() ? "sm80-attention" : " + sm80-attention";
   if (kernels::programmatic_launch_supported()) variants += variants.empty() ? "pdl" : " + pdl";
   return "auto: " + (variants.empty() ? std::string("portable") : variants);
 }

@@ -74,8 +74,9 @@ class CudaBackend final : public Backend {
   // The kernels in use, for logs and benchmarks: "portable"; "auto: " and
   // the variants the card runs ("sm80-gemm", the sm_80+ prefill GEMM;
   // "sm80-narrow", the sm_80+ narrow GEMM for decode steps of a few tokens,
-  // where it takes every matrix of the model; "pdl", programmatic dependent
-  // launch on sm_90+); "auto: portable" when
+  // where it takes every matrix of the model; "sm80-attention", the
+  // attention's pass 1 on the tensor cores, fp16 cache and head_dim 64 or
+  // 128; "pdl", programmatic dependent launch on sm_90+); "auto: portable" when
   // it has none (a V100, or a build without sm_80+ code).
   std::string kernels_in_use() const;
   // Bytes of weights one decode step reads: every matrix and vector except

@@ -28,6 +28,7 @@
 #include "engine/generate.h"
 #include "engine/tokenizer.h"
 #include "engine/vram_plan.h"
+#include "kernels/gemm_sm80.h"
 #include "tests/engine/test_gguf_support.h"
 #include "tests/kernels/random_weights.h"
 
@@ -543,6 +544,13 @@ TEST_CASE("stacked, partly stacked and separate projections: CUDA follows the CP
     auto cuda = CudaBackend::create(model, o);
     REQUIRE_MESSAGE(cuda.ok(), (cuda.ok() ? "" : cuda.error().message));
     CHECK(cuda.value()->memory_use().weights == *planned);
+    // head_dim 64: with auto on an sm_80+ card the fp16 cache's decode
+    // steps take the tensor-core attention, checked here against the CPU.
+    const std::string used = cuda.value()->kernels_in_use();
+    MESSAGE("CUDA runs '" << used << "'");
+    if (o.kernels == kernels::KernelSet::Auto && kernels::gemm_sm80_available() && !int8 &&
+        !std::getenv("VOLTAD_ATTENTION_MMA"))
+      CHECK(used.find("sm80-attention") != std::string::npos);
     const auto got = run(*cuda.value());
     REQUIRE(got.size() == want.size());
     for (size_t r = 0; r < got.size(); ++r) {
