@@ -169,8 +169,8 @@ __device__ __forceinline__ void norm_rope_lane(float (&x)[kAttentionLaneElements
 // in the cache. Every lane of those warps takes part (the shuffles); the
 // caller's barrier over them follows.
 template <int HD, int G, class Reader>
-__device__ __forceinline__ void rope_items(const AttentionArgs& a, const Reader& cache, int t, int kvh,
-                                           int group, bool holds_own, int active,
+__device__ __forceinline__ void rope_items(const AttentionArgs& a, const Reader& cache, int t,
+                                           int kvh, int group, bool holds_own, int active,
                                            const float* rope_sin, const float* rope_cos,
                                            float (&q_ready)[G][HD]) {
   constexpr int VEC = kAttentionLaneElements, kLanes = HD / VEC, kSlots = 32 / kLanes;
@@ -196,7 +196,8 @@ __device__ __forceinline__ void rope_items(const AttentionArgs& a, const Reader&
       float vf[VEC];
 #pragma unroll
       for (int e = 0; e < VEC; ++e) vf[e] = vsrc[e];
-      cache.store(int64_t(a.rope.slots[t]) * kv_dim + int64_t(kvh) * HD + sub * VEC, Reader::pack(x, vf));
+      cache.store(int64_t(a.rope.slots[t]) * kv_dim + int64_t(kvh) * HD + sub * VEC,
+                  Reader::pack(x, vf));
     }
   }
 }
@@ -207,7 +208,8 @@ __device__ __forceinline__ void rope_items(const AttentionArgs& a, const Reader&
 // the piece's partial, and with AttentionArgs::arrivals the block that
 // counts last combines the pieces of its (token, KV head).
 template <int HD, int G>
-__device__ __forceinline__ void finish_piece(const AttentionArgs& a, int t, int kvh, int split, int group,
+__device__ __forceinline__ void finish_piece(const AttentionArgs& a, int t, int kvh, int split,
+                                             int group,
                                              const float (&sm_m)[kAttentionWarps][G],
                                              const float (&sm_l)[kAttentionWarps][G],
                                              float (&sm_acc)[kAttentionWarps][G][HD]) {
@@ -358,7 +360,7 @@ __global__ void __launch_bounds__(kAttentionWarps * 32, kRope && G <= 4 ? 4 : 0)
   // pass (U block steps on) goes out into its registers, so the loads stay
   // in flight while the pass computes. Against U = 4 loaded at the top of
   // each pass and used in it: b32 +3.3%, 4,096 positions b1 +4.6%
-  // (docs/PERFORMANCE.md run 20). U = 4 a pass ahead took 151 registers.
+  // (docs/PERFORMANCE-RUNS-18-20.md run 20). U = 4 a pass ahead took 151 registers.
   const int lane_slot = lane / kLanes;
   typename Reader::Rows rows[U];
   {

@@ -4,7 +4,7 @@
 // (attention_common.cuh), whose loop is bound by its instructions: per
 // position and head a lane group of HD/8 lanes converts, multiplies, sums
 // through shuffles and rescales, ~65 warp instructions for 512 bytes of
-// cache at head_dim 128 (docs/PERFORMANCE.md run 20).
+// cache at head_dim 128 (docs/PERFORMANCE-RUNS-18-20.md run 20).
 //
 // Here each warp takes the piece's cache blocks (16 positions) in turn,
 // copying a block's K and V rows by cp.async into its own ring of 2 or 3

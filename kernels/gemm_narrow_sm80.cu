@@ -557,7 +557,7 @@ void launch_warps(const GemmArgs& a, const uint32_t* xp, cudaStream_t stream) {
   // there (56 bytes at 16 warps, 12 at 8 since run 22), and 16 warps
   // measured slower than 8 (docs/KERNEL-NOTES.md). Int6K256 at 17-32
   // tokens takes 16 warps always: the 8-warp kernels spill 20-44 bytes
-  // there, the 16-warp ones 0-24 (b32 +1.1%, PERFORMANCE.md run 19).
+  // there, the 16-warp ones 0-24 (b32 +1.1%, PERFORMANCE-RUNS-18-20.md run 19).
   const bool spills = F == PackedFormat::Int4K256 && NT == 4;
   const bool wide = F == PackedFormat::Int6K256 && NT >= 3;
   if ((wide || (!spills && int64_t(blocks) <= device().sms)) &&

@@ -5,7 +5,9 @@
 # one; --bench=persistent for the kernel-boundary harness,
 # kernels/dev/bench_persistent.cu, and --bench=stream for the batch-1
 # streaming matvecs alone, kernels/dev/bench_stream.cu (seconds to build,
-# for Nsight Compute), which --bench alone leaves out);
+# for Nsight Compute), and --bench=attention for the decode attention's two
+# pass-1 kernels alone, kernels/dev/bench_attention.cu; --bench alone leaves
+# those three out);
 # --tests=REGEX builds and runs only the gpu tests whose target name
 # (kernels_test_*) matches. The summary is printed last. Logs go to $OUT (the
 # device tool's folder) when set.
@@ -14,7 +16,7 @@
 # travel in .deps/ (git-ignored). Once, here:
 #   bash scripts/device-test.sh --prepare-deps
 # then, as the device tool's command with carry [".deps"]:
-#   bash scripts/device-test.sh [--bench[=matvec|gemm|persistent|stream]] [--tests=REGEX] [--arch=90]
+#   bash scripts/device-test.sh [--bench[=matvec|gemm|persistent|stream|attention]] [--tests=REGEX] [--arch=90]
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 root=$PWD
@@ -39,7 +41,7 @@ for arg in "$@"; do
     --bench=*) bench=1; benches=${arg#--bench=}; benches=${benches//,/ } ;;
     --tests=*) tests_re=${arg#--tests=} ;;
     --arch=*) arch=${arg#--arch=} ;;
-    *) echo "usage: $0 [--prepare-deps | [--bench[=matvec|gemm|persistent|stream]] [--tests=REGEX] [--arch=NN]]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--prepare-deps | [--bench[=matvec|gemm|persistent|stream|attention]] [--tests=REGEX] [--arch=NN]]" >&2; exit 2 ;;
   esac
 done
 [[ -f $deps/include/doctest/doctest.h ]] || {
