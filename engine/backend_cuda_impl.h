@@ -110,6 +110,10 @@ struct CudaBackend::Impl {
   // where kernels::attention_mma_applies; off with VOLTAD_ATTENTION_MMA=0,
   // for comparisons (choose_attention_mma).
   bool attention_mma = false;
+  // Attention launches of at least this many tokens combine their split-K
+  // pieces in pass 1 (kCombineInPass1MinTokens; VOLTAD_COMBINE_MIN_TOKENS=N
+  // for comparisons).
+  int combine_min_tokens = backend_cuda_detail::kCombineInPass1MinTokens;
   int32_t *d_ints = nullptr;  // tokens, positions, slots, token_tables, logit_rows, block tables
   std::vector<int32_t> h_ints;
   float* h_logits = nullptr;  // pinned

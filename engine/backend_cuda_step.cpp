@@ -58,7 +58,7 @@ bool CudaBackend::Impl::attention(const Layer& layer, int first, int n_tokens, i
     // b8 and b32 +1%, but batch 1 -5%: there one block per KV head does the
     // work of 4 combine blocks at the end of the attention. The counters
     // hold S tokens; longer runs of prompt tokens take the two launches.
-    a.arrivals = a.n_tokens >= backend_cuda_detail::kCombineInPass1MinTokens && a.n_tokens <= options.max_sequences
+    a.arrivals = a.n_tokens >= combine_min_tokens && a.n_tokens <= options.max_sequences
                      ? arrivals
                      : nullptr;
     if (fused && out.kind == AttnOut::Quantized) {

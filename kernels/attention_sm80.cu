@@ -35,7 +35,9 @@
 
 namespace voltad::kernels {
 
-namespace {
+// Named, not anonymous: below sm_80 the kernel's body compiles to nothing,
+// and its helpers would be unused internal names (an error with -Werror).
+namespace attention80 {
 
 using sm80::copy_async;
 using sm80::copy_commit;
@@ -44,7 +46,7 @@ using sm80::load_matrices_x4;
 using sm80::mma_16816;
 
 constexpr int kMmaGroup = kAttentionMaxGroup;
-constexpr float kRescaleSlack = 8.0f;  // natural-log units: weights up to e^8 ~ 2981
+inline constexpr float kRescaleSlack = 8.0f;  // natural-log units: weights up to e^8 ~ 2981
 
 // S: the stages of a warp's ring (attention_mma_stages).
 template <int HD, int S>
@@ -86,6 +88,7 @@ __global__ void __launch_bounds__(kAttentionWarps * 32)
   const int group = a.n_heads / a.n_kv_heads;
   const int pos = a.positions[t];
   const int per = split_tokens(pos, gridDim.z);
+  static_assert(kAttentionMinSplitTokens % kKvBlockTokens == 0, "pieces start cache blocks");
   const int begin = split * per;  // a multiple of 16: a piece starts a cache block
   const int end = min(pos + 1, begin + per);
   const int kv_dim = a.n_kv_heads * HD;
@@ -95,8 +98,9 @@ __global__ void __launch_bounds__(kAttentionWarps * 32)
   const int mine = blocks > warp ? (blocks - warp + kAttentionWarps - 1) / kAttentionWarps : 0;
   uint8_t* ring = smem + warp * L::kWarpBytes;
   // The cache block of each of the warp's blocks, lane i holding the
-  // (32k + i)-th, read 32 at a time (the first before the wait: step
-  // inputs), so that no copy waits on a table load.
+  // (32k + i)-th, read 32 at a time (the first before the wait, also
+  // without own_position_only: positions and tables are the step's inputs,
+  // attention.h), so that no copy waits on a table load.
   const int32_t* my_table = table + begin / kKvBlockTokens + warp;
   int block_of = 0;
   auto fetch_blocks = [&](int n0) {
@@ -143,10 +147,15 @@ __global__ void __launch_bounds__(kAttentionWarps * 32)
   if (!early)
     for (int n = 0; n < S; ++n) issue(n);
   if constexpr (kRope) {
-    __syncthreads();  // the angles
-    rope_items<HD>(a, cache, t, kvh, group, pos < end, kAttentionWarps, rope_sin, rope_cos,
-                   q_ready);
-    __syncthreads();  // q_ready, and the own row's stores
+    // A piece past the token's position (begin > pos: end = pos + 1, but
+    // no positions) needs no q, and must not store the own row: the
+    // piece that holds it reads it back.
+    if (begin <= pos) {  // the same for the whole block
+      __syncthreads();   // the angles
+      rope_items<HD>(a, cache, t, kvh, group, pos < end, kAttentionWarps, rope_sin, rope_cos,
+                     q_ready);
+      __syncthreads();  // q_ready, and the own row's stores
+    }
   }
 
   // q as A: lane (g, t) holds head g's elements 2t, 2t+1 (+8) of each k
@@ -344,7 +353,9 @@ template <int HD, bool kRope>
 MmaPlan mma_plan(const AttentionArgs& a) {
   constexpr int kWarpBlock = kAttentionWarps * kKvBlockTokens;
   const int most = std::max(1, (a.max_position + 1) / kWarpBlock);
-  if (mma_max_stages() >= 3) {
+  // 3 stages only where 2 blocks of them fit an SM (the H200's 228 KB,
+  // not an A100's 164 KB, where 3 stages would leave 4 warps an SM).
+  if (mma_max_stages() >= 3 && mma_wave_blocks<HD, 3, kRope>() >= 2 * device_sm_count()) {
     const int n = std::min(most, attention_pieces_in_wave(a, mma_wave_blocks<HD, 3, kRope>()));
     // split_tokens (attention_common.cuh) for the longest piece
     const int per = ((a.max_position + n) / n + kAttentionMinSplitTokens - 1) /
@@ -364,7 +375,14 @@ decltype(auto) with_mma_instance(const AttentionArgs& a, Fn&& fn) {
                           : rope(std::integral_constant<int, 128>{});
 }
 
-}  // namespace
+}  // namespace attention80
+
+using attention80::kernel_attention_mma;
+using attention80::mma_max_stages;
+using attention80::mma_plan;
+using attention80::MmaPlan;
+using attention80::MmaSmem;
+using attention80::with_mma_instance;
 
 bool attention_mma_applies(const AttentionArgs& a) {
   return a.tensor_cores && (a.head_dim == 64 || a.head_dim == 128) && mma_max_stages() >= 2;

@@ -32,8 +32,13 @@ float round_half(float x) {
 // plus `new_tokens[s]` tokens in the step, and checks every head of every
 // step token. Returns the pieces per token the launch used. tensor_cores:
 // AttentionArgs::tensor_cores (the sm_80+ pass 1 where it applies).
+// k_growth: each position's K row is scaled by 1 + k_growth * position, so
+// that the scores' range, and with it a head's running maximum, grows
+// along the context. Cache slots that hold no position are NaN: a kernel
+// must not let them into a sum (zero weights times NaN are NaN).
 int check_attention_with(Shape sh, const std::vector<int>& cached,
-                         const std::vector<int>& new_tokens, int max_splits, bool tensor_cores) {
+                         const std::vector<int>& new_tokens, int max_splits, bool tensor_cores,
+                         float k_growth) {
   const int kv_dim = sh.n_kv_heads * sh.head_dim, q_dim = sh.n_heads * sh.head_dim;
   const int n_seqs = int(cached.size());
   int max_len = 0, n_tokens = 0;
@@ -52,13 +57,21 @@ int check_attention_with(Shape sh, const std::vector<int>& cached,
   // Cache contents for every position of every sequence (fp16-rounded).
   std::vector<float> k_all = random_floats(size_t(n_blocks) * 16 * size_t(kv_dim));
   std::vector<float> v_all = random_floats(size_t(n_blocks) * 16 * size_t(kv_dim));
+  std::vector<bool> holds(size_t(n_blocks) * 16, false);  // slot -> holds a position
+  for (int s = 0; s < n_seqs; ++s)
+    for (int p = 0; p < cached[s] + new_tokens[s]; ++p) {
+      const size_t slot = size_t(tables[size_t(s * blocks_per_seq + p / 16)]) * 16 + size_t(p % 16);
+      holds[slot] = true;
+      for (int e = 0; e < kv_dim; ++e)
+        k_all[slot * size_t(kv_dim) + size_t(e)] *= 1.0f + k_growth * float(p);
+    }
   for (auto& x : k_all) x = round_half(x);
   for (auto& x : v_all) x = round_half(x);
   std::vector<uint16_t> k_bits(k_all.size()), v_bits(v_all.size());
   for (size_t i = 0; i < k_all.size(); ++i) {
     __half hk = __float2half_rn(k_all[i]), hv = __float2half_rn(v_all[i]);
-    k_bits[i] = *reinterpret_cast<uint16_t*>(&hk);
-    v_bits[i] = *reinterpret_cast<uint16_t*>(&hv);
+    k_bits[i] = holds[i / size_t(kv_dim)] ? *reinterpret_cast<uint16_t*>(&hk) : uint16_t(0x7E00);
+    v_bits[i] = holds[i / size_t(kv_dim)] ? *reinterpret_cast<uint16_t*>(&hv) : uint16_t(0x7E00);
   }
 
   std::vector<int32_t> positions, token_tables;
@@ -169,9 +182,9 @@ int check_attention_with(Shape sh, const std::vector<int>& cached,
 
 // Both pass-1 kernels; returns the portable kernel's pieces per token.
 int check_attention(Shape sh, const std::vector<int>& cached, const std::vector<int>& new_tokens,
-                    int max_splits = 0) {
-  const int pieces = check_attention_with(sh, cached, new_tokens, max_splits, false);
-  check_attention_with(sh, cached, new_tokens, max_splits, true);
+                    int max_splits = 0, float k_growth = 0.0f) {
+  const int pieces = check_attention_with(sh, cached, new_tokens, max_splits, false, k_growth);
+  check_attention_with(sh, cached, new_tokens, max_splits, true, k_growth);
   return pieces;
 }
 
@@ -231,6 +244,28 @@ TEST_CASE("decode, one long piece: the own position around a pass boundary, ever
   // Pieces that start inside a sequence and end off the pass grid.
   check_attention({4, 2, 16}, {1000, 777}, {1, 1}, 2);
   check_attention({32, 8, 128}, {1000, 777}, {1, 1}, 3);
+}
+
+TEST_CASE("decode: scores whose range grows along the context") {
+  // K rows scaled up to ~16-76x by position: a head's maximum keeps growing
+  // (the tensor-core kernel rescales its sums only when it grows by more
+  // than e^8, in later blocks of a warp too) and the weights span many
+  // orders of magnitude.
+  for (int max_splits : {0, 1}) {
+    CAPTURE(max_splits);
+    check_attention({32, 8, 128}, {300, 700, 1500}, {1, 1, 1}, max_splits, 0.05f);
+    check_attention({9, 3, 64}, {300, 1000}, {1, 1}, max_splits, 0.05f);
+  }
+}
+
+TEST_CASE("decode, one piece of more than 32 cache blocks a warp, and one head a group") {
+  // The tensor-core kernel hands each warp its blocks' table entries 32 at
+  // a time: pieces of 2,100+ positions take it past the first 32.
+  check_attention({32, 8, 128}, {2200, 4200}, {1, 1}, 1);
+  check_attention({9, 3, 64}, {2200, 4200}, {1, 1}, 1);
+  // One query head a KV head, without RoPE inside.
+  check_attention({8, 8, 64}, {700, 33, 0}, {1, 1, 1});
+  check_attention({4, 4, 128}, {700, 2100}, {1, 1}, 1);
 }
 
 // Under programmatic dependent launch pass 1 loads the older cache rows
