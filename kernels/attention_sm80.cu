@@ -48,7 +48,7 @@ using sm80::mma_16816;
 constexpr int kMmaGroup = kAttentionMaxGroup;
 inline constexpr float kRescaleSlack = 8.0f;  // natural-log units: weights up to e^8 ~ 2981
 
-// S: the stages of a warp's ring (attention_mma_stages).
+// Shared memory of a block whose warps' rings have S stages (mma_plan).
 template <int HD, int S>
 struct MmaSmem {
   static_assert(HD == 64 || HD == 128, "head_dim 64 or 128");
@@ -73,6 +73,9 @@ __device__ __forceinline__ void split_half2(float x0, float x1, uint32_t& hi, ui
   lo = *reinterpret_cast<const uint32_t*>(&l);
 }
 
+// No minimum of blocks an SM in the bounds: ptxas then takes 166-168
+// registers at head_dim 128 (3 blocks an SM fit by registers; shared memory
+// decides), where a minimum of 1 gave 182 (2 blocks).
 template <int HD, int S, bool kRope>
 __global__ void __launch_bounds__(kAttentionWarps * 32)
     kernel_attention_mma(AttentionArgs a, Fp16KvReader cache) {
