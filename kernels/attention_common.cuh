@@ -39,7 +39,7 @@ constexpr int kAttentionLaneElements = 8;  // of a K or V row, per lane
 // ceil((pos + 1) / splits) rounded up to a multiple of 16 (a KV block), so
 // every piece but the last has the same length and the first
 // ceil((pos + 1) / per) pieces cover [0, pos].
-__device__ __forceinline__ int split_tokens(int pos, int splits) {
+__host__ __device__ __forceinline__ int split_tokens(int pos, int splits) {
   const int per = (pos + splits) / splits;
   return (per + kAttentionMinSplitTokens - 1) / kAttentionMinSplitTokens * kAttentionMinSplitTokens;
 }

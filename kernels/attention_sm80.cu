@@ -360,10 +360,7 @@ MmaPlan mma_plan(const AttentionArgs& a) {
   // not an A100's 164 KB, where 3 stages would leave 4 warps an SM).
   if (mma_max_stages() >= 3 && mma_wave_blocks<HD, 3, kRope>() >= 2 * device_sm_count()) {
     const int n = std::min(most, attention_pieces_in_wave(a, mma_wave_blocks<HD, 3, kRope>()));
-    // split_tokens (attention_common.cuh) for the longest piece
-    const int per = ((a.max_position + n) / n + kAttentionMinSplitTokens - 1) /
-                    kAttentionMinSplitTokens * kAttentionMinSplitTokens;
-    if (per >= 2 * kWarpBlock) return {3, n};
+    if (split_tokens(a.max_position, n) >= 2 * kWarpBlock) return {3, n};  // the longest piece
   }
   return {2, std::min(most, attention_pieces_in_wave(a, mma_wave_blocks<HD, 2, kRope>()))};
 }
