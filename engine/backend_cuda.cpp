@@ -226,8 +226,8 @@ Status CudaBackend::Impl::allocate_workspace() {
   uint8_t* scratch_at = take(ws.topk_scratch, scratch, "top-k scratch");
   topk_scratch = scratch > 0 ? scratch_at : nullptr;
   table_stride = KvBlockPool::blocks_for(options.max_context);
-  h_ints.resize(5 * T + S * size_t(table_stride));
-  d_ints = reinterpret_cast<int32_t*>(take(ws.step_indices, h_ints.size() * sizeof(int32_t), "step indices"));
+  h_ints_count = 5 * T + S * size_t(table_stride);
+  d_ints = reinterpret_cast<int32_t*>(take(ws.step_indices, h_ints_count * sizeof(int32_t), "step indices"));
   partial_floats = kernels::attention_partial_floats(int(S), int(c.n_heads), int(c.head_dim), options.max_context - 1);
   partials = reinterpret_cast<float*>(take(ws.attention_partials, partial_floats * f, "attention partials"));
   arrivals = reinterpret_cast<uint32_t*>(take(ws.attention_arrivals, S * size_t(c.n_kv_heads) * 4, "attention arrivals"));
@@ -240,6 +240,8 @@ Status CudaBackend::Impl::allocate_workspace() {
   if (e != cudaSuccess) return cuda_error("allocating pinned host memory for logits", e);
   e = alloc_pinned(h_candidates, candidate_ints * sizeof(int32_t));
   if (e != cudaSuccess) return cuda_error("allocating pinned host memory for top-k candidates", e);
+  e = alloc_pinned(h_ints, h_ints_count * sizeof(int32_t));
+  if (e != cudaSuccess) return cuda_error("allocating pinned host memory for step indices", e);
 
   // The KV cache: per layer, K and V of every block.
   const size_t per_layer = size_t(pool.n_blocks()) * KvBlockPool::kBlockTokens * size_t(c.kv_dim());
@@ -459,7 +461,7 @@ Status CudaBackend::step(std::span<const BatchChunk> chunks, ForwardOutput& out)
   // Host-side indices, uploaded in one copy: tokens, positions, KV slots,
   // each token's block-table row, the rows whose logits are wanted, tables.
   const int T = m.options.max_batch_tokens, S = m.options.max_sequences;
-  int32_t* tokens = m.h_ints.data();
+  int32_t* tokens = m.h_ints;
   int32_t* positions = tokens + T;
   int32_t* slots = positions + T;
   int32_t* token_tables = slots + T;
@@ -497,7 +499,7 @@ Status CudaBackend::step(std::span<const BatchChunk> chunks, ForwardOutput& out)
     return make_error("logits for " + std::to_string(n_out) + " tokens requested; at most max_sequences (" +
                       std::to_string(S) + ") per step");
   cudaStream_t st = m.stream;
-  CUDA_CHECK(cudaMemcpyAsync(m.d_ints, m.h_ints.data(), m.h_ints.size() * sizeof(int32_t), cudaMemcpyHostToDevice, st));
+  CUDA_CHECK(cudaMemcpyAsync(m.d_ints, m.h_ints, m.h_ints_count * sizeof(int32_t), cudaMemcpyHostToDevice, st));
   out.n_vocab = c.n_vocab;
   const bool decode = n == int(chunks.size()) && n_out == n;
   if (decode && m.options.use_graphs) {

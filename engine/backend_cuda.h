@@ -36,8 +36,10 @@ struct CudaBackendOptions {
   // that a benchmark can measure what each costs inside the decode graph.
   // The outputs are then meaningless; nothing but the bench sets it.
   struct Omit {
-    bool norms = false, rope = false, attention = false, swiglu = false, matvecs = false;
-    bool any() const { return norms || rope || attention || swiglu || matvecs; }
+    bool norms = false, rope = false, attention = false, swiglu = false;
+    // The matrix products by kind (`matvecs` in voltad-bench: all five).
+    bool qkv = false, wo = false, gate_up = false, down = false, output = false;
+    bool any() const { return norms || rope || attention || swiglu || qkv || wo || gate_up || down || output; }
   } omit;
   // Called while weights load: (bytes done, bytes total, tensor name).
   std::function<void(uint64_t, uint64_t, const std::string&)> on_progress;

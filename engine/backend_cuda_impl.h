@@ -115,7 +115,10 @@ struct CudaBackend::Impl {
   // for comparisons).
   int combine_min_tokens = backend_cuda_detail::kCombineInPass1MinTokens;
   int32_t *d_ints = nullptr;  // tokens, positions, slots, token_tables, logit_rows, block tables
-  std::vector<int32_t> h_ints;
+  // Their host copy, pinned: a copy from pageable memory would first be
+  // staged by the driver, on the host, while the GPU waits for the step.
+  int32_t* h_ints = nullptr;
+  size_t h_ints_count = 0;
   float* h_logits = nullptr;  // pinned
   // GPU top-k: (S, kMaxCandidates) ids then logits, on the device and pinned
   // on the host; scratch for the first pass over long vocabularies.
@@ -138,6 +141,7 @@ struct CudaBackend::Impl {
     for (void* p : allocations) cudaFree(p);
     free_pinned(h_logits);
     free_pinned(h_candidates);
+    free_pinned(h_ints);
     if (side) cudaStreamDestroy(side);
     if (fork_event) cudaEventDestroy(fork_event);
     if (join_event) cudaEventDestroy(join_event);

@@ -126,9 +126,10 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
     kernels::launch_matvec(a, on);
   };
   const CudaBackendOptions::Omit& omit = options.omit;  // timing only
-  auto matvec = [&](const kernels::PackedMatrixView& w, const float* xin, int64_t ldx, int rows, float* y,
-                    int64_t ldy, const float* bias, bool accumulate) {
-    if (omit.matvecs) return;
+  // `skip`: the kind is omitted (timing only).
+  auto matvec = [&](bool skip, const kernels::PackedMatrixView& w, const float* xin, int64_t ldx, int rows,
+                    float* y, int64_t ldy, const float* bias, bool accumulate) {
+    if (skip) return;
     matvec_on(st, w, xin, ldx, rows, y, ldy, bias, accumulate);
   };
 
@@ -177,14 +178,14 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
       CUDA_CHECK(cudaStreamWaitEvent(side, fork_event, 0));
       for (size_t i = 1; i < l.qkv.size(); ++i) {
         const ProjectionStack& p = l.qkv[i];
-        if (!omit.matvecs) matvec_on(side, p.w, xn, dim, n, q + p.column, ldqkv, p.bias, false);
+        if (!omit.qkv) matvec_on(side, p.w, xn, dim, n, q + p.column, ldqkv, p.bias, false);
       }
-      matvec(l.qkv[0].w, xn, dim, n, q + l.qkv[0].column, ldqkv, l.qkv[0].bias, false);
+      matvec(omit.qkv, l.qkv[0].w, xn, dim, n, q + l.qkv[0].column, ldqkv, l.qkv[0].bias, false);
       CUDA_CHECK(cudaEventRecord(join_event, side));
       CUDA_CHECK(cudaStreamWaitEvent(st, join_event, 0));
     } else {
       for (const ProjectionStack& p : l.qkv)
-        matvec(p.w, xn, dim, n, q + p.column, ldqkv, p.bias, false);
+        matvec(omit.qkv, p.w, xn, dim, n, q + p.column, ldqkv, p.bias, false);
     }
     if (c.qk_norm && !rope_in) {
       kernels::launch_head_rmsnorm(q, ldqkv, n, int(c.n_heads), int(c.head_dim), l.q_norm,
@@ -216,12 +217,12 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
                                              : attention(l, 0, n, max_position, attn_out, true, rope_in);
     if (quantized && !attn_written) kernels::launch_quantize_activations(attn, qd, n, qd, xq, st);
     scratch_holds = attn_out.kind == AttnOut::NarrowX && attn_written ? attn : nullptr;
-    matvec(l.wo, attn, qd, n, x, dim, nullptr, true);  // residual add fused
+    matvec(omit.wo, l.wo, attn, qd, n, x, dim, nullptr, true);  // residual add fused
 
     norm(l.ffn_norm, l.gate_up);
     // gate and up side by side in one row of ldgu; SwiGLU's output over gate.
     for (const ProjectionStack& p : l.gate_up)
-      matvec(p.w, xn, dim, n, gate + p.column, ldgu, nullptr, false);
+      matvec(omit.gate_up, p.w, xn, dim, n, gate + p.column, ldgu, nullptr, false);
     scratch_holds = nullptr;
     if (omit.swiglu) {
     } else if (quantized) {
@@ -235,7 +236,7 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
     } else {
       kernels::launch_swiglu(gate, ldgu, up, ldgu, gate, ldgu, n, ffn, st);
     }
-    matvec(l.w_down, gate, ldgu, n, x, dim, nullptr, true);
+    matvec(omit.down, l.w_down, gate, ldgu, n, x, dim, nullptr, true);
   }
 
   scratch_holds = nullptr;  // the final norm's quantization takes the scratch's bytes (xq)
@@ -243,7 +244,7 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
     kernels::launch_gather_rows(x, dim, d_logit_rows, n_out, dim, selected, dim, st);
     // Out of place: the norm's blocks of a row all read the whole row.
     kernels::launch_rmsnorm_quantize(selected, dim, output_norm, xn, dim, n_out, dim, c.rms_eps, xq, st);
-    matvec(output, xn, dim, n_out, logits, c.n_vocab, nullptr, false);
+    matvec(omit.output, output, xn, dim, n_out, logits, c.n_vocab, nullptr, false);
   }
 }
 

@@ -27,14 +27,16 @@ namespace {
 constexpr const char* kUsage =
     "usage: voltad-bench -m MODEL.gguf [-p 512] [-n 128] [-b 1,2,4,8,16] [--ctx 512] [--repeat 3]\n"
     "                    [--kv fp16|int8] [--kernels auto|portable] [--no-graphs] [--top-k K] [--json]\n"
-    "                    [--omit norms,rope,attention,swiglu,matvecs]\n"
+    "                    [--omit norms,rope,attention,swiglu,matvecs|qkv,wo,gate_up,down,output]\n"
     "  --kernels: auto (per-architecture variants where the card has them, the\n"
     "             default) or portable (only what a V100 runs)\n"
     "  --top-k K: each decode step returns the K best logits per sequence, as the\n"
     "             server does for greedy (1) or top-k sampling (0: whole rows)\n"
     "  --omit:    timing only: every step leaves these kernels out, so the time\n"
     "             they cost inside the decode graph shows as the difference from\n"
-    "             a run without --omit; the outputs are meaningless\n";
+    "             a run without --omit; the outputs are meaningless (matvecs:\n"
+    "             all five kinds of matrix product, qkv to output)\n";
+constexpr const char* kOmitKinds = " norms rope attention swiglu matvecs qkv wo gate_up down output ";
 
 [[maybe_unused]] std::vector<int> parse_list(const std::string& s) {
   std::vector<int> v;
@@ -75,10 +77,8 @@ int main(int argc, char** argv) {
       omit_list = next();
       std::stringstream in(omit_list);
       for (std::string item; std::getline(in, item, ',');)
-        if (item != "norms" && item != "rope" && item != "attention" && item != "swiglu" && item != "matvecs")
-          return std::fprintf(stderr, "voltad-bench: --omit takes norms, rope, attention, swiglu, matvecs; not '%s'\n",
-                              item.c_str()),
-                 64;
+        if (std::string(kOmitKinds).find(" " + item + " ") == std::string::npos)
+          return std::fprintf(stderr, "voltad-bench: --omit takes%s; not '%s'\n", kOmitKinds, item.c_str()), 64;
     }
     else if (a == "--kv") {
       std::string k = next();
@@ -125,7 +125,12 @@ int main(int argc, char** argv) {
       else if (item == "rope") o.omit.rope = true;
       else if (item == "attention") o.omit.attention = true;
       else if (item == "swiglu") o.omit.swiglu = true;
-      else if (item == "matvecs") o.omit.matvecs = true;
+      else if (item == "matvecs") o.omit.qkv = o.omit.wo = o.omit.gate_up = o.omit.down = o.omit.output = true;
+      else if (item == "qkv") o.omit.qkv = true;
+      else if (item == "wo") o.omit.wo = true;
+      else if (item == "gate_up") o.omit.gate_up = true;
+      else if (item == "down") o.omit.down = true;
+      else if (item == "output") o.omit.output = true;
     }
     if (o.omit.any())
       std::fprintf(stderr, "voltad-bench: --omit %s: timing only, the outputs are meaningless\n", omit_list.c_str());

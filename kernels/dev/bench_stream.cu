@@ -18,6 +18,7 @@
 // launch finds its weights in L2. Weight bytes are a fixed pattern (timing
 // does not depend on them); the output is not checked (test_matvec does).
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "kernels/dev/bench_timing.cuh"
@@ -100,7 +101,42 @@ struct Int4KTiledProbe {
 
 }  // namespace bench_probe
 
-int main() {
+// One wave of blocks, or at most `max_grid`.
+template <class C, int R, int S>
+void launch_grid(const MatvecArgs& a, int64_t max_grid) {
+  constexpr int64_t kBlockRows = int64_t(R) * (kMatvecWarpsPerBlock / S);
+  const int64_t groups = (a.w.layout.rows + kBlockRows - 1) / kBlockRows;
+  int per_sm = 0;
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_matvec_stream<C, R, S>,
+                                                           kMatvecWarpsPerBlock * 32, 0));
+  const int64_t grid = std::min({groups, int64_t(per_sm) * device_sm_count(), max_grid});
+  launch_kernel(kernel_matvec_stream<C, R, S>, unsigned(grid), kMatvecWarpsPerBlock * 32, 0,
+                nullptr, a, groups);
+}
+
+// The L2 question (run 24): the short kernels between the matvecs leave
+// DRAM idle for ~14 us a layer. A kernel beside them on another stream
+// could bring the next matrix's weights into L2 meanwhile. How fast is a
+// matvec whose weights are in L2, and how fast can a few blocks prefetch?
+__global__ void kernel_prefetch_l2(const uint8_t* p, int64_t bytes) {
+  const int64_t lines = bytes / 128, stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < lines; i += stride)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p + 128 * i));
+}
+
+// One block that spins for `ns` nanoseconds: a stand-in for the short
+// kernels' latency.
+__global__ void kernel_spin(int64_t ns) {
+  int64_t t0 = 0, t = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < ns);
+}
+
+int main(int argc, char** argv) {
+  const bool shapes = argc > 1 && std::string(argv[1]) == "slices";
+  const bool l2 = argc > 1 && std::string(argv[1]) == "l2";
   const int64_t max_cols = 14336;
   int8_t* q = nullptr;
   float *scales = nullptr, *y = nullptr;
@@ -132,6 +168,85 @@ int main() {
     std::printf("%-28s %-8s %8.2f us  %6.0f GB/s\n", name, kernel_set_name(set), us,
                 bytes / (us * 1e-6) / 1e9);
   };
+  if (l2) {
+    cudaStream_t a_stream, b_stream;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&a_stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&b_stream, cudaStreamNonBlocking));
+    cudaEvent_t fork, join;
+    CUDA_CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+    std::printf("5 us spin alone: %7.2f us\n", bench_timing::time_ms([&] {
+      for (int r = 0; r < 16; ++r) kernel_spin<<<1, 32, 0, a_stream>>>(5000);
+    }, a_stream) * 1e3 / 16);
+    for (int k = 0; k < 4; ++k) {
+      const Matrices& m = mats[k];
+      const int64_t bytes = int64_t(packed_payload_bytes(m.layout));
+      // Warm: one copy over and over (the o and q|k|v matrices fit L2).
+      Matrices one{m.layout, {m.copies[0]}};
+      char name[80];
+      std::snprintf(name, sizeof name, "%s warm", names[k]);
+      time_row(name, one, KernelSet::Portable, [](const MatvecArgs& a) { launch_matvec(a, nullptr); });
+      time_row(name, one, KernelSet::Auto, [](const MatvecArgs& a) { launch_matvec(a, nullptr); });
+      // Prefetch alone, G blocks of 256 threads.
+      for (int g : {8, 16, 32, 132}) {
+        int i = 0;
+        const float ms = bench_timing::time_ms([&] {
+          for (int r = 0; r < 16; ++r) {
+            kernel_prefetch_l2<<<g, 256, 0, nullptr>>>(m.copies[size_t(i++ % int(m.copies.size()))], bytes);
+          }
+        });
+        std::printf("  prefetch %5.1f MB, %3d blocks: %7.2f us  %6.0f GB/s\n", bytes / 1e6, g,
+                    ms * 1e3 / 16, bytes / (ms * 1e-3 / 16) / 1e9);
+      }
+      // A 5 us short-kernel stand-in, then the matvec (cold), against the
+      // same with the prefetch beside the stand-in (32 blocks).
+      for (int with : {0, 1}) {
+        MatvecArgs a;
+        a.xq = {q, scales};
+        a.y = y;
+        a.ldy = m.layout.rows;
+        int i = 0;
+        const int n = int(m.copies.size());
+        const float ms = bench_timing::time_ms(
+            [&] {
+              for (int r = 0; r < 16; ++r) {
+                uint8_t* w = m.copies[size_t(i++ % n)];
+                a.w = {m.layout, w};
+                CUDA_CHECK(cudaEventRecord(fork, a_stream));
+                if (with) {
+                  CUDA_CHECK(cudaStreamWaitEvent(b_stream, fork, 0));
+                  kernel_prefetch_l2<<<32, 256, 0, b_stream>>>(w, std::min<int64_t>(bytes, 24 << 20));
+                  CUDA_CHECK(cudaEventRecord(join, b_stream));
+                }
+                kernel_spin<<<1, 32, 0, a_stream>>>(5000);
+                if (with) CUDA_CHECK(cudaStreamWaitEvent(a_stream, join, 0));
+                launch_matvec(a, a_stream);
+              }
+            },
+            a_stream);
+        std::printf("  5 us spin + matvec%s: %7.2f us a pair\n", with ? ", prefetch beside (24 MB max)" : "",
+                    ms * 1e3 / 16);
+      }
+    }
+    return 0;
+  }
+  // Slices and grids for the matrices of less than a few waves (run 24).
+  if (shapes) {
+    using Q4 = Int4Chunk<PackedFormat::Int4K256>;
+    const int64_t all = int64_t(1) << 40;
+    for (KernelSet set : {KernelSet::Portable, KernelSet::Auto}) {
+      time_row("q|k|v S=1", mats[1], set, [&](const MatvecArgs& a) { launch_grid<Q4, 4, 1>(a, all); });
+      time_row("q|k|v S=2", mats[1], set, [&](const MatvecArgs& a) { launch_grid<Q4, 4, 2>(a, all); });
+      time_row("q|k|v S=2 grid 384", mats[1], set, [&](const MatvecArgs& a) { launch_grid<Q4, 4, 2>(a, 384); });
+      time_row("o S=1", mats[2], set, [&](const MatvecArgs& a) { launch_grid<Q4, 4, 1>(a, all); });
+      time_row("o S=2", mats[2], set, [&](const MatvecArgs& a) { launch_grid<Q4, 4, 2>(a, all); });
+      time_row("down S=1", mats[3], set, [&](const MatvecArgs& a) { launch_grid<Int6Chunk, 2, 1>(a, all); });
+      time_row("down S=2", mats[3], set, [&](const MatvecArgs& a) { launch_grid<Int6Chunk, 2, 2>(a, all); });
+      time_row("down S=2 grid 512", mats[3], set, [&](const MatvecArgs& a) { launch_grid<Int6Chunk, 2, 2>(a, 512); });
+      time_row("down S=1 R=4 (Q4 rows)", mats[3], set, [&](const MatvecArgs& a) { launch_grid<Int6Chunk, 4, 1>(a, all); });
+    }
+    return 0;
+  }
   // Each under `portable` (plain launches) and `auto` (programmatic
   // dependent launch on sm_90: a launch's first loads overlap the last's
   // end, as in the decode graph; run 22: 7-22% less time a matrix).
