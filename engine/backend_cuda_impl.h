@@ -114,6 +114,9 @@ struct CudaBackend::Impl {
   // pieces in pass 1 (kCombineInPass1MinTokens; VOLTAD_COMBINE_MIN_TOKENS=N
   // for comparisons).
   int combine_min_tokens = backend_cuda_detail::kCombineInPass1MinTokens;
+  // At most this many split-K pieces a token (0: as many as the plan
+  // takes); VOLTAD_ATTENTION_MAX_SPLITS=N, for comparisons.
+  int attention_max_splits = 0;
   int32_t *d_ints = nullptr;  // tokens, positions, slots, token_tables, logit_rows, block tables
   // Their host copy, pinned: a copy from pageable memory would first be
   // staged by the driver, on the host, while the GPU waits for the step.

@@ -37,7 +37,7 @@ bool CudaBackend::Impl::attention(const Layer& layer, int first, int n_tokens, i
     a.n_kv_heads = int(c.n_kv_heads);
     a.head_dim = int(c.head_dim);
     a.max_position = max_position;
-    a.max_splits = splits;
+    a.max_splits = attention_max_splits > 0 ? std::min(splits, attention_max_splits) : splits;
     a.scale = float(1.0 / std::sqrt(double(c.head_dim)));
     a.partials = partials;
     a.own_position_only = own_position_only;
