@@ -36,7 +36,7 @@ constexpr const char* kUsage =
     "             they cost inside the decode graph shows as the difference from\n"
     "             a run without --omit; the outputs are meaningless (matvecs:\n"
     "             all five kinds of matrix product, qkv to output)\n";
-constexpr const char* kOmitKinds = " norms rope attention swiglu matvecs qkv wo gate_up down output ";
+constexpr const char* kOmitKinds[] = {"norms", "rope", "attention", "swiglu", "matvecs", "qkv", "wo", "gate_up", "down", "output"};
 
 [[maybe_unused]] std::vector<int> parse_list(const std::string& s) {
   std::vector<int> v;
@@ -77,8 +77,11 @@ int main(int argc, char** argv) {
       omit_list = next();
       std::stringstream in(omit_list);
       for (std::string item; std::getline(in, item, ',');)
-        if (std::string(kOmitKinds).find(" " + item + " ") == std::string::npos)
-          return std::fprintf(stderr, "voltad-bench: --omit takes%s; not '%s'\n", kOmitKinds, item.c_str()), 64;
+        if (std::find(std::begin(kOmitKinds), std::end(kOmitKinds), item) == std::end(kOmitKinds)) {
+          std::string kinds;
+          for (const char* k : kOmitKinds) kinds += (kinds.empty() ? "" : ", ") + std::string(k);
+          return std::fprintf(stderr, "voltad-bench: --omit takes %s; not '%s'\n", kinds.c_str(), item.c_str()), 64;
+        }
     }
     else if (a == "--kv") {
       std::string k = next();

@@ -64,7 +64,7 @@ check "voltad-bench --kernels fast: says the choices" grep -q "auto or portable"
 # error before any model is read.
 out=$("$bin/voltad-bench" -m "$tmp/none.gguf" --omit norms,softmax 2>&1); rc=$?
 check "voltad-bench --omit softmax: usage error 64" test "$rc" -eq 64
-check "voltad-bench --omit softmax: names it and the choices" grep -q "norms, rope, attention, swiglu, matvecs; not 'softmax'" <<<"$out"
+check "voltad-bench --omit softmax: names it and the choices" grep -q "norms, rope, attention, swiglu, matvecs, qkv, wo, gate_up, down, output; not 'softmax'" <<<"$out"
 printf 'engine:\n  kernels: fastest\n' >"$tmp/kernels.yaml"
 out=$("$bin/voltad" --verify-config "$tmp/kernels.yaml" 2>&1); rc=$?
 check "engine.kernels: fastest is a config error (78)" test "$rc" -eq 78
