@@ -99,6 +99,28 @@ struct Int4KTiledProbe {
   }
 };
 
+// The packed layout's loads with next to no decode: the streaming kernel's
+// walk, loads and stores, but a chunk's "dot" only folds its words into one
+// bit. The question (PERFORMANCE.md run 24): is the streaming Q4_K kernel's
+// ~80% of copy a wave set by its loads (this probe near it) or by the decode
+// between them (this probe near the 89-91% of a kernel that only reads)?
+struct Int4KLoadsOnlyProbe {
+  using Base = Int4Chunk<PackedFormat::Int4K256>;
+  using Raw = Base::Raw;
+  using Rows = Base::Rows;
+  static __device__ __forceinline__ Rows rows_at(const PackedMatrixView& m, int64_t row0) {
+    return Base::rows_at(m, row0);
+  }
+  static __device__ __forceinline__ Raw load(const PackedMatrixView& m, const Rows& p, int64_t row0,
+                                             int r, int c) {
+    return Base::load(m, p, row0, r, c);
+  }
+  static __device__ __forceinline__ float dot(const Raw& r, int, const ChunkX& x) {
+    const uint32_t v = r.w.x ^ r.w.y ^ r.w.z ^ r.w.w ^ r.s.x ^ r.s.y ^ r.s.z ^ r.s.w ^ x.x0.x;
+    return float(v & 1u);
+  }
+};
+
 }  // namespace bench_probe
 
 // One wave of blocks, or at most `max_grid`.
@@ -261,6 +283,9 @@ int main(int argc, char** argv) {
     });
     time_row("probe: gate|up, tiled steps", mats[0], set, [](const MatvecArgs& a) {
       launch_stream<bench_probe::Int4KTiledProbe, 4, 1>(a, nullptr);
+    });
+    time_row("probe: gate|up, loads only", mats[0], set, [](const MatvecArgs& a) {
+      launch_stream<bench_probe::Int4KLoadsOnlyProbe, 4, 1>(a, nullptr);
     });
   }
   return 0;
