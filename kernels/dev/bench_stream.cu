@@ -10,8 +10,15 @@
 //     --launch-skip 8 --launch-count 2 -o /tmp/stream /tmp/bench_stream
 // (with --kernel-name-base demangled, the regex can name an instance, e.g.
 // 'kernel_matvec_stream.*Int6Chunk'; --section MemoryWorkloadAnalysis gives
-// DRAM throughput and hit rates). Last, a probe of the Q4_K access pattern
-// (Int4KTiledProbe below).
+// DRAM throughput and hit rates). Last, two probes of the Q4_K kernel: its
+// access pattern (Int4KTiledProbe) and its loads without the decode
+// (Int4KLoadsOnlyProbe).
+//
+// One argument picks another table instead (PERFORMANCE.md run 24):
+//   sweep   Q4_K x 4,096 from half a wave of row groups to four waves;
+//   slices  the small products' slices and grids;
+//   l2      the products with their weights already in L2, and a prefetch
+//           kernel beside a stand-in for the short kernels.
 //
 // Llama-3-8B's gate|up, q|k|v and o (Q4_K) and down (Q6_K, 4,096 x 14,336)
 // matrices, each one of several copies used in turn so that no
@@ -159,6 +166,7 @@ __global__ void kernel_spin(int64_t ns) {
 int main(int argc, char** argv) {
   const bool shapes = argc > 1 && std::string(argv[1]) == "slices";
   const bool l2 = argc > 1 && std::string(argv[1]) == "l2";
+  const bool sweep = argc > 1 && std::string(argv[1]) == "sweep";
   const int64_t max_cols = 14336;
   int8_t* q = nullptr;
   float *scales = nullptr, *y = nullptr;
@@ -190,6 +198,26 @@ int main(int argc, char** argv) {
     std::printf("%-28s %-8s %8.2f us  %6.0f GB/s\n", name, kernel_set_name(set), us,
                 bytes / (us * 1e-6) / 1e9);
   };
+  // The tail question (run 24): Q4_K x 4,096 columns at rows from half a
+  // wave of row groups to 4 waves, one wave of blocks (auto launches), over
+  // 16 copies (at least 39 MB apart: no launch finds its weights in L2).
+  if (sweep) {
+    using Q4 = Int4Chunk<PackedFormat::Int4K256>;
+    int per_sm = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_matvec_stream<Q4, 4, 1>,
+                                                             kMatvecWarpsPerBlock * 32, 0));
+    const int64_t wave = int64_t(per_sm) * device_sm_count(), wave_rows = wave * 16;
+    std::printf("wave: %lld blocks, %lld rows\n", (long long)wave, (long long)wave_rows);
+    const Matrices big = make(PackedFormat::Int4K256, 4 * wave_rows, 4096, 16);
+    for (int64_t rows = wave_rows / 2; rows <= 4 * wave_rows; rows += wave_rows / 8) {
+      const Matrices m{make_packed_layout(PackedFormat::Int4K256, rows, 4096), big.copies};
+      char name[64];
+      std::snprintf(name, sizeof name, "rows %6lld (%.3f waves)", (long long)rows,
+                    double(rows) / double(wave_rows));
+      time_row(name, m, KernelSet::Auto, [](const MatvecArgs& a) { launch_stream<Q4, 4, 1>(a, nullptr); });
+    }
+    return 0;
+  }
   if (l2) {
     cudaStream_t a_stream, b_stream;
     CUDA_CHECK(cudaStreamCreateWithFlags(&a_stream, cudaStreamNonBlocking));
