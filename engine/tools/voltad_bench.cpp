@@ -36,7 +36,8 @@ constexpr const char* kUsage =
     "             they cost inside the decode graph shows as the difference from\n"
     "             a run without --omit; the outputs are meaningless (matvecs:\n"
     "             all five kinds of matrix product, qkv to output)\n";
-constexpr const char* kOmitKinds[] = {"norms", "rope", "attention", "swiglu", "matvecs", "qkv", "wo", "gate_up", "down", "output"};
+constexpr const char* kOmitKinds[] = {"norms", "rope", "attention", "swiglu", "matvecs",
+                                      "qkv",   "wo",   "gate_up",   "down",   "output"};
 
 [[maybe_unused]] std::vector<int> parse_list(const std::string& s) {
   std::vector<int> v;
@@ -80,7 +81,9 @@ int main(int argc, char** argv) {
         if (std::find(std::begin(kOmitKinds), std::end(kOmitKinds), item) == std::end(kOmitKinds)) {
           std::string kinds;
           for (const char* k : kOmitKinds) kinds += (kinds.empty() ? "" : ", ") + std::string(k);
-          return std::fprintf(stderr, "voltad-bench: --omit takes %s; not '%s'\n", kinds.c_str(), item.c_str()), 64;
+          std::fprintf(stderr, "voltad-bench: --omit takes %s; not '%s'\n", kinds.c_str(),
+                       item.c_str());
+          return 64;
         }
     }
     else if (a == "--kv") {
@@ -128,7 +131,8 @@ int main(int argc, char** argv) {
       else if (item == "rope") o.omit.rope = true;
       else if (item == "attention") o.omit.attention = true;
       else if (item == "swiglu") o.omit.swiglu = true;
-      else if (item == "matvecs") o.omit.qkv = o.omit.wo = o.omit.gate_up = o.omit.down = o.omit.output = true;
+      else if (item == "matvecs")
+        o.omit.qkv = o.omit.wo = o.omit.gate_up = o.omit.down = o.omit.output = true;
       else if (item == "qkv") o.omit.qkv = true;
       else if (item == "wo") o.omit.wo = true;
       else if (item == "gate_up") o.omit.gate_up = true;
