@@ -153,6 +153,7 @@ void launch_matvec(const MatvecArgs& args, cudaStream_t stream) {
       a.xq.q = args.xq.q + b0 * quantized_activation_q_row(l.cols);
       a.xq.scales = args.xq.scales + b0 * quantized_activation_scale_row(l.cols);
     }
+    if (a.batch == 1 && launch_matvec_bulk(a, stream)) continue;
     const bool streams = l.format == PackedFormat::Int4K256 || l.format == PackedFormat::Int6K256;
     if (a.batch == 1 && streams && matvec_stream_enabled()) {
       launch_matvec_stream(a, stream);

@@ -19,11 +19,19 @@
 //   slices  the small products' slices and grids;
 //   l2      the products with their weights already in L2, and a prefetch
 //           kernel beside a stand-in for the short kernels.
+// and (run 25):
+//   bulk    the bulk-copy kernel (matvec_bulk.cu) checked against the
+//           streaming one and both timed on gate|up;
+//   chain   both on gate|up after a programmatic-launch stand-in for a
+//           short kernel, as in the decode graph.
+// Under `auto` the default table's launch_matvec takes the bulk-copy
+// kernel for gate|up.
 //
 // Llama-3-8B's gate|up, q|k|v and o (Q4_K) and down (Q6_K, 4,096 x 14,336)
 // matrices, each one of several copies used in turn so that no
 // launch finds its weights in L2. Weight bytes are a fixed pattern (timing
 // does not depend on them); the output is not checked (test_matvec does).
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -32,6 +40,7 @@
 #include "kernels/launch.cu"
 #include "kernels/matvec_dispatch.cu"
 #include "kernels/matvec_stream.cu"
+#include "kernels/matvec_bulk.cu"
 
 // launch_matvec's other launchers: never called here (batch 1, Q4_K/Q6_K).
 namespace voltad::kernels {
@@ -163,7 +172,20 @@ __global__ void kernel_spin(int64_t ns) {
   } while (t - t0 < ns);
 }
 
+// kernel_spin under programmatic launch: waits for the kernel before it,
+// releases the next, then spins (a short kernel of the decode step).
+__global__ void kernel_spin_pdl(int64_t ns) {
+  wait_then_release_next();
+  int64_t t0 = 0, t = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < ns);
+}
+
 int main(int argc, char** argv) {
+  const bool chain = argc > 1 && std::string(argv[1]) == "chain";
+  const bool bulk = argc > 1 && std::string(argv[1]) == "bulk";
   const bool shapes = argc > 1 && std::string(argv[1]) == "slices";
   const bool l2 = argc > 1 && std::string(argv[1]) == "l2";
   const bool sweep = argc > 1 && std::string(argv[1]) == "sweep";
@@ -276,6 +298,86 @@ int main(int argc, char** argv) {
             a_stream);
         std::printf("  5 us spin + matvec%s: %7.2f us a pair\n", with ? ", prefetch beside (24 MB max)" : "",
                     ms * 1e3 / 16);
+      }
+    }
+    return 0;
+  }
+  // The bulk-copy kernel (run 25): checked against the streaming kernel on
+  // random quants and x where it applies (gate|up; the others say so), then
+  // both timed alone under `auto`.
+  if (bulk) {
+    std::vector<int8_t> hq(size_t(quantized_activation_q_bytes(1, max_cols)));
+    std::vector<float> hs(size_t(quantized_activation_scale_bytes(1, max_cols)) / 4);
+    uint32_t seed = 12345;
+    auto next = [&] { return seed = seed * 1664525u + 1013904223u; };
+    for (auto& v : hq) v = int8_t(next() >> 24);
+    for (auto& v : hs) v = float(next() >> 20) * 1e-8f;
+    CUDA_CHECK(cudaMemcpy(q, hq.data(), hq.size(), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(scales, hs.data(), hs.size() * 4, cudaMemcpyHostToDevice));
+    const KernelSetScope scope(KernelSet::Auto);
+    for (int k = 0; k < 4; ++k) {
+      const Matrices& m = mats[k];
+      // Random quants (and Q6_K's high bits, laid out between the quants
+      // and the scales); the 0x11 scales stay finite.
+      const uint64_t from = m.layout.quants_offset, to = m.layout.scales_offset;
+      std::vector<uint8_t> w(size_t(to - from));
+      for (auto& v : w) v = uint8_t(next() >> 24);
+      CUDA_CHECK(cudaMemcpy(m.copies[0] + from, w.data(), w.size(), cudaMemcpyHostToDevice));
+      MatvecArgs a;
+      a.xq = {q, scales};
+      a.y = y;
+      a.ldy = m.layout.rows;
+      a.w = {m.layout, m.copies[0]};
+      const size_t rows = size_t(m.layout.rows);
+      std::vector<float> y0(rows), y1(rows);
+      launch_matvec_stream(a, nullptr);
+      CUDA_CHECK(cudaMemcpy(y0.data(), y, rows * 4, cudaMemcpyDeviceToHost));
+      CUDA_CHECK(cudaMemset(y, 0, rows * 4));
+      const bool took = launch_matvec_bulk(a, nullptr);
+      CUDA_CHECK(cudaMemcpy(y1.data(), y, rows * 4, cudaMemcpyDeviceToHost));
+      double worst = 0, scale = 0;
+      for (size_t r = 0; r < rows; ++r) {
+        worst = std::max(worst, double(std::fabs(y0[r] - y1[r])));
+        scale = std::max(scale, double(std::fabs(y0[r])));
+      }
+      std::printf("check %s: bulk %s, max |stream - bulk| %.3g of max |y| %.3g\n", names[k],
+                  took ? "taken" : "NOT TAKEN", worst, scale);
+    }
+    time_row(names[0], mats[0], KernelSet::Auto, [](const MatvecArgs& a) { launch_matvec_stream(a, nullptr); });
+    time_row("  bulk", mats[0], KernelSet::Auto, [](const MatvecArgs& a) { launch_matvec_bulk(a, nullptr); });
+    return 0;
+  }
+  // gate|up in a chain of programmatic launches (run 25): a stand-in for a
+  // short kernel of D us (132 blocks), then the product, 16 pairs; against
+  // the stand-in alone.
+  if (chain) {
+    const KernelSetScope scope(KernelSet::Auto);
+    for (int64_t ns : {1000, 3000}) {
+      const float alone = bench_timing::time_ms([&] {
+        for (int r = 0; r < 16; ++r) launch_kernel(kernel_spin_pdl, 132, 32, 0, nullptr, ns);
+      });
+      std::printf("spin %lld ns alone: %7.2f us\n", (long long)ns, alone * 1e3 / 16);
+      for (int k = 0; k < 1; ++k) {  // gate|up: the one the bulk kernel takes
+        const Matrices& m = mats[k];
+        auto pair = [&](const char* what, auto launch) {
+          MatvecArgs a;
+          a.xq = {q, scales};
+          a.y = y;
+          a.ldy = m.layout.rows;
+          int i = 0;
+          const int n = int(m.copies.size());
+          const float ms = bench_timing::time_ms([&] {
+            for (int r = 0; r < 16; ++r) {
+              a.w = {m.layout, m.copies[size_t(i++ % n)]};
+              launch_kernel(kernel_spin_pdl, 132, 32, 0, nullptr, ns);
+              launch(a);
+            }
+          });
+          std::printf("  %-26s %-7s %7.2f us a pair, product %6.2f us\n", names[k], what,
+                      ms * 1e3 / 16, (ms - alone) * 1e3 / 16);
+        };
+        pair("stream", [](const MatvecArgs& a) { launch_matvec_stream(a, nullptr); });
+        pair("bulk", [](const MatvecArgs& a) { launch_matvec_bulk(a, nullptr); });
       }
     }
     return 0;

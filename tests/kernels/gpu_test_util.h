@@ -162,21 +162,28 @@ inline DecodePaging decode_paging(const std::vector<int32_t>& positions, int blo
 // inputs) and then `step` (launches on the stream it is given and returns
 // the output) under both kernel sets, and counts the rounds whose outputs
 // differ in any bit: a read that raced its producer shows as a difference.
+// With `settled` (for launches that take another kernel under auto than
+// under portable), the second run is under auto too, with settled = true:
+// the step then lets the producer finish before the reader is launched.
 inline int rounds_auto_differs(int rounds, const std::function<void()>& refresh,
-                               const std::function<std::vector<float>(cudaStream_t)>& step) {
+                               const std::function<std::vector<float>(cudaStream_t)>& step,
+                               bool* settled = nullptr) {
   cudaStream_t stream = nullptr;
   CUDA_CHECK(cudaStreamCreate(&stream));
   int differing = 0;
   for (int round = 0; round < rounds; ++round) {
     refresh();
     std::vector<float> out[2];
-    const kernels::KernelSet sets[2] = {kernels::KernelSet::Auto, kernels::KernelSet::Portable};
+    const kernels::KernelSet sets[2] = {
+        kernels::KernelSet::Auto, settled ? kernels::KernelSet::Auto : kernels::KernelSet::Portable};
     for (int i = 0; i < 2; ++i) {
       kernels::KernelSetScope scope(sets[i]);
+      if (settled) *settled = i == 1;
       out[i] = step(stream);
     }
     differing += !same_bits(out[0], out[1]);
   }
+  if (settled) *settled = false;
   CUDA_CHECK(cudaStreamDestroy(stream));
   return differing;
 }

@@ -284,6 +284,42 @@ TEST_CASE("batch-1 streaming matvecs: blocks that walk several row groups") {
       }
 }
 
+// Under `auto` on sm_90+, batch-1 Q4_K products of 4,096 columns and at
+// least 4 row groups of 8 rows a block take the bulk-copy kernel
+// (matvec_bulk.cu): 20,001 rows leave a last stage of one row. It must be
+// what launch_matvec takes there, match the reference with bias and with
+// accumulation, and not be taken for o's shape (4,096 rows: about one
+// group a block), Q6_K, or other columns.
+TEST_CASE("batch-1 bulk-copy matvec (sm_90, auto)") {
+  const kernels::KernelSetScope scope(kernels::KernelSet::Auto);
+  const bool sm90 = kernels::programmatic_launch_supported();
+  if (!sm90) MESSAGE("no sm_90 code or device: the bulk-copy kernel does not apply");
+  struct Case {
+    GgmlType type;
+    int64_t rows, cols;
+    bool takes;
+  };
+  for (const Case& c : {Case{GgmlType::Q4_K, 20001, 4096, true},
+                        Case{GgmlType::Q4_K, 4096, 4096, false},
+                        Case{GgmlType::Q6_K, 20001, 4096, false},
+                        Case{GgmlType::Q4_K, 4001, 14336, false}}) {
+    CAPTURE(ggml_type_name(c.type));
+    CAPTURE(c.rows);
+    CAPTURE(c.cols);
+    kernels::MatvecArgs probe;
+    probe.w.layout = kernels::make_packed_layout(
+        c.type == GgmlType::Q4_K ? PackedFormat::Int4K256 : PackedFormat::Int6K256, c.rows, c.cols);
+    probe.batch = 1;
+    int8_t q = 0;
+    float scale = 0.0f;
+    probe.xq = {&q, &scale};
+    CHECK(kernels::matvec_bulk_applies(probe) == (c.takes && sm90));
+    if (!c.takes) continue;
+    run_case(c.type, c.rows, c.cols, 1, false, true);
+    run_case(c.type, c.rows, c.cols, 1, true, false);
+  }
+}
+
 TEST_CASE("quantized activations: NaN in x makes the block's scale NaN") {
   std::vector<float> x = random_floats(64);
   x[5] = std::nanf("");
@@ -327,8 +363,10 @@ TEST_CASE("decode matvecs under PDL: x quantized by the kernel just before") {
     for (int64_t cols : {4096, 1280, 256})
       for (const Case& c : cases) {
         // 20,000 rows: the batch-1 streaming kernels' blocks walk several
-        // row groups of 2 steps (Q4_K, Q6_K; matvec_stream.cu).
-        const int64_t rows = cols == 1280 ? 20000 : 4096;
+        // row groups of 2 steps (Q4_K, Q6_K; matvec_stream.cu); at 4,096
+        // columns Q4_K takes the bulk-copy kernel under `auto`.
+        const bool bulk = cols == 4096 && type == GgmlType::Q4_K;
+        const int64_t rows = cols == 1280 || bulk ? 20000 : 4096;
         const int batch = c.batch;
         CAPTURE(ggml_type_name(type));
         CAPTURE(cols);
@@ -350,6 +388,15 @@ TEST_CASE("decode matvecs under PDL: x quantized by the kernel just before") {
         args.ldy = rows;
         args.accumulate = true;
         args.slices = c.slices;
+        // The bulk-copy kernel sums in another order than the streaming
+        // one: its reference is `auto` with the quantizer finished first.
+        bool takes_bulk = false;
+        {
+          const kernels::KernelSetScope scope(kernels::KernelSet::Auto);
+          takes_bulk = kernels::matvec_bulk_applies(args);
+        }
+        CHECK(takes_bulk == (bulk && batch == 1 && kernels::programmatic_launch_supported()));
+        bool settled = false;
         std::vector<float> y0;
         const int differing_rounds = rounds_auto_differs(
             20,
@@ -360,10 +407,12 @@ TEST_CASE("decode matvecs under PDL: x quantized by the kernel just before") {
             [&](cudaStream_t stream) {
               d_y.upload(y0);
               kernels::launch_quantize_activations(d_x.get(), cols, batch, cols, args.xq, stream);
+              if (settled) CUDA_CHECK(cudaStreamSynchronize(stream));
               kernels::launch_matvec(args, stream);
               CUDA_CHECK(cudaStreamSynchronize(stream));
               return d_y.download();
-            });
+            },
+            takes_bulk ? &settled : nullptr);
         CHECK(differing_rounds == 0);
       }
 }

@@ -1,0 +1,255 @@
+// Batch-1 decode matvecs fed by bulk copies (sm_90: cp.async.bulk and
+// mbarriers; `auto` on the H200 and newer): Q4_K (Int4K256) rows of 4,096
+// columns, one wave of blocks.
+//
+// A block is one producer warp and 8 consumer warps. The producer's first
+// lane copies the block's row groups (8 rows: their nibbles and their
+// headers are two contiguous ranges) into a ring of 2 stages in shared
+// memory, each stage's arrival counted by an mbarrier (`full`), and
+// refills a stage once each consumer warp has released it (`empty`). It
+// starts at the block's launch, before the programmatic-launch wait:
+// weights are no kernel's output. The consumers hold x in registers,
+// loaded once after the wait: thread t owns chunk t % 128 (32 columns) of
+// the stage's rows t / 128, t / 128 + 2, ..., so it reads its chunk of x
+// once for the whole matrix where the streaming kernel (matvec_stream.cu)
+// re-reads x through L1 at every step. A consumer copies its stage bytes
+// to registers and releases the stage before it decodes them. A stage's
+// rows are summed warp by warp, then across the 4 warps that share a row
+// in a fixed order (the same bits every run).
+//
+// Measured on the H200 (kernels/dev/bench_stream.cu `bulk` and `chain`,
+// docs/PERFORMANCE.md run 25): Llama-3-8B's gate|up alone in 19.3 us
+// against 22.8 for the streaming kernel (3.4 TB/s against 2.9); the copies
+// without the decode in 16.0 us (4.1 TB/s, 96% of the copy bandwidth),
+// where the streaming kernel's loads alone take 19.5. Matrices of about
+// one row group a block (q|k|v, o) gain nothing; the same ring for Q6_K
+// and for rows of 14,336 columns (two chunks a thread) was slower than the
+// streaming kernel. Those stay with it.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+#include "kernels/cuda_check.h"
+#include "kernels/device_common.cuh"
+#include "kernels/launch.cuh"
+#include "kernels/matvec.h"
+#include "kernels/matvec_chunks.cuh"
+
+namespace voltad::kernels {
+
+namespace bulk {
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define VOLTAD_BULK_SM90 1
+#else
+#define VOLTAD_BULK_SM90 0
+#endif
+
+__device__ __forceinline__ uint32_t smem_address(const void* p) {
+  return uint32_t(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void barrier_init(uint64_t* b, int count) {
+#if VOLTAD_BULK_SM90
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_address(b)), "r"(count)
+               : "memory");
+#endif
+}
+// Makes the initialized barriers visible to the copy engine (the async proxy).
+__device__ __forceinline__ void barrier_init_fence() {
+#if VOLTAD_BULK_SM90
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+}
+// The producer's arrival, announcing `bytes` of copies to come.
+__device__ __forceinline__ void barrier_expect(uint64_t* b, uint32_t bytes) {
+#if VOLTAD_BULK_SM90
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_address(b)),
+               "r"(bytes)
+               : "memory");
+#endif
+}
+__device__ __forceinline__ void barrier_arrive(uint64_t* b) {
+#if VOLTAD_BULK_SM90
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_address(b)) : "memory");
+#endif
+}
+// Until the barrier's phase of parity `parity` has completed.
+__device__ __forceinline__ void barrier_wait(uint64_t* b, uint32_t parity) {
+#if VOLTAD_BULK_SM90
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        " selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_address(b)), "r"(parity)
+        : "memory");
+  } while (!done);
+#endif
+}
+// `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to
+// shared memory, completing on barrier b.
+__device__ __forceinline__ void copy_bulk(void* dst, const void* src, uint32_t bytes, uint64_t* b) {
+#if VOLTAD_BULK_SM90
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+          "r"(smem_address(dst)),
+      "l"(src), "r"(bytes), "r"(smem_address(b))
+      : "memory");
+#endif
+}
+
+using Q4K = Int4Chunk<PackedFormat::Int4K256>;
+
+constexpr int kConsumerWarps = 8;
+constexpr int kConsumers = kConsumerWarps * 32;
+constexpr int kThreads = kConsumers + 32;   // and the producer warp
+constexpr int kCols = 4096;                 // 128 chunks: 4 warps a row
+constexpr int kChunks = kCols / 32;
+constexpr int kPhases = kConsumers / kChunks;  // rows a thread takes turns over
+constexpr int kRowWarps = kConsumerWarps / kPhases;
+constexpr int kGroup = 8;                   // rows a stage
+constexpr int kStages = 2;
+constexpr int kRowsEach = kGroup / kPhases;  // rows a thread, a stage
+constexpr int kQuantRow = kCols / 2, kHeaderRow = kCols / 256 * 16;
+constexpr int kStage = kGroup * (kQuantRow + kHeaderRow);
+// The stages, 2 barriers a stage, and the partial sums of two stages.
+constexpr int kSmem = kStages * kStage + 2 * kStages * 8 + 2 * kGroup * kRowWarps * 4;
+// A block's ring pays once it holds several of the block's row groups: a
+// matrix of fewer groups than this many a block (the small products:
+// q|k|v, o) stays with the streaming kernel.
+constexpr int64_t kMinGroupsPerBlock = 4;
+
+// The warp's sums of 4 values (a lane's acc[0..3]): lanes 0, 8, 16 and 24
+// get the sums of acc[0], [1], [2] and [3]. The first exchange sends half
+// of a lane's values across 16 lanes and keeps the other half (rows 0-1
+// stay in lanes 0-15, rows 2-3 go to 16-31), the second does the same
+// across 8, then three plain butterfly steps finish each row: 6 shuffles
+// where 4 warp sums take 20.
+__device__ __forceinline__ float sum4_rows(const float (&acc)[4], int lane) {
+  const bool low16 = (lane & 16) == 0, low8 = (lane & 8) == 0;
+  const float k0 = low16 ? acc[0] : acc[2], k1 = low16 ? acc[1] : acc[3];
+  const float s0 = low16 ? acc[2] : acc[0], s1 = low16 ? acc[3] : acc[1];
+  const float r0 = k0 + __shfl_xor_sync(kFullMask, s0, 16);
+  const float r1 = k1 + __shfl_xor_sync(kFullMask, s1, 16);
+  float v = (low8 ? r0 : r1) + __shfl_xor_sync(kFullMask, low8 ? r1 : r0, 8);
+#pragma unroll
+  for (int o = 4; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
+  return v;
+}
+
+__global__ void __launch_bounds__(kThreads) kernel_matvec_bulk_q4k(MatvecArgs a, int64_t groups) {
+  static_assert(kRowsEach == 4 && kChunks % 32 == 0, "sum4_rows takes 4 rows a thread");
+  extern __shared__ __align__(128) uint8_t smem[];
+  const PackedLayout& l = a.w.layout;
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * kStage);
+  uint64_t* empty = full + kStages;
+  float* part = reinterpret_cast<float*>(empty + kStages);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (threadIdx.x == 0) {
+    for (int d = 0; d < kStages; ++d) {
+      barrier_init(&full[d], 1);
+      barrier_init(&empty[d], kConsumerWarps);
+    }
+    barrier_init_fence();
+  }
+  __syncthreads();
+  const int mine = int((groups - blockIdx.x + gridDim.x - 1) / gridDim.x);  // this block's groups
+  if (warp == kConsumerWarps) {
+    if (lane != 0) return;
+    for (int k = 0; k < mine; ++k) {
+      const int s = k % kStages;
+      if (k >= kStages) barrier_wait(&empty[s], uint32_t((k / kStages - 1) & 1));
+      const int64_t row0 = (blockIdx.x + int64_t(k) * gridDim.x) * kGroup;
+      const int rows = int(std::min<int64_t>(kGroup, l.rows - row0));
+      uint8_t* dst = smem + s * kStage;
+      barrier_expect(&full[s], uint32_t(rows * (kQuantRow + kHeaderRow)));
+      copy_bulk(dst, a.w.data + l.quants_offset + row0 * kQuantRow, uint32_t(rows * kQuantRow),
+                &full[s]);
+      copy_bulk(dst + kGroup * kQuantRow, a.w.data + l.scales_offset + row0 * kHeaderRow,
+                uint32_t(rows * kHeaderRow), &full[s]);
+    }
+    return;
+  }
+  const int t = threadIdx.x, c = t % kChunks, phase = t / kChunks;
+  const int j = c & 7;  // the chunk's Q4_K sub-block
+  wait_for_previous_kernel();
+  const ChunkX x = load_chunk_x(a.xq, c);
+  for (int k = 0; k < mine; ++k) {
+    const int s = k % kStages;
+    barrier_wait(&full[s], uint32_t((k / kStages) & 1));
+    const uint8_t* quants = smem + s * kStage;
+    const uint8_t* headers = quants + kGroup * kQuantRow;
+    Q4K::Raw raw[kRowsEach];
+#pragma unroll
+    for (int r = 0; r < kRowsEach; ++r) {
+      const int row = phase + kPhases * r;
+      raw[r].w = *reinterpret_cast<const uint4*>(quants + row * kQuantRow + 16 * c);
+      raw[r].s = *reinterpret_cast<const uint4*>(headers + row * kHeaderRow + 16 * (c >> 3));
+    }
+    // The stage's bytes are in registers: its slot goes back to the producer.
+    __syncwarp();
+    if (lane == 0) barrier_arrive(&empty[s]);
+    float acc[kRowsEach];
+#pragma unroll
+    for (int r = 0; r < kRowsEach; ++r) acc[r] = Q4K::dot(raw[r], j, x);
+    float* pk = part + (k & 1) * kGroup * kRowWarps;
+    const float v = sum4_rows(acc, lane);
+    if ((lane & 7) == 0) pk[(phase + kPhases * (lane >> 3)) * kRowWarps + warp % kRowWarps] = v;
+    // The consumers meet. The partial sums of two stages alternate, so one
+    // barrier a stage is enough: stage k's are read before the barrier of
+    // stage k + 1, which every writer of stage k + 2 passes first.
+    asm volatile("bar.sync 1, %0;" ::"n"(kConsumers) : "memory");
+    const int64_t row = (blockIdx.x + int64_t(k) * gridDim.x) * kGroup + t;
+    if (t < kGroup && row < l.rows) {
+      float out = pk[t * kRowWarps];
+#pragma unroll
+      for (int w = 1; w < kRowWarps; ++w) out += pk[t * kRowWarps + w];
+      if (a.bias) out += a.bias[row];
+      if (a.accumulate) out += a.y[row];
+      a.y[row] = out;
+    }
+  }
+  release_next_kernel();
+}
+
+// Whether the bulk kernel takes `a`, and with go, launches it.
+bool take(const MatvecArgs& a, cudaStream_t stream, bool go) {
+  static const bool on = [] {
+    const char* v = std::getenv("VOLTAD_MATVEC_BULK");
+    return !(v && v[0] == '0');
+  }();
+  const PackedLayout& l = a.w.layout;
+  if (!on || a.batch != 1 || l.rows == 0 || a.xq.q == nullptr ||
+      l.format != PackedFormat::Int4K256 || l.cols != kCols || l.quant_row_bytes != kQuantRow ||
+      l.scale_row_bytes != kHeaderRow || l.quants_offset % 16 != 0 || l.scales_offset % 16 != 0 ||
+      !programmatic_launch_enabled())
+    return false;
+  static const int per_sm = [] {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel_matvec_bulk_q4k,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    int blocks = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel_matvec_bulk_q4k,
+                                                             kThreads, kSmem));
+    return blocks;
+  }();
+  const int64_t groups = (l.rows + kGroup - 1) / kGroup;
+  const int64_t grid = int64_t(per_sm) * device_sm_count();
+  if (per_sm < 1 || groups < kMinGroupsPerBlock * grid) return false;
+  if (!go) return true;
+  launch_kernel(kernel_matvec_bulk_q4k, unsigned(grid), kThreads, size_t(kSmem), stream, a, groups);
+  CUDA_CHECK(cudaGetLastError());
+  return true;
+}
+
+}  // namespace bulk
+
+bool matvec_bulk_applies(const MatvecArgs& a) {
+  return bulk::take(a, nullptr, false);
+}
+
+bool launch_matvec_bulk(const MatvecArgs& a, cudaStream_t stream) {
+  return bulk::take(a, stream, true);
+}
+
+}  // namespace voltad::kernels
