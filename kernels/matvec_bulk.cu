@@ -1,6 +1,6 @@
 // Batch-1 decode matvecs fed by bulk copies (sm_90: cp.async.bulk and
-// mbarriers; `auto` on the H200 and newer): Q4_K (Int4K256) rows of 4,096
-// columns, one wave of blocks.
+// mbarriers; `auto` on the H200 and newer): Q4_K (Int4K256) and Q4_0
+// (Int4Sym32) rows of 4,096 columns, one wave of blocks.
 //
 // A block is one producer warp and 8 consumer warps. The producer's first
 // lane copies the block's row groups (8 rows: their nibbles and their
@@ -99,7 +99,23 @@ __device__ __forceinline__ void copy_bulk(void* dst, const void* src, uint32_t b
 #endif
 }
 
-using Q4K = Int4Chunk<PackedFormat::Int4K256>;
+// A chunk's scales read from a stage's headers (row r's at headers + r *
+// kHeaderRow): Q4_K's 16-byte header of the chunk's super-block, Q4_0's
+// fp16 d.
+template <class C>
+struct StageScales;
+template <>
+struct StageScales<Int4Chunk<PackedFormat::Int4K256>> {
+  static __device__ __forceinline__ uint4 read(const uint8_t* row, int c) {
+    return *reinterpret_cast<const uint4*>(row + 16 * (c >> 3));
+  }
+};
+template <>
+struct StageScales<Int4Chunk<PackedFormat::Int4Sym32>> {
+  static __device__ __forceinline__ unsigned short read(const uint8_t* row, int c) {
+    return *reinterpret_cast<const unsigned short*>(row + 2 * c);
+  }
+};
 
 constexpr int kConsumerWarps = 8;
 constexpr int kConsumers = kConsumerWarps * 32;
@@ -111,7 +127,10 @@ constexpr int kRowWarps = kConsumerWarps / kPhases;
 constexpr int kGroup = 8;                   // rows a stage
 constexpr int kStages = 2;
 constexpr int kRowsEach = kGroup / kPhases;  // rows a thread, a stage
+// Q4_K: 16 header bytes a super-block of 256; Q4_0: 2 bytes of d a chunk
+// of 32. The same bytes a row either way.
 constexpr int kQuantRow = kCols / 2, kHeaderRow = kCols / 256 * 16;
+static_assert(kHeaderRow == kCols / 32 * 2, "Q4_K and Q4_0 rows of the same size");
 constexpr int kStage = kGroup * (kQuantRow + kHeaderRow);
 // The stages, 2 barriers a stage, and the partial sums of two stages.
 constexpr int kSmem = kStages * kStage + 2 * kStages * 8 + 2 * kGroup * kRowWarps * 4;
@@ -138,7 +157,8 @@ __device__ __forceinline__ float sum4_rows(const float (&acc)[4], int lane) {
   return v;
 }
 
-__global__ void __launch_bounds__(kThreads) kernel_matvec_bulk_q4k(MatvecArgs a, int64_t groups) {
+template <class C>
+__global__ void __launch_bounds__(kThreads) kernel_matvec_bulk(MatvecArgs a, int64_t groups) {
   static_assert(kRowsEach == 4 && kChunks % 32 == 0, "sum4_rows takes 4 rows a thread");
   extern __shared__ __align__(128) uint8_t smem[];
   const PackedLayout& l = a.w.layout;
@@ -172,7 +192,7 @@ __global__ void __launch_bounds__(kThreads) kernel_matvec_bulk_q4k(MatvecArgs a,
     return;
   }
   const int t = threadIdx.x, c = t % kChunks, phase = t / kChunks;
-  const int j = c & 7;  // the chunk's Q4_K sub-block
+  const int j = c & 7;  // the chunk's Q4_K sub-block (Q4_0: unused)
   wait_for_previous_kernel();
   const ChunkX x = load_chunk_x(a.xq, c);
   for (int k = 0; k < mine; ++k) {
@@ -180,19 +200,19 @@ __global__ void __launch_bounds__(kThreads) kernel_matvec_bulk_q4k(MatvecArgs a,
     barrier_wait(&full[s], uint32_t((k / kStages) & 1));
     const uint8_t* quants = smem + s * kStage;
     const uint8_t* headers = quants + kGroup * kQuantRow;
-    Q4K::Raw raw[kRowsEach];
+    typename C::Raw raw[kRowsEach];
 #pragma unroll
     for (int r = 0; r < kRowsEach; ++r) {
       const int row = phase + kPhases * r;
       raw[r].w = *reinterpret_cast<const uint4*>(quants + row * kQuantRow + 16 * c);
-      raw[r].s = *reinterpret_cast<const uint4*>(headers + row * kHeaderRow + 16 * (c >> 3));
+      raw[r].s = StageScales<C>::read(headers + row * kHeaderRow, c);
     }
     // The stage's bytes are in registers: its slot goes back to the producer.
     __syncwarp();
     if (lane == 0) barrier_arrive(&empty[s]);
     float acc[kRowsEach];
 #pragma unroll
-    for (int r = 0; r < kRowsEach; ++r) acc[r] = Q4K::dot(raw[r], j, x);
+    for (int r = 0; r < kRowsEach; ++r) acc[r] = C::dot(raw[r], j, x);
     float* pk = part + (k & 1) * kGroup * kRowWarps;
     const float v = sum4_rows(acc, lane);
     if ((lane & 7) == 0) pk[(phase + kPhases * (lane >> 3)) * kRowWarps + warp % kRowWarps] = v;
@@ -213,33 +233,42 @@ __global__ void __launch_bounds__(kThreads) kernel_matvec_bulk_q4k(MatvecArgs a,
   release_next_kernel();
 }
 
-// Whether the bulk kernel takes `a`, and with go, launches it.
+// Launches kernel_matvec_bulk<C> if the matrix has the groups (go = false:
+// only says whether it would).
+template <class C>
+bool launch(const MatvecArgs& a, cudaStream_t stream, bool go) {
+  static const int per_sm = [] {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel_matvec_bulk<C>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    int blocks = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel_matvec_bulk<C>,
+                                                             kThreads, kSmem));
+    return blocks;
+  }();
+  const int64_t groups = (a.w.layout.rows + kGroup - 1) / kGroup;
+  const int64_t grid = int64_t(per_sm) * device_sm_count();
+  if (per_sm < 1 || groups < kMinGroupsPerBlock * grid) return false;
+  if (!go) return true;
+  launch_kernel(kernel_matvec_bulk<C>, unsigned(grid), kThreads, size_t(kSmem), stream, a, groups);
+  CUDA_CHECK(cudaGetLastError());
+  return true;
+}
+
+// Whether a bulk kernel takes `a`, and with go, launches it.
 bool take(const MatvecArgs& a, cudaStream_t stream, bool go) {
   static const bool on = [] {
     const char* v = std::getenv("VOLTAD_MATVEC_BULK");
     return !(v && v[0] == '0');
   }();
   const PackedLayout& l = a.w.layout;
-  if (!on || a.batch != 1 || l.rows == 0 || a.xq.q == nullptr ||
-      l.format != PackedFormat::Int4K256 || l.cols != kCols || l.quant_row_bytes != kQuantRow ||
+  const bool q4k = l.format == PackedFormat::Int4K256, q4_0 = l.format == PackedFormat::Int4Sym32;
+  if (!on || a.batch != 1 || l.rows == 0 || a.xq.q == nullptr || !(q4k || q4_0) ||
+      l.cols != kCols || l.quant_row_bytes != kQuantRow ||
       l.scale_row_bytes != kHeaderRow || l.quants_offset % 16 != 0 || l.scales_offset % 16 != 0 ||
       !programmatic_launch_enabled())
     return false;
-  static const int per_sm = [] {
-    CUDA_CHECK(cudaFuncSetAttribute(kernel_matvec_bulk_q4k,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-    int blocks = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel_matvec_bulk_q4k,
-                                                             kThreads, kSmem));
-    return blocks;
-  }();
-  const int64_t groups = (l.rows + kGroup - 1) / kGroup;
-  const int64_t grid = int64_t(per_sm) * device_sm_count();
-  if (per_sm < 1 || groups < kMinGroupsPerBlock * grid) return false;
-  if (!go) return true;
-  launch_kernel(kernel_matvec_bulk_q4k, unsigned(grid), kThreads, size_t(kSmem), stream, a, groups);
-  CUDA_CHECK(cudaGetLastError());
-  return true;
+  return q4k ? launch<Int4Chunk<PackedFormat::Int4K256>>(a, stream, go)
+             : launch<Int4Chunk<PackedFormat::Int4Sym32>>(a, stream, go);
 }
 
 }  // namespace bulk

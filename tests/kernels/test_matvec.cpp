@@ -284,8 +284,8 @@ TEST_CASE("batch-1 streaming matvecs: blocks that walk several row groups") {
       }
 }
 
-// Under `auto` on sm_90+, batch-1 Q4_K products of 4,096 columns and at
-// least 4 row groups of 8 rows a block take the bulk-copy kernel
+// Under `auto` on sm_90+, batch-1 Q4_K and Q4_0 products of 4,096 columns
+// and at least 4 row groups of 8 rows a block take the bulk-copy kernel
 // (matvec_bulk.cu): 20,001 rows leave a last stage of one row. It must be
 // what launch_matvec takes there, match the reference with bias and with
 // accumulation, and not be taken for o's shape (4,096 rows: about one
@@ -300,6 +300,7 @@ TEST_CASE("batch-1 bulk-copy matvec (sm_90, auto)") {
     bool takes;
   };
   for (const Case& c : {Case{GgmlType::Q4_K, 20001, 4096, true},
+                        Case{GgmlType::Q4_0, 20001, 4096, true},
                         Case{GgmlType::Q4_K, 4096, 4096, false},
                         Case{GgmlType::Q6_K, 20001, 4096, false},
                         Case{GgmlType::Q4_K, 4001, 14336, false}}) {
@@ -307,8 +308,10 @@ TEST_CASE("batch-1 bulk-copy matvec (sm_90, auto)") {
     CAPTURE(c.rows);
     CAPTURE(c.cols);
     kernels::MatvecArgs probe;
-    probe.w.layout = kernels::make_packed_layout(
-        c.type == GgmlType::Q4_K ? PackedFormat::Int4K256 : PackedFormat::Int6K256, c.rows, c.cols);
+    const PackedFormat format = c.type == GgmlType::Q4_K   ? PackedFormat::Int4K256
+                                : c.type == GgmlType::Q4_0 ? PackedFormat::Int4Sym32
+                                                           : PackedFormat::Int6K256;
+    probe.w.layout = kernels::make_packed_layout(format, c.rows, c.cols);
     probe.batch = 1;
     int8_t q = 0;
     float scale = 0.0f;
@@ -364,8 +367,8 @@ TEST_CASE("decode matvecs under PDL: x quantized by the kernel just before") {
       for (const Case& c : cases) {
         // 20,000 rows: the batch-1 streaming kernels' blocks walk several
         // row groups of 2 steps (Q4_K, Q6_K; matvec_stream.cu); at 4,096
-        // columns Q4_K takes the bulk-copy kernel under `auto`.
-        const bool bulk = cols == 4096 && type == GgmlType::Q4_K;
+        // columns Q4_K and Q4_0 take the bulk-copy kernel under `auto`.
+        const bool bulk = cols == 4096 && (type == GgmlType::Q4_K || type == GgmlType::Q4_0);
         const int64_t rows = cols == 1280 || bulk ? 20000 : 4096;
         const int batch = c.batch;
         CAPTURE(ggml_type_name(type));
