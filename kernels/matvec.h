@@ -98,10 +98,10 @@ bool matvec_stream_enabled();
 // Batch 1, Int4K256 (Q4_K) or Int4Sym32 (Q4_0) of 4,096 columns and at
 // least 4 row groups of 8 rows a block (the big products: gate|up), under
 // programmatic launch (`auto` on sm_90+): the bulk-copy kernel
-// (matvec_bulk.cu), which
-// launch_matvec takes where it applies. launch_matvec_bulk launches it and
-// returns true where it applies, else returns false having done nothing.
-// VOLTAD_MATVEC_BULK=0 in the environment turns it off (comparisons).
+// (matvec_bulk_sm90.cu), which launch_matvec takes where it applies.
+// launch_matvec_bulk launches it and returns true where it applies, else
+// returns false having done nothing. VOLTAD_MATVEC_BULK=0 in the
+// environment turns it off (comparisons).
 bool matvec_bulk_applies(const MatvecArgs& args);
 bool launch_matvec_bulk(const MatvecArgs& args, cudaStream_t stream);
 

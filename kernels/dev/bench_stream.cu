@@ -20,7 +20,7 @@
 //   l2      the products with their weights already in L2, and a prefetch
 //           kernel beside a stand-in for the short kernels.
 // and (run 25):
-//   bulk    the bulk-copy kernel (matvec_bulk.cu) checked against the
+//   bulk    the bulk-copy kernel (matvec_bulk_sm90.cu) checked against the
 //           streaming one and both timed on gate|up;
 //   chain   both on gate|up after a programmatic-launch stand-in for a
 //           short kernel, as in the decode graph.
@@ -40,7 +40,7 @@
 #include "kernels/launch.cu"
 #include "kernels/matvec_dispatch.cu"
 #include "kernels/matvec_stream.cu"
-#include "kernels/matvec_bulk.cu"
+#include "kernels/matvec_bulk_sm90.cu"
 
 // launch_matvec's other launchers: never called here (batch 1, Q4_K/Q6_K).
 namespace voltad::kernels {

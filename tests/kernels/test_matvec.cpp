@@ -286,10 +286,10 @@ TEST_CASE("batch-1 streaming matvecs: blocks that walk several row groups") {
 
 // Under `auto` on sm_90+, batch-1 Q4_K and Q4_0 products of 4,096 columns
 // and at least 4 row groups of 8 rows a block take the bulk-copy kernel
-// (matvec_bulk.cu): 20,001 rows leave a last stage of one row. It must be
-// what launch_matvec takes there, match the reference with bias and with
-// accumulation, and not be taken for o's shape (4,096 rows: about one
-// group a block), Q6_K, or other columns.
+// (matvec_bulk_sm90.cu): 20,001 rows leave a last stage of one row. It
+// must be what launch_matvec takes there, match the reference with bias
+// and with accumulation, and not be taken for o's shape (4,096 rows: about
+// one group a block), Q6_K, or other columns.
 TEST_CASE("batch-1 bulk-copy matvec (sm_90, auto)") {
   const kernels::KernelSetScope scope(kernels::KernelSet::Auto);
   const bool sm90 = kernels::programmatic_launch_supported();
