@@ -203,12 +203,17 @@ int main(int argc, char** argv) {
   const char* names[] = {"Q4_K 28672x4096 (gate|up)", "Q4_K 6144x4096 (q|k|v)",
                          "Q4_K 4096x4096 (o)", "Q6_K 4096x14336 (down)"};
   // Times `launch` over m's copies in turn under `set` and prints a row.
-  auto time_row = [&](const char* name, const Matrices& m, KernelSet set, auto launch) {
-    const KernelSetScope scope(set);
+  // The arguments of a product on m (weights set per launch).
+  auto args_for = [&](const Matrices& m) {
     MatvecArgs a;
     a.xq = {q, scales};
     a.y = y;
     a.ldy = m.layout.rows;
+    return a;
+  };
+  auto time_row = [&](const char* name, const Matrices& m, KernelSet set, auto launch) {
+    const KernelSetScope scope(set);
+    MatvecArgs a = args_for(m);
     const int n = int(m.copies.size()), iters = 8 * n;
     const float ms = bench_timing::time_ms([&] {
       for (int i = 0; i < iters; ++i) {
@@ -273,10 +278,7 @@ int main(int argc, char** argv) {
       // A 5 us short-kernel stand-in, then the matvec (cold), against the
       // same with the prefetch beside the stand-in (32 blocks).
       for (int with : {0, 1}) {
-        MatvecArgs a;
-        a.xq = {q, scales};
-        a.y = y;
-        a.ldy = m.layout.rows;
+        MatvecArgs a = args_for(m);
         int i = 0;
         const int n = int(m.copies.size());
         const float ms = bench_timing::time_ms(
@@ -323,10 +325,7 @@ int main(int argc, char** argv) {
       std::vector<uint8_t> w(size_t(to - from));
       for (auto& v : w) v = uint8_t(next() >> 24);
       CUDA_CHECK(cudaMemcpy(m.copies[0] + from, w.data(), w.size(), cudaMemcpyHostToDevice));
-      MatvecArgs a;
-      a.xq = {q, scales};
-      a.y = y;
-      a.ldy = m.layout.rows;
+      MatvecArgs a = args_for(m);
       a.w = {m.layout, m.copies[0]};
       const size_t rows = size_t(m.layout.rows);
       std::vector<float> y0(rows), y1(rows);
@@ -357,13 +356,11 @@ int main(int argc, char** argv) {
         for (int r = 0; r < 16; ++r) launch_kernel(kernel_spin_pdl, 132, 32, 0, nullptr, ns);
       });
       std::printf("spin %lld ns alone: %7.2f us\n", (long long)ns, alone * 1e3 / 16);
-      for (int k = 0; k < 1; ++k) {  // gate|up: the one the bulk kernel takes
+      {
+        const int k = 0;  // gate|up: the one the bulk kernel takes
         const Matrices& m = mats[k];
         auto pair = [&](const char* what, auto launch) {
-          MatvecArgs a;
-          a.xq = {q, scales};
-          a.y = y;
-          a.ldy = m.layout.rows;
+          MatvecArgs a = args_for(m);
           int i = 0;
           const int n = int(m.copies.size());
           const float ms = bench_timing::time_ms([&] {
