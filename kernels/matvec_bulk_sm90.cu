@@ -34,6 +34,7 @@
 #include "kernels/launch.cuh"
 #include "kernels/matvec.h"
 #include "kernels/matvec_chunks.cuh"
+#include "kernels/sm80_common.cuh"
 
 namespace voltad::kernels {
 
@@ -45,12 +46,11 @@ namespace bulk {
 #define VOLTAD_BULK_SM90 0
 #endif
 
-__device__ __forceinline__ uint32_t smem_address(const void* p) {
-  return uint32_t(__cvta_generic_to_shared(p));
-}
+using sm80::shared_address;
+
 __device__ __forceinline__ void barrier_init(uint64_t* b, int count) {
 #if VOLTAD_BULK_SM90
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_address(b)), "r"(count)
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(shared_address(b)), "r"(count)
                : "memory");
 #endif
 }
@@ -63,14 +63,14 @@ __device__ __forceinline__ void barrier_init_fence() {
 // The producer's arrival, announcing `bytes` of copies to come.
 __device__ __forceinline__ void barrier_expect(uint64_t* b, uint32_t bytes) {
 #if VOLTAD_BULK_SM90
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_address(b)),
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(b)),
                "r"(bytes)
                : "memory");
 #endif
 }
 __device__ __forceinline__ void barrier_arrive(uint64_t* b) {
 #if VOLTAD_BULK_SM90
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_address(b)) : "memory");
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(shared_address(b)) : "memory");
 #endif
 }
 // Until the barrier's phase of parity `parity` has completed.
@@ -82,7 +82,7 @@ __device__ __forceinline__ void barrier_wait(uint64_t* b, uint32_t parity) {
         "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
         " selp.u32 %0, 1, 0, p;\n}\n"
         : "=r"(done)
-        : "r"(smem_address(b)), "r"(parity)
+        : "r"(shared_address(b)), "r"(parity)
         : "memory");
   } while (!done);
 #endif
@@ -93,8 +93,8 @@ __device__ __forceinline__ void copy_bulk(void* dst, const void* src, uint32_t b
 #if VOLTAD_BULK_SM90
   asm volatile(
       "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
-          "r"(smem_address(dst)),
-      "l"(src), "r"(bytes), "r"(smem_address(b))
+          "r"(shared_address(dst)),
+      "l"(src), "r"(bytes), "r"(shared_address(b))
       : "memory");
 #endif
 }
