@@ -103,6 +103,10 @@ bool matvec_stream_enabled();
 // returns false having done nothing. VOLTAD_MATVEC_BULK=0 in the
 // environment turns it off (comparisons).
 bool matvec_bulk_applies(const MatvecArgs& args);
+// The rows from which the bulk-copy kernel takes a batch-1 matrix of this
+// format at 4,096 columns on this device and kernel set; 0 where it takes
+// none (another format, `portable`, no sm_90).
+int64_t matvec_bulk_min_rows(PackedFormat format);
 bool launch_matvec_bulk(const MatvecArgs& args, cudaStream_t stream);
 
 }  // namespace voltad::kernels

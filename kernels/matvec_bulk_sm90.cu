@@ -26,6 +26,7 @@
 // and for rows of 14,336 columns (two chunks a thread) was slower than the
 // streaming kernel. Those stay with it.
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 
@@ -85,6 +86,11 @@ __device__ __forceinline__ void barrier_wait(uint64_t* b, uint32_t parity) {
         : "r"(shared_address(b)), "r"(parity)
         : "memory");
   } while (!done);
+#endif
+}
+__device__ __forceinline__ void fence_proxy_async() {
+#if VOLTAD_BULK_SM90
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 #endif
 }
 // `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to
@@ -179,7 +185,12 @@ __global__ void __launch_bounds__(kThreads) kernel_matvec_bulk(MatvecArgs a, int
     if (lane != 0) return;
     for (int k = 0; k < mine; ++k) {
       const int s = k % kStages;
-      if (k >= kStages) barrier_wait(&empty[s], uint32_t((k / kStages - 1) & 1));
+      if (k >= kStages) {
+        barrier_wait(&empty[s], uint32_t((k / kStages - 1) & 1));
+        // The consumers' reads of the stage (generic proxy) before the
+        // copy's writes (async proxy), as the PTX memory model asks.
+        fence_proxy_async();
+      }
       const int64_t row0 = (blockIdx.x + int64_t(k) * gridDim.x) * kGroup;
       const int rows = int(std::min<int64_t>(kGroup, l.rows - row0));
       uint8_t* dst = smem + s * kStage;
@@ -233,10 +244,11 @@ __global__ void __launch_bounds__(kThreads) kernel_matvec_bulk(MatvecArgs a, int
   release_next_kernel();
 }
 
-// Launches kernel_matvec_bulk<C> if the matrix has the groups (go = false:
-// only says whether it would).
+// Blocks an SM of kernel_matvec_bulk<C> (read once: one process serves
+// one GPU), and the rows from which it takes a matrix: kMinGroupsPerBlock
+// groups for every block of its wave.
 template <class C>
-bool launch(const MatvecArgs& a, cudaStream_t stream, bool go) {
+int blocks_per_sm() {
   static const int per_sm = [] {
     CUDA_CHECK(cudaFuncSetAttribute(kernel_matvec_bulk<C>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
@@ -245,33 +257,58 @@ bool launch(const MatvecArgs& a, cudaStream_t stream, bool go) {
                                                              kThreads, kSmem));
     return blocks;
   }();
-  const int64_t groups = (a.w.layout.rows + kGroup - 1) / kGroup;
-  const int64_t grid = int64_t(per_sm) * device_sm_count();
-  if (per_sm < 1 || groups < kMinGroupsPerBlock * grid) return false;
+  return per_sm;
+}
+template <class C>
+int64_t min_rows() {
+  const int per_sm = blocks_per_sm<C>();
+  return per_sm < 1 ? 0 : kGroup * kMinGroupsPerBlock * per_sm * device_sm_count();
+}
+
+// Launches kernel_matvec_bulk<C> if the matrix has the groups (go = false:
+// only says whether it would).
+template <class C>
+bool launch(const MatvecArgs& a, cudaStream_t stream, bool go) {
+  const int64_t least = min_rows<C>();
+  if (least == 0 || a.w.layout.rows < least) return false;
   if (!go) return true;
+  const int64_t groups = (a.w.layout.rows + kGroup - 1) / kGroup;
+  const int64_t grid = int64_t(blocks_per_sm<C>()) * device_sm_count();
   launch_kernel(kernel_matvec_bulk<C>, unsigned(grid), kThreads, size_t(kSmem), stream, a, groups);
   CUDA_CHECK(cudaGetLastError());
   return true;
 }
 
-// Whether a bulk kernel takes `a`, and with go, launches it.
-bool take(const MatvecArgs& a, cudaStream_t stream, bool go) {
+bool enabled() {
   static const bool on = [] {
     const char* v = std::getenv("VOLTAD_MATVEC_BULK");
     return !(v && v[0] == '0');
   }();
+  return on && programmatic_launch_enabled();
+}
+
+// Whether a bulk kernel takes `a`, and with go, launches it.
+bool take(const MatvecArgs& a, cudaStream_t stream, bool go) {
   const PackedLayout& l = a.w.layout;
   const bool q4k = l.format == PackedFormat::Int4K256, q4_0 = l.format == PackedFormat::Int4Sym32;
-  if (!on || a.batch != 1 || l.rows == 0 || a.xq.q == nullptr || !(q4k || q4_0) ||
-      l.cols != kCols || l.quant_row_bytes != kQuantRow ||
-      l.scale_row_bytes != kHeaderRow || l.quants_offset % 16 != 0 || l.scales_offset % 16 != 0 ||
-      !programmatic_launch_enabled())
+  if (a.batch != 1 || l.rows == 0 || a.xq.q == nullptr || !(q4k || q4_0) || l.cols != kCols ||
+      l.quant_row_bytes != kQuantRow || l.scale_row_bytes != kHeaderRow ||
+      reinterpret_cast<uintptr_t>(a.w.data) % 16 != 0 || l.quants_offset % 16 != 0 ||
+      l.scales_offset % 16 != 0 || !enabled())
     return false;
   return q4k ? launch<Int4Chunk<PackedFormat::Int4K256>>(a, stream, go)
              : launch<Int4Chunk<PackedFormat::Int4Sym32>>(a, stream, go);
 }
 
 }  // namespace bulk
+
+int64_t matvec_bulk_min_rows(PackedFormat format) {
+  if (!bulk::enabled()) return 0;
+  if (format == PackedFormat::Int4K256) return bulk::min_rows<Int4Chunk<PackedFormat::Int4K256>>();
+  if (format == PackedFormat::Int4Sym32)
+    return bulk::min_rows<Int4Chunk<PackedFormat::Int4Sym32>>();
+  return 0;
+}
 
 bool matvec_bulk_applies(const MatvecArgs& a) {
   return bulk::take(a, nullptr, false);

@@ -285,24 +285,31 @@ TEST_CASE("batch-1 streaming matvecs: blocks that walk several row groups") {
 }
 
 // Under `auto` on sm_90+, batch-1 Q4_K and Q4_0 products of 4,096 columns
-// and at least 4 row groups of 8 rows a block take the bulk-copy kernel
-// (matvec_bulk_sm90.cu): 20,001 rows leave a last stage of one row. It
-// must be what launch_matvec takes there, match the reference with bias
-// and with accumulation, and not be taken for o's shape (4,096 rows: about
-// one group a block), Q6_K, or other columns.
+// and at least 4 row groups of 8 rows for every block of the wave take the
+// bulk-copy kernel (matvec_bulk_sm90.cu; kernels::matvec_bulk_min_rows, 16,896
+// rows on the H200). One row more than that leaves a last stage of one row:
+// it must be what launch_matvec takes there, and match the reference with
+// bias and with accumulation. Not taken: one group fewer, o's shape, Q6_K,
+// other columns.
 TEST_CASE("batch-1 bulk-copy matvec (sm_90, auto)") {
   const kernels::KernelSetScope scope(kernels::KernelSet::Auto);
   const bool sm90 = kernels::programmatic_launch_supported();
   if (!sm90) MESSAGE("no sm_90 code or device: the bulk-copy kernel does not apply");
+  const int64_t least = kernels::matvec_bulk_min_rows(PackedFormat::Int4K256);
+  CHECK(least == kernels::matvec_bulk_min_rows(PackedFormat::Int4Sym32));
+  CHECK((least > 0) == sm90);
+  CHECK(kernels::matvec_bulk_min_rows(PackedFormat::Int6K256) == 0);
+  const int64_t rows = sm90 ? least + 1 : 20001;
   struct Case {
     GgmlType type;
     int64_t rows, cols;
     bool takes;
   };
-  for (const Case& c : {Case{GgmlType::Q4_K, 20001, 4096, true},
-                        Case{GgmlType::Q4_0, 20001, 4096, true},
+  for (const Case& c : {Case{GgmlType::Q4_K, rows, 4096, true},
+                        Case{GgmlType::Q4_0, rows, 4096, true},
+                        Case{GgmlType::Q4_K, sm90 ? least - 8 : 4096, 4096, false},
                         Case{GgmlType::Q4_K, 4096, 4096, false},
-                        Case{GgmlType::Q6_K, 20001, 4096, false},
+                        Case{GgmlType::Q6_K, rows, 4096, false},
                         Case{GgmlType::Q4_K, 4001, 14336, false}}) {
     CAPTURE(ggml_type_name(c.type));
     CAPTURE(c.rows);
@@ -352,6 +359,15 @@ TEST_CASE("quantized activations: NaN in x makes the block's scale NaN") {
 // batch-1 streaming kernels' blocks walk several row groups. The first run on the H200 caught
 // ptxas moving the int8 kernel's x loads (then __ldg) above the wait: Q8_0
 // at batch 3, one round in ten.
+// The PDL test's row counts for a type and width (see below).
+static std::vector<int64_t> pdl_rows(GgmlType type, int64_t cols) {
+  if (cols == 1280) return {20000};
+  if (cols != 4096 || (type != GgmlType::Q4_K && type != GgmlType::Q4_0)) return {4096};
+  const kernels::KernelSetScope scope(kernels::KernelSet::Auto);
+  const int64_t least = kernels::matvec_bulk_min_rows(PackedFormat::Int4K256);
+  return {4096, least > 0 ? least + 1000 : 20000};
+}
+
 TEST_CASE("decode matvecs under PDL: x quantized by the kernel just before") {
   if (!kernels::programmatic_launch_supported())
     MESSAGE(
@@ -364,58 +380,59 @@ TEST_CASE("decode matvecs under PDL: x quantized by the kernel just before") {
   for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q4_K, GgmlType::Q5_K,
                         GgmlType::Q6_K, GgmlType::Q8_0})
     for (int64_t cols : {4096, 1280, 256})
-      for (const Case& c : cases) {
+      for (const Case& c : cases)
         // 20,000 rows: the batch-1 streaming kernels' blocks walk several
-        // row groups of 2 steps (Q4_K, Q6_K; matvec_stream.cu); at 4,096
-        // columns Q4_K and Q4_0 take the bulk-copy kernel under `auto`.
-        const bool bulk = cols == 4096 && (type == GgmlType::Q4_K || type == GgmlType::Q4_0);
-        const int64_t rows = cols == 1280 || bulk ? 20000 : 4096;
-        const int batch = c.batch;
-        CAPTURE(ggml_type_name(type));
-        CAPTURE(cols);
-        CAPTURE(batch);
-        CAPTURE(c.slices);
-        const std::vector<uint8_t> gguf = random_valid_tensor(type, rows, cols, rng, 15);
-        auto packed = repack_matrix(type, gguf.data(), rows, cols);
-        REQUIRE(packed.ok());
-        DeviceBuffer<uint8_t> d_w(packed->bytes);
-        DeviceBuffer<float> d_x(size_t(batch * cols)), d_y(size_t(batch * rows));
-        DeviceBuffer<int8_t> d_q(kernels::quantized_activation_q_bytes(batch, cols));
-        DeviceBuffer<float> d_s(kernels::quantized_activation_scale_bytes(batch, cols) /
-                                sizeof(float));
-        kernels::MatvecArgs args;
-        args.w = {packed->layout, d_w.get()};
-        args.batch = batch;
-        args.xq = {d_q.get(), d_s.get()};
-        args.y = d_y.get();
-        args.ldy = rows;
-        args.accumulate = true;
-        args.slices = c.slices;
-        // The bulk-copy kernel sums in another order than the streaming
-        // one: its reference is `auto` with the quantizer finished first.
-        bool takes_bulk = false;
-        {
-          const kernels::KernelSetScope scope(kernels::KernelSet::Auto);
-          takes_bulk = kernels::matvec_bulk_applies(args);
+        // row groups of 2 steps (Q4_K, Q6_K; matvec_stream.cu). Q4_K and
+        // Q4_0 at 4,096 columns also run with the rows from which `auto`
+        // takes the bulk-copy kernel (and 1,000 more).
+        for (int64_t rows : pdl_rows(type, cols)) {
+          const bool bulk = cols == 4096 && rows != 4096;
+          const int batch = c.batch;
+          CAPTURE(ggml_type_name(type));
+          CAPTURE(cols);
+          CAPTURE(batch);
+          CAPTURE(c.slices);
+          const std::vector<uint8_t> gguf = random_valid_tensor(type, rows, cols, rng, 15);
+          auto packed = repack_matrix(type, gguf.data(), rows, cols);
+          REQUIRE(packed.ok());
+          DeviceBuffer<uint8_t> d_w(packed->bytes);
+          DeviceBuffer<float> d_x(size_t(batch * cols)), d_y(size_t(batch * rows));
+          DeviceBuffer<int8_t> d_q(kernels::quantized_activation_q_bytes(batch, cols));
+          DeviceBuffer<float> d_s(kernels::quantized_activation_scale_bytes(batch, cols) /
+                                  sizeof(float));
+          kernels::MatvecArgs args;
+          args.w = {packed->layout, d_w.get()};
+          args.batch = batch;
+          args.xq = {d_q.get(), d_s.get()};
+          args.y = d_y.get();
+          args.ldy = rows;
+          args.accumulate = true;
+          args.slices = c.slices;
+          // The bulk-copy kernel sums in another order than the streaming
+          // one: its reference is `auto` with the quantizer finished first.
+          bool takes_bulk = false;
+          {
+            const kernels::KernelSetScope scope(kernels::KernelSet::Auto);
+            takes_bulk = kernels::matvec_bulk_applies(args);
+          }
+          CHECK(takes_bulk == (bulk && batch == 1 && kernels::programmatic_launch_supported()));
+          bool settled = false;
+          std::vector<float> y0;
+          const int differing_rounds = rounds_auto_differs(
+              20,
+              [&] {
+                d_x.upload(random_floats(size_t(batch * cols)));
+                y0 = random_floats(size_t(batch * rows));
+              },
+              [&](cudaStream_t stream) {
+                d_y.upload(y0);
+                kernels::launch_quantize_activations(d_x.get(), cols, batch, cols, args.xq, stream);
+                if (settled) CUDA_CHECK(cudaStreamSynchronize(stream));
+                kernels::launch_matvec(args, stream);
+                CUDA_CHECK(cudaStreamSynchronize(stream));
+                return d_y.download();
+              },
+              takes_bulk ? &settled : nullptr);
+          CHECK(differing_rounds == 0);
         }
-        CHECK(takes_bulk == (bulk && batch == 1 && kernels::programmatic_launch_supported()));
-        bool settled = false;
-        std::vector<float> y0;
-        const int differing_rounds = rounds_auto_differs(
-            20,
-            [&] {
-              d_x.upload(random_floats(size_t(batch * cols)));
-              y0 = random_floats(size_t(batch * rows));
-            },
-            [&](cudaStream_t stream) {
-              d_y.upload(y0);
-              kernels::launch_quantize_activations(d_x.get(), cols, batch, cols, args.xq, stream);
-              if (settled) CUDA_CHECK(cudaStreamSynchronize(stream));
-              kernels::launch_matvec(args, stream);
-              CUDA_CHECK(cudaStreamSynchronize(stream));
-              return d_y.download();
-            },
-            takes_bulk ? &settled : nullptr);
-        CHECK(differing_rounds == 0);
-      }
 }
