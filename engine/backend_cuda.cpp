@@ -385,6 +385,23 @@ std::string CudaBackend::kernels_in_use() const {
   attention.tensor_cores = impl_->attention_mma && !impl_->options.kv_int8;
   attention.head_dim = int(impl_->model->config.head_dim);
   if (kernels::attention_mma_applies(attention)) variants += variants.empty() ? "sm80-attention" : " + sm80-attention";
+  // The batch-1 bulk-copy matvec where it takes a matrix of the model
+  // (gate|up of the 8B models' shapes).
+  bool bulk = false;
+  {
+    const kernels::KernelSetScope scope(impl_->options.kernels);
+    int8_t q = 0;
+    float scale = 0.0f;
+    if (!impl_->layers.empty())
+      for (const auto& p : impl_->layers[0].gate_up) {
+        kernels::MatvecArgs a;
+        a.w = p.w;
+        a.batch = 1;
+        a.xq = {&q, &scale};
+        bulk = bulk || kernels::matvec_bulk_applies(a);
+      }
+  }
+  if (bulk) variants += variants.empty() ? "sm90-bulk" : " + sm90-bulk";
   if (kernels::programmatic_launch_supported()) variants += variants.empty() ? "pdl" : " + pdl";
   return "auto: " + (variants.empty() ? std::string("portable") : variants);
 }
