@@ -105,6 +105,29 @@ __device__ __forceinline__ void copy_bulk(void* dst, const void* src, uint32_t b
 #endif
 }
 
+// Probe (branch next/bulk-timeline): globaltimer stamps of block 0..255's
+// producer and consumer warp 0 at each stage, for kernels/dev/bench_stream.cu
+// `timeline`. [block][stage][0..5]: producer issue, producer's empty wait
+// begin, consumer full wait begin, end, consumer after decode (before the
+// bar.sync), after the bar.sync.
+#ifdef VOLTAD_BULK_STAMPS
+__device__ long long g_bulk_stamps[256][16][6];
+__device__ long long g_bulk_start[256];
+__device__ __forceinline__ void bulk_stamp(int k, int what) {
+  long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  if (blockIdx.x < 256 && k < 16) g_bulk_stamps[blockIdx.x][k][what] = t;
+}
+__device__ __forceinline__ void bulk_start() {
+  long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  if (blockIdx.x < 256 && threadIdx.x == 0) g_bulk_start[blockIdx.x] = t;
+}
+#else
+__device__ __forceinline__ void bulk_stamp(int, int) {}
+__device__ __forceinline__ void bulk_start() {}
+#endif
+
 // A chunk's scales read from a stage's headers (row r's at headers + r *
 // kHeaderRow): Q4_K's 16-byte header of the chunk's super-block, Q4_0's
 // fp16 d.
@@ -167,6 +190,7 @@ template <class C>
 __global__ void __launch_bounds__(kThreads) kernel_matvec_bulk(MatvecArgs a, int64_t groups) {
   static_assert(kRowsEach == 4 && kChunks % 32 == 0, "sum4_rows takes 4 rows a thread");
   extern __shared__ __align__(128) uint8_t smem[];
+  bulk_start();
   const PackedLayout& l = a.w.layout;
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * kStage);
   uint64_t* empty = full + kStages;
@@ -185,12 +209,14 @@ __global__ void __launch_bounds__(kThreads) kernel_matvec_bulk(MatvecArgs a, int
     if (lane != 0) return;
     for (int k = 0; k < mine; ++k) {
       const int s = k % kStages;
+      bulk_stamp(k, 1);
       if (k >= kStages) {
         barrier_wait(&empty[s], uint32_t((k / kStages - 1) & 1));
         // The consumers' reads of the stage (generic proxy) before the
         // copy's writes (async proxy), as the PTX memory model asks.
         fence_proxy_async();
       }
+      bulk_stamp(k, 0);
       const int64_t row0 = (blockIdx.x + int64_t(k) * gridDim.x) * kGroup;
       const int rows = int(std::min<int64_t>(kGroup, l.rows - row0));
       uint8_t* dst = smem + s * kStage;
@@ -208,7 +234,9 @@ __global__ void __launch_bounds__(kThreads) kernel_matvec_bulk(MatvecArgs a, int
   const ChunkX x = load_chunk_x(a.xq, c);
   for (int k = 0; k < mine; ++k) {
     const int s = k % kStages;
+    if (threadIdx.x == 0) bulk_stamp(k, 2);
     barrier_wait(&full[s], uint32_t((k / kStages) & 1));
+    if (threadIdx.x == 0) bulk_stamp(k, 3);
     const uint8_t* quants = smem + s * kStage;
     const uint8_t* headers = quants + kGroup * kQuantRow;
     typename C::Raw raw[kRowsEach];
@@ -230,7 +258,9 @@ __global__ void __launch_bounds__(kThreads) kernel_matvec_bulk(MatvecArgs a, int
     // The consumers meet. The partial sums of two stages alternate, so one
     // barrier a stage is enough: stage k's are read before the barrier of
     // stage k + 1, which every writer of stage k + 2 passes first.
+    if (threadIdx.x == 0) bulk_stamp(k, 4);
     asm volatile("bar.sync 1, %0;" ::"n"(kConsumers) : "memory");
+    if (threadIdx.x == 0) bulk_stamp(k, 5);
     const int64_t row = (blockIdx.x + int64_t(k) * gridDim.x) * kGroup + t;
     if (t < kGroup && row < l.rows) {
       float out = pk[t * kRowWarps];

@@ -40,6 +40,7 @@
 #include "kernels/launch.cu"
 #include "kernels/matvec_dispatch.cu"
 #include "kernels/matvec_stream.cu"
+#define VOLTAD_BULK_STAMPS 1
 #include "kernels/matvec_bulk_sm90.cu"
 
 // launch_matvec's other launchers: never called here (batch 1, Q4_K/Q6_K).
@@ -185,6 +186,7 @@ __global__ void kernel_spin_pdl(int64_t ns) {
 
 int main(int argc, char** argv) {
   const bool chain = argc > 1 && std::string(argv[1]) == "chain";
+  const bool timeline = argc > 1 && std::string(argv[1]) == "timeline";
   const bool bulk = argc > 1 && std::string(argv[1]) == "bulk";
   const bool shapes = argc > 1 && std::string(argv[1]) == "slices";
   const bool l2 = argc > 1 && std::string(argv[1]) == "l2";
@@ -344,6 +346,52 @@ int main(int argc, char** argv) {
     }
     time_row(names[0], mats[0], KernelSet::Auto, [](const MatvecArgs& a) { launch_matvec_stream(a, nullptr); });
     time_row("  bulk", mats[0], KernelSet::Auto, [](const MatvecArgs& a) { launch_matvec_bulk(a, nullptr); });
+    return 0;
+  }
+  // The bulk kernel's timeline on gate|up (branch next/bulk-timeline): one
+  // launch after warm-up, cold weights; per stage k, over blocks 0-255
+  // (each has 6-7 stages): when the producer issued it, how long it waited
+  // for the slot, how long consumer warp 0 waited for it, decoded it, and
+  // waited at the stage's barrier. Times in us from the earliest block start.
+  if (timeline) {
+    const KernelSetScope scope(KernelSet::Auto);
+    const Matrices& m = mats[0];
+    MatvecArgs a = args_for(m);
+    for (int r = 0; r < 4; ++r) {
+      a.w = {m.layout, m.copies[size_t(r % int(m.copies.size()))]};
+      void* stamps = nullptr;
+      CUDA_CHECK(cudaGetSymbolAddress(&stamps, voltad::kernels::bulk::g_bulk_stamps));
+      CUDA_CHECK(cudaMemset(stamps, 0, 256 * 16 * 6 * sizeof(long long)));
+      launch_matvec_bulk(a, nullptr);
+      CUDA_CHECK(cudaDeviceSynchronize());
+    }
+    static long long st[256][16][6], start[256];
+    CUDA_CHECK(cudaMemcpyFromSymbol(st, voltad::kernels::bulk::g_bulk_stamps, sizeof st));
+    CUDA_CHECK(cudaMemcpyFromSymbol(start, voltad::kernels::bulk::g_bulk_start, sizeof start));
+    long long t0 = start[0];
+    for (int b = 0; b < 256; ++b) t0 = std::min(t0, start[b]);
+    long long t_start_max = 0;
+    for (int b = 0; b < 256; ++b) t_start_max = std::max(t_start_max, start[b] - t0);
+    std::printf("block starts: 0 .. %.2f us\n", t_start_max * 1e-3);
+    std::printf("stage  n   issue      slot wait  full wait  wait begin  decode     barrier    (us, mean over blocks)\n");
+    for (int k = 0; k < 16; ++k) {
+      double issue = 0, slot = 0, fw = 0, fwb = 0, dec = 0, bar = 0;
+      int n = 0;
+      for (int b = 0; b < 256; ++b) {
+        const long long* v = st[b][k];
+        if (v[0] == 0 || v[3] == 0 || v[5] == 0) continue;
+        ++n;
+        issue += (v[0] - t0) * 1e-3;
+        slot += (v[0] - v[1]) * 1e-3;
+        fwb += (v[2] - t0) * 1e-3;
+        fw += (v[3] - v[2]) * 1e-3;
+        dec += (v[4] - v[3]) * 1e-3;
+        bar += (v[5] - v[4]) * 1e-3;
+      }
+      if (n == 0) continue;
+      std::printf("%5d %3d %8.2f %10.2f %10.2f %10.2f %10.2f %10.2f\n", k, n, issue / n, slot / n,
+                  fw / n, fwb / n, dec / n, bar / n);
+    }
     return 0;
   }
   // gate|up in a chain of programmatic launches (run 25): a stand-in for a
