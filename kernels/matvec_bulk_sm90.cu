@@ -154,7 +154,10 @@ constexpr int kChunks = kCols / 32;
 constexpr int kPhases = kConsumers / kChunks;  // rows a thread takes turns over
 constexpr int kRowWarps = kConsumerWarps / kPhases;
 constexpr int kGroup = 8;                   // rows a stage
-constexpr int kStages = 2;
+#ifndef VOLTAD_BULK_STAGES  // probe: -DVOLTAD_BULK_STAGES=3 for a deeper ring
+#define VOLTAD_BULK_STAGES 2
+#endif
+constexpr int kStages = VOLTAD_BULK_STAGES;
 constexpr int kRowsEach = kGroup / kPhases;  // rows a thread, a stage
 // Q4_K: 16 header bytes a super-block of 256; Q4_0: 2 bytes of d a chunk
 // of 32. The same bytes a row either way.

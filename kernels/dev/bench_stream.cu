@@ -348,6 +348,9 @@ int main(int argc, char** argv) {
     time_row("  bulk", mats[0], KernelSet::Auto, [](const MatvecArgs& a) { launch_matvec_bulk(a, nullptr); });
     return 0;
   }
+  // Next session, one device call (nvcc as in the header, twice):
+  //   nvcc ... bench_stream.cu -o /tmp/bs2 && nvcc ... -DVOLTAD_BULK_STAGES=3 \
+  //     bench_stream.cu -o /tmp/bs3 && /tmp/bs2 timeline && /tmp/bs3 timeline
   // The bulk kernel's timeline on gate|up (branch next/bulk-timeline): one
   // launch after warm-up, cold weights; per stage k, over blocks 0-255
   // (each has 6-7 stages): when the producer issued it, how long it waited
