@@ -61,10 +61,18 @@ constexpr int kQuantLd = kStageChunks * 16 + 16;  // bytes per row in a slot (80
                                                   // 8 rows a load reads hit distinct banks)
 constexpr int kMaxTokens = 32;
 // Warps per block (they split k): 8, or 16 where the blocks would not fill
-// the SMs once (a 4096-row matrix: 128 blocks). Ring depth per warp: 4
-// stages, 3 with 16 warps (shared memory).
-constexpr int stages_for(int warps) {
-  return warps == 16 ? 3 : 4;
+// the SMs once (a 4096-row matrix: 128 blocks). Blocks an SM the kernel is
+// built for (__launch_bounds__): 1 with 16 warps; with 8, 3 for one token
+// tile of 4-bit weights (their registers fit 80 a thread, and a ring of 3
+// stages lets three blocks share an SM's 228 KB), else 2. Ring depth per
+// warp: 4 stages, 3 with 16 warps (shared memory) or 3 blocks an SM.
+template <PackedFormat F, int NT, int W>
+constexpr int blocks_per_sm() {
+  return W == 16 ? 1 : NT == 1 && F != PackedFormat::Int6K256 ? 3 : 2;
+}
+template <PackedFormat F, int NT, int W>
+constexpr int stages_for() {
+  return W == 16 || blocks_per_sm<F, NT, W>() == 3 ? 3 : 4;
 }
 
 // Extra bytes per row per stage besides the quants: Int4Sym32 4 fp16 d;
@@ -78,16 +86,11 @@ template <PackedFormat F>
 constexpr size_t slot_bytes() {
   return size_t(kRows) * (kQuantLd + extra_ld<F>());
 }
-template <PackedFormat F>
-constexpr size_t pipe_bytes(int warps) {
-  return size_t(warps) * stages_for(warps) * slot_bytes<F>();
-}
-constexpr size_t red_bytes(int warps) {
-  return size_t(warps) * kMaxTokens * (kRows + 4) * sizeof(float);
-}
-template <PackedFormat F>
-constexpr size_t smem_bytes(int warps) {
-  return pipe_bytes<F>(warps) > red_bytes(warps) ? pipe_bytes<F>(warps) : red_bytes(warps);
+template <PackedFormat F, int NT, int W>
+constexpr size_t smem_bytes() {
+  const size_t pipe = size_t(W) * stages_for<F, NT, W>() * slot_bytes<F>();
+  const size_t red = size_t(W) * NT * 8 * (kRows + 4) * sizeof(float);  // partial sums
+  return pipe > red ? pipe : red;
 }
 
 // Bit casts and packing: the portable decoders' own (gemm_decode.cuh).
@@ -275,7 +278,7 @@ __global__ void kernel_x_to_fragments(const float* x, int64_t ldx, int n, int n8
 
 // NT = n8 / 8 token tiles.
 template <PackedFormat F, int NT, int W>
-__global__ void __launch_bounds__(W * 32, W == 8 ? 2 : 1)
+__global__ void __launch_bounds__(W * 32, (blocks_per_sm<F, NT, W>()))
     kernel_narrow_sm80(GemmArgs a, const uint32_t* xp) {
   constexpr int kN8 = NT * 8;
   constexpr int kExtra = extra_ld<F>();
@@ -294,7 +297,7 @@ __global__ void __launch_bounds__(W * 32, W == 8 ? 2 : 1)
   const int64_t s_end = s_begin + share < stages_total ? s_begin + share : stages_total;
   const int n_stages = s_end > s_begin ? int(s_end - s_begin) : 0;
 
-  constexpr int kStages = stages_for(W);
+  constexpr int kStages = stages_for<F, NT, W>();
   uint8_t* ring = smem + size_t(warp) * kStages * slot_bytes<F>();
   auto slot = [&](int i) { return ring + size_t(i % kStages) * slot_bytes<F>(); };
 
@@ -523,14 +526,15 @@ bool format_supported(PackedFormat f) {
   return f == PackedFormat::Int4Sym32 || f == PackedFormat::Int4K256 || f == PackedFormat::Int6K256;
 }
 
-size_t smem_for(PackedFormat f, int warps) {
+// The most shared memory an 8-warp kernel of format f takes (4 stages).
+size_t smem_for(PackedFormat f) {
   switch (f) {
     case PackedFormat::Int4Sym32:
-      return smem_bytes<PackedFormat::Int4Sym32>(warps);
+      return smem_bytes<PackedFormat::Int4Sym32, 4, 8>();
     case PackedFormat::Int4K256:
-      return smem_bytes<PackedFormat::Int4K256>(warps);
+      return smem_bytes<PackedFormat::Int4K256, 4, 8>();
     default:
-      return smem_bytes<PackedFormat::Int6K256>(warps);
+      return smem_bytes<PackedFormat::Int6K256, 4, 8>();
   }
 }
 
@@ -541,11 +545,11 @@ void launch(const GemmArgs& a, const uint32_t* xp, unsigned blocks, cudaStream_t
   auto kernel = kernel_narrow_sm80<F, NT, W>;
   static const bool opted_in = [&] {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    int(smem_bytes<F>(W))));
+                                    int(smem_bytes<F, NT, W>())));
     return true;
   }();
   (void)opted_in;
-  launch_kernel(kernel, blocks, W * 32, smem_bytes<F>(W), stream, a, xp);
+  launch_kernel(kernel, blocks, W * 32, smem_bytes<F, NT, W>(), stream, a, xp);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -561,7 +565,7 @@ void launch_warps(const GemmArgs& a, const uint32_t* xp, cudaStream_t stream) {
   const bool spills = F == PackedFormat::Int4K256 && NT == 4;
   const bool wide = F == PackedFormat::Int6K256 && NT >= 3;
   if ((wide || (!spills && int64_t(blocks) <= device().sms)) &&
-      smem_bytes<F>(16) <= size_t(device().max_smem))
+      smem_bytes<F, NT, 16>() <= size_t(device().max_smem))
     return launch<F, NT, 16>(a, xp, blocks, stream);
   launch<F, NT, 8>(a, xp, blocks, stream);
 }
@@ -598,7 +602,7 @@ bool gemm_narrow_sm80_supports(const GemmArgs& a, const GemmScratch& scratch) {
          reinterpret_cast<uintptr_t>(a.w.data) % 16 == 0 && scratch.data &&
          reinterpret_cast<uintptr_t>(scratch.data) % 16 == 0 &&
          scratch.bytes >= gemm_narrow_sm80_scratch_bytes(a.n, l.cols) &&
-         narrow80::smem_for(l.format, 8) <= size_t(d.max_smem) && (l.rows + 31) / 32 <= 0x7FFFFFFF;
+         narrow80::smem_for(l.format) <= size_t(d.max_smem) && (l.rows + 31) / 32 <= 0x7FFFFFFF;
 }
 
 void launch_gemm_narrow_sm80(const GemmArgs& a, const GemmScratch& scratch, cudaStream_t stream) {
