@@ -39,6 +39,9 @@
 // the Q4_0 and Q4_K_M models; others go to the portable kernels.
 #include <cuda_fp16.h>
 
+#include <cstdlib>
+#include <string>
+
 #include "kernels/cuda_check.h"
 #include "kernels/device_common.cuh"
 #include "kernels/gemm_decode.cuh"
@@ -60,19 +63,15 @@ constexpr int kStageChunks = 4;                   // chunks (32 values) per stag
 constexpr int kQuantLd = kStageChunks * 16 + 16;  // bytes per row in a slot (80: the
                                                   // 8 rows a load reads hit distinct banks)
 constexpr int kMaxTokens = 32;
-// Warps per block (they split k): 8, or 16 where the blocks would not fill
-// the SMs once (a 4096-row matrix: 128 blocks). Blocks an SM the kernel is
-// built for (__launch_bounds__): 1 with 16 warps; with 8, 3 for one token
-// tile of 4-bit weights (their registers fit 80 a thread, and a ring of 3
-// stages lets three blocks share an SM's 228 KB), else 2. Ring depth per
-// warp: 4 stages, 3 with 16 warps (shared memory) or 3 blocks an SM.
-template <PackedFormat F, int NT, int W>
-constexpr int blocks_per_sm() {
-  return W == 16 ? 1 : NT == 1 && F != PackedFormat::Int6K256 ? 3 : 2;
-}
-template <PackedFormat F, int NT, int W>
+// Warps per block W (they split k): 8, or 16 where the blocks would not
+// fill the SMs once (a 4096-row matrix: 128 blocks); for one token tile of
+// 4-bit weights 8 or 12 (NarrowOneTile, below). Blocks an SM B, the
+// kernel's __launch_bounds__: 1 with 16 warps, else 2, or 3 (NarrowOneTile:
+// 8 warps of 80 registers each). Ring depth per warp: 4 stages with 8 warps
+// and 2 blocks, else 3 (shared memory).
+template <int W, int B>
 constexpr int stages_for() {
-  return W == 16 || blocks_per_sm<F, NT, W>() == 3 ? 3 : 4;
+  return W == 8 && B == 2 ? 4 : 3;
 }
 
 // Extra bytes per row per stage besides the quants: Int4Sym32 4 fp16 d;
@@ -86,9 +85,9 @@ template <PackedFormat F>
 constexpr size_t slot_bytes() {
   return size_t(kRows) * (kQuantLd + extra_ld<F>());
 }
-template <PackedFormat F, int NT, int W>
+template <PackedFormat F, int NT, int W, int B>
 constexpr size_t smem_bytes() {
-  const size_t pipe = size_t(W) * stages_for<F, NT, W>() * slot_bytes<F>();
+  const size_t pipe = size_t(W) * stages_for<W, B>() * slot_bytes<F>();
   const size_t red = size_t(W) * NT * 8 * (kRows + 4) * sizeof(float);  // partial sums
   return pipe > red ? pipe : red;
 }
@@ -276,10 +275,9 @@ __global__ void kernel_x_to_fragments(const float* x, int64_t ldx, int n, int n8
   if (lane_t == 0) xs[ct] = pack_x_sum(sum);
 }
 
-// NT = n8 / 8 token tiles.
-template <PackedFormat F, int NT, int W>
-__global__ void __launch_bounds__(W * 32, (blocks_per_sm<F, NT, W>()))
-    kernel_narrow_sm80(GemmArgs a, const uint32_t* xp) {
+// NT = n8 / 8 token tiles; W warps a block, built for B blocks an SM.
+template <PackedFormat F, int NT, int W, int B>
+__global__ void __launch_bounds__(W * 32, B) kernel_narrow_sm80(GemmArgs a, const uint32_t* xp) {
   constexpr int kN8 = NT * 8;
   constexpr int kExtra = extra_ld<F>();
   extern __shared__ __align__(128) unsigned char smem[];
@@ -297,7 +295,7 @@ __global__ void __launch_bounds__(W * 32, (blocks_per_sm<F, NT, W>()))
   const int64_t s_end = s_begin + share < stages_total ? s_begin + share : stages_total;
   const int n_stages = s_end > s_begin ? int(s_end - s_begin) : 0;
 
-  constexpr int kStages = stages_for<F, NT, W>();
+  constexpr int kStages = stages_for<W, B>();
   uint8_t* ring = smem + size_t(warp) * kStages * slot_bytes<F>();
   auto slot = [&](int i) { return ring + size_t(i % kStages) * slot_bytes<F>(); };
 
@@ -530,27 +528,43 @@ bool format_supported(PackedFormat f) {
 size_t smem_for(PackedFormat f) {
   switch (f) {
     case PackedFormat::Int4Sym32:
-      return smem_bytes<PackedFormat::Int4Sym32, 4, 8>();
+      return smem_bytes<PackedFormat::Int4Sym32, 4, 8, 2>();
     case PackedFormat::Int4K256:
-      return smem_bytes<PackedFormat::Int4K256, 4, 8>();
+      return smem_bytes<PackedFormat::Int4K256, 4, 8, 2>();
     default:
-      return smem_bytes<PackedFormat::Int6K256, 4, 8>();
+      return smem_bytes<PackedFormat::Int6K256, 4, 8, 2>();
   }
 }
 
 using sm80::device;
 
-template <PackedFormat F, int NT, int W>
+template <PackedFormat F, int NT, int W, int B>
 void launch(const GemmArgs& a, const uint32_t* xp, unsigned blocks, cudaStream_t stream) {
-  auto kernel = kernel_narrow_sm80<F, NT, W>;
+  auto kernel = kernel_narrow_sm80<F, NT, W, B>;
   static const bool opted_in = [&] {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    int(smem_bytes<F, NT, W>())));
+                                    int(smem_bytes<F, NT, W, B>())));
     return true;
   }();
   (void)opted_in;
-  launch_kernel(kernel, blocks, W * 32, smem_bytes<F, NT, W>(), stream, a, xp);
+  launch_kernel(kernel, blocks, W * 32, smem_bytes<F, NT, W, B>(), stream, a, xp);
   CUDA_CHECK(cudaGetLastError());
+}
+
+// The shape for one token tile of 4-bit weights (gemm_sm80.h): set by the
+// tests, else VOLTAD_NARROW_ONE_TILE=8x2|8x3|12x2, else the default.
+NarrowOneTile g_one_tile = NarrowOneTile::Default;
+NarrowOneTile one_tile() {
+  static const NarrowOneTile from_env = [] {
+    const char* v = std::getenv("VOLTAD_NARROW_ONE_TILE");
+    const std::string s = v ? v : "";
+    return s == "8x2"    ? NarrowOneTile::W8B2
+           : s == "8x3"  ? NarrowOneTile::W8B3
+           : s == "12x2" ? NarrowOneTile::W12B2
+                         : NarrowOneTile::Default;
+  }();
+  const NarrowOneTile t = g_one_tile != NarrowOneTile::Default ? g_one_tile : from_env;
+  return t != NarrowOneTile::Default ? t : NarrowOneTile::W12B2;
 }
 
 template <PackedFormat F, int NT>
@@ -565,9 +579,21 @@ void launch_warps(const GemmArgs& a, const uint32_t* xp, cudaStream_t stream) {
   const bool spills = F == PackedFormat::Int4K256 && NT == 4;
   const bool wide = F == PackedFormat::Int6K256 && NT >= 3;
   if ((wide || (!spills && int64_t(blocks) <= device().sms)) &&
-      smem_bytes<F, NT, 16>() <= size_t(device().max_smem))
-    return launch<F, NT, 16>(a, xp, blocks, stream);
-  launch<F, NT, 8>(a, xp, blocks, stream);
+      smem_bytes<F, NT, 16, 1>() <= size_t(device().max_smem))
+    return launch<F, NT, 16, 1>(a, xp, blocks, stream);
+  if constexpr (NT == 1 && F != PackedFormat::Int6K256) {
+    switch (one_tile()) {
+      case NarrowOneTile::W8B3:
+        return launch<F, 1, 8, 3>(a, xp, blocks, stream);
+      case NarrowOneTile::W12B2:  // 111 KB a block (Q4_K): not on every sm_80+ card
+        if (smem_bytes<F, 1, 12, 2>() <= size_t(device().max_smem))
+          return launch<F, 1, 12, 2>(a, xp, blocks, stream);
+        break;
+      default:
+        break;
+    }
+  }
+  launch<F, NT, 8, 2>(a, xp, blocks, stream);
 }
 
 template <PackedFormat F>
@@ -585,6 +611,10 @@ void launch_format(const GemmArgs& a, const uint32_t* xp, cudaStream_t stream) {
 }
 
 }  // namespace narrow80
+
+void gemm_narrow_sm80_set_one_tile(NarrowOneTile shape) {
+  narrow80::g_one_tile = shape;
+}
 
 size_t gemm_narrow_sm80_scratch_bytes(int n, int64_t cols) {
   // n8 rows of cols fp16 values, then a 4-byte x sum per row and chunk.

@@ -287,13 +287,20 @@ TEST_CASE("gemm narrow sm80 variant matches the float64 reference") {
     CHECK(worst < 2e-3);
     // Long rows, so that each warp's ring of stages wraps around: 16 warps
     // (3 stages) at 67 rows, 8 warps (4 stages) at 4300 rows (more blocks
-    // than an H200 has SMs), and 8 warps at one token tile (Q4_0 and Q4_K:
-    // 3 stages, built for 3 blocks an SM), whole and a last row short.
+    // than an H200 has SMs).
     run_case(type, {67, 14336, 9, GemmTile::Auto, true, true, true, Path::Narrow80});
     run_case(type, {4300, 6144, 20, GemmTile::Auto, false, true, false, Path::Narrow80});
-    for (int n : {1, 8})
-      run_case(type, {4300, 4096, n, GemmTile::Auto, n == 8, true, true, Path::Narrow80});
-    run_case(type, {4317, 1792, 6, GemmTile::Auto, false, false, true, Path::Narrow80});
+    // One token tile with more blocks than SMs, in each of the shapes Q4_0
+    // and Q4_K may take there (8 warps x 2 blocks an SM, 8 x 3, 12 x 2);
+    // 1,792 columns leave some of the warps no stage.
+    for (auto shape : {kernels::NarrowOneTile::W8B2, kernels::NarrowOneTile::W8B3,
+                       kernels::NarrowOneTile::W12B2}) {
+      kernels::gemm_narrow_sm80_set_one_tile(shape);
+      for (int n : {1, 8})
+        run_case(type, {4300, 4096, n, GemmTile::Auto, n == 8, true, true, Path::Narrow80});
+      run_case(type, {4317, 1792, 6, GemmTile::Auto, false, false, true, Path::Narrow80});
+    }
+    kernels::gemm_narrow_sm80_set_one_tile(kernels::NarrowOneTile::Default);
   }
   // kernels=auto takes it for a decode-sized batch (results as above).
   run_case(GgmlType::Q4_K, {130, 1024, 8, GemmTile::Auto, true, true, true, Path::AutoSet});
