@@ -64,11 +64,11 @@ constexpr int kQuantLd = kStageChunks * 16 + 16;  // bytes per row in a slot (80
                                                   // 8 rows a load reads hit distinct banks)
 constexpr int kMaxTokens = 32;
 // Warps per block W (they split k): 8, or 16 where the blocks would not
-// fill the SMs once (a 4096-row matrix: 128 blocks); for one token tile of
-// 4-bit weights 8 or 12 (NarrowOneTile, below). Blocks an SM B, the
-// kernel's __launch_bounds__: 1 with 16 warps, else 2, or 3 (NarrowOneTile:
-// 8 warps of 80 registers each). Ring depth per warp: 4 stages with 8 warps
-// and 2 blocks, else 3 (shared memory).
+// fill the SMs once (a 4096-row matrix: 128 blocks). Blocks an SM B, the
+// kernel's __launch_bounds__: 1 with 16 warps, else 2, or 3 for 5-8 tokens
+// of 4-bit weights (NarrowOneTile, below: 80 registers a thread). Ring
+// depth per warp: 4 stages with 8 warps and 2 blocks, else 3 (shared
+// memory: three blocks of 74 KB share an SM's 228 KB).
 template <int W, int B>
 constexpr int stages_for() {
   return W == 8 && B == 2 ? 4 : 3;
@@ -551,20 +551,20 @@ void launch(const GemmArgs& a, const uint32_t* xp, unsigned blocks, cudaStream_t
   CUDA_CHECK(cudaGetLastError());
 }
 
-// The shape for one token tile of 4-bit weights (gemm_sm80.h): set by the
-// tests, else VOLTAD_NARROW_ONE_TILE=8x2|8x3|12x2, else the default.
+// The blocks for one token tile of 4-bit weights (gemm_sm80.h): set by the
+// tests, else VOLTAD_NARROW_ONE_TILE=8x2|8x3, else by the token count.
 NarrowOneTile g_one_tile = NarrowOneTile::Default;
-NarrowOneTile one_tile() {
+NarrowOneTile one_tile(int n) {
   static const NarrowOneTile from_env = [] {
     const char* v = std::getenv("VOLTAD_NARROW_ONE_TILE");
     const std::string s = v ? v : "";
-    return s == "8x2"    ? NarrowOneTile::W8B2
-           : s == "8x3"  ? NarrowOneTile::W8B3
-           : s == "12x2" ? NarrowOneTile::W12B2
-                         : NarrowOneTile::Default;
+    return s == "8x2"   ? NarrowOneTile::W8B2
+           : s == "8x3" ? NarrowOneTile::W8B3
+                        : NarrowOneTile::Default;
   }();
   const NarrowOneTile t = g_one_tile != NarrowOneTile::Default ? g_one_tile : from_env;
-  return t != NarrowOneTile::Default ? t : NarrowOneTile::W12B2;
+  if (t != NarrowOneTile::Default) return t;
+  return n > 4 ? NarrowOneTile::W8B3 : NarrowOneTile::W8B2;
 }
 
 template <PackedFormat F, int NT>
@@ -582,16 +582,11 @@ void launch_warps(const GemmArgs& a, const uint32_t* xp, cudaStream_t stream) {
       smem_bytes<F, NT, 16, 1>() <= size_t(device().max_smem))
     return launch<F, NT, 16, 1>(a, xp, blocks, stream);
   if constexpr (NT == 1 && F != PackedFormat::Int6K256) {
-    switch (one_tile()) {
-      case NarrowOneTile::W8B3:
-        return launch<F, 1, 8, 3>(a, xp, blocks, stream);
-      case NarrowOneTile::W12B2:  // 111 KB a block (Q4_K): not on every sm_80+ card
-        if (smem_bytes<F, 1, 12, 2>() <= size_t(device().max_smem))
-          return launch<F, 1, 12, 2>(a, xp, blocks, stream);
-        break;
-      default:
-        break;
-    }
+    // Where three blocks fit an SM (the H100/H200's 228 KB; not an A100's
+    // 164 KB, where the shorter ring would buy nothing).
+    const bool three_fit = 3 * (smem_bytes<F, 1, 8, 3>() + 1024) <= size_t(device().smem_per_sm);
+    if (three_fit && one_tile(a.n) == NarrowOneTile::W8B3)
+      return launch<F, 1, 8, 3>(a, xp, blocks, stream);
   }
   launch<F, NT, 8, 2>(a, xp, blocks, stream);
 }

@@ -77,11 +77,12 @@ size_t gemm_narrow_sm80_scratch_bytes(int n, int64_t cols);
 constexpr int kGemmMinTokensNarrowSm80 = 2;
 bool gemm_narrow_sm80_supports(const GemmArgs& args, const GemmScratch& scratch);
 // Its blocks for one token tile (1-8 tokens) of Int4Sym32 / Int4K256 weights
-// where they outnumber the SMs: warps a block x blocks an SM (8x2: a ring of
-// 4 stages a warp; 8x3 and 12x2: 3 stages). Default: 12x2, the measured
-// best (docs/PERFORMANCE.md run 26); VOLTAD_NARROW_ONE_TILE=8x2|8x3|12x2
-// picks another for comparisons, and this call (tests) overrides both.
-enum class NarrowOneTile { Default, W8B2, W8B3, W12B2 };
+// where they outnumber the SMs, warps a block x blocks an SM: 8x2 (a ring of
+// 4 stages a warp) up to 4 tokens, 8x3 (3 stages, 80 registers) from 5, as
+// measured on the H200 (docs/PERFORMANCE.md run 26: 8x3 lost 1.5-3.4% at 2
+// and 4 tokens, gained 0.9-2.0% at 8). VOLTAD_NARROW_ONE_TILE=8x2|8x3 takes
+// one for every count (comparisons); this call (tests) overrides both.
+enum class NarrowOneTile { Default, W8B2, W8B3 };
 void gemm_narrow_sm80_set_one_tile(NarrowOneTile shape);
 void launch_gemm_narrow_sm80(const GemmArgs& args, const GemmScratch& scratch, cudaStream_t stream);
 
