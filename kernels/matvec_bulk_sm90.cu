@@ -105,9 +105,9 @@ __device__ __forceinline__ void copy_bulk(void* dst, const void* src, uint32_t b
 #endif
 }
 
-// Probe (branch next/bulk-timeline): globaltimer stamps of block 0..255's
-// producer and consumer warp 0 at each stage, for kernels/dev/bench_stream.cu
-// `timeline`. [block][stage][0..5]: producer issue, producer's empty wait
+// Probe (bench_stream only; docs/PERFORMANCE.md run 26): globaltimer
+// stamps of block 0..255's producer and consumer warp 0 at each stage, for
+// kernels/dev/bench_stream.cu `timeline`. [block][stage][0..5]: producer issue, producer's empty wait
 // begin, consumer full wait begin, end, consumer after decode (before the
 // bar.sync), after the bar.sync.
 #ifdef VOLTAD_BULK_STAMPS

@@ -9,7 +9,8 @@
 # goes to $OUT.
 #   bash scripts/device-profile.sh --stalls REGEX [--skip N] [--count N] [--model ...]
 # instead profiles --count launches (8) of the kernels whose names match
-# REGEX, after skipping --skip of them (200: past the prompt and the first
+# REGEX (Nsight's -k: the plain function name, e.g. kernel_narrow_sm80,
+# without namespaces or template arguments), after skipping --skip of them (200: past the prompt and the first
 # layers), with Nsight Compute's warp state and source sections, and prints where their warps stall
 # (scripts/ncu-stalls.py: reasons, and the SASS instructions with the most
 # samples), with each launch's duration, DRAM throughput and issue rate.

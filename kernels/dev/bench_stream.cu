@@ -23,7 +23,11 @@
 //   bulk    the bulk-copy kernel (matvec_bulk_sm90.cu) checked against the
 //           streaming one and both timed on gate|up;
 //   chain   both on gate|up after a programmatic-launch stand-in for a
-//           short kernel, as in the decode graph.
+//           short kernel, as in the decode graph;
+// and (run 26):
+//   timeline  when each stage of the bulk kernel's ring is issued, waited
+//           for and decoded (globaltimer stamps; -DVOLTAD_BULK_STAGES=3 for
+//           a deeper ring).
 // Under `auto` the default table's launch_matvec takes the bulk-copy
 // kernel for gate|up.
 //
@@ -348,10 +352,10 @@ int main(int argc, char** argv) {
     time_row("  bulk", mats[0], KernelSet::Auto, [](const MatvecArgs& a) { launch_matvec_bulk(a, nullptr); });
     return 0;
   }
-  // Next session, one device call (nvcc as in the header, twice):
+  // The bulk kernel's timeline on gate|up (docs/PERFORMANCE.md run 26):
   //   nvcc ... bench_stream.cu -o /tmp/bs2 && nvcc ... -DVOLTAD_BULK_STAGES=3 \
   //     bench_stream.cu -o /tmp/bs3 && /tmp/bs2 timeline && /tmp/bs3 timeline
-  // The bulk kernel's timeline on gate|up (branch next/bulk-timeline): one
+  // (nvcc as in the header; the second a ring of 3 stages). One
   // launch after warm-up, cold weights; per stage k, over blocks 0-255
   // (each has 6-7 stages): when the producer issued it, how long it waited
   // for the slot, how long consumer warp 0 waited for it, decoded it, and
