@@ -39,6 +39,7 @@
 // the Q4_0 and Q4_K_M models; others go to the portable kernels.
 #include <cuda_fp16.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <string>
 
@@ -68,7 +69,7 @@ constexpr int kMaxTokens = 32;
 // kernel's __launch_bounds__: 1 with 16 warps, else 2, or 3 for 5-8 tokens
 // of 4-bit weights (NarrowOneTile, below: 80 registers a thread). Ring
 // depth per warp: 4 stages with 8 warps and 2 blocks, else 3 (shared
-// memory: three blocks of 74 KB share an SM's 228 KB).
+// memory: three blocks of 72 KiB share an H200 SM's 228 KiB).
 template <int W, int B>
 constexpr int stages_for() {
   return W == 8 && B == 2 ? 4 : 3;
@@ -553,7 +554,7 @@ void launch(const GemmArgs& a, const uint32_t* xp, unsigned blocks, cudaStream_t
 
 // The blocks for one token tile of 4-bit weights (gemm_sm80.h): set by the
 // tests, else VOLTAD_NARROW_ONE_TILE=8x2|8x3, else by the token count.
-NarrowOneTile g_one_tile = NarrowOneTile::Default;
+std::atomic<NarrowOneTile> g_one_tile{NarrowOneTile::Default};
 NarrowOneTile one_tile(int n) {
   static const NarrowOneTile from_env = [] {
     const char* v = std::getenv("VOLTAD_NARROW_ONE_TILE");
@@ -562,14 +563,18 @@ NarrowOneTile one_tile(int n) {
            : s == "8x3" ? NarrowOneTile::W8B3
                         : NarrowOneTile::Default;
   }();
-  const NarrowOneTile t = g_one_tile != NarrowOneTile::Default ? g_one_tile : from_env;
+  const NarrowOneTile set = g_one_tile.load(std::memory_order_relaxed);
+  const NarrowOneTile t = set != NarrowOneTile::Default ? set : from_env;
   if (t != NarrowOneTile::Default) return t;
   return n > 4 ? NarrowOneTile::W8B3 : NarrowOneTile::W8B2;
 }
 
+// The blocks a launch takes: 16 warps (one an SM), or 8 warps, two or three
+// an SM.
+enum class Pick { Wide, Eight, EightThree };
 template <PackedFormat F, int NT>
-void launch_warps(const GemmArgs& a, const uint32_t* xp, cudaStream_t stream) {
-  const unsigned blocks = unsigned((a.w.layout.rows + kRows - 1) / kRows);
+Pick pick(const GemmArgs& a) {
+  const int64_t blocks = (a.w.layout.rows + kRows - 1) / kRows;
   // 16 warps where the blocks would not fill the SMs once, except for
   // Int4K256 at 25-32 tokens: under the 128-register cap both kernels spill
   // there (56 bytes at 16 warps, 12 at 8 since run 22), and 16 warps
@@ -578,17 +583,48 @@ void launch_warps(const GemmArgs& a, const uint32_t* xp, cudaStream_t stream) {
   // there, the 16-warp ones 0-24 (b32 +1.1%, PERFORMANCE-RUNS-18-20.md run 19).
   const bool spills = F == PackedFormat::Int4K256 && NT == 4;
   const bool wide = F == PackedFormat::Int6K256 && NT >= 3;
-  if ((wide || (!spills && int64_t(blocks) <= device().sms)) &&
+  if ((wide || (!spills && blocks <= device().sms)) &&
       smem_bytes<F, NT, 16, 1>() <= size_t(device().max_smem))
-    return launch<F, NT, 16, 1>(a, xp, blocks, stream);
+    return Pick::Wide;
   if constexpr (NT == 1 && F != PackedFormat::Int6K256) {
-    // Where three blocks fit an SM (the H100/H200's 228 KB; not an A100's
-    // 164 KB, where the shorter ring would buy nothing).
-    const bool three_fit = 3 * (smem_bytes<F, 1, 8, 3>() + 1024) <= size_t(device().smem_per_sm);
-    if (three_fit && one_tile(a.n) == NarrowOneTile::W8B3)
-      return launch<F, 1, 8, 3>(a, xp, blocks, stream);
+    // 8x3 only where three blocks fit an SM (the H100/H200's 228 KiB). An
+    // A100's 164 KiB holds one 8x2 block or two 8x3 ones: not measured,
+    // so it keeps 8x2.
+    constexpr size_t kReservedPerBlock = 1024;  // the runtime's own shared memory
+    const bool three_fit =
+        3 * (smem_bytes<F, 1, 8, 3>() + kReservedPerBlock) <= size_t(device().smem_per_sm);
+    if (three_fit && one_tile(a.n) == NarrowOneTile::W8B3) return Pick::EightThree;
+  }
+  return Pick::Eight;
+}
+
+template <PackedFormat F, int NT>
+void launch_warps(const GemmArgs& a, const uint32_t* xp, cudaStream_t stream) {
+  const unsigned blocks = unsigned((a.w.layout.rows + kRows - 1) / kRows);
+  switch (pick<F, NT>(a)) {
+    case Pick::Wide:
+      return launch<F, NT, 16, 1>(a, xp, blocks, stream);
+    case Pick::EightThree:
+      if constexpr (NT == 1 && F != PackedFormat::Int6K256)
+        return launch<F, 1, 8, 3>(a, xp, blocks, stream);
+      break;
+    case Pick::Eight:
+      break;
   }
   launch<F, NT, 8, 2>(a, xp, blocks, stream);
+}
+
+// pick() at one token tile, as the header's NarrowOneTile.
+template <PackedFormat F>
+NarrowOneTile one_tile_taken(const GemmArgs& a) {
+  switch (pick<F, 1>(a)) {
+    case Pick::EightThree:
+      return NarrowOneTile::W8B3;
+    case Pick::Eight:
+      return NarrowOneTile::W8B2;
+    default:
+      return NarrowOneTile::Default;
+  }
 }
 
 template <PackedFormat F>
@@ -608,7 +644,21 @@ void launch_format(const GemmArgs& a, const uint32_t* xp, cudaStream_t stream) {
 }  // namespace narrow80
 
 void gemm_narrow_sm80_set_one_tile(NarrowOneTile shape) {
-  narrow80::g_one_tile = shape;
+  narrow80::g_one_tile.store(shape, std::memory_order_relaxed);
+}
+
+NarrowOneTile gemm_narrow_sm80_one_tile_taken(const GemmArgs& a) {
+  if (a.n < 1 || a.n > 8) return NarrowOneTile::Default;
+  switch (a.w.layout.format) {
+    case PackedFormat::Int4Sym32:
+      return narrow80::one_tile_taken<PackedFormat::Int4Sym32>(a);
+    case PackedFormat::Int4K256:
+      return narrow80::one_tile_taken<PackedFormat::Int4K256>(a);
+    case PackedFormat::Int6K256:
+      return narrow80::one_tile_taken<PackedFormat::Int6K256>(a);
+    default:
+      return NarrowOneTile::Default;
+  }
 }
 
 size_t gemm_narrow_sm80_scratch_bytes(int n, int64_t cols) {

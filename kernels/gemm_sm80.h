@@ -78,12 +78,17 @@ constexpr int kGemmMinTokensNarrowSm80 = 2;
 bool gemm_narrow_sm80_supports(const GemmArgs& args, const GemmScratch& scratch);
 // Its blocks for one token tile (1-8 tokens) of Int4Sym32 / Int4K256 weights
 // where they outnumber the SMs, warps a block x blocks an SM: 8x2 (a ring of
-// 4 stages a warp) up to 4 tokens, 8x3 (3 stages, 80 registers) from 5, as
-// measured on the H200 (docs/PERFORMANCE.md run 26: 8x3 lost 1.5-3.4% at 2
-// and 4 tokens, gained 0.9-2.0% at 8). VOLTAD_NARROW_ONE_TILE=8x2|8x3 takes
-// one for every count (comparisons); this call (tests) overrides both.
+// 4 stages a warp) up to 4 tokens, 8x3 (3 stages, 80 registers) from 5 where
+// three blocks fit an SM, as measured on the H200 (docs/PERFORMANCE.md run
+// 26: 8x3 lost 0.8-3.4% at 2 and 4 tokens, gained 0.9-2.0% at 8).
+// VOLTAD_NARROW_ONE_TILE=8x2|8x3 takes one for every count (comparisons);
+// gemm_narrow_sm80_set_one_tile (tests) overrides both, Default undoes it.
 enum class NarrowOneTile { Default, W8B2, W8B3 };
 void gemm_narrow_sm80_set_one_tile(NarrowOneTile shape);
+// The blocks launch_gemm_narrow_sm80 would take for `args` on this device:
+// W8B2 or W8B3 for 8-warp blocks at 1-8 tokens (Int6K256: always W8B2),
+// Default where it takes 16 warps or more than 8 tokens.
+NarrowOneTile gemm_narrow_sm80_one_tile_taken(const GemmArgs& args);
 void launch_gemm_narrow_sm80(const GemmArgs& args, const GemmScratch& scratch, cudaStream_t stream);
 
 // Whether launch_gemm_for(set, args, scratch) runs the sm_80 narrow GEMM.

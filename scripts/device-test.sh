@@ -157,8 +157,15 @@ done
 echo
 echo "== device-test summary =="
 echo "gpu: $(head -1 "$out/gpu.txt")"
-echo "commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)$(
-  git -C "$root" diff --quiet 2>/dev/null || echo ' (+ local changes)')"
+# VOLTAD_COMMIT names the commit where the machine's copy of the tree
+# carries stale git metadata (the device tool's copies have shown an older
+# HEAD than the tree they hold), as for scripts/device-bench.sh.
+if [[ -n ${VOLTAD_COMMIT:-} ]]; then
+  echo "commit: $VOLTAD_COMMIT (given)"
+else
+  echo "commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)$(
+    git -C "$root" diff --quiet 2>/dev/null || echo ' (+ local changes)')"
+fi
 echo "build: $([[ $build_rc == 0 ]] && echo ok || echo FAILED) in ${build_s}s (sm_$arch)"
 echo "ctest -L gpu (engine.kernels auto): $(grep -E 'tests passed' "$out/ctest.log" || echo 'no result')$(
   n=$(grep -c '\*\*\*Skipped' "$out/ctest.log"); ((n)) && echo ", $n SKIPPED (no device?)")"

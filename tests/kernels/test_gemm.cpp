@@ -23,6 +23,7 @@
 #include <cmath>
 #include <cstring>
 #include <sstream>
+#include <utility>
 
 #include "engine/weight_repack.h"
 #include "kernels/gemm_sm80.h"
@@ -290,19 +291,63 @@ TEST_CASE("gemm narrow sm80 variant matches the float64 reference") {
     // than an H200 has SMs).
     run_case(type, {67, 14336, 9, GemmTile::Auto, true, true, true, Path::Narrow80});
     run_case(type, {4300, 6144, 20, GemmTile::Auto, false, true, false, Path::Narrow80});
-    // One token tile with more blocks than SMs, in each of the shapes Q4_0
-    // and Q4_K may take there (8 warps x 2 blocks an SM, and 8 x 3 with a
-    // shorter ring); 1,792 columns leave some of the warps no stage.
-    for (auto shape : {kernels::NarrowOneTile::W8B2, kernels::NarrowOneTile::W8B3}) {
-      kernels::gemm_narrow_sm80_set_one_tile(shape);
-      for (int n : {1, 8})
-        run_case(type, {4300, 4096, n, GemmTile::Auto, n == 8, true, true, Path::Narrow80});
-      run_case(type, {4317, 1792, 6, GemmTile::Auto, false, false, true, Path::Narrow80});
-    }
-    kernels::gemm_narrow_sm80_set_one_tile(kernels::NarrowOneTile::Default);
   }
   // kernels=auto takes it for a decode-sized batch (results as above).
   run_case(GgmlType::Q4_K, {130, 1024, 8, GemmTile::Auto, true, true, true, Path::AutoSet});
+}
+
+// The blocks of one token tile (1-8 tokens) of Q4_0 and Q4_K where they
+// outnumber the SMs: 8 warps, two blocks an SM with a ring of 4 stages, or
+// three with a ring of 3 where three fit an SM (from 5 tokens by default).
+// Each shape against the reference, and the shape taken checked.
+struct OneTileScope {
+  explicit OneTileScope(kernels::NarrowOneTile shape) {
+    kernels::gemm_narrow_sm80_set_one_tile(shape);
+  }
+  ~OneTileScope() { kernels::gemm_narrow_sm80_set_one_tile(kernels::NarrowOneTile::Default); }
+};
+
+TEST_CASE("gemm narrow sm80 at one token tile: 8x2 and 8x3 blocks, each as taken") {
+  if (!device_is_sm80_plus() || !kernels::gemm_sm80_available()) {
+    MESSAGE("not an sm_80+ device with the variant built: skipped");
+    return;
+  }
+  int device = 0, sms = 0, smem_per_sm = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  CUDA_CHECK(
+      cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+  // The H100/H200's 228 KiB holds three 8x3 blocks of Q4_K (72 KiB each).
+  const bool three_fit = smem_per_sm >= 228 * 1024;
+  // Three blocks more than the SMs, the last one 27 rows.
+  const int64_t rows = 32 * int64_t(sms + 3) - 5;
+  using kernels::NarrowOneTile;
+  const std::pair<GgmlType, kernels::PackedFormat> types[] = {
+      {GgmlType::Q4_0, kernels::PackedFormat::Int4Sym32},
+      {GgmlType::Q4_K, kernels::PackedFormat::Int4K256}};
+  for (const auto& [type, format] : types) {
+    kernels::GemmArgs probe;
+    probe.w.layout.rows = rows;
+    probe.w.layout.format = format;
+    auto taken = [&](int n) {
+      probe.n = n;
+      return kernels::gemm_narrow_sm80_one_tile_taken(probe);
+    };
+    CHECK(taken(2) == NarrowOneTile::W8B2);
+    CHECK(taken(4) == NarrowOneTile::W8B2);
+    CHECK(taken(8) == (three_fit ? NarrowOneTile::W8B3 : NarrowOneTile::W8B2));
+    CHECK(taken(9) == NarrowOneTile::Default);  // two token tiles
+    for (NarrowOneTile shape : {NarrowOneTile::W8B2, NarrowOneTile::W8B3}) {
+      const OneTileScope scope(shape);
+      const NarrowOneTile expected = three_fit ? shape : NarrowOneTile::W8B2;
+      for (int n : {1, 6, 8}) CHECK(taken(n) == expected);
+      if (expected != shape) MESSAGE("8x3 not taken here: three blocks do not fit an SM");
+      // 1,792 columns: 14 stages for 8 warps, so one warp gets none.
+      for (int n : {1, 8})
+        run_case(type, {rows, 4096, n, GemmTile::Auto, n == 8, true, true, Path::Narrow80});
+      run_case(type, {rows, 1792, 6, GemmTile::Auto, false, false, true, Path::Narrow80});
+    }
+  }
 }
 
 // A kernel that makes x and can also write it in the narrow sm_80 GEMM's
