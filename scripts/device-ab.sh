@@ -20,6 +20,14 @@
 # e.g. --omit=attention; a list inside a value takes +: --omit=norms+swiglu),
 # such as VOLTAD_ROPE_IN_ATTENTION=0,--omit=norms; bin=PATH runs another
 # voltad-bench binary (a build of another version of a file).
+# --before DIR builds a second voltad-bench first, with the files under DIR
+# (paths relative to the tree: DIR/kernels/x.cu stands for kernels/x.cu)
+# in place of the tree's, then puts the tree's back; the variant `before`
+# runs that binary. Keep DIR git-ignored (/.before/ is) and carry it:
+#   mkdir -p .before/kernels && git show main:kernels/x.cu > .before/kernels/x.cu
+#   bash scripts/device-ab.sh --before .before --tests gemm -- base before
+# (carry [".deps", ".tok", ".before"]): a change and the code before it,
+# one call, the tests on the change.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 models="llama3-8b:q4_k_m"
@@ -29,6 +37,7 @@ kernels=auto
 reps=2
 steps=128
 tests=""
+before=""
 while (($#)); do
   case $1 in
     --models) models=$2; shift 2 ;;
@@ -38,8 +47,9 @@ while (($#)); do
     --reps) reps=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --tests) tests=$2; shift 2 ;;
+    --before) before=$2; shift 2 ;;
     --) shift; break ;;
-    *) echo "usage: $0 [--models M,...] [--batches B,...] [--ctx N] [--kernels K] [--reps N] [--steps N] [--tests REGEX] -- VARIANT..." >&2
+    *) echo "usage: $0 [--models M,...] [--batches B,...] [--ctx N] [--kernels K] [--reps N] [--steps N] [--tests REGEX] [--before DIR] -- VARIANT..." >&2
        exit 64 ;;
   esac
 done
@@ -49,7 +59,28 @@ out=${OUT:-$PWD/build-device/out}
 work=$PWD/build-device/ab
 rm -rf "$work"
 mkdir -p "$out" "$work"
-trap 'tar -C "$work" -cf "$out/ab.tar" --exclude=build .' EXIT
+trap 'tar -C "$work" -cf "$out/ab.tar" --exclude=build --exclude=build-before --exclude=voltad-bench-before --exclude=after .' EXIT
+if [[ -n $before ]]; then
+  # The binary of the code before the change: DIR's files in place, built,
+  # then the tree's files back (device-fresh-sources.sh rebuilds them by
+  # content). Before the tests start, which build the tree as it is.
+  [[ -d $before ]] || { echo "device-ab: --before $before: no such folder" >&2; exit 64; }
+  mapfile -t swapped < <(cd "$before" && find . -type f -printf '%P\n')
+  ((${#swapped[@]})) || { echo "device-ab: --before $before holds no files" >&2; exit 64; }
+  for f in "${swapped[@]}"; do
+    [[ -f $f ]] || { echo "device-ab: --before: $f is not in the tree" >&2; exit 64; }
+    mkdir -p "$work/after/$(dirname "$f")"
+    cp "$f" "$work/after/$f"
+    cp "$before/$f" "$f"
+  done
+  before_rc=0
+  OUT="$work/build-before" bash scripts/device-bench.sh --models "$models" --ctx "$ctx" --batches 1 \
+    --kernels "$kernels" >"$work/build-before.log" 2>&1 || before_rc=$?
+  for f in "${swapped[@]}"; do cp "$work/after/$f" "$f"; done
+  ((before_rc == 0)) || { tail -20 "$work/build-before.log"; exit 1; }
+  cp build-bench/bin/voltad-bench "$work/voltad-bench-before"
+  echo "device-ab: 'before' is ${swapped[*]} from $before"
+fi
 tests_pid=""
 if [[ -n $tests ]]; then
   OUT="$work/tests" bash scripts/device-test.sh --tests="$tests" >"$work/tests.log" 2>&1 &
@@ -83,6 +114,10 @@ for spec in ${models//,/ }; do
     for v in "${order[@]}"; do
       env_args=() bench_args=() items=()
       [[ $v == base ]] || IFS=, read -r -a items <<<"$v"
+      if [[ $v == before ]]; then
+        [[ -n $before ]] || { echo "device-ab: the variant 'before' needs --before DIR" >&2; exit 64; }
+        items=("bin=$work/voltad-bench-before")
+      fi
       run_bench=$bench
       for item in "${items[@]}"; do
         if [[ $item == bin=* ]]; then
