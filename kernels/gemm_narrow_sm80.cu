@@ -68,11 +68,13 @@ constexpr int kMaxTokens = 32;
 // fill the SMs once (a 4096-row matrix: 128 blocks). Blocks an SM B, the
 // kernel's __launch_bounds__: 1 with 16 warps, else 2, or 3 for 5-8 tokens
 // of 4-bit weights (NarrowOneTile, below: 80 registers a thread). Ring
-// depth per warp: 4 stages with 8 warps and 2 blocks, else 3 (shared
-// memory: three blocks of 72 KiB share an H200 SM's 228 KiB).
-template <int W, int B>
+// depth per warp: 4 stages with 8 warps and 2 blocks of 4-bit weights, else
+// 3 (shared memory: three blocks of 72 KiB share an H200 SM's 228 KiB; a
+// Q6_K slot is 4 KiB, and 4 stages of 8 warps, 128 KiB, left one block an
+// SM).
+template <PackedFormat F, int W, int B>
 constexpr int stages_for() {
-  return W == 8 && B == 2 ? 4 : 3;
+  return W == 8 && B == 2 && F != PackedFormat::Int6K256 ? 4 : 3;
 }
 
 // Extra bytes per row per stage besides the quants: Int4Sym32 4 fp16 d;
@@ -88,7 +90,7 @@ constexpr size_t slot_bytes() {
 }
 template <PackedFormat F, int NT, int W, int B>
 constexpr size_t smem_bytes() {
-  const size_t pipe = size_t(W) * stages_for<W, B>() * slot_bytes<F>();
+  const size_t pipe = size_t(W) * stages_for<F, W, B>() * slot_bytes<F>();
   const size_t red = size_t(W) * NT * 8 * (kRows + 4) * sizeof(float);  // partial sums
   return pipe > red ? pipe : red;
 }
@@ -296,7 +298,7 @@ __global__ void __launch_bounds__(W * 32, B) kernel_narrow_sm80(GemmArgs a, cons
   const int64_t s_end = s_begin + share < stages_total ? s_begin + share : stages_total;
   const int n_stages = s_end > s_begin ? int(s_end - s_begin) : 0;
 
-  constexpr int kStages = stages_for<W, B>();
+  constexpr int kStages = stages_for<F, W, B>();
   uint8_t* ring = smem + size_t(warp) * kStages * slot_bytes<F>();
   auto slot = [&](int i) { return ring + size_t(i % kStages) * slot_bytes<F>(); };
 

@@ -348,6 +348,18 @@ TEST_CASE("gemm narrow sm80 at one token tile: 8x2 and 8x3 blocks, each as taken
       run_case(type, {rows, 1792, 6, GemmTile::Auto, false, false, true, Path::Narrow80});
     }
   }
+  // Q6_K (an output matrix's type) takes 8x2 there too, its rings 3 stages
+  // deep so that two blocks fit an SM.
+  kernels::GemmArgs probe;
+  probe.w.layout.rows = rows;
+  probe.w.layout.format = kernels::PackedFormat::Int6K256;
+  for (int n : {1, 8, 16}) {
+    probe.n = n;
+    CHECK(kernels::gemm_narrow_sm80_one_tile_taken(probe) ==
+          (n <= 8 ? NarrowOneTile::W8B2 : NarrowOneTile::Default));
+    run_case(GgmlType::Q6_K, {rows, 4096, n, GemmTile::Auto, n == 8, true, true, Path::Narrow80});
+  }
+  run_case(GgmlType::Q6_K, {rows, 1792, 6, GemmTile::Auto, false, false, true, Path::Narrow80});
 }
 
 // A kernel that makes x and can also write it in the narrow sm_80 GEMM's
