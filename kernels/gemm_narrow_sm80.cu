@@ -527,7 +527,10 @@ bool format_supported(PackedFormat f) {
   return f == PackedFormat::Int4Sym32 || f == PackedFormat::Int4K256 || f == PackedFormat::Int6K256;
 }
 
-// The most shared memory an 8-warp kernel of format f takes (4 stages).
+// The most shared memory an 8-warp kernel of format f takes (8x2: 4
+// stages of 4-bit weights, 3 of Q6_K). Since Q6_K's ring went to 3 stages
+// (96 KiB) it fits a device whose blocks may have 99 KiB (sm_86/89), where
+// at 128 KiB Q6_K went to the portable kernels: not measured there.
 size_t smem_for(PackedFormat f) {
   switch (f) {
     case PackedFormat::Int4Sym32:
