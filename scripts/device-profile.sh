@@ -5,8 +5,14 @@
 # steps. Run after scripts/device-bench.sh has built build-bench/ and
 # written the model:
 #   bash scripts/device-profile.sh [--model /tmp/voltad-models/llama3-8b-q4_k_m.gguf] [--steps 4] [--batch 1]
+#                                  [--prompt 1]
 # Prints a table (kernel, launches per step, us per step, share); the CSV
-# goes to $OUT.
+# goes to $OUT. --prompt N: each sequence's prompt (1: every step is
+# decode-shaped; the attention then reads a few positions, not a real
+# context). With a longer prompt the decode steps attend to ~N positions
+# (the context is sized to hold them); a second table then averages only
+# the last --steps - 1 steps (steps end at the sampler's kernel_topk_merge),
+# so that the prompt's kernels stay out of it.
 #   bash scripts/device-profile.sh --stalls REGEX [--skip N] [--count N] [--model ...]
 # instead profiles --count launches (8) of the kernels whose names match
 # REGEX (Nsight's -k: the plain function name, e.g. kernel_narrow_sm80,
@@ -16,11 +22,13 @@
 # samples), with each launch's duration, DRAM throughput and issue rate.
 # Comparison switches pass through the environment, e.g.
 # VOLTAD_MATVEC_STREAM=0 bash scripts/device-profile.sh --stalls kernel_matvec
+# With --prompt N, --skip must also pass the prompt's launches of REGEX.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model=/tmp/voltad-models/llama3-8b-q4_k_m.gguf
 steps=4
 batch=1
+prompt=1
 stalls=""
 skip=200
 count=8
@@ -29,15 +37,18 @@ while (($#)); do
     --model) model=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --batch) batch=$2; shift 2 ;;
+    --prompt) prompt=$2; shift 2 ;;
     --stalls) stalls=$2; shift 2 ;;
     --skip) skip=$2; shift 2 ;;
     --count) count=$2; shift 2 ;;
-    *) echo "usage: $0 [--model FILE] [--steps N] [--batch N] [--stalls REGEX [--skip N] [--count N]]" >&2
+    *) echo "usage: $0 [--model FILE] [--steps N] [--batch N] [--prompt N] [--stalls REGEX [--skip N] [--count N]]" >&2
        exit 64 ;;
   esac
 done
 out=${OUT:-$PWD/build-device/out}
 mkdir -p "$out"
+# Room for the prompt and the steps, in whole 512-position multiples.
+ctx=$(((prompt + steps + 511) / 512 * 512))
 ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || true)
 [[ -n $ncu ]] || { echo "device-profile: no ncu on this machine" >&2; exit 1; }
 if [[ -n $stalls ]]; then
@@ -45,7 +56,7 @@ if [[ -n $stalls ]]; then
     --section SpeedOfLight --section SchedulerStats --section WarpStateStats --section SourceCounters \
     --section Occupancy --section LaunchStats \
     --import-source no -f -o "$out/stalls" \
-    build-bench/bin/voltad-bench -m "$model" -p 1 -n "$steps" -b "$batch" --ctx 512 --repeat 1 --no-graphs \
+    build-bench/bin/voltad-bench -m "$model" -p "$prompt" -n "$steps" -b "$batch" --ctx "$ctx" --repeat 1 --no-graphs \
     >"$out/stalls-ncu.log" 2>&1 || { tail -20 "$out/stalls-ncu.log"; exit 1; }
   "$ncu" -i "$out/stalls.ncu-rep" --page details --csv >"$out/stalls-details.csv"
   python3 - "$out/stalls-details.csv" <<'PY'
@@ -71,23 +82,38 @@ fi
 # sequences.
 csv=$out/profile-decode-b$batch.csv
 "$ncu" --clock-control none --csv --metrics gpu__time_duration.sum \
-  build-bench/bin/voltad-bench -m "$model" -p 1 -n "$steps" -b "$batch" --ctx 512 --repeat 1 --no-graphs \
+  build-bench/bin/voltad-bench -m "$model" -p "$prompt" -n "$steps" -b "$batch" --ctx "$ctx" --repeat 1 --no-graphs \
   >"$csv" 2>"$out/profile-ncu.log" || { tail -20 "$out/profile-ncu.log"; exit 1; }
-python3 - "$csv" <<'PY'
+python3 - "$csv" "$prompt" "$steps" <<'PY'
 import csv, sys, collections, re
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+prompt, steps = int(sys.argv[2]), int(sys.argv[3])
 head = rows[0]
 ki, vi, ui = head.index("Kernel Name"), head.index("Metric Value"), head.index("Metric Unit")
-total = collections.Counter(); count = collections.Counter()
+seq = []
 for r in rows[1:]:
     if not r[vi].replace(",", "").replace(".", "").isdigit(): continue
     v = float(r[vi].replace(",", ""))
     v = v / 1000 if r[ui] in ("nsecond", "ns") else v * (1000 if r[ui] in ("msecond", "ms") else 1)
     name = re.sub(r"\(.*", "", r[ki]).replace("void ", "")
-    name = re.sub(r"voltad::kernels::", "", name)
-    total[name] += v; count[name] += 1
-launches = sum(count.values()); s = sum(total.values())
-print(f"{launches} launches, {s:.0f} us of kernel time in all")
-for name, v in total.most_common(25):
-    print(f"{v/s*100:5.1f}%  {v:9.1f} us  {count[name]:5d} x  {v/count[name]:7.2f} us  {name[:110]}")
+    seq.append((re.sub(r"voltad::kernels::", "", name), v))
+
+def table(part, title, per=1):
+    total = collections.Counter(); count = collections.Counter()
+    for name, v in part:
+        total[name] += v; count[name] += 1
+    s = sum(total.values())
+    print(f"== {title}: {sum(count.values())} launches, {s:.0f} us of kernel time" +
+          (f" ({s / per:.0f} us a step)" if per > 1 else ""))
+    for name, v in total.most_common(25):
+        print(f"{v/s*100:5.1f}%  {v/per:9.1f} us  {count[name]/per:6.1f} x  {v/count[name]:7.2f} us  {name[:110]}")
+
+table(seq, "every launch")
+if prompt > 1:
+    # The decode steps: the segments after the prompt's, each ending at the
+    # sampler's last kernel.
+    ends = [i for i, (name, _) in enumerate(seq) if "kernel_topk_merge" in name]
+    n = min(steps - 1, len(ends) - 1)
+    if n >= 1:
+        table(seq[ends[-n - 1] + 1:ends[-1] + 1], f"the last {n} decode steps, a step", per=n)
 PY
