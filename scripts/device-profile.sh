@@ -5,14 +5,12 @@
 # steps. Run after scripts/device-bench.sh has built build-bench/ and
 # written the model:
 #   bash scripts/device-profile.sh [--model /tmp/voltad-models/llama3-8b-q4_k_m.gguf] [--steps 4] [--batch 1]
-#                                  [--prompt 1]
-# Prints a table (kernel, launches per step, us per step, share); the CSV
-# goes to $OUT. --prompt N: each sequence's prompt (1: every step is
-# decode-shaped; the attention then reads a few positions, not a real
-# context). With a longer prompt the decode steps attend to ~N positions
-# (the context is sized to hold them); a second table then averages only
-# the last --steps - 1 steps (steps end at the sampler's kernel_topk_merge),
-# so that the prompt's kernels stay out of it.
+#                                  [--ctx 512]
+# Prints a table (kernel, launches per step, us per step, share) of every
+# launch, then one of the last decode steps alone (a step ends at the
+# sampler's kernel_topk_merge; the warm-up and the 1-token prefill stay
+# out); the CSV goes to $OUT. The decode steps attend to --ctx positions
+# (voltad-bench starts them there; -p only sizes its prefill run).
 #   bash scripts/device-profile.sh --stalls REGEX [--skip N] [--count N] [--model ...]
 # instead profiles --count launches (8) of the kernels whose names match
 # REGEX (Nsight's -k: the plain function name, e.g. kernel_narrow_sm80,
@@ -22,13 +20,12 @@
 # samples), with each launch's duration, DRAM throughput and issue rate.
 # Comparison switches pass through the environment, e.g.
 # VOLTAD_MATVEC_STREAM=0 bash scripts/device-profile.sh --stalls kernel_matvec
-# With --prompt N, --skip must also pass the prompt's launches of REGEX.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model=/tmp/voltad-models/llama3-8b-q4_k_m.gguf
 steps=4
 batch=1
-prompt=1
+ctx=512
 stalls=""
 skip=200
 count=8
@@ -37,18 +34,16 @@ while (($#)); do
     --model) model=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --batch) batch=$2; shift 2 ;;
-    --prompt) prompt=$2; shift 2 ;;
+    --ctx) ctx=$2; shift 2 ;;
     --stalls) stalls=$2; shift 2 ;;
     --skip) skip=$2; shift 2 ;;
     --count) count=$2; shift 2 ;;
-    *) echo "usage: $0 [--model FILE] [--steps N] [--batch N] [--prompt N] [--stalls REGEX [--skip N] [--count N]]" >&2
+    *) echo "usage: $0 [--model FILE] [--steps N] [--batch N] [--ctx N] [--stalls REGEX [--skip N] [--count N]]" >&2
        exit 64 ;;
   esac
 done
 out=${OUT:-$PWD/build-device/out}
 mkdir -p "$out"
-# Room for the prompt and the steps, in whole 512-position multiples.
-ctx=$(((prompt + steps + 511) / 512 * 512))
 ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || true)
 [[ -n $ncu ]] || { echo "device-profile: no ncu on this machine" >&2; exit 1; }
 if [[ -n $stalls ]]; then
@@ -56,7 +51,7 @@ if [[ -n $stalls ]]; then
     --section SpeedOfLight --section SchedulerStats --section WarpStateStats --section SourceCounters \
     --section Occupancy --section LaunchStats \
     --import-source no -f -o "$out/stalls" \
-    build-bench/bin/voltad-bench -m "$model" -p "$prompt" -n "$steps" -b "$batch" --ctx "$ctx" --repeat 1 --no-graphs \
+    build-bench/bin/voltad-bench -m "$model" -p 1 -n "$steps" -b "$batch" --ctx "$ctx" --repeat 1 --no-graphs \
     >"$out/stalls-ncu.log" 2>&1 || { tail -20 "$out/stalls-ncu.log"; exit 1; }
   "$ncu" -i "$out/stalls.ncu-rep" --page details --csv >"$out/stalls-details.csv"
   python3 - "$out/stalls-details.csv" <<'PY'
@@ -82,12 +77,12 @@ fi
 # sequences.
 csv=$out/profile-decode-b$batch.csv
 "$ncu" --clock-control none --csv --metrics gpu__time_duration.sum \
-  build-bench/bin/voltad-bench -m "$model" -p "$prompt" -n "$steps" -b "$batch" --ctx "$ctx" --repeat 1 --no-graphs \
+  build-bench/bin/voltad-bench -m "$model" -p 1 -n "$steps" -b "$batch" --ctx "$ctx" --repeat 1 --no-graphs \
   >"$csv" 2>"$out/profile-ncu.log" || { tail -20 "$out/profile-ncu.log"; exit 1; }
-python3 - "$csv" "$prompt" "$steps" <<'PY'
+python3 - "$csv" "$steps" <<'PY'
 import csv, sys, collections, re
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
-prompt, steps = int(sys.argv[2]), int(sys.argv[3])
+steps = int(sys.argv[2])
 head = rows[0]
 ki, vi, ui = head.index("Kernel Name"), head.index("Metric Value"), head.index("Metric Unit")
 seq = []
@@ -109,11 +104,9 @@ def table(part, title, per=1):
         print(f"{v/s*100:5.1f}%  {v/per:9.1f} us  {count[name]/per:6.1f} x  {v/count[name]:7.2f} us  {name[:110]}")
 
 table(seq, "every launch")
-if prompt > 1:
-    # The decode steps: the segments after the prompt's, each ending at the
-    # sampler's last kernel.
-    ends = [i for i, (name, _) in enumerate(seq) if "kernel_topk_merge" in name]
-    n = min(steps - 1, len(ends) - 1)
-    if n >= 1:
-        table(seq[ends[-n - 1] + 1:ends[-1] + 1], f"the last {n} decode steps, a step", per=n)
+# The last decode steps: the segments before the final sampler kernels.
+ends = [i for i, (name, _) in enumerate(seq) if "kernel_topk_merge" in name]
+n = min(steps - 1, len(ends) - 1)
+if n >= 1:
+    table(seq[ends[-n - 1] + 1:ends[-1] + 1], f"the last {n} decode steps, a step", per=n)
 PY
