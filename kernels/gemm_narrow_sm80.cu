@@ -68,10 +68,10 @@ constexpr int kMaxTokens = 32;
 // fill the SMs once (a 4096-row matrix: 128 blocks). Blocks an SM B, the
 // kernel's __launch_bounds__: 1 with 16 warps, else 2, or 3 for 5-8 tokens
 // of 4-bit weights (NarrowOneTile, below: 80 registers a thread). Ring
-// depth per warp: 4 stages with 8 warps and 2 blocks of 4-bit weights, else
-// 3 (shared memory: three blocks of 72 KiB share an H200 SM's 228 KiB; a
-// Q6_K slot is 4 KiB, and 4 stages of 8 warps, 128 KiB, left one block an
-// SM).
+// depth per warp S: 4 stages with 8 warps and 2 blocks of 4-bit weights,
+// else 3 (shared memory: three blocks of 72 KiB share an H200 SM's 228
+// KiB). A Q6_K slot is 4 KiB: its 8x2 ring has 3 stages (96 KiB) where two
+// such blocks fit an SM, else 4 (128 KiB, one block an SM; q6k_ring).
 template <PackedFormat F, int W, int B>
 constexpr int stages_for() {
   return W == 8 && B == 2 && F != PackedFormat::Int6K256 ? 4 : 3;
@@ -88,9 +88,9 @@ template <PackedFormat F>
 constexpr size_t slot_bytes() {
   return size_t(kRows) * (kQuantLd + extra_ld<F>());
 }
-template <PackedFormat F, int NT, int W, int B>
+template <PackedFormat F, int NT, int W, int B, int S = stages_for<F, W, B>()>
 constexpr size_t smem_bytes() {
-  const size_t pipe = size_t(W) * stages_for<F, W, B>() * slot_bytes<F>();
+  const size_t pipe = size_t(W) * S * slot_bytes<F>();
   const size_t red = size_t(W) * NT * 8 * (kRows + 4) * sizeof(float);  // partial sums
   return pipe > red ? pipe : red;
 }
@@ -278,8 +278,9 @@ __global__ void kernel_x_to_fragments(const float* x, int64_t ldx, int n, int n8
   if (lane_t == 0) xs[ct] = pack_x_sum(sum);
 }
 
-// NT = n8 / 8 token tiles; W warps a block, built for B blocks an SM.
-template <PackedFormat F, int NT, int W, int B>
+// NT = n8 / 8 token tiles; W warps a block, built for B blocks an SM; S
+// stages a warp's ring.
+template <PackedFormat F, int NT, int W, int B, int S = stages_for<F, W, B>()>
 __global__ void __launch_bounds__(W * 32, B) kernel_narrow_sm80(GemmArgs a, const uint32_t* xp) {
   constexpr int kN8 = NT * 8;
   constexpr int kExtra = extra_ld<F>();
@@ -298,7 +299,7 @@ __global__ void __launch_bounds__(W * 32, B) kernel_narrow_sm80(GemmArgs a, cons
   const int64_t s_end = s_begin + share < stages_total ? s_begin + share : stages_total;
   const int n_stages = s_end > s_begin ? int(s_end - s_begin) : 0;
 
-  constexpr int kStages = stages_for<F, W, B>();
+  constexpr int kStages = S;
   uint8_t* ring = smem + size_t(warp) * kStages * slot_bytes<F>();
   auto slot = [&](int i) { return ring + size_t(i % kStages) * slot_bytes<F>(); };
 
@@ -527,10 +528,21 @@ bool format_supported(PackedFormat f) {
   return f == PackedFormat::Int4Sym32 || f == PackedFormat::Int4K256 || f == PackedFormat::Int6K256;
 }
 
-// The most shared memory an 8-warp kernel of format f takes (8x2: 4
-// stages of 4-bit weights, 3 of Q6_K). Since Q6_K's ring went to 3 stages
-// (96 KiB) it fits a device whose blocks may have 99 KiB (sm_86/89), where
-// at 128 KiB Q6_K went to the portable kernels: not measured there.
+using sm80::device;
+
+constexpr size_t kReservedPerBlock = 1024;  // the runtime's own shared memory a block
+
+// The stages of Q6_K's 8x2 ring on this device: 3 where two such blocks
+// fit an SM (the H100/H200's 228 KiB: 16 warps an SM, where 4 stages left
+// one block and 8 warps; PERFORMANCE.md run 27), else 4, as before (an
+// A100's 164 KiB holds one block either way; a 99 KiB block limit, sm_86/89,
+// holds neither, and Q6_K stays with the portable kernels there).
+int q6k_ring() {
+  constexpr size_t three = smem_bytes<PackedFormat::Int6K256, 1, 8, 2, 3>() + kReservedPerBlock;
+  return 2 * three <= size_t(device().smem_per_sm) ? 3 : 4;
+}
+
+// The most shared memory an 8-warp kernel of format f takes here.
 size_t smem_for(PackedFormat f) {
   switch (f) {
     case PackedFormat::Int4Sym32:
@@ -538,22 +550,21 @@ size_t smem_for(PackedFormat f) {
     case PackedFormat::Int4K256:
       return smem_bytes<PackedFormat::Int4K256, 4, 8, 2>();
     default:
-      return smem_bytes<PackedFormat::Int6K256, 4, 8, 2>();
+      return q6k_ring() == 3 ? smem_bytes<PackedFormat::Int6K256, 4, 8, 2, 3>()
+                             : smem_bytes<PackedFormat::Int6K256, 4, 8, 2, 4>();
   }
 }
 
-using sm80::device;
-
-template <PackedFormat F, int NT, int W, int B>
+template <PackedFormat F, int NT, int W, int B, int S = stages_for<F, W, B>()>
 void launch(const GemmArgs& a, const uint32_t* xp, unsigned blocks, cudaStream_t stream) {
-  auto kernel = kernel_narrow_sm80<F, NT, W, B>;
+  auto kernel = kernel_narrow_sm80<F, NT, W, B, S>;
   static const bool opted_in = [&] {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    int(smem_bytes<F, NT, W, B>())));
+                                    int(smem_bytes<F, NT, W, B, S>())));
     return true;
   }();
   (void)opted_in;
-  launch_kernel(kernel, blocks, W * 32, smem_bytes<F, NT, W, B>(), stream, a, xp);
+  launch_kernel(kernel, blocks, W * 32, smem_bytes<F, NT, W, B, S>(), stream, a, xp);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -595,7 +606,6 @@ Pick pick(const GemmArgs& a) {
     // 8x3 only where three blocks fit an SM (the H100/H200's 228 KiB). An
     // A100's 164 KiB holds one 8x2 block or two 8x3 ones: not measured,
     // so it keeps 8x2.
-    constexpr size_t kReservedPerBlock = 1024;  // the runtime's own shared memory
     const bool three_fit =
         3 * (smem_bytes<F, 1, 8, 3>() + kReservedPerBlock) <= size_t(device().smem_per_sm);
     if (three_fit && one_tile(a.n) == NarrowOneTile::W8B3) return Pick::EightThree;
@@ -615,6 +625,9 @@ void launch_warps(const GemmArgs& a, const uint32_t* xp, cudaStream_t stream) {
       break;
     case Pick::Eight:
       break;
+  }
+  if constexpr (F == PackedFormat::Int6K256) {
+    if (q6k_ring() == 4) return launch<F, NT, 8, 2, 4>(a, xp, blocks, stream);
   }
   launch<F, NT, 8, 2>(a, xp, blocks, stream);
 }

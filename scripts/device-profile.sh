@@ -6,12 +6,15 @@
 # written the model:
 #   bash scripts/device-profile.sh [--model /tmp/voltad-models/llama3-8b-q4_k_m.gguf] [--steps 4] [--batch 1]
 #                                  [--ctx 512]
-# Prints a table (kernel, launches per step, us per step, share) of every
-# launch, then one of the last decode steps alone (a step ends at the
-# sampler's kernel_topk_merge; the warm-up and the 1-token prefill stay
-# out); the CSV goes to $OUT. The decode steps attend to --ctx positions
-# (voltad-bench starts them there; -p only sizes its prefill run).
+# Prints two tables (share, us, launches, us a launch, kernel): the totals
+# over every launch of the run (voltad-bench's two 1-token prefills, its 3
+# warm-up steps and the --steps decode steps), then a step's average over
+# the measured decode steps alone (a step ends at the sampler's
+# kernel_topk_merge). The CSV goes to $OUT. The decode steps attend to
+# --ctx positions (voltad-bench starts them there; -p only sizes its
+# prefill run).
 #   bash scripts/device-profile.sh --stalls REGEX [--skip N] [--count N] [--model ...]
+#                                  [--batch N] [--steps N] [--ctx N]
 # instead profiles --count launches (8) of the kernels whose names match
 # REGEX (Nsight's -k: the plain function name, e.g. kernel_narrow_sm80,
 # without namespaces or template arguments), after skipping --skip of them (200: past the prompt and the first
@@ -72,9 +75,9 @@ PY
   python3 scripts/ncu-stalls.py "$out/stalls-source.csv"
   exit 0
 fi
-# Prompt of 1 token: the "prefill" is itself a decode-shaped step. --repeat 1
-# and -n steps: every profiled launch belongs to a decode step of `batch`
-# sequences.
+# A prompt of 1 token keeps voltad-bench's prefill runs (two, with --repeat
+# 1) to single-token steps; the second table leaves them and the warm-up
+# out.
 csv=$out/profile-decode-b$batch.csv
 "$ncu" --clock-control none --csv --metrics gpu__time_duration.sum \
   build-bench/bin/voltad-bench -m "$model" -p 1 -n "$steps" -b "$batch" --ctx "$ctx" --repeat 1 --no-graphs \
@@ -106,7 +109,9 @@ def table(part, title, per=1):
 table(seq, "every launch")
 # The last decode steps: the segments before the final sampler kernels.
 ends = [i for i, (name, _) in enumerate(seq) if "kernel_topk_merge" in name]
-n = min(steps - 1, len(ends) - 1)
+n = min(steps, len(ends) - 1)
 if n >= 1:
     table(seq[ends[-n - 1] + 1:ends[-1] + 1], f"the last {n} decode steps, a step", per=n)
+else:
+    print("no decode steps found (no kernel_topk_merge launches): the per-step table is left out")
 PY

@@ -299,7 +299,8 @@ TEST_CASE("gemm narrow sm80 variant matches the float64 reference") {
 // The blocks of one token tile (1-8 tokens) of Q4_0 and Q4_K where they
 // outnumber the SMs: 8 warps, two blocks an SM with a ring of 4 stages, or
 // three with a ring of 3 where three fit an SM (from 5 tokens by default).
-// Each shape against the reference, and the shape taken checked.
+// Each shape against the reference, and the shape taken checked. Then
+// Q6_K, whose 8x2 ring is 3 stages deep where two such blocks fit an SM.
 struct OneTileScope {
   explicit OneTileScope(kernels::NarrowOneTile shape) {
     kernels::gemm_narrow_sm80_set_one_tile(shape);
@@ -348,17 +349,18 @@ TEST_CASE("gemm narrow sm80 at one token tile: 8x2 and 8x3 blocks, each as taken
       run_case(type, {rows, 1792, 6, GemmTile::Auto, false, false, true, Path::Narrow80});
     }
   }
-  // Q6_K (an output matrix's type) takes 8x2 there too, its rings 3 stages
-  // deep so that two blocks fit an SM.
+  // Q6_K (in these models the output matrix is the only Q6_K one with more
+  // blocks than SMs) takes 8x2 there at one and two token tiles: checked at
+  // 1, 6 and 8 tokens, run at 1, 6, 8 and 16.
   kernels::GemmArgs probe;
   probe.w.layout.rows = rows;
   probe.w.layout.format = kernels::PackedFormat::Int6K256;
-  for (int n : {1, 8, 16}) {
+  for (int n : {1, 6, 8}) {
     probe.n = n;
-    CHECK(kernels::gemm_narrow_sm80_one_tile_taken(probe) ==
-          (n <= 8 ? NarrowOneTile::W8B2 : NarrowOneTile::Default));
-    run_case(GgmlType::Q6_K, {rows, 4096, n, GemmTile::Auto, n == 8, true, true, Path::Narrow80});
+    CHECK(kernels::gemm_narrow_sm80_one_tile_taken(probe) == NarrowOneTile::W8B2);
   }
+  for (int n : {1, 8, 16})
+    run_case(GgmlType::Q6_K, {rows, 4096, n, GemmTile::Auto, n == 8, true, true, Path::Narrow80});
   run_case(GgmlType::Q6_K, {rows, 1792, 6, GemmTile::Auto, false, false, true, Path::Narrow80});
 }
 
