@@ -14,7 +14,7 @@
 // access pattern (Int4KTiledProbe) and its loads without the decode
 // (Int4KLoadsOnlyProbe).
 //
-// One argument picks another table instead (PERFORMANCE.md run 24):
+// One argument picks another table instead (docs/PERFORMANCE-RUNS-23-24.md run 24):
 //   sweep   Q4_K x 4,096 from half a wave of row groups to four waves;
 //   slices  the small products' slices and grids;
 //   l2      the products with their weights already in L2, and a prefetch
@@ -122,7 +122,7 @@ struct Int4KTiledProbe {
 
 // The packed layout's loads with next to no decode: the streaming kernel's
 // walk, loads and stores, but a chunk's "dot" only folds its words into one
-// bit. The question (PERFORMANCE.md run 24): is the streaming Q4_K kernel's
+// bit. The question (docs/PERFORMANCE-RUNS-23-24.md run 24): is the streaming Q4_K kernel's
 // ~80% of copy a wave set by its loads (this probe near it) or by the decode
 // between them (this probe near the 89-91% of a kernel that only reads)?
 struct Int4KLoadsOnlyProbe {
