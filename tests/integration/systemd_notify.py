@@ -207,17 +207,24 @@ def voltactl_run(*args):
     return p.returncode, p.stdout, p.stderr
 
 
+mark = listener.count()
 rc, out, err = voltactl_run("reload")
 check("voltactl reload (invalid file): exit 78 and every problem on stderr",
       rc == 78 and err.count(config + ":") == 2, (rc, out, err))
+# voltactl returns once the daemon has answered, which can be before the
+# listener thread has read that reload's datagrams (a loaded CI machine saw
+# its RELOADING=1 counted with the next reload's). Wait for its READY=1.
+idx, _ = listener.wait_for(mark, lambda f: f.get("READY") == "1", 10)
 write_config(base_config.replace("max_requests_per_user: 64", "max_requests_per_user: 5"))
-mark = listener.count()
+mark = listener.count() if idx is None else idx + 1
 rc, out, err = voltactl_run("reload")
 check("voltactl reload (valid): exit 0, the applied key named",
       rc == 0 and "server.max_requests_per_user: 64 -> 5 (applied)" in out, (rc, out, err))
+d_idx, _ = listener.wait_for(mark, lambda f: f.get("READY") == "1", 10)
+before_ready = listener.since(mark)[:(d_idx or mark) - mark]
+reloads = [f.get("RELOADING") for _, f, _ in before_ready if "RELOADING" in f]
 check("voltactl reload: RELOADING=1 and READY=1 sent as for SIGHUP",
-      [f.get("RELOADING") for _, f, _ in listener.since(mark) if "RELOADING" in f] == ["1"] and
-      any(f.get("READY") == "1" for _, f, _ in listener.since(mark)))
+      idx is not None and d_idx is not None and reloads == ["1"], (idx, d_idx, reloads))
 
 # --- the admin endpoints are for administrators: a user allowed to use the API is refused
 if os.getuid() == 0 and shutil.which("setpriv"):
@@ -240,14 +247,19 @@ check("drain: a new generation gets 503", status == 503)
 rc, out, _ = voltactl_run("resume")
 status, body = http("GET", "/health")
 check("voltactl resume: ready again", rc == 0 and status == 200, (rc, out, body))
+# As for reload, the datagrams can be read after voltactl has returned: wait for them.
+d_idx, _ = listener.wait_for(mark, lambda f: f.get("STATUS", "").startswith("draining"), 10)
+r_idx, _ = listener.wait_for(mark if d_idx is None else d_idx + 1,
+                             lambda f: f.get("STATUS", "").startswith("ready"), 10)
 states = [f["STATUS"].split(":")[0] for _, f, _ in listener.since(mark) if "STATUS" in f]
-check("drain/resume: STATUS=draining then STATUS=ready", states[-2:] == ["draining", "ready"],
-      states)
+check("drain/resume: STATUS=draining then STATUS=ready",
+      d_idx is not None and r_idx is not None and states[-2:] == ["draining", "ready"], states)
 
 # --- stop: STOPPING=1, exit 0
 mark = listener.count()
 daemon.send_signal(signal.SIGTERM)
 rc = daemon.wait(60)
+listener.wait_for(mark, lambda f: f.get("STOPPING") == "1", 10)
 stops = [f for _, f, _ in listener.since(mark) if f.get("STOPPING") == "1"]
 check("stop: STOPPING=1", len(stops) == 1, listener.since(mark))
 check("stop: exit 0", rc == 0, rc)
