@@ -71,7 +71,7 @@ restart_daemon() {
 addr=unix:path=$tmp/session.sock
 start_bus "$tmp/session.sock" --session --address="$addr"
 export DBUS_SESSION_BUS_ADDRESS=$addr
-EXTRA_SERVER=$'  dbus: user\n  instance: t1'
+DBUS=user EXTRA_SERVER='  instance: t1'
 restart_daemon
 name=org.voltad.Daemon1.t1
 check "the name carries the instance" grep -q "D-Bus: $name on the user bus" "$log"
@@ -95,7 +95,8 @@ busctl --address="$addr" monitor --json=short \
   --match="type='signal',interface='org.freedesktop.DBus.Properties',member='PropertiesChanged',path='$path'" \
   >"$tmp/monitor.json" 2>"$tmp/monitor.err" &
 monitor_pid=$!
-sleep 0.5
+# busctl says so on stderr once it is subscribed (a signal sent before would be missed).
+eventually grep -q "Monitoring bus message stream" "$tmp/monitor.err"
 # changed PROPERTY VALUE-REGEX: some PropertiesChanged seen carries PROPERTY with such a value.
 changed() {
   python3 - "$tmp/monitor.json" "$1" "$2" <<'PY'
@@ -168,7 +169,7 @@ check "voltad stopped with 0" test "$daemon_rc" = 0
 
 # --- 2. no bus ---------------------------------------------------------------
 export DBUS_SESSION_BUS_ADDRESS=unix:path=$tmp/nothing-here.sock
-EXTRA_SERVER=$'  dbus: user'
+DBUS=user EXTRA_SERVER=
 : >"$log"
 restart_daemon
 check "an unreachable bus is a warning" grep -q "D-Bus: cannot connect to the user bus" "$log"
@@ -240,8 +241,8 @@ chmod 666 "$tmp/system.sock" 2>/dev/null
 export DBUS_SYSTEM_BUS_ADDRESS=$addr
 name=org.voltad.Daemon1
 # auto means the system bus for root and for a service with no user session.
-EXTRA_SERVER=$'  dbus: auto'
-[[ $(id -u) -eq 0 ]] || EXTRA_SERVER=$'  dbus: system'
+DBUS=auto EXTRA_SERVER=
+[[ $(id -u) -eq 0 ]] || DBUS=system
 : >"$log"
 restart_daemon
 check "voltad owns $name on the system bus under the policy" \

@@ -52,7 +52,8 @@ check "this machine: the plan is for it" test "$(json_get "$tmp/here.json" "j['p
 cpu=$(json_get "$tmp/here.json" "j['plan']['cpus'].split(',')[0].split('-')[0]")
 taskset -c "$cpu" sleep 60 &
 sleeper=$!
-sleep 0.2
+# taskset execs sleep only once the mask is set: until then /proc shows the inherited one.
+for _ in $(seq 200); do [[ $(cat "/proc/$sleeper/comm" 2>/dev/null) == sleep ]] && break; sleep 0.05; done
 "$bin/placement_probe" --pid "$sleeper" --cpus "$cpu" --nodes 0
 check "probe --pid: a process on CPU $cpu is seen there" test $? -eq 0
 "$bin/placement_probe" --pid "$sleeper" --cpus "$cpu,999" >/dev/null

@@ -27,18 +27,23 @@ r = Reader(s)
 status, headers = r.head()
 chunks = r.chunks()
 data = next(chunks)  # the stream is running
-t0 = time.time()
+t0 = time.monotonic()
 os.kill(PID, signal.SIGTERM)
-time.sleep(0.3)
-st, h, body = request(SOCK, "GET", "/health", timeout=10)
+# Until the daemon has handled the signal /health still says ready: ask
+# again rather than sleep a fixed time (a loaded CI machine can be slow).
+while True:
+    st, h, body = request(SOCK, "GET", "/health", timeout=10)
+    if st == 503 or time.monotonic() - t0 > 2:
+        break
+    time.sleep(0.02)
 check("draining: /health 503 with status stopping", st == 503 and json.loads(body)["status"] == "stopping", (st, body))
 st, h, body = request(SOCK, "POST", "/v1/completions", {"prompt": "x", "max_tokens": 2}, timeout=10)
 check("draining: a new generation gets 503 with Retry-After", st == 503 and "retry-after" in h, (st, h))
 for part in chunks:
     data += part
-elapsed = time.time() - t0
+elapsed = time.monotonic() - t0
 events = sse_events(data)
 check("past the grace period the stream ends with an error event, then [DONE]",
       events[-1] == "[DONE]" and "error" in json.loads(events[-2]), events[-2:])
-check("within shutdown_grace (1 s) and a little", elapsed < 5, elapsed)
+check("within shutdown_grace (3 s) and a little", elapsed < 8, elapsed)
 sys.exit(1 if failures else 0)

@@ -41,8 +41,9 @@ if [[ -z $model || ! -s $model ]]; then
   exit 77
 fi
 
-# write_config FILE; $PER_USER, $MAX_SEQUENCES, $SHUTDOWN_GRACE and $EXTRA_SERVER (indented
-# lines for the server section) adjust it.
+# write_config FILE; $PER_USER, $MAX_SEQUENCES, $SHUTDOWN_GRACE, $READ_TIMEOUT, $DBUS
+# (server.dbus; off unless set: test daemons run side by side and must not compete for a bus
+# name) and $EXTRA_SERVER (indented lines for the server section) adjust it.
 write_config() {
   cat >"$1" <<YAML
 model:
@@ -50,12 +51,13 @@ model:
 server:
   socket_path: "$sock"
   socket_mode: "0666"
-  read_timeout: 2s
+  read_timeout: ${READ_TIMEOUT:-2s}
   write_timeout: 5s
   max_header_bytes: 4KiB
   max_body_bytes: 64KiB
   max_requests_per_user: ${PER_USER:-64}
   shutdown_grace: ${SHUTDOWN_GRACE:-10s}
+  dbus: ${DBUS:-off}
 ${EXTRA_SERVER:-}
 engine:
   backend: cpu

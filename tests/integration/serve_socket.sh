@@ -6,7 +6,8 @@ set -uo pipefail
 source "$(dirname "$0")/serve_lib.sh"
 
 check "the socket's directory does not exist yet" test ! -e "$tmp/run"
-EXTRA_SERVER='  max_connections: 2' write_config "$tmp/voltad.yaml"
+# (A long read_timeout: the two idle connections held below must not time out first.)
+READ_TIMEOUT=30s EXTRA_SERVER='  max_connections: 2' write_config "$tmp/voltad.yaml"
 start_daemon
 check "parent directory created 0755" test "$(stat -c %a "$tmp/run")" = 755
 check "socket mode from the config" test "$(stat -c %a "$sock")" = 666
@@ -46,8 +47,9 @@ check "a stale socket is replaced" grep -q "replacing stale socket $sock" "$log"
 check "and the new daemon answers" test "$(api /health | tail -n 1)" = 200
 stop_daemon
 
-# SIGTERM with a long stream running and shutdown_grace 1s.
-SHUTDOWN_GRACE=1s write_config "$tmp/voltad.yaml"
+# SIGTERM with a long stream running and shutdown_grace 3s (the 400-token
+# stream takes far longer; the two requests made while draining need the time).
+SHUTDOWN_GRACE=3s write_config "$tmp/voltad.yaml"
 start_daemon
 PYTHONPATH="$(dirname "$0")" python3 "$(dirname "$0")/serve_drain.py" "$sock" "$daemon_pid"
 check "drain: refuses new work, cancels the rest after the grace period" test $? -eq 0

@@ -16,7 +16,8 @@ activated=$tmp/activated.sock
 write_config "$tmp/voltad.yaml"  # server.socket_path is $sock: not used when a socket is passed
 systemd-socket-activate -l "$activated" "$bin/voltad" --config "$tmp/voltad.yaml" >>"$log" 2>&1 &
 daemon_pid=$!  # systemd-socket-activate execs voltad in place: the same pid
-for _ in $(seq 100); do [[ -S $activated ]] && break; sleep 0.05; done
+# The socket file appears at bind(); "Listening on" is printed after listen().
+for _ in $(seq 600); do grep -q "Listening on $activated" "$log" && break; sleep 0.05; done
 check "systemd-socket-activate listens before voltad runs" test -S "$activated"
 check "voltad is not started yet (it starts on the first connection)" \
   bash -c "! grep -q 'listening on' '$log'"
@@ -52,8 +53,11 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); p
 systemd-socket-activate -l "127.0.0.1:$port" "$bin/voltad" --config "$tmp/voltad.yaml" \
   >"$tmp/tcp.log" 2>&1 &
 pid=$!
-for _ in $(seq 100); do grep -q "Listening on" "$tmp/tcp.log" && break; sleep 0.05; done
+for _ in $(seq 600); do grep -q "Listening on" "$tmp/tcp.log" && break; sleep 0.05; done
 python3 -c "import socket; socket.create_connection(('127.0.0.1', $port), timeout=5)" 2>/dev/null
+# voltad starts on that connection; should it never have come, fail rather than hang.
+for _ in $(seq 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+kill "$pid" 2>/dev/null
 wait "$pid"
 rc=$?
 check "a TCP socket passed in: exit 73" test "$rc" -eq 73

@@ -118,7 +118,7 @@ check("voltactl status: ready, exit 0", ctl.returncode == 0 and "50.00 of 100.00
 # A broken reading keeps the state and is counted.
 with open(FAKE, "w") as f:
     f.write("nonsense\n")
-time.sleep(0.4)
+wait_for(lambda: health()[2]["vram"]["sample_errors"] >= 1, timeout=10, interval=0.05)
 st, _, h = health()
 check("an unreadable sample keeps the state and is counted",
       h["status"] == "ready" and h["vram"]["sample_errors"] >= 1 and "last_error" in h["vram"], h)
