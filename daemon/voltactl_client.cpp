@@ -5,8 +5,10 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 
@@ -23,6 +25,11 @@ using local = net::local::stream_protocol;
 std::atomic<int> ApiClient::active_fd{-1};
 
 namespace {
+
+// No limit on an answer's body. Not boost::none: Boost 1.74's parser then
+// refuses every answer with a Content-Length read by read_header ("body
+// limit exceeded"), which hid the daemon's error answers to a stream.
+constexpr std::uint64_t kNoBodyLimit = std::numeric_limits<std::uint64_t>::max();
 
 Result<local::socket> connect(net::io_context& ioc, const std::string& path) {
   local::socket socket(ioc);
@@ -65,7 +72,7 @@ Result<ApiResponse> call(const std::string& path, http::verb verb, const std::st
   if (ec) return make_error("sending to " + path + ": " + ec.message());
   beast::flat_buffer buffer;
   http::response_parser<http::string_body> parser;
-  parser.body_limit(boost::none);
+  parser.body_limit(kNoBodyLimit);
   http::read(*socket, buffer, parser, ec);
   if (ec) return make_error("reading the answer from " + path + ": " + ec.message());
   ApiResponse r;
@@ -103,7 +110,7 @@ Result<ApiResponse> ApiClient::stream(
 
   beast::flat_buffer buffer;
   http::response_parser<http::string_body> parser;
-  parser.body_limit(boost::none);
+  parser.body_limit(kNoBodyLimit);
   http::read_header(*socket, buffer, parser, ec);
   if (ec) return make_error("reading the answer from " + socket_path_ + ": " + ec.message());
   ApiResponse r;

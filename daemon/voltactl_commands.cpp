@@ -283,7 +283,8 @@ int cmd_status(const ApiClient& client, const Args& args) {
   auto health = client.get("/health");
   if (!health.ok()) return report(health);
   Json h = Json::parse(health->body, nullptr, false);
-  if (!h.is_object()) return report(health);
+  // An answer without a state is an error answer (403 for a refused user).
+  if (!h.is_object() || !h.contains("status")) return report(health);
   std::printf("voltad at %s: %s\n", client.socket_path().c_str(),
               h.value("status", std::string("?")).c_str());
   auto metrics = client.get("/metrics");

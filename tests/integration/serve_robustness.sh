@@ -16,6 +16,15 @@ if [[ $(id -u) -eq 0 ]] && command -v setpriv >/dev/null; then
   check "uid 65534 not on the lists: 403" test "$(tail -n 1 <<<"$out")" = 403
   check "403 is an OpenAI permission_error" grep -q '"type":"permission_error"' <<<"$out"
   check "the refusal is logged with uid and pid" grep -q "refused a connection from uid 65534 .* pid [0-9]" "$log"
+  as_nobody "$bin/voltactl" --socket "$sock" status >"$tmp/ctl.out" 2>"$tmp/ctl.err"
+  check "voltactl status as a refused user: exit 1" test $? -eq 1
+  check "voltactl status as a refused user: the 403 and why, no state" \
+    grep -q "answered 403: .*access denied" "$tmp/ctl.err"
+  check "voltactl status as a refused user: no '?' lines" test ! -s "$tmp/ctl.out"
+  as_nobody "$bin/voltactl" --socket "$sock" generate Hi >/dev/null 2>"$tmp/ctl.err"
+  check "voltactl generate as a refused user: exit 1" test $? -eq 1
+  check "voltactl generate as a refused user: the 403 and why" \
+    grep -q "answered 403: .*access denied" "$tmp/ctl.err"
   stop_daemon
   EXTRA_SERVER='  allow_users: ["65534"]' write_config "$tmp/voltad.yaml"
   start_daemon

@@ -244,6 +244,11 @@ check("voltactl drain: /health 503 draining", rc == 0 and status == 503 and '"dr
       (rc, out, body))
 status, _ = http("POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 1})
 check("drain: a new generation gets 503", status == 503)
+# voltactl's streaming commands show the daemon's answer (they once said
+# "body limit exceeded" and exit 69 for every error answer).
+rc, out, err = voltactl_run("generate", "Hi", "--max-tokens", "1")
+check("drain: voltactl generate exits 1 with the 503 and its message",
+      rc == 1 and "answered 503" in err and "draining" in err, (rc, out, err))
 rc, out, _ = voltactl_run("resume")
 status, body = http("GET", "/health")
 check("voltactl resume: ready again", rc == 0 and status == 200, (rc, out, body))
