@@ -143,7 +143,7 @@ Level run_level(const ApiClient& client, int concurrency, int max_tokens, bool p
 }  // namespace
 
 int cmd_bench(const ApiClient& client, const Args& args) {
-  std::string concurrency_list = "1", max_tokens_text = "200";
+  std::string concurrency_list = "1,2,4,8", max_tokens_text = "200";
   bool json = false;
   std::vector<std::string> extra;
   if (!parse_options("bench", args,

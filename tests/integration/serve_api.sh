@@ -97,6 +97,10 @@ check "voltactl bench --json: two levels with rates" python3 -c "
 import json,sys; j=json.loads(sys.argv[1]); l=j['levels']
 assert [x['concurrency'] for x in l]==[1,2] and all(x['errors']==0 and x['ttft_s']>0 and x['aggregate_tokens_per_s']>0 for x in l)
 assert 550 <= j['prompt_chars'] <= 650" "$out"
+out=$("$bin/voltactl" bench --max-tokens 1 --json 2>&1)
+check "voltactl bench: concurrencies 1,2,4,8 by default (as its help and man page say)" \
+  python3 -c "import json,sys; l=json.loads(sys.argv[1])['levels']
+assert [x['concurrency'] for x in l]==[1,2,4,8], l" "$out"
 # Ctrl-C during an answer cancels it (the connection closes) and chat goes on.
 mkfifo "$tmp/chat_in"
 "$bin/voltactl" chat --max-tokens 400 <"$tmp/chat_in" >"$tmp/chat_out" 2>&1 &
