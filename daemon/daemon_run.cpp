@@ -97,7 +97,8 @@ std::optional<Failure> load_engine(const config::Config& cfg, const std::string&
     options.max_batch_tokens =
         int32_t(std::max(cfg.engine.max_batch_tokens, cfg.engine.max_sequences));
     options.kv_int8 = cfg.engine.kv_cache_type == "int8";
-    options.kernels = kernels::parse_kernel_set(cfg.engine.kernels).value_or(kernels::KernelSet::Auto);
+    options.kernels =
+        kernels::parse_kernel_set(cfg.engine.kernels).value_or(kernels::KernelSet::Auto);
     auto host_memory = placement::node_local_host_memory(plan);
     options.host_allocate = host_memory.allocate;
     options.host_release = host_memory.release;
@@ -113,9 +114,14 @@ std::optional<Failure> load_engine(const config::Config& cfg, const std::string&
     // rather than fail at the first long request; else size the KV pool from
     // it, so that what is allocated is what was planned.
     auto vram = plan_vram_at_start(cfg, *e.model, options.device, ctx.placement.gpu_bus_id);
+    // A weight type or value the CUDA engine cannot run is the file's fault:
+    // exit 65, which the units do not restart (the rest may pass: 69).
+    auto cuda_exit = [](const Error& error) {
+      return error.model_data ? kExitModelData : kExitUnavailable;
+    };
     if (!vram.ok())
-      return Failure{kExitUnavailable, "engine.backend is cuda: " + vram.error().message +
-                                           " (voltad does not fall back to the CPU)"};
+      return Failure{cuda_exit(vram.error()), "engine.backend is cuda: " + vram.error().message +
+                                                  " (voltad does not fall back to the CPU)"};
     if (!vram->plan.fits) return Failure{kExitVramBudget, vram_refusal_text(vram.value())};
     e.plan_text = vram_plan_text(vram->plan);
     spdlog::info("VRAM plan (measured with {}):\n{}", vram->measured_with, e.plan_text);
@@ -124,12 +130,13 @@ std::optional<Failure> load_engine(const config::Config& cfg, const std::string&
     // Never a silent fallback to the CPU: serving a big model there by surprise is worse than not
     // starting.
     if (!backend.ok())
-      return Failure{kExitUnavailable,
+      return Failure{cuda_exit(backend.error()),
                      "engine.backend is cuda: " + backend.error().message +
                          " (voltad does not fall back to the CPU; set engine.backend: cpu to "
                          "serve on the CPU reference backend)"};
-    spdlog::info("CUDA backend on {}: kernels {} (engine.kernels: {})", backend.value()->device_name(),
-                 backend.value()->kernels_in_use(), cfg.engine.kernels);
+    spdlog::info("CUDA backend on {}: kernels {} (engine.kernels: {})",
+                 backend.value()->device_name(), backend.value()->kernels_in_use(),
+                 cfg.engine.kernels);
     const CudaMemoryUse& use = backend.value()->memory_use();
     e.served.kv_cache_bytes = use.kv_cache;
     e.served.device_memory_bytes = use.weights + use.kv_cache + use.workspace;

@@ -55,7 +55,9 @@ Status CudaBackend::Impl::upload_matrix(std::span<const GgufTensor* const> parts
   std::vector<GgufMatrix> matrices;
   for (const GgufTensor* t : parts) matrices.push_back(gguf_matrix(*t));
   auto layout = stacked_layout_for(matrices);
-  if (!layout) return make_error("tensor '" + first.name + "': " + layout.error().message);
+  if (!layout)
+    return Error{"tensor '" + first.name + "': " + layout.error().message,
+                 layout.error().model_data};
   staging.assign(layout->total_bytes, 0);
   int64_t at = 0;
   for (const GgufTensor* t : parts) {
@@ -69,7 +71,9 @@ Status CudaBackend::Impl::upload_matrix(std::span<const GgufTensor* const> parts
         failed = s;
       }
     });
-    if (!failed) return make_error("tensor '" + t->name + "': " + failed.error().message);
+    if (!failed)
+      return Error{"tensor '" + t->name + "': " + failed.error().message,
+                   failed.error().model_data};
     at += int64_t(t->n_rows());
   }
   auto p = alloc<uint8_t>(layout->total_bytes, first.name.c_str(), memory.weights);

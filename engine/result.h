@@ -12,8 +12,12 @@
 namespace voltad {
 
 // A message that says what was wrong, where, and (where we know) what to do.
+// `model_data`: the model file is the cause (a type or value the engine
+// cannot run), not the machine; voltad then exits 65, which systemd does
+// not restart, since trying again cannot help.
 struct Error {
   std::string message;
+  bool model_data = false;
 };
 
 template <class T>
@@ -56,6 +60,7 @@ class [[nodiscard]] Result<void> {
 using Status = Result<void>;
 
 inline Error make_error(std::string message) { return Error{std::move(message)}; }
+inline Error model_data_error(std::string message) { return Error{std::move(message), true}; }
 
 }  // namespace voltad
 

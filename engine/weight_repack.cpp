@@ -242,7 +242,7 @@ Result<PackedFormat> packed_format_for(GgmlType type) {
     default:
       break;
   }
-  return make_error(
+  return model_data_error(
       "tensor type " + ggml_type_name(type) +
       " has no CUDA weight layout (the CUDA backend runs F32, F16, BF16, Q4_0, "
       "Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K; use the CPU backend for this model)");
@@ -253,9 +253,10 @@ Result<PackedLayout> packed_layout_for(GgmlType type, int64_t rows, int64_t cols
   if (!format) return format.error();
   const int64_t block = kernels::packed_block_elems(*format);
   if (rows < 0 || cols <= 0 || cols % block != 0)
-    return make_error("cannot repack a " + std::to_string(rows) + " x " + std::to_string(cols) +
-                      " " + ggml_type_name(type) + " matrix: its row length must be a positive " +
-                      "multiple of " + std::to_string(block));
+    return model_data_error("cannot repack a " + std::to_string(rows) + " x " +
+                            std::to_string(cols) + " " + ggml_type_name(type) +
+                            " matrix: its row length must be a positive multiple of " +
+                            std::to_string(block));
   return kernels::make_packed_layout(*format, rows, cols);
 }
 
@@ -304,10 +305,10 @@ Status repack_rows_at(GgmlType type, const uint8_t* gguf_data, const PackedLayou
       const float v = bf16_to_fp32(load_u16(in + 2 * c));
       const uint16_t h = fp32_to_fp16(v);
       if (std::isfinite(v) && !std::isfinite(fp16_to_fp32(h)))
-        return make_error("BF16 value " + std::to_string(v) + " at row " + std::to_string(r) +
-                          ", column " + std::to_string(c) +
-                          " does not fit FP16 (|x| > 65504); the CUDA backend stores BF16 "
-                          "weights as FP16 and cannot run this tensor");
+        return model_data_error("BF16 value " + std::to_string(v) + " at row " + std::to_string(r) +
+                                ", column " + std::to_string(c) +
+                                " does not fit FP16 (|x| > 65504); the CUDA backend stores BF16 "
+                                "weights as FP16 and cannot run this tensor");
       store_u16(out.quants + 2 * c, h);
     }
   }

@@ -129,4 +129,11 @@ TEST_CASE("errors name the problem") {
   REQUIRE(!overflow.ok());
   CHECK(overflow.error().message.find("does not fit FP16") != std::string::npos);
   CHECK(overflow.error().message.find("column 2") != std::string::npos);
+
+  // Each is the file's fault (voltad exits 65 for it, not restarted by
+  // systemd); a problem of the machine is not.
+  CHECK(unsupported.error().model_data);
+  CHECK(ragged.error().model_data);
+  CHECK(overflow.error().model_data);
+  CHECK(!make_error("no CUDA device").model_data);
 }
