@@ -360,8 +360,9 @@ std::string config_reference_markdown() {
            "*size* is a byte count with an optional unit (`KiB`, `MiB`, `GiB`, `TiB`, or decimal "
            "`KB`, `MB`, `GB`, `TB`). Paths may use `${RUNTIME_DIRECTORY}`, `${STATE_DIRECTORY}` and "
            "`${CONFIGURATION_DIRECTORY}`: systemd sets them; without systemd they are "
-           "`$XDG_RUNTIME_DIR/voltad` (or `/run/voltad` for root), `~/.local/state/voltad` (or "
-           "`/var/lib/voltad`) and `/etc/voltad`.\n\n";
+           "`$XDG_RUNTIME_DIR/voltad` (or `/run/voltad` for root, `/tmp/voltad-UID` without "
+           "`XDG_RUNTIME_DIR`), `~/.local/state/voltad` (or `/var/lib/voltad`) and "
+           "`/etc/voltad`; and `${HOME}`.\n\n";
   c.visit(w);
   return w.out.str();
 }

@@ -15,7 +15,8 @@ const char* const kPlanUsage =
     "       voltad --plan [--config FILE] [--model FILE.gguf] [--assume-vram BYTES]\n"
     "                     [--assume-used BYTES] [--json]\n"
     "                                         print the VRAM plan (weights, workspace, KV cache)\n"
-    "                                         for the card, or for an assumed one, e.g.\n"
+    "                                         for a card of --assume-vram BYTES (required:\n"
+    "                                         the daemon measures the card at start), e.g.\n"
     "                                         --assume-vram 32510MiB (a V100 32 GB)\n";
 
 namespace {
