@@ -8,8 +8,8 @@ enum ExitCode : int {
   kExitOk = 0,
   kExitFailure = 1,         // an error not covered below
   kExitUsage = 64,          // bad command line
-  kExitModelData = 65,      // the model file is invalid or unsupported
-  kExitNoModel = 66,        // the model file is missing or unreadable
+  kExitModelData = 65,      // the model file is invalid, unsupported or unreadable
+  kExitNoModel = 66,        // no regular file at the model's path
   kExitUnavailable = 69,    // no usable GPU (no driver, no device, too old)
   kExitInternal = 70,       // a bug or an unusable CUDA context
   kExitCantCreate = 73,     // the socket could not be created (path in use, permissions)

@@ -12,7 +12,7 @@
 namespace voltad::plan {
 
 const char* const kPlanUsage =
-    "       voltad --plan [--config FILE] [--model FILE.gguf] [--assume-vram BYTES]\n"
+    "       voltad --plan [--config FILE] [--model FILE.gguf] --assume-vram BYTES\n"
     "                     [--assume-used BYTES] [--json]\n"
     "                                         print the VRAM plan (weights, workspace, KV cache)\n"
     "                                         for a card of --assume-vram BYTES (required:\n"
@@ -109,7 +109,7 @@ PlanOutput render_plan(const PlanRequest& req) {
 
   if (req.assume_vram == 0) {
     return fail(kExitUnavailable,
-                "this build cannot measure a card (no CUDA device query); pass --assume-vram BYTES "
+                "--plan does not measure a card (the daemon does, at start); pass --assume-vram BYTES "
                 "with the card's total as nvidia-smi shows it, e.g. 32510MiB for a V100 32 GB or "
                 "16160MiB for a V100 16 GB");
   }

@@ -323,7 +323,9 @@ Result<uint64_t> repacked_weight_bytes(const ModelWeights& w, const ModelConfig&
     const bool vector = t->n_dims == 1;
     auto layout = vector ? packed_layout_for(GgmlType::F32, 1, int64_t(t->ne[0]))
                          : packed_layout_for(t->type, int64_t(t->n_rows()), int64_t(t->ne[0]));
-    if (!layout) return make_error("tensor '" + t->name + "': " + layout.error().message);
+    if (!layout)
+      return Error{"tensor '" + t->name + "': " + layout.error().message,
+                   layout.error().model_data};
     total += layout->total_bytes;
     return {};
   };
@@ -343,7 +345,8 @@ Result<uint64_t> repacked_weight_bytes(const ModelWeights& w, const ModelConfig&
       }
       auto layout = stacked_layout_for(parts);
       if (!layout)
-        return make_error("tensor '" + stack[0].weight->name + "': " + layout.error().message);
+        return Error{"tensor '" + stack[0].weight->name + "': " + layout.error().message,
+                     layout.error().model_data};
       total += layout->total_bytes;
       if (stack[0].bias)
         total += kernels::make_packed_layout(kernels::PackedFormat::F32, 1, rows).total_bytes;

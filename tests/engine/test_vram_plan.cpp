@@ -491,3 +491,29 @@ TEST_CASE("every way out that says it fits does fit, and the next step does not"
       plan_vram(kLlama3_8b, kLlama3_8bWeights, limits(49152, 16, 20480), {}, kV100_16);
   CHECK(way_out_number(p, "engine.max_batch_tokens: ") > 2048);
 }
+
+// A weight type the CUDA engine has no layout for is the file's fault, on
+// the path the daemon's VRAM plan takes (voltad exits 65, which the units
+// do not restart): the flag survives the tensor's name being added, for a
+// stacked projection and for a matrix of its own.
+TEST_CASE("repacked_weight_bytes: a type without a CUDA layout is the model file's fault") {
+  auto file = GgufFile::from_bytes(test::tiny_model_writer({}).to_bytes(), "tiny.gguf");
+  REQUIRE(file.ok());
+  auto model = load_model(std::move(file).value());
+  REQUIRE(model.ok());
+  const ModelWeights& bound = model.value()->weights;
+  REQUIRE(repacked_weight_bytes(bound, model.value()->config).ok());
+  for (bool stacked : {true, false}) {
+    CAPTURE(stacked);
+    ModelWeights w = bound;
+    const GgufTensor*& slot = stacked ? w.layers[0].w_gate : w.output;
+    GgufTensor retyped = *slot;
+    retyped.type = GgmlType::Q2_K;
+    slot = &retyped;
+    auto bytes = repacked_weight_bytes(w, model.value()->config);
+    REQUIRE(!bytes.ok());
+    CHECK(bytes.error().model_data);
+    CHECK(bytes.error().message.find("'" + retyped.name + "'") != std::string::npos);
+    CHECK(bytes.error().message.find("Q2_K") != std::string::npos);
+  }
+}

@@ -95,8 +95,9 @@ busctl --address="$addr" monitor --json=short \
   --match="type='signal',interface='org.freedesktop.DBus.Properties',member='PropertiesChanged',path='$path'" \
   >"$tmp/monitor.json" 2>"$tmp/monitor.err" &
 monitor_pid=$!
-# busctl says so on stderr once it is subscribed (a signal sent before would be missed).
-eventually grep -q "Monitoring bus message stream" "$tmp/monitor.err"
+# busctl says so on stderr once it is subscribed (a signal sent before would be
+# missed); newer versions say nothing with --json, so wait at most 3 s for it.
+for _ in $(seq 30); do grep -q "Monitoring bus message stream" "$tmp/monitor.err" && break; sleep 0.1; done
 # changed PROPERTY VALUE-REGEX: some PropertiesChanged seen carries PROPERTY with such a value.
 changed() {
   python3 - "$tmp/monitor.json" "$1" "$2" <<'PY'

@@ -47,9 +47,9 @@ check "a stale socket is replaced" grep -q "replacing stale socket $sock" "$log"
 check "and the new daemon answers" test "$(api /health | tail -n 1)" = 200
 stop_daemon
 
-# SIGTERM with a long stream running and shutdown_grace 3s (the 400-token
-# stream takes far longer; the two requests made while draining need the time).
-SHUTDOWN_GRACE=3s write_config "$tmp/voltad.yaml"
+# SIGTERM with a long stream running and shutdown_grace 2s (the two requests
+# made while draining need the time; the 490-token stream takes far longer).
+SHUTDOWN_GRACE=2s write_config "$tmp/voltad.yaml"
 start_daemon
 PYTHONPATH="$(dirname "$0")" python3 "$(dirname "$0")/serve_drain.py" "$sock" "$daemon_pid"
 check "drain: refuses new work, cancels the rest after the grace period" test $? -eq 0
