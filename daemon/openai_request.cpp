@@ -186,6 +186,8 @@ std::optional<ApiError> parse_messages(const Json& object, std::vector<ChatMessa
         auto text = part.find("text");
         if (text == part.end() || !text->is_string())
           return bad_request("'" + pw + ".text' must be a string", pw + ".text");
+        // Parts are separate pieces of text: a line break between them.
+        if (j > 0) msg.content += '\n';
         msg.content += text->get<std::string>();
       }
     } else {
@@ -234,6 +236,10 @@ std::optional<ApiError> parse_common(const Json& object, CompletionRequest& r) {
     r.sampling.top_k = int32_t(std::max<int64_t>(*top_k, 0));  // -1: off, as vLLM spells it
   VOLTAD_API_TRY(f.get("temperature", r.sampling.temperature));
   VOLTAD_API_TRY(f.get("top_p", r.sampling.top_p));
+  if (r.sampling.top_p == 0.0f) {  // OpenAI takes 0: only the likeliest token, i.e. greedy
+    r.sampling.top_p = 1.0f;
+    r.sampling.temperature = 0.0f;
+  }
   VOLTAD_API_TRY(f.get("min_p", r.sampling.min_p));
   VOLTAD_API_TRY(f.get("presence_penalty", r.sampling.presence_penalty));
   VOLTAD_API_TRY(f.get("frequency_penalty", r.sampling.frequency_penalty));
@@ -266,6 +272,32 @@ std::optional<ApiError> parse_common(const Json& object, CompletionRequest& r) {
   if (const Json* lp = f.find("logprobs"); lp && !(lp->is_boolean() && !lp->get<bool>()) &&
                                            !(lp->is_number_integer() && lp->get<int64_t>() == 0))
     return bad_request("'logprobs' are not supported by this server", "logprobs");
+  if (const Json* tl = f.find("top_logprobs"); tl && !tl->is_null())
+    return bad_request("'top_logprobs' are not supported by this server", "top_logprobs");
+  if (const Json* lb = f.find("logit_bias");
+      lb && !lb->is_null() && !(lb->is_object() && lb->empty()))
+    return bad_request("'logit_bias' is not supported by this server", "logit_bias");
+  if (const Json* fn = f.find("functions");
+      fn && !fn->is_null() && !(fn->is_array() && fn->empty()))
+    return bad_request("'functions' are not supported by this server", "functions");
+  // Only the choices that need no tool: "none", and "auto" (with no tools, none is called).
+  for (const char* name : {"tool_choice", "function_call"}) {
+    const Json* choice = f.find(name);
+    if (choice && !choice->is_null() &&
+        !(choice->is_string() && (*choice == "none" || *choice == "auto")))
+      return bad_request("'" + std::string(name) + "' can only be \"none\" or \"auto\": this " +
+                             "server calls no tools",
+                         name);
+  }
+  if (const Json* mod = f.find("modalities"); mod && !mod->is_null()) {
+    if (!mod->is_array()) return wrong_type("modalities", "an array of strings", *mod);
+    for (const Json& m : *mod)
+      if (!(m.is_string() && m == "text"))
+        return bad_request("'modalities' can only be [\"text\"]: this model writes text only",
+                           "modalities");
+  }
+  if (const Json* audio = f.find("audio"); audio && !audio->is_null())
+    return bad_request("'audio' output is not supported: this model writes text only", "audio");
   return std::nullopt;
 }
 
@@ -354,6 +386,27 @@ std::optional<ApiError> parse_detokenize(std::string_view body, DetokenizeReques
     out.tokens.push_back(int32_t(t.get<int64_t>()));
   }
   return std::nullopt;
+}
+
+std::string percent_decoded(std::string_view segment) {
+  auto hex = [](char c) {
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
+  };
+  std::string out;
+  out.reserve(segment.size());
+  for (size_t i = 0; i < segment.size(); ++i) {
+    if (segment[i] == '%' && i + 2 < segment.size() && hex(segment[i + 1]) >= 0 &&
+        hex(segment[i + 2]) >= 0) {
+      out += char(hex(segment[i + 1]) * 16 + hex(segment[i + 2]));
+      i += 2;
+    } else {
+      out += segment[i];
+    }
+  }
+  return out;
 }
 
 }  // namespace voltad

@@ -27,6 +27,11 @@ struct ApiError {
 
 ApiError bad_request(std::string message, std::string param = {}, std::string code = {});
 
+// max_tokens of a text completion (/v1/completions) that names none: the
+// legacy completions API's default. A chat answer runs to the end of the
+// context instead.
+constexpr int32_t kTextCompletionDefaultMaxTokens = 16;
+
 // A chat or text completion request, before tokenization.
 struct CompletionRequest {
   enum class Kind { Chat, Text } kind = Kind::Chat;
@@ -34,7 +39,7 @@ struct CompletionRequest {
   std::vector<ChatMessage> messages;   // Chat
   std::string prompt;                  // Text: prompt as text...
   std::vector<int32_t> prompt_tokens;  // ...or as token ids
-  std::optional<int32_t> max_tokens;   // none: up to the end of the context
+  std::optional<int32_t> max_tokens;   // none: the kind's default (above)
   SamplingParams sampling;             // temperature defaults to 1, as in OpenAI's API
   std::vector<std::string> stop;
   bool stream = false;
@@ -60,5 +65,10 @@ struct DetokenizeRequest {
   std::vector<int32_t> tokens;
 };
 std::optional<ApiError> parse_detokenize(std::string_view body, DetokenizeRequest& out);
+
+// A path segment with its %XX escapes decoded (GET /v1/models/{id}: the SDKs
+// send "org/name" as "org%2Fname"). A '%' not followed by two hex digits is
+// kept as it is.
+std::string percent_decoded(std::string_view segment);
 
 }  // namespace voltad

@@ -175,20 +175,31 @@ RouteOutcome generation(const Call& c, CompletionRequest::Kind kind, std::functi
                     "context_length_exceeded"));
     return out;
   }
-  g.max_tokens = r.max_tokens ? *r.max_tokens : int32_t(room);
+  // Without max_tokens: a chat answer may run to the end of the context (as
+  // OpenAI's chat API); a text completion stops after 16 tokens, the legacy
+  // completions API's default, or where the context ends.
+  if (r.max_tokens)
+    g.max_tokens = *r.max_tokens;
+  else if (kind == CompletionRequest::Kind::Chat)
+    g.max_tokens = int32_t(room);
+  else
+    g.max_tokens = int32_t(std::min<int64_t>(kTextCompletionDefaultMaxTokens, room));
   g.sampling = r.sampling;
   g.stop = r.stop;
   g.ignore_eos = r.ignore_eos;
   if (auto checked = m->scheduler->check(g); !checked.ok()) {
-    out.response = c.error(bad_request(checked.message));
+    // What the scheduler refuses is the prompt (empty, a token id outside
+    // the vocabulary, longer than the KV cache).
+    out.response = c.error(bad_request(
+        checked.message, kind == CompletionRequest::Kind::Chat ? "messages" : "prompt"));
     return out;
   }
   auto slot = c.ctx.user_limiter->try_acquire(c.peer.uid);
   if (!slot) {
     ApiError e;
     e.status = 429;
-    e.type = "rate_limit_exceeded";
-    e.code = "too_many_requests";
+    e.type = "requests";  // as OpenAI's 429s: the limit's kind, then its code
+    e.code = "rate_limit_exceeded";
     e.message = "user " + c.peer.user + " already has " +
                 std::to_string(c.ctx.user_limiter->max_per_user()) +
                 " requests in flight (server.max_requests_per_user); wait for one to finish";
@@ -297,10 +308,10 @@ RouteOutcome route_request(ServerContext& ctx, const HttpRequest& req, const Pee
     out.endpoint = "/v1/models/{id}";
     if (!get)
       out.response = method_not_allowed(c, "GET");
-    else if (path.substr(11) == ctx.model_name)
+    else if (const std::string id = percent_decoded(path.substr(11)); id == ctx.model_name)
       out.response = c.json(200, model_object(ctx));
     else
-      out.response = c.error(not_found("the model '" + path.substr(11) +
+      out.response = c.error(not_found("the model '" + id +
                                            "' does not exist here; this server serves '" +
                                            ctx.model_name + "'",
                                        "model_not_found"));

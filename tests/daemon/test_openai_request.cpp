@@ -43,7 +43,7 @@ TEST_CASE("a full chat request maps onto the native struct") {
   CHECK(r.model == "m");
   REQUIRE(r.messages.size() == 3);
   CHECK(r.messages[0].role == "system");
-  CHECK(r.messages[1].content == "hello");
+  CHECK(r.messages[1].content == "hel\nlo");  // parts joined by a line break
   CHECK(r.messages[2].content.empty());
   CHECK(r.max_tokens == 7);
   CHECK(r.sampling.temperature == doctest::Approx(0.5));
@@ -70,6 +70,27 @@ TEST_CASE("defaults: no max_tokens, temperature 1, no stop; null is absent") {
   CHECK(chat_ok(R"({"messages":[{"role":"user","content":"x"}],"stop":"##"})").stop ==
         std::vector<std::string>{"##"});
   CHECK(chat_ok(R"({"messages":[{"role":"user","content":"x"}],"top_k":-1})").sampling.top_k == 0);
+  // top_p 0 (OpenAI takes it): the likeliest token only, i.e. greedy.
+  auto greedy = chat_ok(R"({"messages":[{"role":"user","content":"x"}],"top_p":0})");
+  CHECK(greedy.sampling.temperature == 0.0f);
+  CHECK(greedy.sampling.top_p == 1.0f);
+  // What changes nothing is accepted: no tools to call, text out, empty maps.
+  chat_ok(R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"none","tools":[],)"
+          R"("function_call":"auto","logit_bias":{},"functions":[],"modalities":["text"],)"
+          R"("top_logprobs":null,"audio":null,"user":"u1"})");
+  // Text parts are separate pieces: joined with a line break.
+  auto parts = chat_ok(R"({"messages":[{"role":"user","content":[{"type":"text","text":"Hello"},)"
+                       R"({"type":"text","text":"world"}]}]})");
+  CHECK(parts.messages[0].content == "Hello\nworld");
+}
+
+TEST_CASE("a path segment's escapes decoded (GET /v1/models/{id})") {
+  CHECK(percent_decoded("HuggingFaceTB%2FSmolLM2-135M") == "HuggingFaceTB/SmolLM2-135M");
+  CHECK(percent_decoded("a%2fb%20c") == "a/b c");
+  CHECK(percent_decoded("plain") == "plain");
+  CHECK(percent_decoded("100%") == "100%");
+  CHECK(percent_decoded("%zz%4") == "%zz%4");
+  CHECK(percent_decoded("%41%") == "A%");
 }
 
 TEST_CASE("every wrong type or value is a 400 naming its field") {
@@ -91,7 +112,8 @@ TEST_CASE("every wrong type or value is a 400 naming its field") {
       {R"({"messages":[{"role":"user","content":"x"}],"max_tokens":2.5})", "max_tokens"},
       {R"({"messages":[{"role":"user","content":"x"}],"temperature":"1"})", "temperature"},
       {R"({"messages":[{"role":"user","content":"x"}],"temperature":101})", "temperature"},
-      {R"({"messages":[{"role":"user","content":"x"}],"top_p":0})", "top_p"},
+      {R"({"messages":[{"role":"user","content":"x"}],"top_p":1.5})", "top_p"},
+      {R"({"messages":[{"role":"user","content":"x"}],"top_p":-0.5})", "top_p"},
       {R"({"messages":[{"role":"user","content":"x"}],"min_p":2})", "min_p"},
       {R"({"messages":[{"role":"user","content":"x"}],"presence_penalty":3})", "presence_penalty"},
       {R"({"messages":[{"role":"user","content":"x"}],"stop":[1]})", "stop[0]"},
@@ -103,6 +125,19 @@ TEST_CASE("every wrong type or value is a 400 naming its field") {
       {R"({"messages":[{"role":"user","content":"x"}],"logprobs":true})", "logprobs"},
       {R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}})",
        "response_format"},
+      // What would change the answer is refused, not ignored.
+      {R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":2})", "top_logprobs"},
+      {R"({"messages":[{"role":"user","content":"x"}],"logit_bias":{"28":100}})", "logit_bias"},
+      {R"({"messages":[{"role":"user","content":"x"}],"functions":[{"name":"f"}]})", "functions"},
+      {R"({"messages":[{"role":"user","content":"x"}],"function_call":{"name":"f"}})",
+       "function_call"},
+      {R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"required"})", "tool_choice"},
+      {R"({"messages":[{"role":"user","content":"x"}],"tool_choice":{"type":"function"}})",
+       "tool_choice"},
+      {R"({"messages":[{"role":"user","content":"x"}],"modalities":["text","audio"]})",
+       "modalities"},
+      {R"({"messages":[{"role":"user","content":"x"}],"modalities":"text"})", "modalities"},
+      {R"({"messages":[{"role":"user","content":"x"}],"audio":{"voice":"alloy"}})", "audio"},
   };
   for (const Case& c : cases) {
     ApiError e = chat_error(c.body);

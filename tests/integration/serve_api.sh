@@ -23,6 +23,10 @@ r=$(api "/v1/models/$model_id")
 check "/v1/models/{id}: 200" test "$(status "$r")" = 200
 r=$(api /v1/models/nope)
 check "/v1/models/nope: 404" test "$(status "$r")" = 404
+# The SDKs percent-encode the id ("org/name" as "org%2Fname"): '.' as %2E here.
+r=$(api "/v1/models/${model_id//./%2E}")
+check "/v1/models/{id} percent-encoded: 200, the id decoded" \
+  py "j['id']=='$model_id'" <<<"$(body "$r")"
 
 chat='{"messages":[{"role":"user","content":"What is the capital of France?"}],"max_tokens":6,"temperature":0}'
 r=$(api /v1/chat/completions -H 'Content-Type: application/json' -d "$chat")
@@ -45,6 +49,12 @@ check "chat stream include_usage: separate usage chunk with no choices" py 'j["c
 
 r=$(api /v1/completions -d '{"prompt":"Once upon a time","max_tokens":5,"temperature":0,"ignore_eos":true}')
 check "completions: text_completion with 5 tokens" py 'j["object"]=="text_completion" and j["usage"]["completion_tokens"]==5 and j["choices"][0]["finish_reason"]=="length" and len(j["choices"][0]["text"])>0' <<<"$(body "$r")"
+r=$(api /v1/completions -d '{"prompt":"Once upon a time","temperature":0,"ignore_eos":true}')
+check "completions without max_tokens: 16 tokens (the legacy API's default)" \
+  py 'j["usage"]["completion_tokens"]==16 and j["choices"][0]["finish_reason"]=="length"' <<<"$(body "$r")"
+r=$(api /v1/completions -d '{"prompt":"","max_tokens":2}')
+check "completions with an empty prompt: 400 on prompt" \
+  py 'j["error"]["param"]=="prompt"' <<<"$(body "$r")"
 r=$(api /v1/completions -d '{"prompt":"Once upon a time","max_tokens":4,"stream":true,"seed":7}')
 b=$(body "$r")
 check "completions stream: chunks of text, then [DONE]" test "$(grep -c '"text_completion"' <<<"$b")" -ge 2 -a "$(grep '^data: ' <<<"$b" | tail -n 1)" = "data: [DONE]"

@@ -171,7 +171,7 @@ for i in range(2):
 check("two streams within the per-user limit: 200", all(st == 200 for _, st in held))
 status, headers, body = request(SOCK, "POST", "/v1/completions", {"prompt": "x", "max_tokens": 2}, timeout=10)
 check("the third request: 429 with Retry-After", status == 429 and headers.get("retry-after") == "1"
-      and error_of(body)["type"] == "rate_limit_exceeded", (status, body))
+      and error_of(body)["code"] == "rate_limit_exceeded", (status, body))
 for c, _ in held:
     c.close()
 m = wait_for(lambda: (lambda m: m["voltad_running_sequences"] == 0 and m["voltad_kv_cache_blocks_used"] == 0)(metrics(SOCK)),
