@@ -66,8 +66,28 @@ void Session::do_read() {
   // The whole request, idle time before it included, must arrive within the
   // deadline: a client that trickles bytes (slow loris) is cut off.
   stream_.expires_after(ctx_.limits()->read_timeout);
-  http::async_read(stream_, buffer_, *parser_,
-                   beast::bind_front_handler(&Session::on_read, shared_from_this()));
+  http::async_read_header(stream_, buffer_, *parser_,
+                          beast::bind_front_handler(&Session::on_header, shared_from_this()));
+}
+
+// A client that sent "Expect: 100-continue" (curl does for large bodies)
+// waits for "100 Continue" before the body, or for a timeout of its own.
+void Session::on_header(error_code ec, size_t bytes) {
+  if (ec) return on_read(ec, bytes);  // a header too large, a timeout, a hang-up
+  auto self = shared_from_this();
+  auto read_body = [this, self](error_code write_ec, size_t) {
+    if (write_ec) return on_read(write_ec, 0);
+    http::async_read(stream_, buffer_, *parser_,
+                     beast::bind_front_handler(&Session::on_read, self));
+  };
+  const auto& header = parser_->get();
+  if (header.version() >= 11 && !parser_->is_done() &&
+      beast::iequals(header[http::field::expect], "100-continue")) {
+    static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+    return net::async_write(stream_, net::buffer(kContinue.data(), kContinue.size()),
+                            std::move(read_body));
+  }
+  read_body({}, 0);
 }
 
 void Session::on_read(error_code ec, size_t) {

@@ -45,6 +45,7 @@ class Session : public std::enable_shared_from_this<Session> {
   using error_code = boost::beast::error_code;
 
   void do_read();
+  void on_header(error_code ec, size_t bytes);
   void on_read(error_code ec, size_t bytes);
   void handle_request();
   void send(HttpResponse res, bool then_linger = false);

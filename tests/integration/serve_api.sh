@@ -63,6 +63,12 @@ r=$(api /v1/completions -d '{"prompt":"Hello","max_tokens":4,"stop":["\n"," "]}'
 check "completions with stop strings: 200" test "$(status "$r")" = 200
 check "stop strings never appear in the output" py '" " not in j["choices"][0]["text"] and "\n" not in j["choices"][0]["text"]' <<<"$(body "$r")"
 
+# "Expect: 100-continue" (curl sends it for large bodies): answered at once,
+# not after the client's own wait (10 s here) for a "100 Continue".
+t=$(curl -s -o /dev/null -w '%{http_code} %{time_total}' --expect100-timeout 10 \
+  -H 'Expect: 100-continue' --unix-socket "$sock" http://localhost/tokenize -d '{"prompt":"hi"}')
+check "Expect: 100-continue is answered (200 well within 10 s): $t" \
+  python3 -c "import sys; c, s = sys.argv[1].split(); sys.exit(0 if c == '200' and float(s) < 5 else 1)" "$t"
 r=$(api /tokenize -d '{"prompt":"hello world"}')
 check "/tokenize: tokens and count" py 'j["count"]==len(j["tokens"])==2' <<<"$(body "$r")"
 tokens=$(body "$r" | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["tokens"]))')
