@@ -157,17 +157,17 @@ int cmd_bench(const ApiClient& client, const Args& args) {
     return kExitUsage;
   }
   std::vector<int> levels;
-  int max_tokens = 0;
-  try {
-    max_tokens = std::stoi(max_tokens_text);
-    for (size_t pos = 0; pos <= concurrency_list.size();) {
-      size_t comma = concurrency_list.find(',', pos);
-      if (comma == std::string::npos) comma = concurrency_list.size();
-      levels.push_back(std::stoi(concurrency_list.substr(pos, comma - pos)));
-      pos = comma + 1;
+  const int max_tokens = whole_number<int>(max_tokens_text).value_or(0);
+  for (size_t pos = 0; pos <= concurrency_list.size();) {
+    size_t comma = concurrency_list.find(',', pos);
+    if (comma == std::string::npos) comma = concurrency_list.size();
+    auto level = whole_number<int>(concurrency_list.substr(pos, comma - pos));
+    if (!level) {
+      levels.clear();
+      break;
     }
-  } catch (const std::exception&) {
-    levels.clear();
+    levels.push_back(*level);
+    pos = comma + 1;
   }
   if (levels.empty() || max_tokens < 1 ||
       std::any_of(levels.begin(), levels.end(), [](int c) { return c < 1 || c > 1024; })) {

@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <limits>
 
+#include <sys/un.h>
+
 #include <nlohmann/json.hpp>
 
 #include "daemon/config.h"
@@ -32,6 +34,12 @@ namespace {
 constexpr std::uint64_t kNoBodyLimit = std::numeric_limits<std::uint64_t>::max();
 
 Result<local::socket> connect(net::io_context& ioc, const std::string& path) {
+  // A Unix socket's path fits sockaddr_un (local::endpoint throws otherwise).
+  constexpr size_t kMaxPath = sizeof(sockaddr_un::sun_path) - 1;
+  if (path.empty() || path.size() > kMaxPath)
+    return make_error("cannot connect to '" + path + "': a Unix socket's path is 1 to " +
+                      std::to_string(kMaxPath) + " bytes (this one has " +
+                      std::to_string(path.size()) + ")");
   local::socket socket(ioc);
   boost::system::error_code ec;
   socket.connect(local::endpoint(path), ec);

@@ -62,14 +62,25 @@ int report(const Result<ApiResponse>& r) {
 // Sampling options common to generate and chat, as request fields.
 bool add_sampling(const char* command, const std::string& max_tokens,
                   const std::string& temperature, const std::string& seed, Json& body) {
-  try {
-    if (!max_tokens.empty()) body["max_tokens"] = std::stoi(max_tokens);
-    if (!temperature.empty()) body["temperature"] = std::stod(temperature);
-    if (!seed.empty()) body["seed"] = std::stoll(seed);
-  } catch (const std::exception&) {
-    std::fprintf(stderr, "voltactl %s: --max-tokens, --temperature and --seed take numbers\n",
-                 command);
+  auto bad = [&](const char* option, const char* what, const std::string& text) {
+    std::fprintf(stderr, "voltactl %s: %s takes %s, not '%s'\n", command, option, what,
+                 text.c_str());
     return false;
+  };
+  if (!max_tokens.empty()) {
+    auto n = whole_number<int>(max_tokens);
+    if (!n || *n < 1) return bad("--max-tokens", "a positive whole number", max_tokens);
+    body["max_tokens"] = *n;
+  }
+  if (!temperature.empty()) {
+    auto t = whole_number<double>(temperature);
+    if (!t) return bad("--temperature", "a number", temperature);
+    body["temperature"] = *t;
+  }
+  if (!seed.empty()) {
+    auto s = whole_number<long long>(seed);
+    if (!s) return bad("--seed", "a whole number", seed);
+    body["seed"] = *s;
   }
   return true;
 }
@@ -158,6 +169,7 @@ int cmd_chat(const ApiClient& client, const Args& args) {
         "usage: voltactl chat [--system TEXT] [--max-tokens N] [--temperature T] [--seed N]\n");
     return kExitUsage;
   }
+  if (Json probe; !add_sampling("chat", max_tokens, temperature, seed, probe)) return kExitUsage;
   const bool tty = ::isatty(STDIN_FILENO);
   struct sigaction sa {};
   sa.sa_handler = on_sigint;

@@ -70,5 +70,24 @@ out=$("$bin/voltad" --verify-config "$tmp/kernels.yaml" 2>&1); rc=$?
 check "engine.kernels: fastest is a config error (78)" test "$rc" -eq 78
 check "engine.kernels: the error names the choices" grep -q "engine.kernels: invalid value .fastest. (one of: auto, portable)" <<<"$out"
 
+# voltactl: a number option takes the whole text as a number (usage error
+# 64, naming it, before any connection); a socket path too long for a Unix
+# socket is an error, not an abort.
+for bad in "generate hi --max-tokens 12abc" "generate hi --temperature nan" \
+  "generate hi --seed 1.5" "bench --concurrency 2x" "bench --max-tokens 10abc"; do
+  # shellcheck disable=SC2086
+  out=$("$bin/voltactl" --socket "$tmp/none.sock" $bad 2>&1); rc=$?
+  check "voltactl $bad: usage error 64" test "$rc" -eq 64
+done
+out=$("$bin/voltactl" --socket "$tmp/none.sock" generate hi --max-tokens 12abc 2>&1)
+check "voltactl --max-tokens 12abc: names the option and the text" \
+  grep -q -- "--max-tokens takes a positive whole number, not '12abc'" <<<"$out"
+out=$("$bin/voltactl" --socket "$tmp/none.sock" chat --max-tokens abc </dev/null 2>&1); rc=$?
+check "voltactl chat --max-tokens abc: 64 before reading a line" test "$rc" -eq 64
+long=$tmp/$(printf 'a%.0s' {1..150}).sock
+out=$("$bin/voltactl" --socket "$long" status 2>&1); rc=$?
+check "voltactl, a 150-byte socket path: exit 69, says the limit" \
+  test "$rc" -eq 69 -a -n "$(grep "path is 1 to 107 bytes" <<<"$out")"
+
 echo "cli_config: $fails failure(s)"
 exit $((fails > 0))
