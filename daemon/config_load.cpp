@@ -9,6 +9,7 @@
 #include <tuple>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <sstream>
 
@@ -146,10 +147,14 @@ class YamlReader {
     }
     s.visit(*this);
     if (!have_node_) return;
+    std::map<std::string, int> first_line;  // yaml-cpp takes the first of repeated keys
     for (auto it = node_.begin(); it != node_.end(); ++it) {
       std::string key = it->first.IsScalar() ? it->first.Scalar() : std::string("?");
       if (std::find(keys_.begin(), keys_.end(), key) == keys_.end())
         add(it->first.Mark(), unknown_key_message(section_ + "." + key, key));
+      else if (auto [at, fresh] = first_line.emplace(key, it->first.Mark().line + 1); !fresh)
+        add(it->first.Mark(), "duplicate key '" + section_ + "." + key + "' (first at line " +
+                                  std::to_string(at->second) + "); keep one");
     }
   }
 
@@ -179,9 +184,16 @@ class YamlReader {
   void check_top_level(const std::vector<std::string>& all_keys) {
     if (!root_ || root_.IsNull()) return;
     if (!root_.IsMap()) return add(root_.Mark(), "the file must be a mapping of sections (model:, server:, ...)");
+    std::map<std::string, int> first_line;
     for (auto it = root_.begin(); it != root_.end(); ++it) {
       std::string key = it->first.IsScalar() ? it->first.Scalar() : std::string("?");
-      if (std::find(sections_.begin(), sections_.end(), key) != sections_.end()) continue;
+      if (std::find(sections_.begin(), sections_.end(), key) != sections_.end()) {
+        // yaml-cpp reads the first of repeated sections only: the rest would be lost.
+        if (auto [at, fresh] = first_line.emplace(key, it->first.Mark().line + 1); !fresh)
+          add(it->first.Mark(), "duplicate section '" + key + "' (first at line " +
+                                    std::to_string(at->second) + "); merge them");
+        continue;
+      }
       std::string best = nearest(key, sections_);
       std::string msg = "unknown section '" + key + "'";
       if (!best.empty()) msg += "; did you mean '" + best + "'?";

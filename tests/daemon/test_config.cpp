@@ -61,6 +61,18 @@ TEST_CASE("an unknown key is reported at its position with the nearest name") {
   CHECK(r.problems[0].message.find("did you mean 'vram_fraction'?") != std::string::npos);
 }
 
+TEST_CASE("a repeated key or section is a problem (yaml-cpp would keep the first silently)") {
+  auto key = load(kMinimal + "  path: /models/other.gguf\n");
+  REQUIRE_MESSAGE(key.problems.size() == 1, problems_text(key));
+  CHECK(key.problems[0].line == 3);
+  CHECK(key.problems[0].message == "duplicate key 'model.path' (first at line 2); keep one");
+  auto section = load(kMinimal + "engine:\n  backend: cpu\nengine:\n  max_context: 1024\n");
+  REQUIRE_MESSAGE(section.problems.size() == 1, problems_text(section));
+  CHECK(section.problems[0].line == 5);
+  CHECK(section.problems[0].message.find("duplicate section 'engine' (first at line 3)") !=
+        std::string::npos);
+}
+
 TEST_CASE("a key in the wrong section names the right one") {
   auto r = load(kMinimal + "server:\n  vram_fraction: 0.9\n");
   REQUIRE(r.problems.size() == 1);
