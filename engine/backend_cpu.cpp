@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <new>
+#include <system_error>
+
+#include <unistd.h>
 
 #include "engine/dequantize.h"
 
@@ -40,10 +44,28 @@ Result<std::unique_ptr<CpuBackend>> CpuBackend::create(std::shared_ptr<const Mod
                        : int64_t(KvBlockPool::blocks_for(options.max_context)) * options.max_sequences;
   const ModelConfig& c = model->config;
   double bytes = double(blocks) * KvBlockPool::kBlockTokens * double(c.kv_dim()) * double(c.n_layers) * 2 * 4;
-  if (bytes > 64.0 * (1ull << 30))
+  // At most 64 GiB, and at most half of this machine's memory (the weights
+  // and everything else need the rest).
+  const double memory = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  const double limit = std::min(64.0 * (1ull << 30), memory > 0 ? memory / 2 : 64.0 * (1ull << 30));
+  auto too_large = [&](const std::string& why) {
     return make_error("cpu backend: a KV cache of " + std::to_string(int64_t(bytes / (1 << 20))) +
-                      " MiB is too large; lower engine.max_context or engine.max_sequences");
-  return std::unique_ptr<CpuBackend>(new CpuBackend(std::move(model), options, int32_t(blocks)));
+                      " MiB " + why + "; lower the context or the sequences (engine.max_context, " +
+                      "engine.max_sequences; voltad-run --ctx)");
+  };
+  if (bytes > limit)
+    return too_large("is more than " + std::to_string(int64_t(limit / (1 << 20))) +
+                     " MiB (half of this machine's memory, at most 64 GiB)");
+  // What the limit lets through can still fail (ulimit -v, memory in use):
+  // an error, not an abort.
+  try {
+    return std::unique_ptr<CpuBackend>(new CpuBackend(std::move(model), options, int32_t(blocks)));
+  } catch (const std::bad_alloc&) {
+    return too_large("could not be allocated");
+  } catch (const std::system_error& e) {
+    return make_error("cpu backend: cannot start its " + std::to_string(options.threads) +
+                      " threads: " + e.what() + "; use fewer");
+  }
 }
 
 CpuBackend::CpuBackend(std::shared_ptr<const Model> model, const CpuBackendOptions& options, int32_t n_blocks)

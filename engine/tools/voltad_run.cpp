@@ -38,7 +38,7 @@ constexpr const char* kUsage =
     "  --stop TEXT        stop string (repeatable)\n"
     "  --backend NAME     cpu (default) or cuda (never chosen on its own)\n"
     "  --kernels SET      cuda: auto (per-architecture variants, default) or portable\n"
-    "  --threads N        CPU threads (default: all)\n"
+    "  --threads N        CPU threads, up to 1024 (default: all)\n"
     "  --ctx N            context size in tokens (default: prompt + n)\n"
     "  --dump-logits FILE write each step's logits (float32, little-endian, n_vocab per row)\n"
     "  --quiet            print only the generated text\n";
@@ -105,7 +105,8 @@ int main(int argc, char** argv) {
     else if (f == "--chat") a.chat = true;
     else if (f == "--quiet") a.quiet = true;
     else if (f == "-n") ok = next(v) && parse_number(v, a.n) && a.n >= 0;
-    else if (f == "--threads") ok = next(v) && parse_number(v, a.threads) && a.threads >= 0;
+    else if (f == "--threads")
+      ok = next(v) && parse_number(v, a.threads) && a.threads >= 0 && a.threads <= 1024;
     else if (f == "--ctx") ok = next(v) && parse_number(v, a.ctx) && a.ctx > 0;
     else if (f == "--temp") ok = next(v) && parse_number(v, a.sampling.temperature);
     else if (f == "--top-k") ok = next(v) && parse_number(v, a.sampling.top_k);
@@ -200,7 +201,10 @@ int main(int argc, char** argv) {
   }
 #endif
   if (!backend) {
-    std::fprintf(stderr, "voltad-run: %s backend: %s\n", a.backend.c_str(), backend.error().message.c_str());
+    const std::string& why = backend.error().message;
+    const std::string prefix = a.backend + " backend: ";
+    std::fprintf(stderr, "voltad-run: %s%s\n", why.rfind(prefix, 0) == 0 ? "" : prefix.c_str(),
+                 why.c_str());
     return kExitFailure;
   }
 

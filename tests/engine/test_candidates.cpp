@@ -171,3 +171,20 @@ TEST_CASE("CPU backend: candidates are the best of the row the same step gives i
   chunks[1].logits = BatchChunk::Logits::All;
   CHECK_FALSE(b.forward(chunks, mixed).ok());
 }
+
+// A KV cache larger than the machine can hold is an error that says so and
+// what to lower, never an abort (std::bad_alloc on the allocation).
+TEST_CASE("CPU backend: a KV cache too large for this machine is refused with the way out") {
+  const char* src = std::getenv("VOLTAD_SOURCE_DIR");
+  auto model = load_model(
+      (fs::path(src ? src : ".") / "tests/fixtures/models/tiny-llama.F32.gguf").string());
+  REQUIRE(model.ok());
+  CpuBackendOptions o;
+  o.max_context = 1 << 30;
+  o.max_sequences = 64;
+  auto backend = CpuBackend::create(model.value(), o);
+  REQUIRE_FALSE(backend.ok());
+  CHECK(backend.error().message.find("a KV cache of") != std::string::npos);
+  CHECK(backend.error().message.find("half of this machine's memory") != std::string::npos);
+  CHECK(backend.error().message.find("engine.max_context") != std::string::npos);
+}

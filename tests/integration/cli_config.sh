@@ -60,6 +60,8 @@ check "voltad-run --kernels fast: says the choices" grep -q -- "--kernels must b
 out=$("$bin/voltad-bench" -m "$tmp/none.gguf" --kernels fast 2>&1); rc=$?
 check "voltad-bench --kernels fast: usage error 64" test "$rc" -eq 64
 check "voltad-bench --kernels fast: says the choices" grep -q "auto or portable" <<<"$out"
+out=$("$bin/voltad-run" -m "$tmp/none.gguf" -p hi --threads 5000 2>&1); rc=$?
+check "voltad-run --threads 5000 (over 1024): usage error 64" test "$rc" -eq 64
 # --omit (timing only) names the kernels it knows; a wrong one is a usage
 # error before any model is read.
 out=$("$bin/voltad-bench" -m "$tmp/none.gguf" --omit norms,softmax 2>&1); rc=$?
