@@ -224,14 +224,24 @@ int main(int argc, char** argv) {
     gen.on_logits = [&](std::span<const float> row) {
       dump.write(reinterpret_cast<const char*>(row.data()), std::streamsize(row.size_bytes()));
     };
-  auto result = voltad::generate(*backend.value(), tok, prompt, gen, [](std::string_view text) {
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    std::fflush(stdout);
-    return true;
+  // A short write (a full disk, a closed pipe) stops the generation: the
+  // text or logits would be lost, and exit 0 would say they were not.
+  bool written = true;
+  auto result = voltad::generate(*backend.value(), tok, prompt, gen, [&](std::string_view text) {
+    written = std::fwrite(text.data(), 1, text.size(), stdout) == text.size() &&
+              std::fflush(stdout) == 0 && !(dump.is_open() && !dump);
+    return written;
   });
   std::fputc('\n', stdout);
   if (!result) {
     std::fprintf(stderr, "voltad-run: %s\n", result.error().message.c_str());
+    return kExitFailure;
+  }
+  if (dump.is_open()) dump.flush();
+  if (!written || std::fflush(stdout) != 0 || std::ferror(stdout) || (dump.is_open() && !dump)) {
+    std::fprintf(stderr, "voltad-run: cannot write %s: %s\n",
+                 dump.is_open() && !dump ? a.dump_logits.c_str() : "the output",
+                 std::strerror(errno));
     return kExitFailure;
   }
   if (!a.quiet) {

@@ -62,6 +62,16 @@ check "voltad-bench --kernels fast: usage error 64" test "$rc" -eq 64
 check "voltad-bench --kernels fast: says the choices" grep -q "auto or portable" <<<"$out"
 out=$("$bin/voltad-run" -m "$tmp/none.gguf" -p hi --threads 5000 2>&1); rc=$?
 check "voltad-run --threads 5000 (over 1024): usage error 64" test "$rc" -eq 64
+# Output that cannot be written (a full disk) is a failure, not exit 0.
+tiny=$src/tests/fixtures/models/tiny-llama.F32.gguf
+out=$("$bin/voltad-run" -m "$tiny" -p hi -n 3 --quiet 2>&1 >/dev/full); rc=$?
+check "voltad-run > /dev/full: exit 1, says so" \
+  test "$rc" -eq 1 -a -n "$(grep "cannot write the output" <<<"$out")"
+out=$("$bin/voltad-run" -m "$tiny" -p hi -n 3 --quiet --dump-logits /dev/full 2>&1 >/dev/null); rc=$?
+check "voltad-run --dump-logits /dev/full: exit 1, names the file" \
+  test "$rc" -eq 1 -a -n "$(grep "cannot write /dev/full" <<<"$out")"
+"$bin/voltad-run" -m "$tiny" -p hi -n 3 --quiet >/dev/null 2>&1
+check "voltad-run to a writable place: exit 0" test $? -eq 0
 # --omit (timing only) names the kernels it knows; a wrong one is a usage
 # error before any model is read.
 out=$("$bin/voltad-bench" -m "$tmp/none.gguf" --omit norms,softmax 2>&1); rc=$?
