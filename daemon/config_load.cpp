@@ -8,6 +8,7 @@
 #include <cstring>
 #include <tuple>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -338,6 +339,13 @@ LoadResult load_config_text(const std::string& text, const std::string& file_nam
 }
 
 LoadResult load_config_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {  // an ifstream opens it and reads nothing
+    LoadResult r;
+    r.config = Config::defaults();
+    r.problems.push_back({path, 1, 1, "cannot read the config file: it is a directory"});
+    return r;
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     LoadResult r;

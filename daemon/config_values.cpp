@@ -101,7 +101,7 @@ std::optional<ByteSize> parse_byte_size(const std::string& text) {
   for (auto& u : units)
     if (unit == u.name) {
       double bytes = n * u.factor;
-      if (bytes > 1.8e19) return std::nullopt;
+      if (!(bytes >= 0 && bytes < 0x1p63)) return std::nullopt;  // llround is signed
       return ByteSize{static_cast<uint64_t>(std::llround(bytes))};
     }
   return std::nullopt;

@@ -68,6 +68,7 @@ Result<PlanRequest> parse_plan_args(const std::vector<std::string>& args) {
       if (!v) return v.error();
       auto bytes = parse_bytes(a, *v);
       if (!bytes) return bytes.error();
+      if (a == "--assume-vram" && *bytes == 0) return make_error("--assume-vram must be more than 0");
       (a == "--assume-vram" ? r.assume_vram : r.assume_used) = *bytes;
     } else {
       return make_error("unknown argument '" + a + "' for --plan");

@@ -199,6 +199,9 @@ TEST_CASE("durations and sizes parse and print back") {
   CHECK(parse_byte_size("1.5GB")->bytes == 1'500'000'000ull);
   CHECK_FALSE(parse_byte_size("-1"));
   CHECK_FALSE(parse_byte_size("99999999999TB"));
+  // Past 2^63 bytes llround had no answer: 1e19 came out as 2^63 (8 EiB).
+  CHECK_FALSE(parse_byte_size("10000000000000000000"));
+  CHECK(parse_byte_size("9000000000000000000")->bytes == 9'000'000'000'000'000'000ull);
   CHECK(format_byte_size(ByteSize{3ull << 30}) == "3GiB");
   CHECK(format_duration(Duration{std::chrono::milliseconds(1500)}) == "1500ms");
 }

@@ -62,6 +62,10 @@ check "voltad-bench --kernels fast: usage error 64" test "$rc" -eq 64
 check "voltad-bench --kernels fast: says the choices" grep -q "auto or portable" <<<"$out"
 out=$("$bin/voltad-run" -m "$tmp/none.gguf" -p hi --threads 5000 2>&1); rc=$?
 check "voltad-run --threads 5000 (over 1024): usage error 64" test "$rc" -eq 64
+mkdir "$tmp/confdir"
+out=$("$bin/voltad" --verify-config "$tmp/confdir" 2>&1); rc=$?
+check "a directory as the config file: 78, says so" \
+  test "$rc" -eq 78 -a -n "$(grep "cannot read the config file: it is a directory" <<<"$out")"
 # Output that cannot be written (a full disk) is a failure, not exit 0.
 tiny=$src/tests/fixtures/models/tiny-llama.F32.gguf
 out=$("$bin/voltad-run" -m "$tiny" -p hi -n 3 --quiet 2>&1 >/dev/full); rc=$?

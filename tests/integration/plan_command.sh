@@ -22,6 +22,9 @@ model=$tmp/smollm2.gguf
 check "voltad-mkmodel wrote the model" test -s "$model"
 
 # Defaults (4096 tokens x 16 sequences) on an assumed 4 GiB card: fits.
+out=$("$bin/voltad" --plan --model "$model" --assume-vram 0 2>&1); rc=$?
+check "--assume-vram 0: usage error 64 that says so" \
+  test "$rc" -eq 64 -a -n "$(grep -- "--assume-vram must be more than 0" <<<"$out")"
 out=$("$bin/voltad" --plan --model "$model" --assume-vram 4GiB); rc=$?
 check "fits: exit 0" test "$rc" -eq 0
 check "fits: says so" grep -q "^Fits: yes.$" <<<"$out"
