@@ -10,8 +10,10 @@
 // Warm-up steps are excluded; times are medians. Speed does not depend on
 // the values, so random-weight models (voltad-mkmodel) measure real shapes.
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -39,10 +41,33 @@ constexpr const char* kUsage =
 constexpr const char* kOmitKinds[] = {"norms", "rope", "attention", "swiglu", "matvecs",
                                       "qkv",   "wo",   "gate_up",   "down",   "output"};
 
-[[maybe_unused]] std::vector<int> parse_list(const std::string& s) {
+// A whole number in [lo, hi], the whole text; else a message naming the
+// option and exit 64.
+std::optional<int> whole_number(const char* option, const std::string& text, int lo, int hi) {
+  int v = 0;
+  const char* end = text.data() + text.size();
+  auto [at, ec] = std::from_chars(text.data(), end, v);
+  if (text.empty() || ec != std::errc() || at != end || v < lo || v > hi) {
+    std::fprintf(stderr, "voltad-bench: %s takes a whole number from %d to %d, not '%s'\n", option,
+                 lo, hi, text.c_str());
+    return std::nullopt;
+  }
+  return v;
+}
+
+std::optional<std::vector<int>> parse_list(const char* option, const std::string& s, int hi) {
   std::vector<int> v;
   std::stringstream in(s);
-  for (std::string item; std::getline(in, item, ',');) v.push_back(std::atoi(item.c_str()));
+  for (std::string item; std::getline(in, item, ',');) {
+    auto n = whole_number(option, item, 1, hi);
+    if (!n) return std::nullopt;
+    v.push_back(*n);
+  }
+  if (v.empty() || s.back() == ',') {
+    std::fprintf(stderr, "voltad-bench: %s takes a list like 1,8,32, not '%s'\n", option,
+                 s.c_str());
+    return std::nullopt;
+  }
   return v;
 }
 
@@ -65,15 +90,25 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
+    // Counts up to 2^20 (tokens, steps), so that ctx + steps + 1 fits an int.
+    auto count = [&](int& out, int lo, int hi) {
+      auto n = whole_number(a.c_str(), next(), lo, hi);
+      if (n) out = *n;
+      return n.has_value();
+    };
     if (a == "-m") model_path = next();
-    else if (a == "-p") prompt = std::atoi(next().c_str());
-    else if (a == "-n") steps = std::atoi(next().c_str());
-    else if (a == "-b") batches = parse_list(next());
-    else if (a == "--ctx") ctx = std::atoi(next().c_str());
-    else if (a == "--repeat") repeat = std::atoi(next().c_str());
+    else if (a == "-p") { if (!count(prompt, 0, 1 << 20)) return 64; }
+    else if (a == "-n") { if (!count(steps, 1, 1 << 20)) return 64; }
+    else if (a == "-b") {
+      auto list = parse_list("-b", next(), 1024);
+      if (!list) return 64;
+      batches = *list;
+    }
+    else if (a == "--ctx") { if (!count(ctx, 1, 1 << 20)) return 64; }
+    else if (a == "--repeat") { if (!count(repeat, 1, 1000)) return 64; }
     else if (a == "--json") json = true;
     else if (a == "--no-graphs") graphs = false;
-    else if (a == "--top-k") top_k = std::atoi(next().c_str());
+    else if (a == "--top-k") { if (!count(top_k, 0, 64)) return 64; }
     else if (a == "--omit") {
       omit_list = next();
       std::stringstream in(omit_list);

@@ -76,6 +76,13 @@ check "voltad-run --dump-logits /dev/full: exit 1, names the file" \
   test "$rc" -eq 1 -a -n "$(grep "cannot write /dev/full" <<<"$out")"
 "$bin/voltad-run" -m "$tiny" -p hi -n 3 --quiet >/dev/null 2>&1
 check "voltad-run to a writable place: exit 0" test $? -eq 0
+# voltad-bench's numbers take the whole text, in range, and name the option.
+for bad in "-p abc" "-n 4294967297" "-b 2x,4" "-b 1,,2" "--top-k abc" "--ctx 2147483000"; do
+  # shellcheck disable=SC2086
+  out=$("$bin/voltad-bench" -m "$tmp/none.gguf" $bad 2>&1); rc=$?
+  check "voltad-bench $bad: usage error 64 naming ${bad%% *}" \
+    test "$rc" -eq 64 -a -n "$(grep -- "voltad-bench: ${bad%% *} takes" <<<"$out")"
+done
 # --omit (timing only) names the kernels it knows; a wrong one is a usage
 # error before any model is read.
 out=$("$bin/voltad-bench" -m "$tmp/none.gguf" --omit norms,softmax 2>&1); rc=$?
