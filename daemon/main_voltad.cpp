@@ -27,14 +27,16 @@ constexpr const char* kUsage =
     "       voltad --print-placement [--config FILE] [--topology-xml FILE] [--gpu SPEC] [--json]\n"
     "                                         print the machine and the GPU/CPU/memory placement "
     "plan\n"
-    "       voltad --plan [--config FILE] [--model FILE] [--assume-vram BYTES] [--json]\n"
+    "       voltad --plan [--config FILE] [--model FILE] --assume-vram BYTES [--json]\n"
     "                                         print the VRAM plan without allocating (--plan "
     "--help)\n"
     "       voltad --version | --help\n";
 
 struct Args {
-  std::string mode = "run";
+  std::string mode;  // empty: run the daemon
+  std::string mode_flag;
   std::string config_path;
+  std::string config_flag;
   voltad::placement::PrintPlacementRequest placement;  // --print-placement
 };
 
@@ -96,6 +98,13 @@ int main(int argc, char** argv) {
   std::vector<std::string> argv_list(argv + 1, argv + argc);
   if (std::find(argv_list.begin(), argv_list.end(), "--plan") != argv_list.end())
     return voltad::plan::plan_main(argv_list);
+  // One mode a run: a second one would silently win over the first.
+  auto set_mode = [&](const std::string& flag, const char* mode) -> bool {
+    if (!args.mode.empty() && args.mode != mode) return false;
+    args.mode = mode;
+    args.mode_flag = flag;
+    return true;
+  };
   for (size_t i = 0; i < argv_list.size(); ++i) {
     const std::string& a = argv_list[i];
     auto value = [&](const char* flag) -> std::string {
@@ -109,19 +118,20 @@ int main(int argc, char** argv) {
     } else if (a == "--version") {
       std::printf("voltad %s\n", VOLTAD_VERSION);
       return voltad::kExitOk;
-    } else if (a == "--config" || a == "-c") {
-      args.config_path = value("--config");
-      if (args.config_path.empty()) return usage_error("--config needs a FILE");
-    } else if (a == "--verify-config") {
-      args.mode = "verify";
-      args.config_path = value("--verify-config");
-      if (args.config_path.empty()) return usage_error("--verify-config needs a FILE");
-    } else if (a == "--dump-config") {
-      args.mode = "dump";
-    } else if (a == "--config-reference") {
-      args.mode = "reference";
-    } else if (a == "--print-placement") {
-      args.mode = "placement";
+    } else if (a == "--config" || a == "-c" || a == "--verify-config") {
+      if (!args.config_path.empty())
+        return usage_error("one config file a run: " + a + " after " + args.config_flag);
+      args.config_flag = a;
+      args.config_path = value(a.c_str());
+      if (args.config_path.empty()) return usage_error(a + " needs a FILE");
+      if (a == "--verify-config" && !set_mode(a, "verify"))
+        return usage_error(a + " and " + args.mode_flag + " do not go together");
+    } else if (a == "--dump-config" || a == "--config-reference" || a == "--print-placement") {
+      const char* mode = a == "--dump-config"        ? "dump"
+                         : a == "--config-reference" ? "reference"
+                                                     : "placement";
+      if (!set_mode(a, mode))
+        return usage_error(a + " and " + args.mode_flag + " do not go together");
     } else if (a == "--topology-xml" || a == "--gpu") {
       std::string v = value(a.c_str());
       if (v.empty()) return usage_error(a + (a == "--gpu" ? " needs a SPEC" : " needs a FILE"));

@@ -62,6 +62,14 @@ check "voltad-bench --kernels fast: usage error 64" test "$rc" -eq 64
 check "voltad-bench --kernels fast: says the choices" grep -q "auto or portable" <<<"$out"
 out=$("$bin/voltad-run" -m "$tmp/none.gguf" -p hi --threads 5000 2>&1); rc=$?
 check "voltad-run --threads 5000 (over 1024): usage error 64" test "$rc" -eq 64
+# One mode and one config file a run: a second one is a usage error, not a silent winner.
+for pair in "--verify-config $src/etc/voltad.yaml --dump-config" \
+  "--dump-config --verify-config $src/etc/voltad.yaml" \
+  "--verify-config $src/etc/voltad.yaml --config $tmp/three.yaml" "--print-placement --dump-config"; do
+  # shellcheck disable=SC2086
+  "$bin/voltad" $pair >/dev/null 2>&1; rc=$?
+  check "voltad $(sed "s|$src/||; s|$tmp/||" <<<"$pair"): usage error 64" test "$rc" -eq 64
+done
 mkdir "$tmp/confdir"
 out=$("$bin/voltad" --verify-config "$tmp/confdir" 2>&1); rc=$?
 check "a directory as the config file: 78, says so" \
