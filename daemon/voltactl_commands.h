@@ -2,13 +2,11 @@
 // an exit code; output goes to stdout, problems to stderr.
 #pragma once
 
-#include <charconv>
-#include <cmath>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "daemon/voltactl_client.h"
+#include "engine/whole_number.h"
 
 namespace voltad::ctl {
 
@@ -31,17 +29,5 @@ struct OptionSpec {
 };
 bool parse_options(const char* command, const Args& args, const std::vector<OptionSpec>& specs,
                    std::vector<std::string>& positional);
-
-// An option's number: the whole text, finite; else none ("12abc", "nan").
-template <class T>
-std::optional<T> whole_number(const std::string& text) {
-  T value{};
-  const char* end = text.data() + text.size();
-  auto [at, ec] = std::from_chars(text.data(), end, value);
-  if (text.empty() || ec != std::errc() || at != end) return std::nullopt;
-  if constexpr (std::is_floating_point_v<T>)
-    if (!std::isfinite(value)) return std::nullopt;
-  return value;
-}
 
 }  // namespace voltad::ctl

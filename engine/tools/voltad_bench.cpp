@@ -10,7 +10,6 @@
 // Warm-up steps are excluded; times are medians. Speed does not depend on
 // the values, so random-weight models (voltad-mkmodel) measure real shapes.
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <optional>
@@ -23,6 +22,7 @@
 #include "engine/backend_cuda.h"
 #endif
 #include "engine/model.h"
+#include "engine/whole_number.h"
 
 namespace {
 
@@ -41,13 +41,10 @@ constexpr const char* kUsage =
 constexpr const char* kOmitKinds[] = {"norms", "rope", "attention", "swiglu", "matvecs",
                                       "qkv",   "wo",   "gate_up",   "down",   "output"};
 
-// A whole number in [lo, hi], the whole text; else a message naming the
-// option and exit 64.
-std::optional<int> whole_number(const char* option, const std::string& text, int lo, int hi) {
-  int v = 0;
-  const char* end = text.data() + text.size();
-  auto [at, ec] = std::from_chars(text.data(), end, v);
-  if (text.empty() || ec != std::errc() || at != end || v < lo || v > hi) {
+// A whole number in [lo, hi]; else a message naming the option (exit 64).
+std::optional<int> number_option(const char* option, const std::string& text, int lo, int hi) {
+  auto v = voltad::whole_number<int>(text);
+  if (!v || *v < lo || *v > hi) {
     std::fprintf(stderr, "voltad-bench: %s takes a whole number from %d to %d, not '%s'\n", option,
                  lo, hi, text.c_str());
     return std::nullopt;
@@ -59,7 +56,7 @@ std::optional<std::vector<int>> parse_list(const char* option, const std::string
   std::vector<int> v;
   std::stringstream in(s);
   for (std::string item; std::getline(in, item, ',');) {
-    auto n = whole_number(option, item, 1, hi);
+    auto n = number_option(option, item, 1, hi);
     if (!n) return std::nullopt;
     v.push_back(*n);
   }
@@ -92,7 +89,7 @@ int main(int argc, char** argv) {
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
     // Counts up to 2^20 (tokens, steps), so that ctx + steps + 1 fits an int.
     auto count = [&](int& out, int lo, int hi) {
-      auto n = whole_number(a.c_str(), next(), lo, hi);
+      auto n = number_option(a.c_str(), next(), lo, hi);
       if (n) out = *n;
       return n.has_value();
     };

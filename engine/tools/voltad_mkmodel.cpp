@@ -29,6 +29,7 @@
 #include "engine/ggml_types.h"
 #include "engine/gguf_writer.h"
 #include "engine/tokenizer.h"
+#include "engine/whole_number.h"
 
 namespace {
 
@@ -459,11 +460,7 @@ int usage(const std::string& why) {
   return kExitUsage;
 }
 
-template <class T>
-bool parse_number(const std::string& s, T& out) {
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
-  return ec == std::errc() && p == s.data() + s.size();
-}
+using voltad::whole_number;
 
 }  // namespace
 
@@ -495,10 +492,10 @@ int main(int argc, char** argv) {
        : a == "--tokenizer" ? tokenizer_dir
                             : out) = v;
     } else if (a == "--layers") {
-      if (!value(v) || !parse_number(v, layers) || layers < 1 || layers > 1000)
+      if (!value(v) || !whole_number(v, layers) || layers < 1 || layers > 1000)
         return usage("--layers needs a number from 1 to 1000");
     } else if (a == "--seed") {
-      if (!value(v) || !parse_number(v, seed)) return usage("--seed needs a non-negative number");
+      if (!value(v) || !whole_number(v, seed)) return usage("--seed needs a non-negative number");
     } else {
       return usage("unknown argument '" + a + "'");
     }

@@ -18,6 +18,7 @@
 #include "engine/model.h"
 #include "engine/model_info.h"
 #include "engine/tokenizer.h"
+#include "engine/whole_number.h"
 #include "kernels/kernel_set.h"
 
 namespace {
@@ -51,17 +52,7 @@ struct Args {
   voltad::SamplingParams sampling;
 };
 
-template <class T>
-bool parse_number(const std::string& s, T& out) {
-  if constexpr (std::is_floating_point_v<T>) {
-    char* end = nullptr;
-    out = T(std::strtod(s.c_str(), &end));
-    return !s.empty() && end == s.c_str() + s.size();
-  } else {
-    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
-    return ec == std::errc() && p == s.data() + s.size();
-  }
-}
+using voltad::whole_number;
 
 int usage(const std::string& why) {
   std::fprintf(stderr, "voltad-run: %s\n%s", why.c_str(), kUsage);
@@ -104,18 +95,18 @@ int main(int argc, char** argv) {
     else if (f == "--info") a.info = true;
     else if (f == "--chat") a.chat = true;
     else if (f == "--quiet") a.quiet = true;
-    else if (f == "-n") ok = next(v) && parse_number(v, a.n) && a.n >= 0;
+    else if (f == "-n") ok = next(v) && whole_number(v, a.n) && a.n >= 0;
     else if (f == "--threads")
-      ok = next(v) && parse_number(v, a.threads) && a.threads >= 0 && a.threads <= 1024;
-    else if (f == "--ctx") ok = next(v) && parse_number(v, a.ctx) && a.ctx > 0;
-    else if (f == "--temp") ok = next(v) && parse_number(v, a.sampling.temperature);
-    else if (f == "--top-k") ok = next(v) && parse_number(v, a.sampling.top_k);
-    else if (f == "--top-p") ok = next(v) && parse_number(v, a.sampling.top_p);
-    else if (f == "--min-p") ok = next(v) && parse_number(v, a.sampling.min_p);
-    else if (f == "--repeat-penalty") ok = next(v) && parse_number(v, a.sampling.repetition_penalty);
+      ok = next(v) && whole_number(v, a.threads) && a.threads >= 0 && a.threads <= 1024;
+    else if (f == "--ctx") ok = next(v) && whole_number(v, a.ctx) && a.ctx > 0;
+    else if (f == "--temp") ok = next(v) && whole_number(v, a.sampling.temperature);
+    else if (f == "--top-k") ok = next(v) && whole_number(v, a.sampling.top_k);
+    else if (f == "--top-p") ok = next(v) && whole_number(v, a.sampling.top_p);
+    else if (f == "--min-p") ok = next(v) && whole_number(v, a.sampling.min_p);
+    else if (f == "--repeat-penalty") ok = next(v) && whole_number(v, a.sampling.repetition_penalty);
     else if (f == "--seed") {
       uint64_t s = 0;
-      ok = next(v) && parse_number(v, s);
+      ok = next(v) && whole_number(v, s);
       a.sampling.seed = s;
     } else return usage("unknown argument '" + f + "'");
     if (!ok) return usage("bad or missing value for " + f);

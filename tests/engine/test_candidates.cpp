@@ -130,10 +130,18 @@ TEST_CASE("penalties or sampling without top-k need the whole row") {
   CHECK(Sampler(p).candidates_needed(64) == 64);
 }
 
-TEST_CASE("CPU backend: candidates are the best of the row the same step gives in full") {
+namespace {
+
+Result<std::shared_ptr<const Model>> tiny_llama() {
   const char* src = std::getenv("VOLTAD_SOURCE_DIR");
-  auto model = load_model(
+  return load_model(
       (fs::path(src ? src : ".") / "tests/fixtures/models/tiny-llama.F32.gguf").string());
+}
+
+}  // namespace
+
+TEST_CASE("CPU backend: candidates are the best of the row the same step gives in full") {
+  auto model = tiny_llama();
   REQUIRE(model.ok());
   CpuBackendOptions o;
   o.max_context = 64;
@@ -175,9 +183,7 @@ TEST_CASE("CPU backend: candidates are the best of the row the same step gives i
 // A KV cache larger than the machine can hold is an error that says so and
 // what to lower, never an abort (std::bad_alloc on the allocation).
 TEST_CASE("CPU backend: a KV cache too large for this machine is refused with the way out") {
-  const char* src = std::getenv("VOLTAD_SOURCE_DIR");
-  auto model = load_model(
-      (fs::path(src ? src : ".") / "tests/fixtures/models/tiny-llama.F32.gguf").string());
+  auto model = tiny_llama();
   REQUIRE(model.ok());
   CpuBackendOptions o;
   o.max_context = 1 << 30;
