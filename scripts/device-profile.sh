@@ -60,7 +60,7 @@ if [[ -n $stalls ]]; then
   python3 - "$out/stalls-details.csv" <<'PY'
 import csv, sys
 want = {"Duration", "DRAM Throughput", "Issued Warp Per Scheduler", "Achieved Active Warps Per SM",
-        "Registers Per Thread", "Grid Size"}
+        "Registers Per Thread", "Grid Size", "L2 Cache Throughput", "L1/TEX Cache Throughput"}
 rows = list(csv.reader(open(sys.argv[1])))
 head = rows[0]
 ii, ki, mi, ui, vi = (head.index(c) for c in ("ID", "Kernel Name", "Metric Name", "Metric Unit", "Metric Value"))
