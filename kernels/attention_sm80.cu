@@ -347,15 +347,21 @@ struct MmaPlan {
 // (attention_pieces_in_wave), and no more than give each warp a cache
 // block (64 positions a piece): at batch 1 and 512 positions (H200,
 // kernels/dev/bench_attention.cu), 8 pieces of 64 took 6.8 us where 33 of
-// 16, most warps idle, took 8.1. Stages: 3 (two blocks in flight while one
-// computes; 2 blocks an SM) where the longest piece gives each warp two
-// blocks or more: at 32 sequences and 512 positions 24.8 us against 30.1
-// with 2, 8 sequences 11.3 against 12.1, one sequence at 4,096 positions
-// 10.3 against 11.5; else 2 (3 blocks an SM).
+// 16, most warps idle, took 8.1. From 4 tokens on no piece is shorter
+// than 256 positions (4 cache blocks a warp): end to end on the H200
+// (Llama-3-8B Q4_K_M, 512 positions, VOLTAD_ATTENTION_MAX_SPLITS=2 against
+// the wave's 4 pieces) 8 sequences +1.6%, 4 +0.6%, where at 1 and 2 the
+// longer pieces lost 4.2% and 2.1% (PERFORMANCE.md run 28). Stages: 3 (two
+// blocks in flight while one computes; 2 blocks an SM) where the longest
+// piece gives each warp two blocks or more: at 32 sequences and 512
+// positions 24.8 us against 30.1 with 2, 8 sequences 11.3 against 12.1,
+// one sequence at 4,096 positions 10.3 against 11.5; else 2 (3 blocks an
+// SM).
 template <int HD, bool kRope>
 MmaPlan mma_plan(const AttentionArgs& a) {
   constexpr int kWarpBlock = kAttentionWarps * kKvBlockTokens;
-  const int most = std::max(1, (a.max_position + 1) / kWarpBlock);
+  const int shortest = a.n_tokens >= 4 ? 4 * kWarpBlock : kWarpBlock;
+  const int most = std::max(1, (a.max_position + 1) / shortest);
   // 3 stages only where 2 blocks of them fit an SM (the H200's 228 KB,
   // not an A100's 164 KB, where 3 stages would leave 4 warps an SM).
   if (mma_max_stages() >= 3 && mma_wave_blocks<HD, 3, kRope>() >= 2 * device_sm_count()) {

@@ -223,6 +223,27 @@ TEST_CASE("batched decode: the pieces stop at one wave of blocks") {
   const int eight =
       check_attention({32, 8, 128}, {500, 511, 37, 300, 420, 1, 64, 255}, {1, 1, 1, 1, 1, 1, 1, 1});
   CHECK(eight < kernels::attention_splits(511));
+  // On the tensor cores, from 4 tokens on no piece is shorter than 256
+  // positions: 2 pieces at 512 positions, where 2 tokens take more.
+  kernels::AttentionArgs a;
+  a.n_heads = 32;
+  a.n_kv_heads = 8;
+  a.head_dim = 128;
+  a.max_position = 511;
+  a.tensor_cores = true;
+  if (kernels::gemm_sm80_available() && kernels::attention_mma_applies(a)) {
+    a.n_tokens = 8;
+    const int at8 = kernels::attention_launch_pieces(a);
+    CHECK(at8 >= 1);
+    CHECK(at8 <= 2);
+    a.n_tokens = 4;
+    CHECK(kernels::attention_launch_pieces(a) <= 2);
+    a.n_tokens = 2;
+    CHECK(kernels::attention_launch_pieces(a) > 2);
+    a.max_position = 4095;
+    a.n_tokens = 8;
+    CHECK(kernels::attention_launch_pieces(a) > 2);  // pieces of 256+ positions: up to 16
+  }
 }
 
 TEST_CASE("capped piece counts: a long run of prompt tokens in one launch") {
