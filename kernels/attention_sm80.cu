@@ -348,9 +348,10 @@ struct MmaPlan {
 // block (64 positions a piece): at batch 1 and 512 positions (H200,
 // kernels/dev/bench_attention.cu), 8 pieces of 64 took 6.8 us where 33 of
 // 16, most warps idle, took 8.1. From 4 tokens on no piece is shorter
-// than 256 positions (4 cache blocks a warp): end to end on the H200
-// (Llama-3-8B Q4_K_M, 512 positions, VOLTAD_ATTENTION_MAX_SPLITS=2 against
-// the wave's 4 pieces) 8 sequences +1.6%, 4 +0.6%, where at 1 and 2 the
+// than 256 positions (4 cache blocks a warp): end to end on the H200 at
+// 512 positions, VOLTAD_ATTENTION_MAX_SPLITS=2 (the same 2 pieces) against
+// the wave's 4 (8 at 4 tokens): 8 sequences +0.8% and +1.6% in two calls
+// (Llama-3-8B Q4_K_M; Qwen3-8B +1.0%), 4 +0.6%, where at 1 and 2 the
 // longer pieces lost 4.2% and 2.1% (PERFORMANCE.md run 28). Stages: 3 (two
 // blocks in flight while one computes; 2 blocks an SM) where the longest
 // piece gives each warp two blocks or more: at 32 sequences and 512

@@ -18,7 +18,7 @@
 // in a fixed order (the same bits every run).
 //
 // Measured on the H200 (kernels/dev/bench_stream.cu `bulk` and `chain`,
-// docs/PERFORMANCE.md run 25): Llama-3-8B's gate|up alone in 19.3 us
+// docs/PERFORMANCE-RUNS-25-26.md run 25): Llama-3-8B's gate|up alone in 19.3 us
 // against 22.8 for the streaming kernel (3.4 TB/s against 2.9); the copies
 // without the decode in 16.0 us (4.1 TB/s, 96% of the copy bandwidth),
 // where the streaming kernel's loads alone take 19.5. Matrices of about
@@ -105,7 +105,7 @@ __device__ __forceinline__ void copy_bulk(void* dst, const void* src, uint32_t b
 #endif
 }
 
-// Probe (bench_stream only; docs/PERFORMANCE.md run 26): globaltimer
+// Probe (bench_stream only; docs/PERFORMANCE-RUNS-25-26.md run 26): globaltimer
 // stamps of block 0..255's producer and consumer warp 0 at each stage, for
 // kernels/dev/bench_stream.cu `timeline`. [block][stage][0..5]: producer issue, producer's empty wait
 // begin, consumer full wait begin, end, consumer after decode (before the

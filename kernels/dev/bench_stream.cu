@@ -352,7 +352,7 @@ int main(int argc, char** argv) {
     time_row("  bulk", mats[0], KernelSet::Auto, [](const MatvecArgs& a) { launch_matvec_bulk(a, nullptr); });
     return 0;
   }
-  // The bulk kernel's timeline on gate|up (docs/PERFORMANCE.md run 26):
+  // The bulk kernel's timeline on gate|up (docs/PERFORMANCE-RUNS-25-26.md run 26):
   //   nvcc ... bench_stream.cu -o /tmp/bs2 && nvcc ... -DVOLTAD_BULK_STAGES=3 \
   //     bench_stream.cu -o /tmp/bs3 && /tmp/bs2 timeline && /tmp/bs3 timeline
   // (nvcc as in the header; the second a ring of 3 stages). One
