@@ -29,11 +29,15 @@ namespace {
 constexpr const char* kUsage =
     "usage: voltad-bench -m MODEL.gguf [-p 512] [-n 128] [-b 1,2,4,8,16] [--ctx 512] [--repeat 3]\n"
     "                    [--kv fp16|int8] [--kernels auto|portable] [--no-graphs] [--top-k K] [--json]\n"
+    "                    [--max-context N]\n"
     "                    [--omit norms,rope,attention,swiglu,matvecs|qkv,wo,gate_up,down,output]\n"
     "  --kernels: auto (per-architecture variants where the card has them, the\n"
     "             default) or portable (only what a V100 runs)\n"
     "  --top-k K: each decode step returns the K best logits per sequence, as the\n"
     "             server does for greedy (1) or top-k sampling (0: whole rows)\n"
+    "  --max-context N: the longest sequence the engine is made for, as a\n"
+    "             daemon's engine.max_context (default: --ctx + -n + 1); the\n"
+    "             decode graphs plan their attention for it\n"
     "  --omit:    timing only: every step leaves these kernels out, so the time\n"
     "             they cost inside the decode graph shows as the difference from\n"
     "             a run without --omit; the outputs are meaningless (matvecs:\n"
@@ -80,7 +84,7 @@ int main(int argc, char** argv) {
   voltad::prefer_eager_kernel_loading();  // before any CUDA call
 #endif
   std::string model_path;
-  int prompt = 512, steps = 128, ctx = 512, repeat = 3, top_k = 1;
+  int prompt = 512, steps = 128, ctx = 512, repeat = 3, top_k = 1, max_context = 0;
   std::vector<int> batches = {1, 2, 4, 8, 16};
   bool json = false, kv_int8 = false, graphs = true;
   std::string kernel_set = "auto", omit_list;
@@ -103,6 +107,7 @@ int main(int argc, char** argv) {
     }
     else if (a == "--ctx") { if (!count(ctx, 1, 1 << 20)) return 64; }
     else if (a == "--repeat") { if (!count(repeat, 1, 1000)) return 64; }
+    else if (a == "--max-context") { if (!count(max_context, 16, 1 << 21)) return 64; }
     else if (a == "--json") json = true;
     else if (a == "--no-graphs") graphs = false;
     else if (a == "--top-k") { if (!count(top_k, 0, 64)) return 64; }
@@ -135,6 +140,15 @@ int main(int argc, char** argv) {
   if (model_path.empty() || prompt < 0 || steps < 1 || ctx < 1 || repeat < 1 || batches.empty() ||
       *std::min_element(batches.begin(), batches.end()) < 1)
     return std::fprintf(stderr, "voltad-bench: need -m MODEL and positive sizes\n%s", kUsage), 64;
+  // What a run needs: its decode steps past --ctx, and its prompt.
+  const int needed = std::max(ctx + steps + 1, prompt + 1);
+  if (max_context == 0) max_context = needed;
+  if (max_context < needed)
+    return std::fprintf(stderr,
+                        "voltad-bench: --max-context %d is shorter than the run needs (%d: "
+                        "--ctx + -n + 1, and -p + 1)\n",
+                        max_context, needed),
+           64;
 #ifndef VOLTAD_HAVE_CUDA
   (void)json, (void)kv_int8, (void)top_k, (void)graphs, (void)prompt, (void)steps, (void)ctx, (void)repeat;
   std::fprintf(stderr, "voltad-bench: this build has no CUDA backend (configure with -DVOLTAD_CUDA=ON)\n");
@@ -151,7 +165,7 @@ int main(int argc, char** argv) {
 
   CudaBackendOptions o;
   o.max_sequences = max_b;
-  o.max_context = std::max(ctx + steps + 1, prompt + 1);
+  o.max_context = max_context;
   o.max_batch_tokens = std::max(prompt, max_b);
   o.kv_int8 = kv_int8;
   o.use_graphs = graphs;
@@ -257,6 +271,7 @@ int main(int argc, char** argv) {
                 b.device_name().c_str(), bandwidth.value() / 1e9);
     std::printf("  \"top_k\": %d,\n  \"kernels\": \"%s\",\n", top_k, b.kernels_in_use().c_str());
     if (o.omit.any()) std::printf("  \"omitted_kernels_timing_only\": \"%s\",\n", omit_list.c_str());
+    std::printf("  \"max_context\": %d,\n", max_context);
     std::printf("  \"kv_cache_type\": \"%s\",\n  \"cuda_graphs\": %s,\n  \"load_seconds\": %.2f,\n  \"weights_bytes\": %llu,\n  \"decode_weight_bytes\": %llu,\n", kv_int8 ? "int8" : "fp16", graphs ? "true" : "false", load_s,
                 (unsigned long long)mem.weights, (unsigned long long)b.decode_weight_bytes());
     std::printf("  \"gguf_tensor_bytes\": %llu,\n  \"workspace_bytes\": %llu,\n  \"kv_cache_bytes\": %llu,\n",
@@ -287,7 +302,8 @@ int main(int argc, char** argv) {
                 }(), mem.workspace / 1e9, mem.kv_cache / 1e9, load_s);
     if (prompt > 0) std::printf("prefill     %d tokens: %.0f tokens/s\n", prompt, prefill_tps);
     if (o.omit.any()) std::printf("omitted     %s (timing only: outputs meaningless)\n", omit_list.c_str());
-    std::printf("decode      context %d, %d steps (median)\n", ctx, steps);
+    std::printf("decode      context %d, %d steps (median); engine made for %d positions\n", ctx,
+                steps, max_context);
     std::printf("  batch   step ms   tok/s/seq   tok/s total   MB/step    GB/s   efficiency\n");
     for (const Row& r : rows)
       std::printf("  %5d  %8.3f  %10.1f  %12.1f  %8.1f  %6.0f   %.3f\n", r.batch, r.step_s * 1e3, r.tps_seq, r.tps_total,

@@ -85,12 +85,19 @@ check "voltad-run --dump-logits /dev/full: exit 1, names the file" \
 "$bin/voltad-run" -m "$tiny" -p hi -n 3 --quiet >/dev/null 2>&1
 check "voltad-run to a writable place: exit 0" test $? -eq 0
 # voltad-bench's numbers take the whole text, in range, and name the option.
-for bad in "-p abc" "-n 4294967297" "-b 2x,4" "-b 1,,2" "--top-k abc" "--ctx 2147483000"; do
+for bad in "-p abc" "-n 4294967297" "-b 2x,4" "-b 1,,2" "--top-k abc" "--ctx 2147483000" \
+  "--max-context 8k" "--max-context 15"; do
   # shellcheck disable=SC2086
   out=$("$bin/voltad-bench" -m "$tmp/none.gguf" $bad 2>&1); rc=$?
   check "voltad-bench $bad: usage error 64 naming ${bad%% *}" \
     test "$rc" -eq 64 -a -n "$(grep -- "voltad-bench: ${bad%% *} takes" <<<"$out")"
 done
+# --max-context below what the run needs (--ctx + -n + 1) is a usage error
+# that says both numbers.
+out=$("$bin/voltad-bench" -m "$tmp/none.gguf" --ctx 512 -n 64 --max-context 576 2>&1); rc=$?
+check "voltad-bench --max-context 576 at --ctx 512 -n 64: usage error 64" test "$rc" -eq 64
+check "voltad-bench --max-context 576: says what the run needs" \
+  grep -q -- "--max-context 576 is shorter than the run needs (577" <<<"$out"
 # --omit (timing only) names the kernels it knows; a wrong one is a usage
 # error before any model is read.
 out=$("$bin/voltad-bench" -m "$tmp/none.gguf" --omit norms,softmax 2>&1); rc=$?
