@@ -18,6 +18,7 @@ std::string check_numa_spec(const std::string& spec);
 std::string check_cpus_spec(const std::string& spec);
 std::string check_octal_mode(const std::string& mode);
 std::string check_instance_name(const std::string& name);
+std::string check_socket_path(const std::string& path);
 
 struct ModelSection {
   std::string path;
@@ -57,7 +58,8 @@ struct ServerSection {
   template <class V>
   void visit(V& v) {
     v(socket_path, "socket_path", std::string("${RUNTIME_DIRECTORY}/voltad.sock"),
-      "Unix socket the HTTP API listens on.");
+      "Unix socket the HTTP API listens on.",
+      custom("a path of 1 to 107 bytes once variables are expanded", check_socket_path));
     v(socket_mode, "socket_mode", std::string("0660"), "Permissions of the socket file (octal).",
       custom("octal mode such as 0660", check_octal_mode));
     v(socket_group, "socket_group", std::string(),

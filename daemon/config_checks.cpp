@@ -1,9 +1,12 @@
 // Checks for the string-valued config keys whose syntax is richer than a
 // list of choices.
+#include <sys/un.h>
+
 #include <cctype>
 #include <regex>
 
 #include "daemon/config.h"
+#include "daemon/config_paths.h"
 
 namespace voltad::config {
 
@@ -47,6 +50,21 @@ std::string check_instance_name(const std::string& name) {
   if (name.empty() || std::regex_match(name, element)) return "";
   return "invalid instance name '" + name +
          "' (letters, digits and _, not starting with a digit, such as gpu0)";
+}
+
+// Checked as the daemon will bind it, variables expanded: sun_path holds the
+// path and its terminating NUL, and a longer one could only fail at start.
+std::string check_socket_path(const std::string& path) {
+  constexpr size_t kMax = sizeof(sockaddr_un::sun_path) - 1;
+  const std::string limit = std::to_string(kMax);
+  if (path.empty())
+    return "empty (0 bytes); a Unix socket path is 1 to " + limit +
+           " bytes; leave the key out for the default, ${RUNTIME_DIRECTORY}/voltad.sock";
+  const std::string expanded = expand_path(path);
+  if (expanded.size() <= kMax) return "";
+  std::string what = "'" + path + "' is " + std::to_string(expanded.size()) + " bytes";
+  if (expanded != path) what += " as " + expanded;
+  return what + "; a Unix socket path is at most " + limit + "; choose a shorter path";
 }
 
 }  // namespace voltad::config

@@ -9,7 +9,9 @@ enum ExitCode : int {
   kExitFailure = 1,         // an error not covered below
   kExitUsage = 64,          // bad command line
   kExitModelData = 65,      // the model file is invalid, unsupported or unreadable
+  kExitTopologyData = 65,   // --print-placement: hwloc cannot read the --topology-xml file
   kExitNoModel = 66,        // no regular file at the model's path
+  kExitNoTopology = 66,     // --print-placement: the --topology-xml file cannot be read
   kExitUnavailable = 69,    // no usable GPU (no driver, no device, too old)
   kExitInternal = 70,       // a bug or an unusable CUDA context
   kExitCantCreate = 73,     // the socket could not be created (path in use, permissions)

@@ -39,7 +39,12 @@ int main(int argc, char** argv) {
       std::printf("voltactl %s\n", VOLTAD_VERSION);
       return voltad::kExitOk;
     }
-    if (args[0] == "--socket" && args.size() >= 2) {
+    if (args[0] == "--socket") {
+      if (args.size() < 2) {
+        std::fprintf(stderr, "voltactl: --socket needs a value (the daemon's socket PATH)\n");
+        std::fprintf(stderr, kUsage, socket.c_str());
+        return voltad::kExitUsage;
+      }
       socket = args[1];
       args.erase(args.begin(), args.begin() + 2);
       continue;

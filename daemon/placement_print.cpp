@@ -251,11 +251,20 @@ PrintPlacementOutput render_placement(const PrintPlacementRequest& req) {
     cfg.placement.gpu = req.gpu;
   }
 
-  auto topology =
-      req.topology_xml.empty() ? load_system_topology() : load_topology_xml(req.topology_xml);
+  // Another machine's file: sysexits' codes for a file that cannot be read
+  // (66) or parsed (65), not placement.strict's 74.
+  Result<std::string> xml = std::string();
+  if (!req.topology_xml.empty()) xml = read_topology_xml(req.topology_xml);
+  if (!xml) {
+    r.err = "voltad: " + xml.error().message + "\n";
+    r.exit_code = kExitNoTopology;
+    return r;
+  }
+  auto topology = req.topology_xml.empty() ? load_system_topology()
+                                           : load_topology_xml_text(*xml, req.topology_xml);
   if (!topology) {
     r.err = "voltad: " + topology.error().message + "\n";
-    r.exit_code = kExitPlacement;
+    r.exit_code = req.topology_xml.empty() ? kExitPlacement : kExitTopologyData;
     return r;
   }
   PlanOptions options;

@@ -291,12 +291,21 @@ Result<Topology> load_topology_xml_text(const std::string& xml, const std::strin
   return extract(topo->get(), name);
 }
 
-Result<Topology> load_topology_xml(const std::string& path) {
+Result<std::string> read_topology_xml(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))  // an ifstream opens it and reads nothing
+    return make_error(path + ": cannot read the topology XML: it is a directory");
   std::ifstream in(path, std::ios::binary);
   if (!in) return make_error(path + ": cannot read the topology XML: " + std::strerror(errno));
   std::ostringstream ss;
   ss << in.rdbuf();
-  return load_topology_xml_text(ss.str(), path);
+  return ss.str();
+}
+
+Result<Topology> load_topology_xml(const std::string& path) {
+  auto text = read_topology_xml(path);
+  if (!text) return text.error();
+  return load_topology_xml_text(*text, path);
 }
 
 Result<Topology> load_system_topology(const SystemPaths& paths) {

@@ -113,7 +113,10 @@ Result<Topology> load_system_topology(const SystemPaths& paths = {});
 // A topology saved with `lstopo FILE.xml` on another machine. hwloc 3.0 XML
 // (`<topology version="3.0">`) is read too: this hwloc 2.x refuses it, and its
 // only differences that matter here are the version and the OS device types.
+// load_topology_xml() is the two halves, whose errors differ (--print-placement
+// exits 66 when the file cannot be read, 65 when hwloc cannot read the XML).
 Result<Topology> load_topology_xml(const std::string& path);
+Result<std::string> read_topology_xml(const std::string& path);
 Result<Topology> load_topology_xml_text(const std::string& xml, const std::string& name);
 
 // hwloc 3.0 XML text rewritten to the 2.x format; other versions unchanged.

@@ -4,10 +4,11 @@ namespace voltad {
 
 Result<std::shared_ptr<const Model>> load_model(std::unique_ptr<GgufFile> file) {
   auto model = std::make_shared<Model>();
+  // Both name the file in each message already.
   auto config = read_model_config(*file);
-  if (!config) return make_error(file->path() + ": " + config.error().message);
+  if (!config) return config.error();
   auto weights = bind_model_weights(*file, config.value());
-  if (!weights) return make_error(file->path() + ": " + weights.error().message);
+  if (!weights) return weights.error();
   model->config = std::move(config).value();
   model->weights = std::move(weights).value();
   model->file = std::move(file);

@@ -2,6 +2,7 @@
 //
 //   voltad-run -m MODEL.gguf --info
 //   voltad-run -m MODEL.gguf -p PROMPT [-n N] [--chat] [--temp T] [--seed S] ...
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <cstring>
@@ -23,7 +24,7 @@
 
 namespace {
 
-constexpr int kExitUsage = 64, kExitModel = 65, kExitFailure = 1;
+constexpr int kExitUsage = 64, kExitModel = 65, kExitUnavailable = 69, kExitFailure = 1;
 
 constexpr const char* kUsage =
     "usage: voltad-run -m MODEL.gguf --info\n"
@@ -32,14 +33,14 @@ constexpr const char* kUsage =
     "  -n N               tokens to generate (default 128)\n"
     "  --chat             wrap the prompt in the model's chat template\n"
     "  --system TEXT      system message (with --chat)\n"
-    "  --template NAME    chat template: auto, llama3, chatml (default auto)\n"
+    "  --template NAME    chat template (with --chat): auto, llama3, chatml (default auto)\n"
     "  --temp T           temperature; 0 = greedy (default 0.8)\n"
     "  --top-k K --top-p P --min-p P --repeat-penalty R\n"
     "  --seed S           random seed, for reproducible sampling\n"
     "  --stop TEXT        stop string (repeatable)\n"
     "  --backend NAME     cpu (default) or cuda (never chosen on its own)\n"
     "  --kernels SET      cuda: auto (per-architecture variants, default) or portable\n"
-    "  --threads N        CPU threads, up to 1024 (default: all)\n"
+    "  --threads N        cpu: threads, up to 1024 (default: all)\n"
     "  --ctx N            context size in tokens (default: prompt + n)\n"
     "  --dump-logits FILE write each step's logits (float32, little-endian, n_vocab per row)\n"
     "  --quiet            print only the generated text\n";
@@ -68,8 +69,10 @@ int main(int argc, char** argv) {
   Args a;
   a.sampling.temperature = 0.8f;
   std::vector<std::string> args(argv + 1, argv + argc);
+  std::vector<std::string> given;  // every option, as typed
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& f = args[i];
+    given.push_back(f);
     auto next = [&](std::string& out) {
       if (i + 1 >= args.size()) return false;
       out = args[++i];
@@ -83,7 +86,12 @@ int main(int argc, char** argv) {
     } else if (f == "-m" || f == "--model") ok = next(a.model);
     else if (f == "-p" || f == "--prompt") ok = next(a.prompt);
     else if (f == "--system") ok = next(a.system);
-    else if (f == "--template") ok = next(a.chat_template);
+    else if (f == "--template") {
+      ok = next(a.chat_template);
+      if (ok && a.chat_template != "auto" && a.chat_template != "llama3" &&
+          a.chat_template != "chatml")
+        return usage("--template must be auto, llama3 or chatml, not '" + a.chat_template + "'");
+    }
     else if (f == "--backend") ok = next(a.backend);
     else if (f == "--kernels") {
       ok = next(a.kernels);
@@ -111,6 +119,22 @@ int main(int argc, char** argv) {
     } else return usage("unknown argument '" + f + "'");
     if (!ok) return usage("bad or missing value for " + f);
   }
+  // An option that would change nothing is a mistake, not a choice: say so.
+  auto gave = [&](const char* option) {
+    return std::find(given.begin(), given.end(), option) != given.end();
+  };
+  if (a.info)
+    for (const std::string& g : given)
+      if (g != "-m" && g != "--model" && g != "--info" && g != "--quiet")
+        return usage("--info describes the file and exits; " + g + " would have no effect");
+  if (!a.chat && gave("--template"))
+    return usage("--template chooses the chat template, which only --chat uses; add --chat");
+  if (!a.chat && gave("--system"))
+    return usage("--system is a chat message, which only --chat sends; add --chat");
+  if (a.backend == "cpu" && gave("--kernels"))
+    return usage("--kernels chooses the CUDA kernels; it needs --backend cuda");
+  if (a.backend == "cuda" && gave("--threads"))
+    return usage("--threads sets the CPU backend's threads; --backend cuda does not use them");
   if (a.model.empty()) return usage("no model: pass -m MODEL.gguf");
   if (auto st = a.sampling.validate(); !st) return usage(st.error().message);
 
@@ -196,7 +220,10 @@ int main(int argc, char** argv) {
     const std::string prefix = a.backend + " backend: ";
     std::fprintf(stderr, "voltad-run: %s%s\n", why.rfind(prefix, 0) == 0 ? "" : prefix.c_str(),
                  why.c_str());
-    return kExitFailure;
+    // As voltad and voltad-bench: the model's fault 65, CUDA that cannot
+    // run here (no driver, no GPU, no memory) 69.
+    if (backend.error().model_data) return kExitModel;
+    return a.backend == "cuda" ? kExitUnavailable : kExitFailure;
   }
 
   std::ofstream dump;

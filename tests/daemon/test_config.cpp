@@ -114,6 +114,31 @@ TEST_CASE("out-of-range values and bad choices are reported") {
   CHECK(all.find("did you mean 'bind'?") != std::string::npos);
 }
 
+TEST_CASE("server.socket_path must fit a Unix socket address (1 to 107 bytes)") {
+  // sun_path holds 108 bytes with the terminating NUL; the daemon could
+  // not bind a longer path (exit 73), so --verify-config refuses it.
+  const std::string fits = "/tmp/" + std::string(97, 's') + ".sock";
+  REQUIRE(fits.size() == 108 - 1);
+  auto ok = load(kMinimal + "server:\n  socket_path: " + fits + "\n");
+  CHECK_MESSAGE(ok.ok(), problems_text(ok));
+  auto long_path = load(kMinimal + "server:\n  socket_path: " + fits + "x\n");
+  REQUIRE(long_path.problems.size() == 1);
+  CHECK(long_path.problems[0].to_string() ==
+        "test.yaml:4:16: server.socket_path: '" + fits +
+            "x' is 108 bytes; a Unix socket path is at most 107; choose a shorter path");
+  auto empty = load(kMinimal + "server:\n  socket_path: \"\"\n");
+  REQUIRE(empty.problems.size() == 1);
+  CHECK(empty.problems[0].message.find(
+            "server.socket_path: empty (0 bytes); a Unix socket path is 1 to 107 bytes") == 0);
+  // Checked as the daemon binds it: with ${RUNTIME_DIRECTORY} expanded.
+  setenv("RUNTIME_DIRECTORY", ("/run/" + std::string(100, 'r')).c_str(), 1);
+  auto expanded = load(kMinimal + "server:\n  socket_path: ${RUNTIME_DIRECTORY}/voltad.sock\n");
+  unsetenv("RUNTIME_DIRECTORY");
+  REQUIRE(expanded.problems.size() == 1);
+  CHECK(expanded.problems[0].message.find("server.socket_path: '${RUNTIME_DIRECTORY}/voltad.sock' "
+                                          "is 117 bytes as /run/rrr") == 0);
+}
+
 TEST_CASE("a missing required key is reported") {
   auto r = load("log:\n  level: debug\n");
   REQUIRE(r.problems.size() == 1);

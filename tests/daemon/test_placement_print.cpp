@@ -104,7 +104,8 @@ TEST_CASE("JSON: the same facts, for scripts") {
   CHECK(k.at("machine").at("gpus")[2].at("uuid").is_null());
 }
 
-TEST_CASE("errors: bad --gpu, a non-NVIDIA device, no topology file, a bad config") {
+TEST_CASE(
+    "errors: bad --gpu, a non-NVIDIA device, a missing or invalid topology file, a bad config") {
   auto syntax = render("nvidiaDGX2.xml", "first");
   CHECK(syntax.exit_code == voltad::kExitUsage);
   CHECK(contains(syntax.err, "--gpu: invalid GPU 'first'"));
@@ -117,9 +118,18 @@ TEST_CASE("errors: bad --gpu, a non-NVIDIA device, no topology file, a bad confi
   CHECK(contains(j.at("error").get<std::string>(), "not an NVIDIA GPU"));
   CHECK(j.at("machine").at("gpus").size() == 3);
 
+  // 74 is placement.strict's code: a bad --topology-xml file has sysexits' own.
   auto missing = render("no-such-file.xml");
-  CHECK(missing.exit_code == voltad::kExitPlacement);
-  CHECK(contains(missing.err, "no-such-file.xml: cannot read"));
+  CHECK(missing.exit_code == voltad::kExitNoTopology);
+  CHECK(contains(missing.err, "no-such-file.xml: cannot read the topology XML"));
+  CHECK(missing.out.empty());
+  TempFile garbage("this is not XML");
+  PrintPlacementRequest request;
+  request.topology_xml = garbage.path;
+  auto invalid = render_placement(request);
+  CHECK(invalid.exit_code == voltad::kExitTopologyData);
+  CHECK(contains(invalid.err, garbage.path + ": hwloc could not read this topology XML"));
+  CHECK(invalid.out.empty());
 
   TempFile bad("placement:\n  numa: nearby\n  cpu: 3\n");
   auto config = render("nvidiaDGX2.xml", "", false, bad.path);

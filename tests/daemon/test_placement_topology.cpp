@@ -218,6 +218,11 @@ TEST_CASE("unreadable and invalid topology files are errors naming the file") {
   auto missing = load_topology_xml("/nonexistent/topo.xml");
   REQUIRE_FALSE(missing.ok());
   CHECK(missing.error().message.find("/nonexistent/topo.xml: cannot read") == 0);
+  TempDir dir;  // opens as a file, and reads as nothing
+  auto directory = read_topology_xml(dir.path.string());
+  REQUIRE_FALSE(directory.ok());
+  CHECK(directory.error().message ==
+        dir.path.string() + ": cannot read the topology XML: it is a directory");
   auto garbage = load_topology_xml_text("this is not XML", "garbage.xml");
   REQUIRE_FALSE(garbage.ok());
   CHECK(garbage.error().message.find("garbage.xml: hwloc") == 0);

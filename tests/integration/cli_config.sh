@@ -84,6 +84,39 @@ check "voltad-run --dump-logits /dev/full: exit 1, names the file" \
   test "$rc" -eq 1 -a -n "$(grep "cannot write /dev/full" <<<"$out")"
 "$bin/voltad-run" -m "$tiny" -p hi -n 3 --quiet >/dev/null 2>&1
 check "voltad-run to a writable place: exit 0" test $? -eq 0
+# voltad-run options that would have no effect are usage errors (64) that
+# say why, before the model is read; with what they need, they run.
+while IFS='|' read -r args why; do
+  # shellcheck disable=SC2086
+  out=$("$bin/voltad-run" -m "$tmp/none.gguf" -p hi $args 2>&1); rc=$?
+  check "voltad-run $args: usage error 64" test "$rc" -eq 64
+  check "voltad-run $args: says why" grep -qF -- "voltad-run: $why" <<<"$out"
+done <<'CASES'
+--chat --template bogus|--template must be auto, llama3 or chatml, not 'bogus'
+--template chatml|--template chooses the chat template, which only --chat uses; add --chat
+--system be-brief|--system is a chat message, which only --chat sends; add --chat
+--kernels portable|--kernels chooses the CUDA kernels; it needs --backend cuda
+--backend cuda --threads 4|--threads sets the CPU backend's threads; --backend cuda does not use them
+--info|--info describes the file and exits; -p would have no effect
+CASES
+out=$("$bin/voltad-run" -m "$tiny" --info -n 3 2>&1); rc=$?
+check "voltad-run --info -n 3: usage error 64, says why" \
+  test "$rc" -eq 64 -a -n "$(grep -F -- "-n would have no effect" <<<"$out")"
+"$bin/voltad-run" -m "$tiny" --info --quiet >/dev/null 2>&1
+check "voltad-run --info --quiet: exit 0" test $? -eq 0
+"$bin/voltad-run" -m "$tiny" -p hi -n 3 --quiet --chat --template chatml --system be-brief \
+  --threads 2 >/dev/null 2>&1
+check "voltad-run --chat --template chatml --system --threads: exit 0" test $? -eq 0
+# --backend cuda where CUDA cannot run (no driver, no GPU): 69, as voltad
+# and voltad-bench, with the CUDA error. Skipped where it can run, and in a
+# build without CUDA (there a usage error).
+out=$("$bin/voltad-run" -m "$tiny" -p hi -n 3 --quiet --backend cuda 2>&1 >/dev/null); rc=$?
+if ((rc == 0)) || grep -q "not available in this build" <<<"$out"; then
+  echo "skip voltad-run --backend cuda without a usable GPU (CUDA runs here, or is not built)"
+else
+  check "voltad-run --backend cuda, CUDA unusable: exit 69" test "$rc" -eq 69
+  check "voltad-run --backend cuda, CUDA unusable: says why" grep -q "^voltad-run: cuda backend: " <<<"$out"
+fi
 # voltad-bench's numbers take the whole text, in range, and name the option.
 for bad in "-p abc" "-n 4294967297" "-b 2x,4" "-b 1,,2" "--top-k abc" "--ctx 2147483000" \
   "--max-context 8k" "--max-context 15"; do
@@ -108,6 +141,21 @@ out=$("$bin/voltad" --verify-config "$tmp/kernels.yaml" 2>&1); rc=$?
 check "engine.kernels: fastest is a config error (78)" test "$rc" -eq 78
 check "engine.kernels: the error names the choices" grep -q "engine.kernels: invalid value .fastest. (one of: auto, portable)" <<<"$out"
 
+# server.socket_path that no Unix socket can have (empty, or past sun_path's
+# 107 bytes) is a config problem naming the key, the length and the limit,
+# not exit 73 at start.
+long=$tmp/$(printf 'a%.0s' {1..150}).sock
+printf 'model:\n  path: /m.gguf\nserver:\n  socket_path: %s\n' "$long" >"$tmp/longsock.yaml"
+out=$("$bin/voltad" --verify-config "$tmp/longsock.yaml" 2>&1); rc=$?
+check "server.socket_path of ${#long} bytes: --verify-config exits 78" test "$rc" -eq 78
+check "server.socket_path of ${#long} bytes: names the key, length and limit" \
+  grep -q "longsock.yaml:4:16: server.socket_path: '$long' is ${#long} bytes; a Unix socket path is at most 107" <<<"$out"
+printf 'model:\n  path: /m.gguf\nserver:\n  socket_path: ""\n' >"$tmp/emptysock.yaml"
+out=$("$bin/voltad" --verify-config "$tmp/emptysock.yaml" 2>&1); rc=$?
+check "empty server.socket_path: --verify-config exits 78" test "$rc" -eq 78
+check "empty server.socket_path: names the key and the limit" \
+  grep -q "emptysock.yaml:4:16: server.socket_path: empty (0 bytes); a Unix socket path is 1 to 107 bytes" <<<"$out"
+
 # voltactl: a number option takes the whole text as a number (usage error
 # 64, naming it, before any connection); a socket path too long for a Unix
 # socket is an error, not an abort.
@@ -122,7 +170,14 @@ check "voltactl --max-tokens 12abc: names the option and the text" \
   grep -q -- "--max-tokens takes a positive whole number, not '12abc'" <<<"$out"
 out=$("$bin/voltactl" --socket "$tmp/none.sock" chat --max-tokens abc </dev/null 2>&1); rc=$?
 check "voltactl chat --max-tokens abc: 64 before reading a line" test "$rc" -eq 64
-long=$tmp/$(printf 'a%.0s' {1..150}).sock
+# An option that takes a value, given last without one: "needs a value"
+# (64), not "unknown option".
+for args in "--socket" "generate hi --max-tokens" "chat --system" "bench --concurrency"; do
+  # shellcheck disable=SC2086
+  out=$(VOLTAD_SOCKET=$tmp/none.sock "$bin/voltactl" $args </dev/null 2>&1); rc=$?
+  check "voltactl $args (no value): usage error 64" test "$rc" -eq 64
+  check "voltactl $args (no value): says it needs a value" grep -q -- "${args##* } needs a value" <<<"$out"
+done
 out=$("$bin/voltactl" --socket "$long" status 2>&1); rc=$?
 check "voltactl, a 150-byte socket path: exit 69, says the limit" \
   test "$rc" -eq 69 -a -n "$(grep "path is 1 to 107 bytes" <<<"$out")"

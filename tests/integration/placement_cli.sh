@@ -33,6 +33,15 @@ check "2-socket JSON: AMD listed as never used" \
 err=$("$bin/voltad" --print-placement --topology-xml "$topo/32em64t-2n8c2t-pci-normalio.xml" --gpu 0000:84:00.1 2>&1 >/dev/null); rc=$?
 check "the AMD device: exit 74" test "$rc" -eq 74
 check "the AMD device: not an NVIDIA GPU" grep -q "0000:84:00.1 is not an NVIDIA GPU" <<<"$err"
+# A --topology-xml file that cannot be read (66) or parsed (65): sysexits'
+# codes, not placement.strict's 74, and the message names the file.
+err=$("$bin/voltad" --print-placement --topology-xml "$tmp/none.xml" 2>&1 >/dev/null); rc=$?
+check "--topology-xml, no such file: exit 66" test "$rc" -eq 66
+check "--topology-xml, no such file: names it" grep -q "$tmp/none.xml: cannot read the topology XML" <<<"$err"
+echo 'this is not XML' >"$tmp/garbage.xml"
+err=$("$bin/voltad" --print-placement --topology-xml "$tmp/garbage.xml" 2>&1 >/dev/null); rc=$?
+check "--topology-xml, not XML: exit 65" test "$rc" -eq 65
+check "--topology-xml, not XML: names it" grep -q "$tmp/garbage.xml: hwloc could not read this topology XML" <<<"$err"
 "$bin/voltad" --print-placement --gpu banana >/dev/null 2>&1
 check "bad --gpu: exit 64" test $? -eq 64
 "$bin/voltad" --json >/dev/null 2>&1
