@@ -15,7 +15,8 @@ enum ExitCode : int {
   kExitUnavailable = 69,    // no usable GPU (no driver, no device, too old)
   kExitInternal = 70,       // a bug or an unusable CUDA context
   kExitCantCreate = 73,     // the socket could not be created (path in use, permissions)
-  kExitPlacement = 74,      // placement.strict and the placement could not be applied
+  kExitPlacement = 74,      // the config names a device this machine lacks, or placement.strict
+                            // and the placement could not be applied
   kExitVramBudget = 75,     // the memory plan does not fit the card's budget
   kExitConfig = 78,         // the config file is invalid
 };
