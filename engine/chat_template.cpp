@@ -126,7 +126,8 @@ const char* chat_format_name(ChatFormat format) {
 }
 
 Result<ChatFormat> choose_chat_format(const std::string& gguf_template,
-                                      const std::string& override_name) {
+                                      const std::string& override_name,
+                                      const std::string& how_to_choose) {
   if (override_name == "llama3") return ChatFormat::Llama3;
   if (override_name == "chatml") return ChatFormat::ChatML;
   if (!override_name.empty() && override_name != "auto")
@@ -135,15 +136,12 @@ Result<ChatFormat> choose_chat_format(const std::string& gguf_template,
   if (contains(gguf_template, "<|start_header_id|>")) return ChatFormat::Llama3;
   if (contains(gguf_template, "<|im_start|>")) return ChatFormat::ChatML;
   if (gguf_template.empty())
-    return make_error(
-        "the model has no chat template (tokenizer.chat_template); set chat_template to llama3 or "
-        "chatml in the "
-        "configuration to choose one");
+    return make_error("the model has no chat template (tokenizer.chat_template); " + how_to_choose +
+                      " to choose one");
   std::string start = utf8_sanitize(std::string_view(gguf_template).substr(0, 60));
   return make_error(
       "the model's chat template (starting \"" + start +
-      "\") is neither Llama 3 nor ChatML style; set chat_template to llama3 or chatml in the "
-      "configuration if one of them fits the model");
+      "\") is neither Llama 3 nor ChatML style; " + how_to_choose + " if one of them fits the model");
 }
 
 ChatRenderOptions chat_render_options_from_template(ChatFormat format,

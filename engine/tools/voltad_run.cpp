@@ -170,7 +170,8 @@ int main(int argc, char** argv) {
 
   std::vector<int32_t> prompt;
   if (a.chat) {
-    auto format = voltad::choose_chat_format(tok.data().chat_template, a.chat_template);
+    auto format = voltad::choose_chat_format(tok.data().chat_template, a.chat_template,
+                                             "pass --template llama3 or --template chatml");
     if (!format) {
       std::fprintf(stderr, "voltad-run: %s\n", format.error().message.c_str());
       return kExitModel;

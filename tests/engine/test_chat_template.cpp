@@ -102,6 +102,12 @@ TEST_CASE("an override wins, and an unrecognised template without one is a clear
   auto none = choose_chat_format("", "auto");
   REQUIRE_FALSE(none.ok());
   CHECK(none.error().message.find("no chat template") != std::string::npos);
+  CHECK(none.error().message.find("model.chat_template") != std::string::npos);
+  // A tool says its own way to choose (voltad-run: --template).
+  auto tool = choose_chat_format(gemma, "auto", "pass --template llama3 or --template chatml");
+  REQUIRE_FALSE(tool.ok());
+  CHECK(tool.error().message.find("pass --template llama3") != std::string::npos);
+  CHECK(tool.error().message.find("configuration") == std::string::npos);
 
   auto bad_override = choose_chat_format(chatml, "vicuna");
   REQUIRE_FALSE(bad_override.ok());
