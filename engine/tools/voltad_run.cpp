@@ -189,7 +189,19 @@ int main(int argc, char** argv) {
     prompt = tok.encode(a.prompt, tok.data().add_bos, false);
   }
 
-  const int32_t ctx = a.ctx > 0 ? a.ctx : int32_t(prompt.size()) + a.n;
+  // A --ctx too short for the prompt and -n is the command line's fault,
+  // known before any backend is made.
+  const int64_t needed = int64_t(prompt.size()) + a.n;
+  if (a.ctx > 0 && a.ctx < needed)
+    return usage("--ctx " + std::to_string(a.ctx) + " holds fewer tokens than the prompt (" +
+                 std::to_string(prompt.size()) + ") plus -n (" + std::to_string(a.n) +
+                 "); give --ctx " + std::to_string(needed) + " or more, or leave it out");
+  constexpr int64_t kLongest = int64_t(1) << 20;  // engine.max_context's upper bound
+  if (needed > kLongest)
+    return usage("the prompt (" + std::to_string(prompt.size()) + " tokens) plus -n (" +
+                 std::to_string(a.n) + ") is more than " + std::to_string(kLongest) +
+                 " tokens, the longest context the engine takes; give a smaller -n");
+  const int32_t ctx = a.ctx > 0 ? a.ctx : int32_t(needed);
   voltad::Result<std::unique_ptr<voltad::Backend>> backend = voltad::make_error("no backend");
   if (a.backend == "cpu") {
     voltad::CpuBackendOptions opts;

@@ -102,6 +102,15 @@ CASES
 out=$("$bin/voltad-run" -m "$tiny" --info -n 3 2>&1); rc=$?
 check "voltad-run --info -n 3: usage error 64, says why" \
   test "$rc" -eq 64 -a -n "$(grep -F -- "-n would have no effect" <<<"$out")"
+# A --ctx shorter than the prompt plus -n, or more tokens than any context:
+# usage errors that say what would do, before a backend is made.
+out=$("$bin/voltad-run" -m "$tiny" -p "hello world how are you" --ctx 2 -n 5 --quiet 2>&1); rc=$?
+check "voltad-run --ctx 2 for a longer prompt: usage error 64" test "$rc" -eq 64
+check "voltad-run --ctx 2: says the context that would do" \
+  grep -q -- "--ctx 2 holds fewer tokens than the prompt (.*) plus -n (5); give --ctx" <<<"$out"
+out=$("$bin/voltad-run" -m "$tiny" -p hi -n 2147483000 --quiet 2>&1); rc=$?
+check "voltad-run -n 2147483000: usage error 64" test "$rc" -eq 64
+check "voltad-run -n 2147483000: says the longest context" grep -q "the longest context" <<<"$out"
 "$bin/voltad-run" -m "$tiny" --info --quiet >/dev/null 2>&1
 check "voltad-run --info --quiet: exit 0" test $? -eq 0
 "$bin/voltad-run" -m "$tiny" -p hi -n 3 --quiet --chat --template chatml --system be-brief \
