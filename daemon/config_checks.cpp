@@ -6,7 +6,6 @@
 #include <regex>
 
 #include "daemon/config.h"
-#include "daemon/config_paths.h"
 
 namespace voltad::config {
 
@@ -52,19 +51,21 @@ std::string check_instance_name(const std::string& name) {
          "' (letters, digits and _, not starting with a digit, such as gpu0)";
 }
 
-// Checked as the daemon will bind it, variables expanded: sun_path holds the
-// path and its terminating NUL, and a longer one could only fail at start.
+// sun_path holds the path and its terminating NUL: a longer path could
+// only fail at bind. A path with variables (${RUNTIME_DIRECTORY}, ${HOME})
+// is not measured here: they expand in the daemon's environment (the
+// unit's user and RuntimeDirectory), which the process that checks the
+// config (an admin's --verify-config) need not share; the daemon names
+// the path it could not bind (exit 73).
 std::string check_socket_path(const std::string& path) {
   constexpr size_t kMax = sizeof(sockaddr_un::sun_path) - 1;
   const std::string limit = std::to_string(kMax);
   if (path.empty())
     return "empty (0 bytes); a Unix socket path is 1 to " + limit +
            " bytes; leave the key out for the default, ${RUNTIME_DIRECTORY}/voltad.sock";
-  const std::string expanded = expand_path(path);
-  if (expanded.size() <= kMax) return "";
-  std::string what = "'" + path + "' is " + std::to_string(expanded.size()) + " bytes";
-  if (expanded != path) what += " as " + expanded;
-  return what + "; a Unix socket path is at most " + limit + "; choose a shorter path";
+  if (path.find("${") != std::string::npos || path.size() <= kMax) return "";
+  return "'" + path + "' is " + std::to_string(path.size()) +
+         " bytes; a Unix socket path is at most " + limit + "; choose a shorter path";
 }
 
 }  // namespace voltad::config

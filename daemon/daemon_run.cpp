@@ -76,7 +76,9 @@ std::optional<Failure> load_engine(const config::Config& cfg, const std::string&
   if (!tokenizer.ok())
     return Failure{kExitModelData, model_path + ": tokenizer: " + tokenizer.error().message};
   e.tokenizer = std::make_unique<Tokenizer>(std::move(tokenizer.value()));
-  auto format = choose_chat_format(chat_template, cfg.model.chat_template);
+  auto format =
+      choose_chat_format(chat_template, cfg.model.chat_template,
+                         "set model.chat_template to llama3 or chatml in the configuration");
   if (!format.ok()) return Failure{kExitModelData, model_path + ": " + format.error().message};
 
   ctx.lifecycle.report_progress("creating the " + cfg.engine.backend + " backend", -1);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -13,6 +14,8 @@
 #include <memory>
 #include <regex>
 #include <sstream>
+
+#include "engine/whole_number.h"
 
 namespace voltad::placement {
 
@@ -241,7 +244,8 @@ Result<std::string> xml_for_hwloc2(const std::string& xml, const std::string& na
   static const std::regex header("<topology\\s+version=\"([0-9]+)\\.([0-9]+)\"");
   std::smatch m;
   if (!std::regex_search(xml, m, header)) return xml;  // hwloc 1.x XML, or none: hwloc decides
-  int major = std::stoi(m[1].str());
+  // Digits the regex matched, but perhaps more than an int holds: too new.
+  const int major = whole_number<int>(m[1].str()).value_or(INT_MAX);
   if (major <= 2) return xml;
   if (major > 3)
     return make_error(
@@ -265,9 +269,12 @@ Result<std::string> xml_for_hwloc2(const std::string& xml, const std::string& na
   auto begin = std::sregex_iterator(rest.begin(), rest.end(), osdev_type);
   size_t copied = 0;
   for (auto it = begin; it != std::sregex_iterator(); ++it) {
+    const auto flags = whole_number<unsigned long>((*it)[1].str());
+    if (!flags)
+      return make_error(name + ": osdev_type=\"" + (*it)[1].str() +
+                        "\" is not a set of hwloc 3.0 OS device flags");
     out.append(rest, copied, it->position() - copied);
-    out += "osdev_type=\"" + std::to_string(static_cast<int>(convert(std::stoul((*it)[1].str())))) +
-           "\"";
+    out += "osdev_type=\"" + std::to_string(static_cast<int>(convert(*flags))) + "\"";
     copied = it->position() + it->length();
   }
   out.append(rest, copied, std::string::npos);

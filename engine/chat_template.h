@@ -23,12 +23,11 @@ const char* chat_format_name(ChatFormat format);
 // override_name: "auto" (or empty) recognises the family from the model's
 // template text; "llama3" / "chatml" force one. An unrecognised template
 // without an override is an error that ends with how_to_choose: what the
-// caller's user sets to choose one (the daemon's config key by default).
-inline constexpr const char* kChooseChatTemplateInConfig =
-    "set model.chat_template to llama3 or chatml in the configuration";
+// caller's user sets to choose one (the daemon: its config key; voltad-run:
+// --template).
 Result<ChatFormat> choose_chat_format(const std::string& gguf_template,
                                       const std::string& override_name,
-                                      const std::string& how_to_choose = kChooseChatTemplateInConfig);
+                                      const std::string& how_to_choose);
 
 struct ChatMessage {
   std::string role;  // "system", "user", "assistant", ...

@@ -348,7 +348,9 @@ struct MmaPlan {
 // block (64 positions a piece): at batch 1 and 512 positions (H200,
 // kernels/dev/bench_attention.cu), 8 pieces of 64 took 6.8 us where 33 of
 // 16, most warps idle, took 8.1. From 4 tokens on no piece is shorter
-// than 256 positions (4 cache blocks a warp): end to end on the H200 at
+// than 256 positions (4 cache blocks a warp) at the planned max_position
+// (a token at fewer positions in a graph planned for max_context still
+// splits into the planned count: PERFORMANCE.md run 28): on the H200 at
 // 512 positions, VOLTAD_ATTENTION_MAX_SPLITS=2 (the same 2 pieces) against
 // the wave's 4 (8 at 4 tokens): 8 sequences +0.8% and +1.6% in two calls
 // (Llama-3-8B Q4_K_M; Qwen3-8B +1.0%), 4 +0.6%, where at 1 and 2 the

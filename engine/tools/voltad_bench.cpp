@@ -20,6 +20,7 @@
 
 #ifdef VOLTAD_HAVE_CUDA
 #include "engine/backend_cuda.h"
+#include "engine/kv_block_pool.h"
 #endif
 #include "engine/model.h"
 #include "engine/whole_number.h"
@@ -36,8 +37,9 @@ constexpr const char* kUsage =
     "  --top-k K: each decode step returns the K best logits per sequence, as the\n"
     "             server does for greedy (1) or top-k sampling (0: whole rows)\n"
     "  --max-context N: the longest sequence the engine is made for, as a\n"
-    "             daemon's engine.max_context (default: --ctx + -n + 1); the\n"
-    "             decode graphs plan their attention for it\n"
+    "             daemon's engine.max_context (default and least: the larger of\n"
+    "             --ctx + -n + 1 and -p + 1); the decode graphs plan their\n"
+    "             attention for it, the KV cache holds what the run needs\n"
     "  --omit:    timing only: every step leaves these kernels out, so the time\n"
     "             they cost inside the decode graph shows as the difference from\n"
     "             a run without --omit; the outputs are meaningless (matvecs:\n"
@@ -107,7 +109,7 @@ int main(int argc, char** argv) {
     }
     else if (a == "--ctx") { if (!count(ctx, 1, 1 << 20)) return 64; }
     else if (a == "--repeat") { if (!count(repeat, 1, 1000)) return 64; }
-    else if (a == "--max-context") { if (!count(max_context, 16, 1 << 21)) return 64; }
+    else if (a == "--max-context") { if (!count(max_context, 16, 1 << 20)) return 64; }
     else if (a == "--json") json = true;
     else if (a == "--no-graphs") graphs = false;
     else if (a == "--top-k") { if (!count(top_k, 0, 64)) return 64; }
@@ -145,8 +147,8 @@ int main(int argc, char** argv) {
   if (max_context == 0) max_context = needed;
   if (max_context < needed)
     return std::fprintf(stderr,
-                        "voltad-bench: --max-context %d is shorter than the run needs (%d: "
-                        "--ctx + -n + 1, and -p + 1)\n",
+                        "voltad-bench: --max-context %d is shorter than the run needs (%d: the "
+                        "larger of --ctx + -n + 1 and -p + 1)\n",
                         max_context, needed),
            64;
 #ifndef VOLTAD_HAVE_CUDA
@@ -166,6 +168,9 @@ int main(int argc, char** argv) {
   CudaBackendOptions o;
   o.max_sequences = max_b;
   o.max_context = max_context;
+  // The KV cache the run needs, not max_context for every sequence: a
+  // daemon sizes its pool from the memory plan, whatever max_context says.
+  o.kv_blocks = max_b * KvBlockPool::blocks_for(needed);
   o.max_batch_tokens = std::max(prompt, max_b);
   o.kv_int8 = kv_int8;
   o.use_graphs = graphs;

@@ -41,7 +41,8 @@ constexpr const char* kUsage =
     "  --backend NAME     cpu (default) or cuda (never chosen on its own)\n"
     "  --kernels SET      cuda: auto (per-architecture variants, default) or portable\n"
     "  --threads N        cpu: threads, up to 1024 (default: all)\n"
-    "  --ctx N            context size in tokens (default: prompt + n)\n"
+    "  --ctx N            context size in tokens, at least prompt + n, at most 1048576\n"
+    "                     (default: prompt + n)\n"
     "  --dump-logits FILE write each step's logits (float32, little-endian, n_vocab per row)\n"
     "  --quiet            print only the generated text\n";
 
@@ -54,6 +55,9 @@ struct Args {
 };
 
 using voltad::whole_number;
+
+// The longest context the engine takes (engine.max_context's upper bound).
+constexpr int64_t kLongest = int64_t(1) << 20;
 
 int usage(const std::string& why) {
   std::fprintf(stderr, "voltad-run: %s\n%s", why.c_str(), kUsage);
@@ -106,7 +110,7 @@ int main(int argc, char** argv) {
     else if (f == "-n") ok = next(v) && whole_number(v, a.n) && a.n >= 0;
     else if (f == "--threads")
       ok = next(v) && whole_number(v, a.threads) && a.threads >= 0 && a.threads <= 1024;
-    else if (f == "--ctx") ok = next(v) && whole_number(v, a.ctx) && a.ctx > 0;
+    else if (f == "--ctx") ok = next(v) && whole_number(v, a.ctx) && a.ctx > 0 && a.ctx <= kLongest;
     else if (f == "--temp") ok = next(v) && whole_number(v, a.sampling.temperature);
     else if (f == "--top-k") ok = next(v) && whole_number(v, a.sampling.top_k);
     else if (f == "--top-p") ok = next(v) && whole_number(v, a.sampling.top_p);
@@ -189,18 +193,17 @@ int main(int argc, char** argv) {
     prompt = tok.encode(a.prompt, tok.data().add_bos, false);
   }
 
-  // A --ctx too short for the prompt and -n is the command line's fault,
-  // known before any backend is made.
+  // A context too long for the engine, or a --ctx too short for the prompt
+  // and -n, is the command line's fault, known before any backend is made.
   const int64_t needed = int64_t(prompt.size()) + a.n;
-  if (a.ctx > 0 && a.ctx < needed)
-    return usage("--ctx " + std::to_string(a.ctx) + " holds fewer tokens than the prompt (" +
-                 std::to_string(prompt.size()) + ") plus -n (" + std::to_string(a.n) +
-                 "); give --ctx " + std::to_string(needed) + " or more, or leave it out");
-  constexpr int64_t kLongest = int64_t(1) << 20;  // engine.max_context's upper bound
   if (needed > kLongest)
     return usage("the prompt (" + std::to_string(prompt.size()) + " tokens) plus -n (" +
                  std::to_string(a.n) + ") is more than " + std::to_string(kLongest) +
                  " tokens, the longest context the engine takes; give a smaller -n");
+  if (a.ctx > 0 && a.ctx < needed)
+    return usage("--ctx " + std::to_string(a.ctx) + " holds fewer tokens than the prompt (" +
+                 std::to_string(prompt.size()) + ") plus -n (" + std::to_string(a.n) +
+                 "); give --ctx " + std::to_string(needed) + " or more, or leave it out");
   const int32_t ctx = a.ctx > 0 ? a.ctx : int32_t(needed);
   voltad::Result<std::unique_ptr<voltad::Backend>> backend = voltad::make_error("no backend");
   if (a.backend == "cpu") {

@@ -130,13 +130,12 @@ TEST_CASE("server.socket_path must fit a Unix socket address (1 to 107 bytes)") 
   REQUIRE(empty.problems.size() == 1);
   CHECK(empty.problems[0].message.find(
             "server.socket_path: empty (0 bytes); a Unix socket path is 1 to 107 bytes") == 0);
-  // Checked as the daemon binds it: with ${RUNTIME_DIRECTORY} expanded.
-  setenv("RUNTIME_DIRECTORY", ("/run/" + std::string(100, 'r')).c_str(), 1);
-  auto expanded = load(kMinimal + "server:\n  socket_path: ${RUNTIME_DIRECTORY}/voltad.sock\n");
-  unsetenv("RUNTIME_DIRECTORY");
-  REQUIRE(expanded.problems.size() == 1);
-  CHECK(expanded.problems[0].message.find("server.socket_path: '${RUNTIME_DIRECTORY}/voltad.sock' "
-                                          "is 117 bytes as /run/rrr") == 0);
+  // A path with variables is not measured: they expand in the daemon's
+  // environment, which the checking process need not share (an admin's
+  // ${RUNTIME_DIRECTORY} is not the unit's /run/voltad).
+  auto with_variable =
+      load(kMinimal + "server:\n  socket_path: ${RUNTIME_DIRECTORY}/" + std::string(120, 'v') + "\n");
+  CHECK_MESSAGE(with_variable.ok(), problems_text(with_variable));
 }
 
 TEST_CASE("a missing required key is reported") {

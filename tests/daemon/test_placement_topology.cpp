@@ -103,6 +103,14 @@ TEST_CASE("hwloc 3.0 XML is rewritten for hwloc 2.x; 2.0 XML is left alone") {
   auto future = xml_for_hwloc2("<topology version=\"4.0\">", "f.xml");
   REQUIRE_FALSE(future.ok());
   CHECK(future.error().message.find("f.xml: hwloc XML version 4.0") == 0);
+  // Numbers past what an int or a long holds are errors, not an abort.
+  auto huge = xml_for_hwloc2("<topology version=\"99999999999.0\">", "h.xml");
+  REQUIRE_FALSE(huge.ok());
+  CHECK(huge.error().message.find("h.xml: hwloc XML version 99999999999.0 is newer") == 0);
+  auto flags = xml_for_hwloc2(
+      "<topology version=\"3.0\"><object osdev_type=\"99999999999999999999999\"/>", "o.xml");
+  REQUIRE_FALSE(flags.ok());
+  CHECK(flags.error().message.find("o.xml: osdev_type=\"99999999999999999999999\" is not") == 0);
 }
 
 TEST_CASE("DGX-2: 16 V100 on two sockets, with their NVML UUIDs; NVSwitches are no GPUs") {

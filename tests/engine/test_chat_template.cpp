@@ -11,6 +11,9 @@ using voltad::test::load_tokenizer_fixture;
 
 namespace {
 
+// What the daemon tells its user to set (daemon_run.cpp).
+const std::string kHow = "set model.chat_template to llama3 or chatml in the configuration";
+
 std::vector<ChatMessage> messages_of(const nlohmann::json& list) {
   std::vector<ChatMessage> out;
   for (const auto& m : list) out.push_back({m.at("role"), m.at("content")});
@@ -24,7 +27,7 @@ TEST_CASE("each real template is recognised as its family") {
   const auto& templates = fixture.at("templates");
   REQUIRE(templates.size() == 3);
   auto family = [&](const char* name) {
-    auto f = choose_chat_format(templates.at(name).get<std::string>(), "auto");
+    auto f = choose_chat_format(templates.at(name).get<std::string>(), "auto", kHow);
     REQUIRE_MESSAGE(f.ok(), (f.ok() ? "" : f.error().message));
     return f.value();
   };
@@ -55,7 +58,7 @@ TEST_CASE("renders equal jinja2's output of the real templates") {
   for (const auto& r : renders) {
     const std::string family = r.at("family");
     const std::string tmpl = fixture.at("templates").at(family);
-    auto format = choose_chat_format(tmpl, "auto");
+    auto format = choose_chat_format(tmpl, "auto", kHow);
     REQUIRE(format.ok());
     ChatRenderOptions options = chat_render_options_from_template(format.value(), tmpl);
     auto messages =
@@ -88,18 +91,18 @@ TEST_CASE("Llama 3 without a generation prompt ends after the last turn") {
 TEST_CASE("an override wins, and an unrecognised template without one is a clear error") {
   const std::string llama = "{{ '<|start_header_id|>' + message['role'] }}";
   const std::string chatml = "{{ '<|im_start|>' + message['role'] }}";
-  CHECK(choose_chat_format(llama, "chatml").value() == ChatFormat::ChatML);
-  CHECK(choose_chat_format(chatml, "llama3").value() == ChatFormat::Llama3);
-  CHECK(choose_chat_format(chatml, "").value() == ChatFormat::ChatML);
+  CHECK(choose_chat_format(llama, "chatml", kHow).value() == ChatFormat::ChatML);
+  CHECK(choose_chat_format(chatml, "llama3", kHow).value() == ChatFormat::Llama3);
+  CHECK(choose_chat_format(chatml, "", kHow).value() == ChatFormat::ChatML);
 
   const std::string gemma = "{{ '<start_of_turn>' + role + '\\n' }}";
-  auto unknown = choose_chat_format(gemma, "auto");
+  auto unknown = choose_chat_format(gemma, "auto", kHow);
   REQUIRE_FALSE(unknown.ok());
   CHECK(unknown.error().message.find("<start_of_turn>") != std::string::npos);  // says what it saw
   CHECK(unknown.error().message.find("chat_template") != std::string::npos);    // and what to set
-  CHECK(choose_chat_format(gemma, "llama3").ok());
+  CHECK(choose_chat_format(gemma, "llama3", kHow).ok());
 
-  auto none = choose_chat_format("", "auto");
+  auto none = choose_chat_format("", "auto", kHow);
   REQUIRE_FALSE(none.ok());
   CHECK(none.error().message.find("no chat template") != std::string::npos);
   CHECK(none.error().message.find("model.chat_template") != std::string::npos);
@@ -109,12 +112,12 @@ TEST_CASE("an override wins, and an unrecognised template without one is a clear
   CHECK(tool.error().message.find("pass --template llama3") != std::string::npos);
   CHECK(tool.error().message.find("configuration") == std::string::npos);
 
-  auto bad_override = choose_chat_format(chatml, "vicuna");
+  auto bad_override = choose_chat_format(chatml, "vicuna", kHow);
   REQUIRE_FALSE(bad_override.ok());
   CHECK(bad_override.error().message.find("vicuna") != std::string::npos);
 
   // Invalid UTF-8 in a template must not leak into the message.
-  auto garbage = choose_chat_format(std::string("\xff\xfe{{ x }}"), "auto");
+  auto garbage = choose_chat_format(std::string("\xff\xfe{{ x }}"), "auto", kHow);
   REQUIRE_FALSE(garbage.ok());
   CHECK(garbage.error().message.find('\xff') == std::string::npos);
 }

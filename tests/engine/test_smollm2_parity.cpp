@@ -18,6 +18,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// What the daemon tells its user to set (daemon_run.cpp).
+const std::string kHow = "set model.chat_template to llama3 or chatml in the configuration";
+
 fs::path fixtures() {
   const char* src = std::getenv("VOLTAD_SOURCE_DIR");
   return fs::path(src ? src : ".") / "tests/fixtures/models";
@@ -49,7 +52,7 @@ TEST_CASE("SmolLM2: tokens, last logits and greedy text match transformers") {
   REQUIRE(data.ok());
   auto tok = Tokenizer::create(std::move(data).value());
   REQUIRE(tok.ok());
-  auto chat = choose_chat_format(tok->data().chat_template, "auto");
+  auto chat = choose_chat_format(tok->data().chat_template, "auto", kHow);
   REQUIRE(chat.ok());
   CpuBackendOptions o;
   o.threads = 2;

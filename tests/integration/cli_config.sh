@@ -108,7 +108,9 @@ out=$("$bin/voltad-run" -m "$tiny" -p "hello world how are you" --ctx 2 -n 5 --q
 check "voltad-run --ctx 2 for a longer prompt: usage error 64" test "$rc" -eq 64
 check "voltad-run --ctx 2: says the context that would do" \
   grep -q -- "--ctx 2 holds fewer tokens than the prompt (.*) plus -n (5); give --ctx" <<<"$out"
-out=$("$bin/voltad-run" -m "$tiny" -p hi -n 2147483000 --quiet 2>&1); rc=$?
+out=$("$bin/voltad-run" -m "$tiny" -p hi --ctx 1048577 --quiet 2>&1); rc=$?
+check "voltad-run --ctx 1048577: usage error 64" test "$rc" -eq 64
+out=$("$bin/voltad-run" -m "$tiny" -p hi -n 2147483000 --ctx 100 --quiet 2>&1); rc=$?
 check "voltad-run -n 2147483000: usage error 64" test "$rc" -eq 64
 check "voltad-run -n 2147483000: says the longest context" grep -q "the longest context" <<<"$out"
 "$bin/voltad-run" -m "$tiny" --info --quiet >/dev/null 2>&1
@@ -128,7 +130,7 @@ else
 fi
 # voltad-bench's numbers take the whole text, in range, and name the option.
 for bad in "-p abc" "-n 4294967297" "-b 2x,4" "-b 1,,2" "--top-k abc" "--ctx 2147483000" \
-  "--max-context 8k" "--max-context 15"; do
+  "--max-context 8k" "--max-context 15" "--max-context 1048577"; do
   # shellcheck disable=SC2086
   out=$("$bin/voltad-bench" -m "$tmp/none.gguf" $bad 2>&1); rc=$?
   check "voltad-bench $bad: usage error 64 naming ${bad%% *}" \
@@ -139,7 +141,7 @@ done
 out=$("$bin/voltad-bench" -m "$tmp/none.gguf" --ctx 512 -n 64 --max-context 576 2>&1); rc=$?
 check "voltad-bench --max-context 576 at --ctx 512 -n 64: usage error 64" test "$rc" -eq 64
 check "voltad-bench --max-context 576: says what the run needs" \
-  grep -q -- "--max-context 576 is shorter than the run needs (577" <<<"$out"
+  grep -q -- "--max-context 576 is shorter than the run needs (577: the larger of" <<<"$out"
 # --omit (timing only) names the kernels it knows; a wrong one is a usage
 # error before any model is read.
 out=$("$bin/voltad-bench" -m "$tmp/none.gguf" --omit norms,softmax 2>&1); rc=$?

@@ -237,9 +237,16 @@ TEST_CASE("batched decode: the pieces stop at one wave of blocks") {
     CHECK(at8 >= 1);
     CHECK(at8 <= 2);
     a.n_tokens = 4;
-    CHECK(kernels::attention_launch_pieces(a) <= 2);
+    const int at4 = kernels::attention_launch_pieces(a);
+    CHECK(at4 <= 2);
+    // 2 tokens keep pieces of 64: 8 at 512 positions where a wave holds
+    // them (16 blocks a piece: 48+ SMs at one block an SM), else fewer.
     a.n_tokens = 2;
-    CHECK(kernels::attention_launch_pieces(a) > 2);
+    int device = 0, sms = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    if (sms >= 64) CHECK(kernels::attention_launch_pieces(a) > 2);
+    else CHECK(kernels::attention_launch_pieces(a) >= at4);
     // At 4,096 positions pieces of 256 allow 16, as many as one wave holds
     // (4 on an H200): no fewer than at 512.
     a.max_position = 4095;
