@@ -251,21 +251,22 @@ PrintPlacementOutput render_placement(const PrintPlacementRequest& req) {
     cfg.placement.gpu = req.gpu;
   }
 
-  // Another machine's file: sysexits' codes for a file that cannot be read
-  // (66) or parsed (65), not placement.strict's 74.
-  Result<std::string> xml = std::string();
-  if (!req.topology_xml.empty()) xml = read_topology_xml(req.topology_xml);
-  if (!xml) {
-    r.err = "voltad: " + xml.error().message + "\n";
-    r.exit_code = kExitNoTopology;
+  // This machine's topology, or another machine's file: sysexits' codes for
+  // a file that cannot be read (66) or parsed (65), not placement.strict's 74.
+  auto fail = [&](const Error& e, int code) {
+    r.err = "voltad: " + e.message + "\n";
+    r.exit_code = code;
     return r;
-  }
-  auto topology = req.topology_xml.empty() ? load_system_topology()
-                                           : load_topology_xml_text(*xml, req.topology_xml);
-  if (!topology) {
-    r.err = "voltad: " + topology.error().message + "\n";
-    r.exit_code = req.topology_xml.empty() ? kExitPlacement : kExitTopologyData;
-    return r;
+  };
+  Result<Topology> topology = make_error("no topology");
+  if (req.topology_xml.empty()) {
+    topology = load_system_topology();
+    if (!topology) return fail(topology.error(), kExitPlacement);
+  } else {
+    auto xml = read_topology_xml(req.topology_xml);
+    if (!xml) return fail(xml.error(), kExitNoTopology);
+    topology = load_topology_xml_text(*xml, req.topology_xml);
+    if (!topology) return fail(topology.error(), kExitTopologyData);
   }
   PlanOptions options;
   options.gpu_required = cfg.engine.backend != "cpu";
