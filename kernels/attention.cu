@@ -71,7 +71,7 @@ __global__ void kernel_attention_combine(AttentionArgs a, int splits) {
   const int stride = kAttentionPartialHeader + a.head_dim;
   // positions is the step's input (AttentionArgs), not pass 1's output.
   const int pos = a.positions[t];
-  const int used = min(splits, pos / split_tokens(pos, splits) + 1);
+  const int used = pieces_used(pos, splits, a.least_piece);
   wait_then_release_next();
   const float* parts = a.partials + (int64_t(t) * a.n_heads + head) * splits * stride;
   const int e = threadIdx.x;
@@ -136,6 +136,10 @@ void launch_attention_combine(const AttentionArgs& a, int splits, cudaStream_t s
   launch_kernel(kernel_attention_combine, dim3(unsigned(a.n_tokens), unsigned(a.n_heads)), threads,
                 0, stream, a, splits);
   CUDA_CHECK(cudaGetLastError());
+}
+
+int attention_launch_least_piece(const AttentionArgs& a) {
+  return attention_mma_applies(a) ? attention_mma_least_piece(a) : a.least_piece;
 }
 
 int attention_launch_pieces(const AttentionArgs& a) {

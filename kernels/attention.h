@@ -62,6 +62,13 @@ struct AttentionArgs {
   // Fewer pieces need less scratch, so a long run of prompt tokens fits one
   // launch; each block then walks more positions.
   int max_splits = 0;
+  // The fewest positions a piece of a token holds (a multiple of 16; 0: as
+  // the grid's pieces split the token's positions). launch_attention sets
+  // it from its plan; a token whose positions would make shorter pieces
+  // fills fewer of them, and the rest hold none. So the pieces' length
+  // follows each token's own positions, not the longest context the grid
+  // was planned for (a decode graph's: max_context).
+  int least_piece = 0;
   float scale = 1.0f;    // 1/sqrt(head_dim)
   // Split-K scratch: n_tokens * n_heads * attention_splits(max_position) *
   // (kAttentionPartialHeader + head_dim) floats.
@@ -130,6 +137,8 @@ void launch_attention(const AttentionArgs& args, cudaStream_t stream);
 // True where launch_attention runs the tensor-core pass 1 for `args`
 // (AttentionArgs::tensor_cores).
 bool attention_mma_applies(const AttentionArgs& args);
+// The AttentionArgs::least_piece launch_attention gives those args (tests).
+int attention_launch_least_piece(const AttentionArgs& args);
 
 // The split-K pieces per token launch_attention uses for `args`:
 // attention_splits(max_position), at most max_splits, and no more than keep

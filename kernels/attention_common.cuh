@@ -43,6 +43,16 @@ __host__ __device__ __forceinline__ int split_tokens(int pos, int splits) {
   const int per = (pos + splits) / splits;
   return (per + kAttentionMinSplitTokens - 1) / kAttentionMinSplitTokens * kAttentionMinSplitTokens;
 }
+// The same, no fewer than `least` positions (AttentionArgs::least_piece),
+// and the pieces that then hold positions of a token at `pos`.
+__host__ __device__ __forceinline__ int piece_tokens(int pos, int splits, int least) {
+  const int per = split_tokens(pos, splits);
+  return per > least ? per : least;
+}
+__host__ __device__ __forceinline__ int pieces_used(int pos, int splits, int least) {
+  const int used = pos / piece_tokens(pos, splits, least) + 1;
+  return used < splits ? used : splits;
+}
 
 // The combine of a (token, KV head)'s pieces, for its `group` query heads,
 // by the block of pass 1 that wrote the last of them (AttentionArgs::
@@ -66,7 +76,7 @@ __device__ __forceinline__ void combine_pieces(const AttentionArgs& a, int t, in
   constexpr int kStride = kAttentionPartialHeader + HD;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int pos = a.positions[t];
-  const int used = min(splits, pos / split_tokens(pos, splits) + 1);
+  const int used = pieces_used(pos, splits, a.least_piece);
   const float* parts = a.partials + (int64_t(t) * a.n_heads + int64_t(kvh) * group) * splits * kStride;
   for (int g = warp; g < group; g += kAttentionWarps) {
     const float* head = parts + int64_t(g) * splits * kStride;
@@ -303,7 +313,7 @@ __global__ void __launch_bounds__(kAttentionWarps * 32, kRope && G <= 4 ? 4 : 0)
   const int sub = lane % kLanes;  // this lane's 8 elements: sub*8 .. sub*8+7
   const int group = a.n_heads / a.n_kv_heads;
   const int pos = a.positions[t];
-  const int per = split_tokens(pos, gridDim.z);
+  const int per = piece_tokens(pos, gridDim.z, a.least_piece);
   const int begin = split * per;
   const int end = min(pos + 1, begin + per);
   const int kv_dim = a.n_kv_heads * HD;

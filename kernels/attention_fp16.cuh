@@ -68,5 +68,6 @@ struct Fp16KvReader {
 void launch_attention_mma(const AttentionArgs& args, const Fp16KvReader& cache,
                           cudaStream_t stream);
 int attention_mma_pieces(const AttentionArgs& args);
+int attention_mma_least_piece(const AttentionArgs& args);
 
 }  // namespace voltad::kernels

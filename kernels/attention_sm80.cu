@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(kAttentionWarps * 32)
   const int g = lane / 4, tq = lane % 4;  // the MMA's group and thread in group
   const int group = a.n_heads / a.n_kv_heads;
   const int pos = a.positions[t];
-  const int per = split_tokens(pos, gridDim.z);
+  const int per = piece_tokens(pos, gridDim.z, a.least_piece);
   static_assert(kAttentionMinSplitTokens % kKvBlockTokens == 0, "pieces start cache blocks");
   const int begin = split * per;  // a multiple of 16: a piece starts a cache block
   const int end = min(pos + 1, begin + per);
@@ -338,19 +338,21 @@ int mma_max_stages() {
   return stages;
 }
 
-// A launch: the stages of each warp's ring and the pieces per token.
+// A launch: the stages of each warp's ring, the pieces per token and the
+// fewest positions a piece holds (AttentionArgs::least_piece).
 struct MmaPlan {
-  int stages, pieces;
+  int stages, pieces, least;
 };
 
 // Pieces: as many as one wave of the kernel's blocks holds
 // (attention_pieces_in_wave), and no more than give each warp a cache
 // block (64 positions a piece): at batch 1 and 512 positions (H200,
 // kernels/dev/bench_attention.cu), 8 pieces of 64 took 6.8 us where 33 of
-// 16, most warps idle, took 8.1. From 4 tokens on no piece is shorter
-// than 256 positions (4 cache blocks a warp) at the planned max_position
-// (a token at fewer positions in a graph planned for max_context still
-// splits into the planned count: PERFORMANCE.md run 28): on the H200 at
+// 16, most warps idle, took 8.1. Least: no piece of a token shorter than
+// 64 positions, 256 from 4 tokens on (AttentionArgs::least_piece), also
+// where the grid is planned for more positions than the tokens hold (a
+// decode graph's max_context: a token at 512 of a 4,096-position plan took
+// 33 pieces of 16 before). 256 from 4 tokens on: end to end on the H200 at
 // 512 positions, VOLTAD_ATTENTION_MAX_SPLITS=2 (the same 2 pieces) against
 // the wave's 4 (8 at 4 tokens): 8 sequences +0.8% and +1.6% in two calls
 // (Llama-3-8B Q4_K_M; Qwen3-8B +1.0%), 4 +0.6%, where at 1 and 2 the
@@ -369,9 +371,9 @@ MmaPlan mma_plan(const AttentionArgs& a) {
   // not an A100's 164 KB, where 3 stages would leave 4 warps an SM).
   if (mma_max_stages() >= 3 && mma_wave_blocks<HD, 3, kRope>() >= 2 * device_sm_count()) {
     const int n = std::min(most, attention_pieces_in_wave(a, mma_wave_blocks<HD, 3, kRope>()));
-    if (split_tokens(a.max_position, n) >= 2 * kWarpBlock) return {3, n};  // the longest piece
+    if (split_tokens(a.max_position, n) >= 2 * kWarpBlock) return {3, n, shortest};  // the longest piece
   }
-  return {2, std::min(most, attention_pieces_in_wave(a, mma_wave_blocks<HD, 2, kRope>()))};
+  return {2, std::min(most, attention_pieces_in_wave(a, mma_wave_blocks<HD, 2, kRope>())), shortest};
 }
 
 // Calls fn(std::integral_constant<int, HD>, std::bool_constant<kRope>).
@@ -403,13 +405,22 @@ int attention_mma_pieces(const AttentionArgs& a) {
   });
 }
 
-void launch_attention_mma(const AttentionArgs& a, const Fp16KvReader& cache, cudaStream_t stream) {
-  if (a.n_tokens == 0) return;
-  check_attention_args(a, a.rope.inv_freq != nullptr);
+int attention_mma_least_piece(const AttentionArgs& a) {
+  return with_mma_instance(a, [&](auto hd, auto rope) {
+    return mma_plan<decltype(hd)::value, decltype(rope)::value>(a).least;
+  });
+}
+
+void launch_attention_mma(const AttentionArgs& args, const Fp16KvReader& cache,
+                          cudaStream_t stream) {
+  if (args.n_tokens == 0) return;
+  check_attention_args(args, args.rope.inv_freq != nullptr);
+  AttentionArgs a = args;  // with the plan's least piece, for pass 1 and the combine
   const int pieces = with_mma_instance(a, [&](auto hd, auto rope) {
     constexpr int HD = decltype(hd)::value;
     constexpr bool kRope = decltype(rope)::value;
     const MmaPlan plan = mma_plan<HD, kRope>(a);
+    a.least_piece = plan.least;
     const dim3 grid(unsigned(a.n_tokens), unsigned(a.n_kv_heads), unsigned(plan.pieces));
     if (plan.stages == 3)
       launch_kernel(kernel_attention_mma<HD, 3, kRope>, grid, kAttentionWarps * 32,

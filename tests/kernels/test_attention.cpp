@@ -36,9 +36,11 @@ float round_half(float x) {
 // that the scores' range, and with it a head's running maximum, grows
 // along the context. Cache slots that hold no position are NaN: a kernel
 // must not let them into a sum (zero weights times NaN are NaN).
+// planned_len: the launch is planned for this many positions where that is
+// more than the step holds, as a decode graph is for max_context.
 int check_attention_with(Shape sh, const std::vector<int>& cached,
                          const std::vector<int>& new_tokens, int max_splits, bool tensor_cores,
-                         float k_growth) {
+                         float k_growth, int planned_len = 0) {
   const int kv_dim = sh.n_kv_heads * sh.head_dim, q_dim = sh.n_heads * sh.head_dim;
   const int n_seqs = int(cached.size());
   int max_len = 0, n_tokens = 0;
@@ -85,8 +87,9 @@ int check_attention_with(Shape sh, const std::vector<int>& cached,
   DeviceBuffer<int32_t> dpos(positions), dtt(token_tables), dtab(tables);
   DeviceBuffer<float> dq(q), dout(size_t(n_tokens) * size_t(q_dim));
   poison(dout);
+  const int max_position = std::max(max_len, planned_len) - 1;
   DeviceBuffer<float> dpart(
-      kernels::attention_partial_floats(n_tokens, sh.n_heads, sh.head_dim, max_len - 1));
+      kernels::attention_partial_floats(n_tokens, sh.n_heads, sh.head_dim, max_position));
   kernels::AttentionArgs a;
   a.q = dq.get();
   a.ldq = q_dim;
@@ -101,7 +104,7 @@ int check_attention_with(Shape sh, const std::vector<int>& cached,
   a.n_heads = sh.n_heads;
   a.n_kv_heads = sh.n_kv_heads;
   a.head_dim = sh.head_dim;
-  a.max_position = max_len - 1;
+  a.max_position = max_position;
   a.max_splits = max_splits;
   a.scale = scale;
   a.partials = dpart.get();
@@ -182,9 +185,10 @@ int check_attention_with(Shape sh, const std::vector<int>& cached,
 
 // Both pass-1 kernels; returns the portable kernel's pieces per token.
 int check_attention(Shape sh, const std::vector<int>& cached, const std::vector<int>& new_tokens,
-                    int max_splits = 0, float k_growth = 0.0f) {
-  const int pieces = check_attention_with(sh, cached, new_tokens, max_splits, false, k_growth);
-  check_attention_with(sh, cached, new_tokens, max_splits, true, k_growth);
+                    int max_splits = 0, float k_growth = 0.0f, int planned_len = 0) {
+  const int pieces =
+      check_attention_with(sh, cached, new_tokens, max_splits, false, k_growth, planned_len);
+  check_attention_with(sh, cached, new_tokens, max_splits, true, k_growth, planned_len);
   return pieces;
 }
 
@@ -253,6 +257,38 @@ TEST_CASE("batched decode: the pieces stop at one wave of blocks") {
     a.n_tokens = 8;
     CHECK(kernels::attention_launch_pieces(a) >= at8);
   }
+}
+
+// A decode graph is planned for max_context positions; its tokens hold
+// fewer. On the tensor cores each token's pieces are then no shorter than
+// the plan's least piece (64 positions, 256 from 4 tokens on), the pieces
+// past them empty; exact either way, and at positions off the 16 grid.
+TEST_CASE("decode planned for a longer context than its tokens hold") {
+  check_attention({32, 8, 128}, {511}, {1}, 0, 0.0f, 4096);
+  check_attention({32, 8, 128}, {100, 7, 300}, {1, 1, 1}, 0, 0.0f, 8192);
+  check_attention({32, 8, 128}, {500, 511, 37, 300, 420, 1, 64, 255}, {1, 1, 1, 1, 1, 1, 1, 1}, 0,
+                  0.0f, 4096);
+  check_attention({16, 2, 64}, {1000, 2}, {1, 1}, 0, 0.0f, 4096);  // head_dim 64
+  kernels::AttentionArgs a;
+  a.n_heads = 32;
+  a.n_kv_heads = 8;
+  a.head_dim = 128;
+  a.max_position = 4095;
+  a.tensor_cores = true;
+  CHECK(kernels::attention_launch_least_piece(a) >= 0);
+  if (kernels::gemm_sm80_available() && kernels::attention_mma_applies(a)) {
+    a.n_tokens = 1;
+    CHECK(kernels::attention_launch_least_piece(a) == 64);
+    a.n_tokens = 2;
+    CHECK(kernels::attention_launch_least_piece(a) == 64);
+    a.n_tokens = 4;
+    CHECK(kernels::attention_launch_least_piece(a) == 256);
+    a.n_tokens = 8;
+    CHECK(kernels::attention_launch_least_piece(a) == 256);
+  }
+  a.tensor_cores = false;  // the portable kernel keeps the grid's split
+  a.n_tokens = 8;
+  CHECK(kernels::attention_launch_least_piece(a) == 0);
 }
 
 TEST_CASE("capped piece counts: a long run of prompt tokens in one launch") {
