@@ -63,8 +63,9 @@ struct AttentionArgs {
   // launch; each block then walks more positions.
   int max_splits = 0;
   // The fewest positions a piece of a token holds (a multiple of 16; 0: as
-  // the grid's pieces split the token's positions). launch_attention sets
-  // it from its plan; a token whose positions would make shorter pieces
+  // the grid's pieces split the token's positions). launch_attention's
+  // tensor-core path sets it from its plan (the portable and int8 ones take
+  // the caller's); a token whose positions would make shorter pieces
   // fills fewer of them, and the rest hold none. So the pieces' length
   // follows each token's own positions, not the longest context the grid
   // was planned for (a decode graph's: max_context).

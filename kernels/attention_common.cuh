@@ -550,6 +550,8 @@ inline void check_attention_args(const AttentionArgs& a, bool rope) {
                         "heads must divide into KV heads");
   VOLTAD_KERNEL_REQUIRE(a.n_heads / a.n_kv_heads <= kAttentionMaxGroup,
                         "at most 8 query heads per KV head");
+  VOLTAD_KERNEL_REQUIRE(a.least_piece >= 0 && a.least_piece % kKvBlockTokens == 0,
+                        "the least piece is whole cache blocks (a multiple of 16 positions)");
   VOLTAD_KERNEL_REQUIRE(!a.out_q.q || a.head_dim % kActivationBlock == 0,
                         "a quantized attention output needs head_dim % 32 == 0");
   VOLTAD_KERNEL_REQUIRE(!a.narrow_x || a.head_dim % kActivationBlock == 0,

@@ -114,8 +114,32 @@ int check_attention_with(Shape sh, const std::vector<int>& cached,
   if (tensor_cores && kernels::gemm_sm80_available() && (sh.head_dim == 64 || sh.head_dim == 128))
     REQUIRE(kernels::attention_mma_applies(a));
   const int pieces = kernels::attention_launch_pieces(a);
+  poison(dpart);
   kernels::launch_attention(a, nullptr);
   const std::vector<float> two_launches = dout.download();
+  // Pass 1 split each token as the combines count its pieces: those that
+  // hold positions have a finite maximum, the rest -inf, with the plan's
+  // least piece (AttentionArgs::least_piece) taken into account: a launch
+  // that ignored it would still be exact, but split otherwise.
+  {
+    const std::vector<float> parts = dpart.download();
+    const int least = kernels::attention_launch_least_piece(a);
+    const size_t stride = size_t(kernels::kAttentionPartialHeader + sh.head_dim);
+    int wrong = 0;
+    for (int t = 0; t < n_tokens; ++t) {
+      const int pos = positions[size_t(t)];
+      const int split = ((pos + pieces) / pieces + 15) / 16 * 16;  // split_tokens
+      const int used = std::min(pieces, pos / std::max(split, least) + 1);
+      for (int h = 0; h < sh.n_heads; ++h)
+        for (int s = 0; s < pieces; ++s) {
+          const size_t at = ((size_t(t) * size_t(sh.n_heads) + size_t(h)) * size_t(pieces) +
+                             size_t(s)) * stride;
+          wrong += std::isfinite(parts[at]) != (s < used);
+        }
+    }
+    CAPTURE(least);
+    CHECK(wrong == 0);
+  }
   // The combine in the last block of pass 1 (AttentionArgs::arrivals), run
   // twice: the counters must be left zero, and the second run equal the first.
   DeviceBuffer<uint32_t> arrivals(
