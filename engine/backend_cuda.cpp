@@ -235,10 +235,16 @@ Status CudaBackend::Impl::allocate_workspace() {
   partial_floats = kernels::attention_partial_floats(int(S), int(c.n_heads), int(c.head_dim), options.max_context - 1);
   partials = reinterpret_cast<float*>(take(ws.attention_partials, partial_floats * f, "attention partials"));
   arrivals = reinterpret_cast<uint32_t*>(take(ws.attention_arrivals, S * size_t(c.n_kv_heads) * 4, "attention arrivals"));
+  gemm_scratch.split = take(ws.gemm_split, kernels::gemm_narrow_sm80_split_bytes(c.dim, kernels::kNarrowSplits),
+                            "narrow GEMM split");
+  gemm_scratch.split_bytes = size_t(ws.gemm_split);
   VOLTAD_CHECK(next == base.value() + ws.total());
-  // Zero once; every attention launch leaves them zero (kernels/attention.h).
+  // Zero once; every attention launch leaves them zero (kernels/attention.h),
+  // and so does every narrow GEMM's split (kernels/gemm_sm80.h).
   if (cudaError_t z = cudaMemsetAsync(arrivals, 0, ws.attention_arrivals, stream); z != cudaSuccess)
     return cuda_error("zeroing the attention arrivals", z);
+  if (cudaError_t z = cudaMemsetAsync(gemm_scratch.split, 0, ws.gemm_split, stream); z != cudaSuccess)
+    return cuda_error("zeroing the narrow GEMM's split counters", z);
   if (!drift.empty()) return make_error("cuda backend: " + drift);
   cudaError_t e = alloc_pinned(h_logits, S * size_t(c.n_vocab) * sizeof(float));
   if (e != cudaSuccess) return cuda_error("allocating pinned host memory for logits", e);

@@ -110,6 +110,7 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
     if (rows >= gemm_min_tokens) {
       kernels::GemmScratch scratch = gemm_scratch;
       scratch.holds_x = scratch_holds;
+      if (on != st) scratch.split = nullptr;  // the split memory serves one stream
       return kernels::launch_gemm_for(options.kernels, gemm_args(w, xin, ldx, rows, y, ldy, bias, accumulate),
                                       scratch, on);
     }

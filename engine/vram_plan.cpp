@@ -15,6 +15,8 @@ static_assert(voltad::kActivationBlockValues == voltad::kernels::kActivationBloc
 static_assert(voltad::kAttentionMaxSplits == voltad::kernels::kAttentionMaxSplits);
 static_assert(voltad::kAttentionMinSplitTokens == voltad::kernels::kAttentionMinSplitTokens);
 static_assert(voltad::kAttentionPartialHeader == voltad::kernels::kAttentionPartialHeader);
+#include "kernels/gemm_sm80.h"
+static_assert(voltad::kNarrowSplitCount == voltad::kernels::kNarrowSplits);
 #include "kernels/topk.h"
 static_assert(voltad::kTopKChunkValues == voltad::kernels::kTopKChunk);
 static_assert(voltad::kMaxCandidates == voltad::kernels::kTopKMax);
@@ -251,7 +253,7 @@ const char* kv_cache_type_name(KvCacheType type) {
 uint64_t CudaWorkspace::total() const {
   return residual + normed + qkv + attention_out + ffn_gate_up + quantized_x + quantized_x_scales +
          selected + logits + candidates + topk_scratch + step_indices + attention_partials +
-         attention_arrivals;
+         attention_arrivals + gemm_split;
 }
 
 // {d1, d2, sum_x, 0} per block of activations (kernels/matvec.h; checked
@@ -299,6 +301,9 @@ CudaWorkspace cuda_workspace_bytes(const ModelConfig& m, const EngineLimits& l) 
       std::min<uint64_t>(uint64_t(kAttentionMaxSplits), ceil_div(uint64_t(l.max_context), kAttentionMinSplitTokens));
   w.attention_partials = align256(s * uint64_t(m.n_heads) * splits * uint64_t(kAttentionPartialHeader + m.head_dim) * 4);
   w.attention_arrivals = align256(s * uint64_t(m.n_kv_heads) * 4);
+  const uint64_t row_blocks = ceil_div(uint64_t(m.dim), kNarrowSplitRows);
+  const uint64_t block_sums = kNarrowSplitCount * kNarrowSplitTokens * kNarrowSplitRows * 4;
+  w.gemm_split = align256(row_blocks * 4) + align256(row_blocks * block_sums);
   return w;
 }
 

@@ -63,6 +63,9 @@ struct CudaWorkspace {
                                 // splits = min(64, ceil(max_context / 16))
   uint64_t attention_arrivals;  // (S, n_kv_heads) uint32: the split-K pieces of each
                                 // (sequence, KV head) counted in, for the combine in pass 1
+  uint64_t gemm_split;          // ceil(dim/32) uint32 arrivals (rounded up to 256), then
+                                // (ceil(dim/32), 2, 32, 32) fp32: the narrow sm_80 GEMM's
+                                // blocks splitting k on the dim-row products (wo, w_down)
   uint64_t total() const;
 };
 CudaWorkspace cuda_workspace_bytes(const ModelConfig& model, const EngineLimits& limits);
@@ -75,6 +78,11 @@ constexpr int64_t kActivationBlockValues = 32;
 constexpr int64_t kAttentionMaxSplits = 64;
 constexpr int64_t kAttentionMinSplitTokens = 16;
 constexpr int64_t kAttentionPartialHeader = 4;  // floats before a partial's head_dim sums
+// The narrow sm_80 GEMM's split k (kernels/gemm_sm80.h): blocks of 32 rows
+// and up to 32 tokens, 2 splits.
+constexpr int64_t kNarrowSplitRows = 32;
+constexpr int64_t kNarrowSplitTokens = 32;
+constexpr int64_t kNarrowSplitCount = 2;
 // Tokens per KV cache block (KvBlockPool::kBlockTokens).
 constexpr int64_t kKvBlockTokens = 16;
 // Values per block of the GPU top-k's first pass (kernels/topk.h).

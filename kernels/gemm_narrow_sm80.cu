@@ -34,7 +34,12 @@
 //     Q4_K mins);
 //   - every weight is decoded once for all tokens (up to 4 n8 tiles), and
 //     the 8 or 16 warps of a block split k; their partial sums meet in shared
-//     memory and are added in warp order.
+//     memory and are added in warp order;
+//   - where 8-warp blocks would not fill the SMs (Q4_K at 25-32 tokens on a
+//     4096-row matrix: one block an SM where two fit), gridDim.y blocks
+//     split k as well; each writes its sums to the lent split memory and
+//     the last of a row block's to arrive adds them in split order
+//     (NarrowSplit, below).
 // Formats: Int4Sym32 (Q4_0), Int4K256 (Q4_K), Int6K256 (Q6_K): the ones of
 // the Q4_0 and Q4_K_M models; others go to the portable kernels.
 #include <cuda_fp16.h>
@@ -278,10 +283,20 @@ __global__ void kernel_x_to_fragments(const float* x, int64_t ldx, int n, int n8
   if (lane_t == 0) xs[ct] = pack_x_sum(sum);
 }
 
+// Where gridDim.y > 1 blocks split k (gemm_narrow_sm80_split_bytes): an
+// arrival counter per row block (zero between launches), then each block's
+// sums, kMaxTokens x kRows floats at (row block * gridDim.y + split).
+struct NarrowSplit {
+  uint32_t* arrivals = nullptr;
+  float* sums = nullptr;
+};
+constexpr size_t kSplitSums = size_t(kMaxTokens) * kRows;  // floats a block
+
 // NT = n8 / 8 token tiles; W warps a block, built for B blocks an SM; S
 // stages a warp's ring.
 template <PackedFormat F, int NT, int W, int B, int S = stages_for<F, W, B>()>
-__global__ void __launch_bounds__(W * 32, B) kernel_narrow_sm80(GemmArgs a, const uint32_t* xp) {
+__global__ void __launch_bounds__(W * 32, B)
+    kernel_narrow_sm80(GemmArgs a, const uint32_t* xp, NarrowSplit split) {
   constexpr int kN8 = NT * 8;
   constexpr int kExtra = extra_ld<F>();
   extern __shared__ __align__(128) unsigned char smem[];
@@ -292,12 +307,17 @@ __global__ void __launch_bounds__(W * 32, B) kernel_narrow_sm80(GemmArgs a, cons
   const int64_t chunks = l.cols / 32;
   const int64_t r0 = int64_t(blockIdx.x) * kRows;
 
-  // This warp's chunks: whole stages, an equal share in order.
-  const int64_t stages_total = chunks / kStageChunks;
-  const int64_t share = (stages_total + W - 1) / W;
-  const int64_t s_begin = warp * share;
-  const int64_t s_end = s_begin + share < stages_total ? s_begin + share : stages_total;
-  const int n_stages = s_end > s_begin ? int(s_end - s_begin) : 0;
+  // This warp's chunks: whole stages, an equal share in order of its
+  // block's, which are an equal share of all (split blockIdx.y of gridDim.y).
+  // (Stage counts fit an int: cols < 2^38.)
+  const int all_stages = int(chunks / kStageChunks);
+  const int split_share = (all_stages + int(gridDim.y) - 1) / int(gridDim.y);
+  const int split_begin = min(int(blockIdx.y) * split_share, all_stages);
+  const int split_end = min(split_begin + split_share, all_stages);
+  const int share = (split_end - split_begin + W - 1) / W;
+  const int first = min(split_begin + warp * share, split_end);
+  const int n_stages = min(first + share, split_end) - first;
+  const int s_begin = first;
 
   constexpr int kStages = S;
   uint8_t* ring = smem + size_t(warp) * kStages * slot_bytes<F>();
@@ -510,18 +530,46 @@ __global__ void __launch_bounds__(W * 32, B) kernel_narrow_sm80(GemmArgs a, cons
       base[kRedLd + row + 8] = acc[m][j][3];
     }
   __syncthreads();
+  auto block_sum = [&](int token, int rn) {
+    float v = 0.0f;
+#pragma unroll
+    for (int w = 0; w < W; ++w) v += red[(size_t(w) * kN8 + token) * kRedLd + rn];
+    return v;
+  };
+  const bool splits = gridDim.y > 1;
+  if (splits) {
+    // This block's sums out (past L1), then the row block's last to arrive
+    // goes on (the threadFenceReduction pattern of the CUDA samples).
+    float* mine = split.sums + (size_t(blockIdx.x) * gridDim.y + blockIdx.y) * kSplitSums;
+    for (int o = threadIdx.x; o < kN8 * kRows; o += W * 32) {
+      const int token = o / kRows, rn = o % kRows;
+      if (token < a.n) __stcg(mine + o, block_sum(token, rn));
+    }
+    __threadfence();
+    __syncthreads();
+    __shared__ bool last;
+    if (threadIdx.x == 0) last = atomicAdd(split.arrivals + blockIdx.x, 1u) == gridDim.y - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+  }
   for (int o = threadIdx.x; o < kN8 * kRows; o += W * 32) {
     const int token = o / kRows, rn = o % kRows;
     const int64_t row = r0 + rn;
     if (token >= a.n || row >= rows) continue;
     float v = 0.0f;
-#pragma unroll
-    for (int w = 0; w < W; ++w) v += red[(size_t(w) * kN8 + token) * kRedLd + rn];
+    if (splits) {  // in split order, whichever block arrived last
+      for (unsigned s = 0; s < gridDim.y; ++s)
+        v += __ldcg(split.sums + (size_t(blockIdx.x) * gridDim.y + s) * kSplitSums + o);
+    } else {
+      v = block_sum(token, rn);
+    }
     if (a.bias) v += a.bias[row];
     float* dst = a.y + int64_t(token) * a.ldy + row;
     if (a.accumulate) v += *dst;
     *dst = v;
   }
+  if (splits && threadIdx.x == 0) split.arrivals[blockIdx.x] = 0;  // for the next launch
 }
 
 bool format_supported(PackedFormat f) {
@@ -556,7 +604,8 @@ size_t smem_for(PackedFormat f) {
 }
 
 template <PackedFormat F, int NT, int W, int B, int S = stages_for<F, W, B>()>
-void launch(const GemmArgs& a, const uint32_t* xp, unsigned blocks, cudaStream_t stream) {
+void launch(const GemmArgs& a, const uint32_t* xp, const NarrowSplit& split, dim3 blocks,
+            cudaStream_t stream) {
   auto kernel = kernel_narrow_sm80<F, NT, W, B, S>;
   static const bool opted_in = [&] {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -564,7 +613,7 @@ void launch(const GemmArgs& a, const uint32_t* xp, unsigned blocks, cudaStream_t
     return true;
   }();
   (void)opted_in;
-  launch_kernel(kernel, blocks, W * 32, smem_bytes<F, NT, W, B, S>(), stream, a, xp);
+  launch_kernel(kernel, blocks, W * 32, smem_bytes<F, NT, W, B, S>(), stream, a, xp, split);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -613,23 +662,60 @@ Pick pick(const GemmArgs& a) {
   return Pick::Eight;
 }
 
+// Blocks that split k (gemm_sm80.h): set by the tests, else
+// VOLTAD_NARROW_SPLITS=N (comparisons; 1: none), else kNarrowSplits where
+// 8-warp blocks would leave SMs with one block (a split per block an SM
+// holds), else none; 1 where the scratch lends no room for them.
+std::atomic<int> g_splits{0};
+int splits_from_env() {
+  static const int n = [] {
+    const char* v = std::getenv("VOLTAD_NARROW_SPLITS");
+    const int k = v ? std::atoi(v) : 0;
+    return k < 0 ? 0 : k > kNarrowMaxSplits ? kNarrowMaxSplits : k;
+  }();
+  return n;
+}
+int row_blocks(const GemmArgs& a) {
+  return int((a.w.layout.rows + kRows - 1) / kRows);
+}
+int splits_for(const GemmArgs& a, const GemmScratch& scratch, Pick p) {
+  const int tests = g_splits.load(std::memory_order_relaxed);
+  const int set = tests > 0 ? tests : splits_from_env();
+  const int want = set > 0                                                ? set
+                   : p == Pick::Eight && row_blocks(a) <= device().sms ? kNarrowSplits
+                                                                          : 1;
+  if (want > 1 && (!scratch.split || reinterpret_cast<uintptr_t>(scratch.split) % 256 != 0 ||
+                   scratch.split_bytes < gemm_narrow_sm80_split_bytes(a.w.layout.rows, want)))
+    return 1;
+  return want;
+}
+NarrowSplit split_at(const GemmScratch& scratch, int64_t rows) {
+  auto* base = static_cast<uint8_t*>(scratch.split);
+  return {reinterpret_cast<uint32_t*>(base),
+          reinterpret_cast<float*>(base + gemm_narrow_sm80_split_bytes(rows, 0))};
+}
+
 template <PackedFormat F, int NT>
-void launch_warps(const GemmArgs& a, const uint32_t* xp, cudaStream_t stream) {
-  const unsigned blocks = unsigned((a.w.layout.rows + kRows - 1) / kRows);
-  switch (pick<F, NT>(a)) {
+void launch_warps(const GemmArgs& a, const uint32_t* xp, const GemmScratch& scratch,
+                  cudaStream_t stream) {
+  const Pick p = pick<F, NT>(a);
+  const int splits = splits_for(a, scratch, p);
+  const NarrowSplit split = splits > 1 ? split_at(scratch, a.w.layout.rows) : NarrowSplit{};
+  const dim3 blocks(unsigned(row_blocks(a)), unsigned(splits));
+  switch (p) {
     case Pick::Wide:
-      return launch<F, NT, 16, 1>(a, xp, blocks, stream);
+      return launch<F, NT, 16, 1>(a, xp, split, blocks, stream);
     case Pick::EightThree:
       if constexpr (NT == 1 && F != PackedFormat::Int6K256)
-        return launch<F, 1, 8, 3>(a, xp, blocks, stream);
+        return launch<F, 1, 8, 3>(a, xp, split, blocks, stream);
       break;
     case Pick::Eight:
       break;
   }
   if constexpr (F == PackedFormat::Int6K256) {
-    if (q6k_ring() == 4) return launch<F, NT, 8, 2, 4>(a, xp, blocks, stream);
+    if (q6k_ring() == 4) return launch<F, NT, 8, 2, 4>(a, xp, split, blocks, stream);
   }
-  launch<F, NT, 8, 2>(a, xp, blocks, stream);
+  launch<F, NT, 8, 2>(a, xp, split, blocks, stream);
 }
 
 // pick() at one token tile, as the header's NarrowOneTile.
@@ -646,16 +732,32 @@ NarrowOneTile one_tile_taken(const GemmArgs& a) {
 }
 
 template <PackedFormat F>
-void launch_format(const GemmArgs& a, const uint32_t* xp, cudaStream_t stream) {
+void launch_format(const GemmArgs& a, const uint32_t* xp, const GemmScratch& scratch,
+                   cudaStream_t stream) {
   switch ((a.n + 7) / 8) {
     case 1:
-      return launch_warps<F, 1>(a, xp, stream);
+      return launch_warps<F, 1>(a, xp, scratch, stream);
     case 2:
-      return launch_warps<F, 2>(a, xp, stream);
+      return launch_warps<F, 2>(a, xp, scratch, stream);
     case 3:
-      return launch_warps<F, 3>(a, xp, stream);
+      return launch_warps<F, 3>(a, xp, scratch, stream);
     default:
-      return launch_warps<F, 4>(a, xp, stream);
+      return launch_warps<F, 4>(a, xp, scratch, stream);
+  }
+}
+
+// The split count launch_warps takes, by format and token tiles.
+template <PackedFormat F>
+int splits_taken(const GemmArgs& a, const GemmScratch& scratch) {
+  switch ((a.n + 7) / 8) {
+    case 1:
+      return splits_for(a, scratch, pick<F, 1>(a));
+    case 2:
+      return splits_for(a, scratch, pick<F, 2>(a));
+    case 3:
+      return splits_for(a, scratch, pick<F, 3>(a));
+    default:
+      return splits_for(a, scratch, pick<F, 4>(a));
   }
 }
 
@@ -663,6 +765,31 @@ void launch_format(const GemmArgs& a, const uint32_t* xp, cudaStream_t stream) {
 
 void gemm_narrow_sm80_set_one_tile(NarrowOneTile shape) {
   narrow80::g_one_tile.store(shape, std::memory_order_relaxed);
+}
+
+size_t gemm_narrow_sm80_split_bytes(int64_t rows, int splits) {
+  const size_t blocks = size_t((rows + narrow80::kRows - 1) / narrow80::kRows);
+  const size_t arrivals = (blocks * 4 + 255) / 256 * 256;
+  return arrivals + blocks * size_t(splits) * narrow80::kSplitSums * sizeof(float);
+}
+
+void gemm_narrow_sm80_set_splits(int splits) {
+  narrow80::g_splits.store(splits < 0 ? 0 : splits > kNarrowMaxSplits ? kNarrowMaxSplits : splits,
+                           std::memory_order_relaxed);
+}
+
+int gemm_narrow_sm80_splits_taken(const GemmArgs& a, const GemmScratch& scratch) {
+  if (a.n < 1 || a.n > narrow80::kMaxTokens) return 1;
+  switch (a.w.layout.format) {
+    case PackedFormat::Int4Sym32:
+      return narrow80::splits_taken<PackedFormat::Int4Sym32>(a, scratch);
+    case PackedFormat::Int4K256:
+      return narrow80::splits_taken<PackedFormat::Int4K256>(a, scratch);
+    case PackedFormat::Int6K256:
+      return narrow80::splits_taken<PackedFormat::Int6K256>(a, scratch);
+    default:
+      return 1;
+  }
 }
 
 NarrowOneTile gemm_narrow_sm80_one_tile_taken(const GemmArgs& a) {
@@ -716,11 +843,11 @@ void launch_gemm_narrow_sm80(const GemmArgs& a, const GemmScratch& scratch, cuda
   }
   switch (a.w.layout.format) {
     case PackedFormat::Int4Sym32:
-      return narrow80::launch_format<PackedFormat::Int4Sym32>(a, xp, stream);
+      return narrow80::launch_format<PackedFormat::Int4Sym32>(a, xp, scratch, stream);
     case PackedFormat::Int4K256:
-      return narrow80::launch_format<PackedFormat::Int4K256>(a, xp, stream);
+      return narrow80::launch_format<PackedFormat::Int4K256>(a, xp, scratch, stream);
     default:
-      return narrow80::launch_format<PackedFormat::Int6K256>(a, xp, stream);
+      return narrow80::launch_format<PackedFormat::Int6K256>(a, xp, scratch, stream);
   }
 }
 

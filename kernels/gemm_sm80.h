@@ -35,6 +35,13 @@ struct GemmScratch {
   // its conversion. A pointer match only: the caller keeps it true. The
   // other paths ignore it (and may overwrite `data`).
   const float* holds_x = nullptr;
+  // Where the narrow sm_80 GEMM may split k across blocks: 256-byte aligned,
+  // split_bytes from gemm_narrow_sm80_split_bytes, and zeroed before its
+  // first use (it starts with a counter per 32 rows, which every launch
+  // leaves zero). One launch at a time: a launch on another stream needs
+  // its own or none. Null: no split.
+  void* split = nullptr;
+  size_t split_bytes = 0;
 };
 inline size_t gemm_sm80_scratch_bytes(int n, int64_t cols) {
   return size_t(n) * size_t(cols) * 2;
@@ -89,6 +96,24 @@ void gemm_narrow_sm80_set_one_tile(NarrowOneTile shape);
 // W8B2 or W8B3 for 8-warp blocks at 1-8 tokens (Int6K256: always W8B2),
 // Default where it takes 16 warps or more than 8 tokens.
 NarrowOneTile gemm_narrow_sm80_one_tile_taken(const GemmArgs& args);
+// Blocks that split k. Where 8-warp blocks (built for two an SM) would not
+// outnumber the SMs, one block an SM leaves half its warps' slots empty:
+// Int4K256 at 25-32 tokens on a 4,096-row matrix (o and the Q4_K downs of
+// Llama-3-8B; 16-warp blocks spill there). There kNarrowSplits blocks split
+// k, each writes its sums to GemmScratch::split, and the last of them to
+// arrive adds them in split order, so the result does not depend on which
+// arrives last (Llama-3-8B Q4_K_M batch 32 +6%, docs/PERFORMANCE.md run 29).
+// The split memory for `rows` rows and up to `splits` splits: a counter per
+// 32 rows, then each block's sums (32 tokens x 32 rows in fp32).
+constexpr int kNarrowSplits = 2;
+constexpr int kNarrowMaxSplits = 4;
+size_t gemm_narrow_sm80_split_bytes(int64_t rows, int splits);
+// Tests: 1..kNarrowMaxSplits splits for every launch the split memory has
+// room for; 0 undoes it. VOLTAD_NARROW_SPLITS=N does the same for a whole
+// process (comparisons; 1: no split anywhere).
+void gemm_narrow_sm80_set_splits(int splits);
+// The splits launch_gemm_narrow_sm80(args, scratch) would take here.
+int gemm_narrow_sm80_splits_taken(const GemmArgs& args, const GemmScratch& scratch);
 void launch_gemm_narrow_sm80(const GemmArgs& args, const GemmScratch& scratch, cudaStream_t stream);
 
 // Whether launch_gemm_for(set, args, scratch) runs the sm_80 narrow GEMM.

@@ -129,7 +129,13 @@ TEST_CASE("workspace: each buffer by its formula, 256-byte aligned, total their 
   CHECK(w.total() == w.residual + w.normed + w.qkv + w.attention_out + w.ffn_gate_up +
                          w.quantized_x + w.quantized_x_scales + w.selected + w.logits +
                          w.candidates + w.topk_scratch + w.step_indices + w.attention_partials +
-                         w.attention_arrivals);
+                         w.attention_arrivals + w.gemm_split);
+  // The narrow GEMM's split k on 4096-row products: 128 row blocks, a
+  // counter each (512 bytes), then 2 splits of 32 x 32 fp32 sums each.
+  CHECK(w.gemm_split == 512 + 128ull * 2 * 32 * 32 * 4);
+  // dim 1536: 48 counters (192 bytes, rounded up to 256) and 48 x 2 blocks of sums.
+  CHECK(cuda_workspace_bytes(shape(1536, 28, 12, 3, 8960, 151936), limits(4096)).gemm_split ==
+        256 + 48ull * 2 * 32 * 32 * 4);
   // A 4-byte counter per sequence and KV head: 16 x 8, then 512 x 8.
   CHECK(w.attention_arrivals == 16 * 8 * 4);
   CHECK(cuda_workspace_bytes(kLlama3_8b, limits(4096, 512)).attention_arrivals == 512 * 8 * 4);

@@ -54,6 +54,12 @@ struct Case {
   bool accumulate, with_bias, aligned_x;
   Path path = Path::Portable;
   bool scratch_short = false;  // lend the variant too little scratch
+  // Narrow80: lend split memory (room for kNarrowMaxSplits); `splits` then
+  // says how many the launch must take. Twice: launch again on the same
+  // input and require the same bits.
+  bool split_memory = false;
+  int splits = 1;
+  bool twice = false;
 };
 
 bool device_is_sm80_plus() {
@@ -116,8 +122,17 @@ double run_case(GgmlType type, const Case& c, std::vector<float>* out = nullptr)
                                          kernels::gemm_narrow_sm80_scratch_bytes(c.n, c.cols)) +
                                 64);
   CUDA_CHECK(cudaMemset(scratch.get(), 0xFF, scratch.size()));
-  const kernels::GemmScratch gs{scratch.get(), c.scratch_short ? size_t(16) : scratch.size()};
-  switch (c.path) {
+  kernels::GemmScratch gs{scratch.get(), c.scratch_short ? size_t(16) : scratch.size()};
+  DeviceBuffer<uint8_t> split(
+      c.split_memory ? kernels::gemm_narrow_sm80_split_bytes(c.rows, kernels::kNarrowMaxSplits)
+                     : 1);
+  CUDA_CHECK(cudaMemset(split.get(), 0, split.size()));
+  if (c.split_memory) {
+    gs.split = split.get();
+    gs.split_bytes = split.size();
+  }
+  auto launch = [&] {
+    switch (c.path) {
     case Path::Portable:
       kernels::launch_gemm(args, c.tile, nullptr);
       break;
@@ -130,12 +145,28 @@ double run_case(GgmlType type, const Case& c, std::vector<float>* out = nullptr)
       break;
     case Path::Narrow80:
       REQUIRE(kernels::gemm_narrow_sm80_supports(args, gs));
+      REQUIRE(kernels::gemm_narrow_sm80_splits_taken(args, gs) == c.splits);
       kernels::launch_gemm_narrow_sm80(args, gs, nullptr);
       break;
-  }
-  CUDA_CHECK(cudaDeviceSynchronize());
+    }
+    CUDA_CHECK(cudaDeviceSynchronize());
+  };
+  const std::vector<float> y_before = d_y.download();
+  launch();
   std::vector<float> got = d_y.download();
   if (out) *out = got;
+  if (c.split_memory) {  // every row block's arrival counter back at zero
+    std::vector<uint32_t> counters(size_t((c.rows + 31) / 32));
+    CUDA_CHECK(
+        cudaMemcpy(counters.data(), split.get(), counters.size() * 4, cudaMemcpyDeviceToHost));
+    CHECK(std::count(counters.begin(), counters.end(), 0u) == int64_t(counters.size()));
+  }
+  if (c.twice) {
+    d_y.upload(y_before);
+    launch();
+    const std::vector<float> again = d_y.download();
+    CHECK(std::memcmp(again.data(), got.data(), got.size() * sizeof(float)) == 0);
+  }
 
   std::vector<double> ref(y_size, 0.0), atol(y_size, 1e300);
   std::vector<float> w(size_t(c.cols));
@@ -362,6 +393,79 @@ TEST_CASE("gemm narrow sm80 at one token tile: 8x2 and 8x3 blocks, each as taken
   for (int n : {1, 8, 16})
     run_case(GgmlType::Q6_K, {rows, 4096, n, GemmTile::Auto, n == 8, true, true, Path::Narrow80});
   run_case(GgmlType::Q6_K, {rows, 1792, 6, GemmTile::Auto, false, false, true, Path::Narrow80});
+}
+
+// Blocks that split k (GemmScratch::split): where the rule takes them
+// (Q4_K at 25-32 tokens with no more 32-row blocks than SMs) and where it
+// does not; then 2-4 splits forced on every format, against the reference,
+// the same bits on a second launch, the counters left zero. Shapes: 2,048
+// columns (16 stages, 8 a split at 2), 1,792 (14: uneven splits, idle
+// warps), 256 (2 stages: with 3-4 splits some blocks have none), rows not a
+// multiple of 32.
+struct SplitScope {
+  explicit SplitScope(int splits) { kernels::gemm_narrow_sm80_set_splits(splits); }
+  ~SplitScope() { kernels::gemm_narrow_sm80_set_splits(0); }
+};
+
+TEST_CASE("gemm narrow sm80 splits k across blocks where they would not fill the SMs") {
+  if (!device_is_sm80_plus() || !kernels::gemm_sm80_available()) {
+    MESSAGE("not an sm_80+ device with the variant built: skipped");
+    return;
+  }
+  int device = 0, sms = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int64_t fill = 32 * int64_t(sms);  // rows: one 32-row block an SM
+  std::vector<uint8_t> room(kernels::gemm_narrow_sm80_split_bytes(fill + 32, 4));
+  // Only the pointer's value and alignment matter to the rule.
+  void* aligned = reinterpret_cast<void*>(uintptr_t(0x100000));
+  auto taken = [&](kernels::PackedFormat f, int64_t rows, int n, size_t bytes) {
+    kernels::GemmArgs a;
+    a.w.layout.format = f;
+    a.w.layout.rows = rows;
+    a.n = n;
+    kernels::GemmScratch gs;
+    gs.split = bytes ? aligned : nullptr;
+    gs.split_bytes = bytes;
+    return kernels::gemm_narrow_sm80_splits_taken(a, gs);
+  };
+  using kernels::PackedFormat;
+  const size_t two = kernels::gemm_narrow_sm80_split_bytes(fill, kernels::kNarrowSplits);
+  CHECK(kernels::kNarrowSplits == 2);
+  CHECK(taken(PackedFormat::Int4K256, fill, 32, two) == 2);
+  CHECK(taken(PackedFormat::Int4K256, fill - 40, 25, two) == 2);
+  CHECK(taken(PackedFormat::Int4K256, fill, 32, two - 1) == 1);  // no room
+  CHECK(taken(PackedFormat::Int4K256, fill, 32, 0) == 1);         // none lent
+  CHECK(taken(PackedFormat::Int4K256, fill + 1, 32, room.size()) == 1);  // more blocks than SMs
+  CHECK(taken(PackedFormat::Int4K256, fill, 24, two) == 1);  // 16-warp blocks
+  CHECK(taken(PackedFormat::Int4Sym32, fill, 32, two) == 1);
+  CHECK(taken(PackedFormat::Int6K256, fill, 32, two) == 1);
+  {
+    const SplitScope scope(3);
+    CHECK(taken(PackedFormat::Int4Sym32, fill, 8, room.size()) == 3);
+    CHECK(taken(PackedFormat::Int4Sym32, fill, 8, two) == 1);  // no room for 3
+  }
+  // As the rule takes them: o of a 4096-wide model, here one block an SM.
+  const Path narrow = Path::Narrow80;
+  run_case(GgmlType::Q4_K, {fill, 2048, 32, GemmTile::Auto, true, false, true, narrow, false, true,
+                            2, true});
+  run_case(GgmlType::Q4_K, {fill - 7, 1792, 27, GemmTile::Auto, false, true, false, narrow, false,
+                            true, 2});
+  // Without split memory the same launch takes one block a row block.
+  run_case(GgmlType::Q4_K, {fill, 2048, 32, GemmTile::Auto, true, false, true, Path::Narrow80});
+  const GgmlType types[] = {GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K};
+  const Shape shapes[] = {{100, 2048}, {67, 1792}, {45, 256}};
+  int i = 0;
+  for (int splits : {2, 3, 4}) {
+    const SplitScope scope(splits);
+    for (GgmlType type : types)
+      for (const Shape& sh : shapes)
+        for (int n : {2, 9, 32}) {
+          run_case(type, {sh.rows, sh.cols, n, GemmTile::Auto, i % 2 == 0, i % 3 != 1, i % 4 != 3,
+                          Path::Narrow80, false, true, splits, i % 5 == 0});
+          ++i;
+        }
+  }
 }
 
 // A kernel that makes x and can also write it in the narrow sm_80 GEMM's
