@@ -37,9 +37,9 @@
 //     memory and are added in warp order;
 //   - where 8-warp blocks would not fill the SMs (Q4_K at 25-32 tokens on a
 //     4096-row matrix: one block an SM where two fit), gridDim.y blocks
-//     split k as well; each writes its sums to the lent split memory and
-//     the last of a row block's to arrive adds them in split order
-//     (NarrowSplit, below).
+//     split k as well (kSplit); each writes its sums to the lent split
+//     memory and the last of a row block's to arrive adds them in split
+//     order (NarrowSplit, below).
 // Formats: Int4Sym32 (Q4_0), Int4K256 (Q4_K), Int6K256 (Q6_K): the ones of
 // the Q4_0 and Q4_K_M models; others go to the portable kernels.
 #include <cuda_fp16.h>
@@ -283,7 +283,7 @@ __global__ void kernel_x_to_fragments(const float* x, int64_t ldx, int n, int n8
   if (lane_t == 0) xs[ct] = pack_x_sum(sum);
 }
 
-// Where gridDim.y > 1 blocks split k (gemm_narrow_sm80_split_bytes): an
+// Where gridDim.y blocks split k (kSplit; gemm_narrow_sm80_split_bytes): an
 // arrival counter per row block (zero between launches), then each block's
 // sums, kMaxTokens x kRows floats at (row block * gridDim.y + split).
 struct NarrowSplit {
@@ -293,8 +293,10 @@ struct NarrowSplit {
 constexpr size_t kSplitSums = size_t(kMaxTokens) * kRows;  // floats a block
 
 // NT = n8 / 8 token tiles; W warps a block, built for B blocks an SM; S
-// stages a warp's ring.
-template <PackedFormat F, int NT, int W, int B, int S = stages_for<F, W, B>()>
+// stages a warp's ring; kSplit: gridDim.y blocks split k (only the kernels
+// launch_warps splits take it: the others stay as they were, register for
+// register).
+template <PackedFormat F, int NT, int W, int B, int S = stages_for<F, W, B>(), bool kSplit = false>
 __global__ void __launch_bounds__(W * 32, B)
     kernel_narrow_sm80(GemmArgs a, const uint32_t* xp, NarrowSplit split) {
   constexpr int kN8 = NT * 8;
@@ -308,16 +310,17 @@ __global__ void __launch_bounds__(W * 32, B)
   const int64_t r0 = int64_t(blockIdx.x) * kRows;
 
   // This warp's chunks: whole stages, an equal share in order of its
-  // block's, which are an equal share of all (split blockIdx.y of gridDim.y).
-  // (Stage counts fit an int: cols < 2^38.)
-  const int all_stages = int(chunks / kStageChunks);
-  const int split_share = (all_stages + int(gridDim.y) - 1) / int(gridDim.y);
-  const int split_begin = min(int(blockIdx.y) * split_share, all_stages);
-  const int split_end = min(split_begin + split_share, all_stages);
-  const int share = (split_end - split_begin + W - 1) / W;
-  const int first = min(split_begin + warp * share, split_end);
-  const int n_stages = min(first + share, split_end) - first;
-  const int s_begin = first;
+  // block's (kSplit: an equal share of all, split blockIdx.y of gridDim.y).
+  int64_t k_begin = 0, k_end = chunks / kStageChunks;
+  if constexpr (kSplit) {
+    const int64_t per_split = (k_end + gridDim.y - 1) / gridDim.y;
+    k_begin = min(int64_t(blockIdx.y) * per_split, k_end);
+    k_end = min(k_begin + per_split, k_end);
+  }
+  const int64_t share = (k_end - k_begin + W - 1) / W;
+  const int64_t s_begin = k_begin + warp * share;
+  const int64_t s_end = s_begin + share < k_end ? s_begin + share : k_end;
+  const int n_stages = s_end > s_begin ? int(s_end - s_begin) : 0;
 
   constexpr int kStages = S;
   uint8_t* ring = smem + size_t(warp) * kStages * slot_bytes<F>();
@@ -536,8 +539,7 @@ __global__ void __launch_bounds__(W * 32, B)
     for (int w = 0; w < W; ++w) v += red[(size_t(w) * kN8 + token) * kRedLd + rn];
     return v;
   };
-  const bool splits = gridDim.y > 1;
-  if (splits) {
+  if constexpr (kSplit) {
     // This block's sums out (past L1), then the row block's last to arrive
     // goes on (the threadFenceReduction pattern of the CUDA samples).
     float* mine = split.sums + (size_t(blockIdx.x) * gridDim.y + blockIdx.y) * kSplitSums;
@@ -558,7 +560,7 @@ __global__ void __launch_bounds__(W * 32, B)
     const int64_t row = r0 + rn;
     if (token >= a.n || row >= rows) continue;
     float v = 0.0f;
-    if (splits) {  // in split order, whichever block arrived last
+    if constexpr (kSplit) {  // in split order, whichever block arrived last
       for (unsigned s = 0; s < gridDim.y; ++s)
         v += __ldcg(split.sums + (size_t(blockIdx.x) * gridDim.y + s) * kSplitSums + o);
     } else {
@@ -569,7 +571,7 @@ __global__ void __launch_bounds__(W * 32, B)
     if (a.accumulate) v += *dst;
     *dst = v;
   }
-  if (splits && threadIdx.x == 0) split.arrivals[blockIdx.x] = 0;  // for the next launch
+  if (kSplit && threadIdx.x == 0) split.arrivals[blockIdx.x] = 0;  // for the next launch
 }
 
 bool format_supported(PackedFormat f) {
@@ -603,10 +605,10 @@ size_t smem_for(PackedFormat f) {
   }
 }
 
-template <PackedFormat F, int NT, int W, int B, int S = stages_for<F, W, B>()>
+template <PackedFormat F, int NT, int W, int B, int S = stages_for<F, W, B>(), bool kSplit = false>
 void launch(const GemmArgs& a, const uint32_t* xp, const NarrowSplit& split, dim3 blocks,
             cudaStream_t stream) {
-  auto kernel = kernel_narrow_sm80<F, NT, W, B, S>;
+  auto kernel = kernel_narrow_sm80<F, NT, W, B, S, kSplit>;
   static const bool opted_in = [&] {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     int(smem_bytes<F, NT, W, B, S>())));
@@ -662,10 +664,11 @@ Pick pick(const GemmArgs& a) {
   return Pick::Eight;
 }
 
-// Blocks that split k (gemm_sm80.h): set by the tests, else
+// Blocks that split k (gemm_sm80.h), for the one launch shape that has them
+// (Int4K256, 4 token tiles, 8x2 blocks): set by the tests, else
 // VOLTAD_NARROW_SPLITS=N (comparisons; 1: none), else kNarrowSplits where
-// 8-warp blocks would leave SMs with one block (a split per block an SM
-// holds), else none; 1 where the scratch lends no room for them.
+// the blocks would leave SMs with one (a split per block an SM holds); 1
+// where the scratch lends no room for them.
 std::atomic<int> g_splits{0};
 int splits_from_env() {
   static const int n = [] {
@@ -678,12 +681,12 @@ int splits_from_env() {
 int row_blocks(const GemmArgs& a) {
   return int((a.w.layout.rows + kRows - 1) / kRows);
 }
+template <PackedFormat F, int NT>
 int splits_for(const GemmArgs& a, const GemmScratch& scratch, Pick p) {
+  if (F != PackedFormat::Int4K256 || NT != 4 || p != Pick::Eight) return 1;
   const int tests = g_splits.load(std::memory_order_relaxed);
-  const int set = tests > 0 ? tests : splits_from_env();
-  const int want = set > 0                                                ? set
-                   : p == Pick::Eight && row_blocks(a) <= device().sms ? kNarrowSplits
-                                                                          : 1;
+  int want = tests > 0 ? tests : splits_from_env();
+  if (want == 0) want = row_blocks(a) <= device().sms ? kNarrowSplits : 1;
   if (want > 1 && (!scratch.split || reinterpret_cast<uintptr_t>(scratch.split) % 256 != 0 ||
                    scratch.split_bytes < gemm_narrow_sm80_split_bytes(a.w.layout.rows, want)))
     return 1;
@@ -699,7 +702,7 @@ template <PackedFormat F, int NT>
 void launch_warps(const GemmArgs& a, const uint32_t* xp, const GemmScratch& scratch,
                   cudaStream_t stream) {
   const Pick p = pick<F, NT>(a);
-  const int splits = splits_for(a, scratch, p);
+  const int splits = splits_for<F, NT>(a, scratch, p);
   const NarrowSplit split = splits > 1 ? split_at(scratch, a.w.layout.rows) : NarrowSplit{};
   const dim3 blocks(unsigned(row_blocks(a)), unsigned(splits));
   switch (p) {
@@ -714,6 +717,10 @@ void launch_warps(const GemmArgs& a, const uint32_t* xp, const GemmScratch& scra
   }
   if constexpr (F == PackedFormat::Int6K256) {
     if (q6k_ring() == 4) return launch<F, NT, 8, 2, 4>(a, xp, split, blocks, stream);
+  }
+  if constexpr (F == PackedFormat::Int4K256 && NT == 4) {
+    constexpr int kRing = stages_for<F, 8, 2>();
+    if (splits > 1) return launch<F, NT, 8, 2, kRing, true>(a, xp, split, blocks, stream);
   }
   launch<F, NT, 8, 2>(a, xp, split, blocks, stream);
 }
@@ -751,13 +758,13 @@ template <PackedFormat F>
 int splits_taken(const GemmArgs& a, const GemmScratch& scratch) {
   switch ((a.n + 7) / 8) {
     case 1:
-      return splits_for(a, scratch, pick<F, 1>(a));
+      return splits_for<F, 1>(a, scratch, pick<F, 1>(a));
     case 2:
-      return splits_for(a, scratch, pick<F, 2>(a));
+      return splits_for<F, 2>(a, scratch, pick<F, 2>(a));
     case 3:
-      return splits_for(a, scratch, pick<F, 3>(a));
+      return splits_for<F, 3>(a, scratch, pick<F, 3>(a));
     default:
-      return splits_for(a, scratch, pick<F, 4>(a));
+      return splits_for<F, 4>(a, scratch, pick<F, 4>(a));
   }
 }
 

@@ -108,8 +108,9 @@ NarrowOneTile gemm_narrow_sm80_one_tile_taken(const GemmArgs& args);
 constexpr int kNarrowSplits = 2;
 constexpr int kNarrowMaxSplits = 4;
 size_t gemm_narrow_sm80_split_bytes(int64_t rows, int splits);
-// Tests: 1..kNarrowMaxSplits splits for every launch the split memory has
-// room for; 0 undoes it. VOLTAD_NARROW_SPLITS=N does the same for a whole
+// Tests: 1..kNarrowMaxSplits splits for every launch of that shape (Int4K256
+// at 25-32 tokens in 8-warp blocks, however many) the split memory has room
+// for; 0 undoes it. VOLTAD_NARROW_SPLITS=N does the same for a whole
 // process (comparisons; 1: no split anywhere).
 void gemm_narrow_sm80_set_splits(int splits);
 // The splits launch_gemm_narrow_sm80(args, scratch) would take here.

@@ -395,13 +395,13 @@ TEST_CASE("gemm narrow sm80 at one token tile: 8x2 and 8x3 blocks, each as taken
   run_case(GgmlType::Q6_K, {rows, 1792, 6, GemmTile::Auto, false, false, true, Path::Narrow80});
 }
 
-// Blocks that split k (GemmScratch::split): where the rule takes them
-// (Q4_K at 25-32 tokens with no more 32-row blocks than SMs) and where it
-// does not; then 2-4 splits forced on every format, against the reference,
-// the same bits on a second launch, the counters left zero. Shapes: 2,048
-// columns (16 stages, 8 a split at 2), 1,792 (14: uneven splits, idle
-// warps), 256 (2 stages: with 3-4 splits some blocks have none), rows not a
-// multiple of 32.
+// Blocks that split k (GemmScratch::split), which only Q4_K's 8x2 blocks
+// at 25-32 tokens have: where the rule takes them (no more 32-row blocks
+// than SMs) and where it does not; then 2-4 splits forced, against the
+// reference, the same bits on a second launch, the counters left zero.
+// Shapes: 2,048 columns (16 stages, 8 a split at 2), 1,792 (14: uneven
+// splits, idle warps), 256 (2 stages: with 3-4 splits some blocks have
+// none), rows not a multiple of 32, and more blocks than SMs.
 struct SplitScope {
   explicit SplitScope(int splits) { kernels::gemm_narrow_sm80_set_splits(splits); }
   ~SplitScope() { kernels::gemm_narrow_sm80_set_splits(0); }
@@ -442,8 +442,10 @@ TEST_CASE("gemm narrow sm80 splits k across blocks where they would not fill the
   CHECK(taken(PackedFormat::Int6K256, fill, 32, two) == 1);
   {
     const SplitScope scope(3);
-    CHECK(taken(PackedFormat::Int4Sym32, fill, 8, room.size()) == 3);
-    CHECK(taken(PackedFormat::Int4Sym32, fill, 8, two) == 1);  // no room for 3
+    CHECK(taken(PackedFormat::Int4K256, fill + 1, 32, room.size()) == 3);
+    CHECK(taken(PackedFormat::Int4K256, fill, 32, two) == 1);  // no room for 3
+    CHECK(taken(PackedFormat::Int4K256, fill, 16, room.size()) == 1);
+    CHECK(taken(PackedFormat::Int4Sym32, fill + 1, 32, room.size()) == 1);
   }
   // As the rule takes them: o of a 4096-wide model, here one block an SM.
   const Path narrow = Path::Narrow80;
@@ -453,18 +455,19 @@ TEST_CASE("gemm narrow sm80 splits k across blocks where they would not fill the
                             true, 2});
   // Without split memory the same launch takes one block a row block.
   run_case(GgmlType::Q4_K, {fill, 2048, 32, GemmTile::Auto, true, false, true, Path::Narrow80});
-  const GgmlType types[] = {GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K};
-  const Shape shapes[] = {{100, 2048}, {67, 1792}, {45, 256}};
+  const Shape shapes[] = {{100, 2048}, {67, 1792}, {45, 256}, {fill + 37, 512}};
   int i = 0;
   for (int splits : {2, 3, 4}) {
     const SplitScope scope(splits);
-    for (GgmlType type : types)
-      for (const Shape& sh : shapes)
-        for (int n : {2, 9, 32}) {
-          run_case(type, {sh.rows, sh.cols, n, GemmTile::Auto, i % 2 == 0, i % 3 != 1, i % 4 != 3,
-                          Path::Narrow80, false, true, splits, i % 5 == 0});
-          ++i;
-        }
+    for (const Shape& sh : shapes)
+      for (int n : {25, 32}) {
+        run_case(GgmlType::Q4_K, {sh.rows, sh.cols, n, GemmTile::Auto, i % 2 == 0, i % 3 != 1,
+                                  i % 4 != 3, narrow, false, true, splits, i % 5 == 0});
+        ++i;
+      }
+    // Other shapes keep one block a row block, forced or not.
+    for (const auto& [type, n] : {std::pair{GgmlType::Q4_K, 24}, std::pair{GgmlType::Q4_0, 32}})
+      run_case(type, {100, 2048, n, GemmTile::Auto, true, true, true, narrow, false, true});
   }
 }
 
