@@ -584,7 +584,7 @@ constexpr size_t kReservedPerBlock = 1024;  // the runtime's own shared memory a
 
 // The stages of Q6_K's 8x2 ring on this device: 3 where two such blocks
 // fit an SM (the H100/H200's 228 KiB: 16 warps an SM, where 4 stages left
-// one block and 8 warps; PERFORMANCE.md run 27), else 4, as before (an
+// one block and 8 warps; PERFORMANCE-RUNS-27.md), else 4, as before (an
 // A100's 164 KiB holds one block either way; a 99 KiB block limit, sm_86/89,
 // holds neither, and Q6_K stays with the portable kernels there).
 int q6k_ring() {
