@@ -238,6 +238,7 @@ Status CudaBackend::Impl::allocate_workspace() {
   gemm_scratch.split = take(ws.gemm_split, kernels::gemm_narrow_sm80_split_bytes(c.dim, kernels::kNarrowSplits),
                             "narrow GEMM split");
   gemm_scratch.split_bytes = size_t(ws.gemm_split);
+  gemm_scratch.split_rows = c.dim;
   VOLTAD_CHECK(next == base.value() + ws.total());
   // Zero once; every attention launch leaves them zero (kernels/attention.h),
   // and so does every narrow GEMM's split (kernels/gemm_sm80.h).

@@ -65,7 +65,8 @@ struct CudaWorkspace {
                                 // (sequence, KV head) counted in, for the combine in pass 1
   uint64_t gemm_split;          // ceil(dim/32) uint32 arrivals (rounded up to 256), then
                                 // (ceil(dim/32), 2, 32, 32) fp32: the narrow sm_80 GEMM's
-                                // blocks splitting k on the dim-row products (wo, w_down)
+                                // blocks splitting k on main-stream products of up to dim
+                                // rows (wo and the Q4_K w_down of a Q4_K_M model)
   uint64_t total() const;
 };
 CudaWorkspace cuda_workspace_bytes(const ModelConfig& model, const EngineLimits& limits);

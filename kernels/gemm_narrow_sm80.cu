@@ -686,16 +686,25 @@ int splits_for(const GemmArgs& a, const GemmScratch& scratch, Pick p) {
   if (F != PackedFormat::Int4K256 || NT != 4 || p != Pick::Eight) return 1;
   const int tests = g_splits.load(std::memory_order_relaxed);
   int want = tests > 0 ? tests : splits_from_env();
-  if (want == 0) want = row_blocks(a) <= device().sms ? kNarrowSplits : 1;
+  if (want == 0) {
+    // Two such blocks must fit an SM (the H100/H200's 228 KiB; an A100's
+    // 164 KiB holds one, and its splits would only run in two waves).
+    const bool two_fit = 2 * (smem_bytes<F, NT, 8, 2>() + kReservedPerBlock) <=
+                         size_t(device().smem_per_sm);
+    want = two_fit && row_blocks(a) <= device().sms ? kNarrowSplits : 1;
+  }
   if (want > 1 && (!scratch.split || reinterpret_cast<uintptr_t>(scratch.split) % 256 != 0 ||
-                   scratch.split_bytes < gemm_narrow_sm80_split_bytes(a.w.layout.rows, want)))
+                   a.w.layout.rows > scratch.split_rows ||
+                   scratch.split_bytes < gemm_narrow_sm80_split_bytes(scratch.split_rows, want)))
     return 1;
   return want;
 }
-NarrowSplit split_at(const GemmScratch& scratch, int64_t rows) {
+// The counters, then the sums, where the memory's split_rows put them: the
+// same places for every launch that shares it, whatever its rows.
+NarrowSplit split_at(const GemmScratch& scratch) {
   auto* base = static_cast<uint8_t*>(scratch.split);
   return {reinterpret_cast<uint32_t*>(base),
-          reinterpret_cast<float*>(base + gemm_narrow_sm80_split_bytes(rows, 0))};
+          reinterpret_cast<float*>(base + gemm_narrow_sm80_split_bytes(scratch.split_rows, 0))};
 }
 
 template <PackedFormat F, int NT>
@@ -703,7 +712,7 @@ void launch_warps(const GemmArgs& a, const uint32_t* xp, const GemmScratch& scra
                   cudaStream_t stream) {
   const Pick p = pick<F, NT>(a);
   const int splits = splits_for<F, NT>(a, scratch, p);
-  const NarrowSplit split = splits > 1 ? split_at(scratch, a.w.layout.rows) : NarrowSplit{};
+  const NarrowSplit split = splits > 1 ? split_at(scratch) : NarrowSplit{};
   const dim3 blocks(unsigned(row_blocks(a)), unsigned(splits));
   switch (p) {
     case Pick::Wide:

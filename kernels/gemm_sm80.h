@@ -36,12 +36,14 @@ struct GemmScratch {
   // other paths ignore it (and may overwrite `data`).
   const float* holds_x = nullptr;
   // Where the narrow sm_80 GEMM may split k across blocks: 256-byte aligned,
-  // split_bytes from gemm_narrow_sm80_split_bytes, and zeroed before its
-  // first use (it starts with a counter per 32 rows, which every launch
-  // leaves zero). One launch at a time: a launch on another stream needs
-  // its own or none. Null: no split.
+  // split_bytes from gemm_narrow_sm80_split_bytes(split_rows, splits), and
+  // zeroed before its first use (it starts with a counter per 32 of
+  // split_rows, which every launch leaves zero). Launches of up to
+  // split_rows rows may share it, one at a time: a launch on another
+  // stream needs its own or none. Null: no split.
   void* split = nullptr;
   size_t split_bytes = 0;
+  int64_t split_rows = 0;
 };
 inline size_t gemm_sm80_scratch_bytes(int n, int64_t cols) {
   return size_t(n) * size_t(cols) * 2;
@@ -96,22 +98,26 @@ void gemm_narrow_sm80_set_one_tile(NarrowOneTile shape);
 // W8B2 or W8B3 for 8-warp blocks at 1-8 tokens (Int6K256: always W8B2),
 // Default where it takes 16 warps or more than 8 tokens.
 NarrowOneTile gemm_narrow_sm80_one_tile_taken(const GemmArgs& args);
-// Blocks that split k. Where 8-warp blocks (built for two an SM) would not
-// outnumber the SMs, one block an SM leaves half its warps' slots empty:
+// Blocks that split k. Where 8-warp blocks (built for two an SM, and two
+// fit) would not outnumber the SMs, one block an SM leaves half its warps'
+// slots empty:
 // Int4K256 at 25-32 tokens on a 4,096-row matrix (o and the Q4_K downs of
 // Llama-3-8B; 16-warp blocks spill there). There kNarrowSplits blocks split
 // k, each writes its sums to GemmScratch::split, and the last of them to
 // arrive adds them in split order, so the result does not depend on which
 // arrives last (batch 32 +3.0% Llama-3-8B Q4_K_M, +2.8% Qwen3-8B; PERFORMANCE.md run 29).
-// The split memory for `rows` rows and up to `splits` splits: a counter per
-// 32 rows, then each block's sums (32 tokens x 32 rows in fp32).
+// The split memory for launches of up to `rows` rows and up to `splits`
+// splits: a counter per 32 rows (the region rounded up to 256 bytes), then
+// each block's sums (32 tokens x 32 rows in fp32). A launch needs memory
+// for `splits` at the memory's split_rows, or it does not split.
 constexpr int kNarrowSplits = 2;
 constexpr int kNarrowMaxSplits = 4;
 size_t gemm_narrow_sm80_split_bytes(int64_t rows, int splits);
 // Tests: 1..kNarrowMaxSplits splits for every launch of that shape (Int4K256
 // at 25-32 tokens in 8-warp blocks, however many) the split memory has room
 // for; 0 undoes it. VOLTAD_NARROW_SPLITS=N does the same for a whole
-// process (comparisons; 1: no split anywhere).
+// process (comparisons; 1: no split anywhere; the engine's memory has room
+// for kNarrowSplits, so 3 and 4 split nothing there).
 void gemm_narrow_sm80_set_splits(int splits);
 // The splits launch_gemm_narrow_sm80(args, scratch) would take here.
 int gemm_narrow_sm80_splits_taken(const GemmArgs& args, const GemmScratch& scratch);

@@ -71,7 +71,10 @@ bool device_is_sm80_plus() {
 
 // Returns the largest |y - y(fp32)| / sum |w x| (the cost of fp16 operands);
 // the output (n + 1 rows of ldy) in *out when given.
-double run_case(GgmlType type, const Case& c, std::vector<float>* out = nullptr) {
+// shared_split: split memory lent by the caller (Narrow80 with
+// split_memory), e.g. one memory for launches of several row counts.
+double run_case(GgmlType type, const Case& c, std::vector<float>* out = nullptr,
+                const kernels::GemmScratch* shared_split = nullptr) {
   std::mt19937& rng = test_rng();
   std::ostringstream name;
   name << ggml_type_name(type) << " " << c.rows << "x" << c.cols << " n " << c.n << " tile "
@@ -123,13 +126,22 @@ double run_case(GgmlType type, const Case& c, std::vector<float>* out = nullptr)
                                 64);
   CUDA_CHECK(cudaMemset(scratch.get(), 0xFF, scratch.size()));
   kernels::GemmScratch gs{scratch.get(), c.scratch_short ? size_t(16) : scratch.size()};
+  // Split memory of its own: counters zero, the sums poisoned (0xFF), so
+  // that the launch's sums can be told from none.
   DeviceBuffer<uint8_t> split(
       c.split_memory ? kernels::gemm_narrow_sm80_split_bytes(c.rows, kernels::kNarrowMaxSplits)
                      : 1);
+  const size_t sums_at = kernels::gemm_narrow_sm80_split_bytes(c.rows, 0);
   CUDA_CHECK(cudaMemset(split.get(), 0, split.size()));
-  if (c.split_memory) {
+  if (c.split_memory && shared_split) {
+    gs.split = shared_split->split;
+    gs.split_bytes = shared_split->split_bytes;
+    gs.split_rows = shared_split->split_rows;
+  } else if (c.split_memory) {
+    CUDA_CHECK(cudaMemset(split.get() + sums_at, 0xFF, split.size() - sums_at));
     gs.split = split.get();
     gs.split_bytes = split.size();
+    gs.split_rows = c.rows;
   }
   auto launch = [&] {
     switch (c.path) {
@@ -157,10 +169,23 @@ double run_case(GgmlType type, const Case& c, std::vector<float>* out = nullptr)
   if (out) *out = got;
   if (c.split_memory) {  // every row block's arrival counter back at zero
     std::vector<uint32_t> counters(size_t((c.rows + 31) / 32));
-    CUDA_CHECK(
-        cudaMemcpy(counters.data(), split.get(), counters.size() * 4, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(counters.data(), gs.split, counters.size() * 4, cudaMemcpyDeviceToHost));
     CHECK(std::count(counters.begin(), counters.end(), 0u) == int64_t(counters.size()));
   }
+  if (c.split_memory && !shared_split) {
+    // The splits ran: row block 0's sums of token 0 written by each split
+    // (at (block * splits + split) x 32 x 32 floats), or none at all.
+    std::vector<uint32_t> sums((split.size() - sums_at) / 4);
+    CUDA_CHECK(
+        cudaMemcpy(sums.data(), split.get() + sums_at, sums.size() * 4, cudaMemcpyDeviceToHost));
+    if (c.splits > 1) {
+      for (int sp = 0; sp < c.splits; ++sp) CHECK(sums[size_t(sp) * 32 * 32] != 0xFFFFFFFFu);
+    } else {
+      CHECK(std::count(sums.begin(), sums.end(), 0xFFFFFFFFu) == int64_t(sums.size()));
+    }
+  }
+  // (With 2 splits the order cannot show: s0 + s1 == s1 + s0. With 3-4 it
+  // could, where the blocks arrive in another order the second time.)
   if (c.twice) {
     d_y.upload(y_before);
     launch();
@@ -412,14 +437,22 @@ TEST_CASE("gemm narrow sm80 splits k across blocks where they would not fill the
     MESSAGE("not an sm_80+ device with the variant built: skipped");
     return;
   }
-  int device = 0, sms = 0;
+  int device = 0, sms = 0, smem_per_sm = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  CUDA_CHECK(
+      cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+  // The rule splits where two of these blocks (96 KiB of ring and 1 KiB the
+  // runtime's) fit an SM: an H100/H200, not an A100. (VOLTAD_NARROW_SPLITS,
+  // if set, overrides the rule: leave it unset here.)
+  const int rule = smem_per_sm >= 2 * (96 + 1) * 1024 ? 2 : 1;
   const int64_t fill = 32 * int64_t(sms);  // rows: one 32-row block an SM
   std::vector<uint8_t> room(kernels::gemm_narrow_sm80_split_bytes(fill + 32, 4));
   // Only the pointer's value and alignment matter to the rule.
   void* aligned = reinterpret_cast<void*>(uintptr_t(0x100000));
-  auto taken = [&](kernels::PackedFormat f, int64_t rows, int n, size_t bytes) {
+  // Memory of `bytes` for launches of up to `capacity` rows.
+  auto taken = [&](kernels::PackedFormat f, int64_t rows, int n, size_t bytes,
+                   int64_t capacity) {
     kernels::GemmArgs a;
     a.w.layout.format = f;
     a.w.layout.rows = rows;
@@ -427,32 +460,52 @@ TEST_CASE("gemm narrow sm80 splits k across blocks where they would not fill the
     kernels::GemmScratch gs;
     gs.split = bytes ? aligned : nullptr;
     gs.split_bytes = bytes;
+    gs.split_rows = capacity;
     return kernels::gemm_narrow_sm80_splits_taken(a, gs);
   };
   using kernels::PackedFormat;
   const size_t two = kernels::gemm_narrow_sm80_split_bytes(fill, kernels::kNarrowSplits);
   CHECK(kernels::kNarrowSplits == 2);
-  CHECK(taken(PackedFormat::Int4K256, fill, 32, two) == 2);
-  CHECK(taken(PackedFormat::Int4K256, fill - 40, 25, two) == 2);
-  CHECK(taken(PackedFormat::Int4K256, fill, 32, two - 1) == 1);  // no room
-  CHECK(taken(PackedFormat::Int4K256, fill, 32, 0) == 1);         // none lent
-  CHECK(taken(PackedFormat::Int4K256, fill + 1, 32, room.size()) == 1);  // more blocks than SMs
-  CHECK(taken(PackedFormat::Int4K256, fill, 24, two) == 1);  // 16-warp blocks
-  CHECK(taken(PackedFormat::Int4Sym32, fill, 32, two) == 1);
-  CHECK(taken(PackedFormat::Int6K256, fill, 32, two) == 1);
+  const int64_t wide = fill + 32;  // the capacity of `room`
+  CHECK(taken(PackedFormat::Int4K256, fill, 32, two, fill) == rule);
+  CHECK(taken(PackedFormat::Int4K256, fill - 40, 25, two, fill) == rule);
+  CHECK(taken(PackedFormat::Int4K256, 1024, 32, two, fill) == rule);     // a shorter launch
+  CHECK(taken(PackedFormat::Int4K256, fill, 32, two - 1, fill) == 1);    // no room
+  CHECK(taken(PackedFormat::Int4K256, fill, 32, 0, fill) == 1);          // none lent
+  CHECK(taken(PackedFormat::Int4K256, fill, 32, two, fill - 32) == 1);   // rows past the capacity
+  CHECK(taken(PackedFormat::Int4K256, fill + 1, 32, room.size(), wide) == 1);  // blocks > SMs
+  CHECK(taken(PackedFormat::Int4K256, fill, 24, two, fill) == 1);  // 16-warp blocks
+  CHECK(taken(PackedFormat::Int4Sym32, fill, 32, two, fill) == 1);
+  CHECK(taken(PackedFormat::Int6K256, fill, 32, two, fill) == 1);
   {
     const SplitScope scope(3);
-    CHECK(taken(PackedFormat::Int4K256, fill + 1, 32, room.size()) == 3);
-    CHECK(taken(PackedFormat::Int4K256, fill, 32, two) == 1);  // no room for 3
-    CHECK(taken(PackedFormat::Int4K256, fill, 16, room.size()) == 1);
-    CHECK(taken(PackedFormat::Int4Sym32, fill + 1, 32, room.size()) == 1);
+    CHECK(taken(PackedFormat::Int4K256, fill + 1, 32, room.size(), wide) == 3);
+    CHECK(taken(PackedFormat::Int4K256, fill, 32, two, fill) == 1);  // no room for 3
+    CHECK(taken(PackedFormat::Int4K256, fill, 16, room.size(), wide) == 1);
+    CHECK(taken(PackedFormat::Int4Sym32, fill + 1, 32, room.size(), wide) == 1);
   }
   // As the rule takes them: o of a 4096-wide model, here one block an SM.
   const Path narrow = Path::Narrow80;
   run_case(GgmlType::Q4_K, {fill, 2048, 32, GemmTile::Auto, true, false, true, narrow, false, true,
-                            2, true});
+                            rule, true});
   run_case(GgmlType::Q4_K, {fill - 7, 1792, 27, GemmTile::Auto, false, true, false, narrow, false,
-                            true, 2});
+                            true, rule});
+  // One memory for launches of several row counts (as the engine lends
+  // it): each launch's counters and sums where the memory puts them, so a
+  // shorter launch leaves the longer one's counters alone.
+  {
+    DeviceBuffer<uint8_t> shared(
+        kernels::gemm_narrow_sm80_split_bytes(fill, kernels::kNarrowSplits));
+    CUDA_CHECK(cudaMemset(shared.get(), 0, shared.size()));
+    kernels::GemmScratch lent;
+    lent.split = shared.get();
+    lent.split_bytes = shared.size();
+    lent.split_rows = fill;
+    for (int64_t rows : {fill, int64_t(1024), int64_t(100), fill - 5})
+      run_case(GgmlType::Q4_K,
+               {rows, 1024, 32, GemmTile::Auto, true, false, true, narrow, false, true, rule},
+               nullptr, &lent);
+  }
   // Without split memory the same launch takes one block a row block.
   run_case(GgmlType::Q4_K, {fill, 2048, 32, GemmTile::Auto, true, false, true, Path::Narrow80});
   const Shape shapes[] = {{100, 2048}, {67, 1792}, {45, 256}, {fill + 37, 512}};
