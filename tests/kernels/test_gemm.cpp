@@ -492,8 +492,10 @@ TEST_CASE("gemm narrow sm80 splits k across blocks where they would not fill the
                             true, rule});
   // One memory for launches of several row counts (as the engine lends
   // it): each launch's counters and sums where the memory puts them, so a
-  // shorter launch leaves the longer one's counters alone.
+  // shorter launch leaves the longer one's counters alone. Two splits
+  // forced, so that they run where the rule would take none (an A100).
   {
+    const SplitScope scope(2);
     DeviceBuffer<uint8_t> shared(
         kernels::gemm_narrow_sm80_split_bytes(fill, kernels::kNarrowSplits));
     CUDA_CHECK(cudaMemset(shared.get(), 0, shared.size()));
@@ -503,7 +505,7 @@ TEST_CASE("gemm narrow sm80 splits k across blocks where they would not fill the
     lent.split_rows = fill;
     for (int64_t rows : {fill, int64_t(1024), int64_t(100), fill - 5})
       run_case(GgmlType::Q4_K,
-               {rows, 1024, 32, GemmTile::Auto, true, false, true, narrow, false, true, rule},
+               {rows, 1024, 32, GemmTile::Auto, true, false, true, narrow, false, true, 2},
                nullptr, &lent);
   }
   // Without split memory the same launch takes one block a row block.
