@@ -357,6 +357,16 @@ TEST_CASE("gemm narrow sm80 variant matches the float64 reference") {
 // three with a ring of 3 where three fit an SM (from 5 tokens by default).
 // Each shape against the reference, and the shape taken checked. Then
 // Q6_K, whose 8x2 ring is 3 stages deep where two such blocks fit an SM.
+// The current device's SMs and shared memory an SM (bytes).
+std::pair<int, int> sm_count_and_shared_memory() {
+  int device = 0, sms = 0, smem_per_sm = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  CUDA_CHECK(
+      cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+  return {sms, smem_per_sm};
+}
+
 struct OneTileScope {
   explicit OneTileScope(kernels::NarrowOneTile shape) {
     kernels::gemm_narrow_sm80_set_one_tile(shape);
@@ -369,11 +379,7 @@ TEST_CASE("gemm narrow sm80 at one token tile: 8x2 and 8x3 blocks, each as taken
     MESSAGE("not an sm_80+ device with the variant built: skipped");
     return;
   }
-  int device = 0, sms = 0, smem_per_sm = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  CUDA_CHECK(
-      cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+  const auto [sms, smem_per_sm] = sm_count_and_shared_memory();
   // The H100/H200's 228 KiB holds three 8x3 blocks of Q4_K (72 KiB each).
   const bool three_fit = smem_per_sm >= 228 * 1024;
   // Three blocks more than the SMs, the last one 27 rows.
@@ -437,11 +443,7 @@ TEST_CASE("gemm narrow sm80 splits k across blocks where they would not fill the
     MESSAGE("not an sm_80+ device with the variant built: skipped");
     return;
   }
-  int device = 0, sms = 0, smem_per_sm = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  CUDA_CHECK(
-      cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+  const auto [sms, smem_per_sm] = sm_count_and_shared_memory();
   // The rule splits where two of these blocks (96 KiB of ring and 1 KiB the
   // runtime's) fit an SM: an H100/H200, not an A100. (VOLTAD_NARROW_SPLITS,
   // if set, overrides the rule: leave it unset here.)
