@@ -232,6 +232,19 @@ TEST_CASE("prefill: many tokens of one sequence attend causally, also after cach
   check_attention({16, 4, 256}, {5, 0}, {20, 9});
 }
 
+namespace {
+// Llama-3-8B's heads on the tensor cores, planned for max_position.
+kernels::AttentionArgs llama3_tensor_core_plan(int max_position) {
+  kernels::AttentionArgs a;
+  a.n_heads = 32;
+  a.n_kv_heads = 8;
+  a.head_dim = 128;
+  a.max_position = max_position;
+  a.tensor_cores = true;
+  return a;
+}
+}  // namespace
+
 TEST_CASE("batched decode: the pieces stop at one wave of blocks") {
   // One sequence of 2 KV heads at position 511: its 32 pieces (64 blocks)
   // fit any device with 40+ SMs' worth of one block each, so all are used.
@@ -253,12 +266,7 @@ TEST_CASE("batched decode: the pieces stop at one wave of blocks") {
   CHECK(eight < kernels::attention_splits(511));
   // On the tensor cores, from 4 tokens on no piece is shorter than 256
   // positions: 2 pieces at 512 positions, where 2 tokens take more.
-  kernels::AttentionArgs a;
-  a.n_heads = 32;
-  a.n_kv_heads = 8;
-  a.head_dim = 128;
-  a.max_position = 511;
-  a.tensor_cores = true;
+  kernels::AttentionArgs a = llama3_tensor_core_plan(511);
   if (kernels::gemm_sm80_available() && kernels::attention_mma_applies(a)) {
     a.n_tokens = 8;
     const int at8 = kernels::attention_launch_pieces(a);
@@ -293,12 +301,7 @@ TEST_CASE("decode planned for a longer context than its tokens hold") {
   check_attention({32, 8, 128}, {500, 511, 37, 300, 420, 1, 64, 255}, {1, 1, 1, 1, 1, 1, 1, 1}, 0,
                   0.0f, 4096);
   check_attention({16, 2, 64}, {1000, 2}, {1, 1}, 0, 0.0f, 4096);  // head_dim 64
-  kernels::AttentionArgs a;
-  a.n_heads = 32;
-  a.n_kv_heads = 8;
-  a.head_dim = 128;
-  a.max_position = 4095;
-  a.tensor_cores = true;
+  kernels::AttentionArgs a = llama3_tensor_core_plan(4095);
   CHECK(kernels::attention_launch_least_piece(a) >= 0);
   if (kernels::gemm_sm80_available() && kernels::attention_mma_applies(a)) {
     a.n_tokens = 1;
