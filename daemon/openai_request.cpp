@@ -265,7 +265,12 @@ std::optional<ApiError> parse_common(const Json& object, CompletionRequest& r) {
   if (const Json* tools = f.find("tools"); tools && !(tools->is_array() && tools->empty()))
     return bad_request("'tools' are not supported by this server", "tools");
   if (const Json* rf = f.find("response_format")) {
-    if (!rf->is_object() || rf->value("type", std::string()) != "text")
+    bool text = false;  // a "type" that is not a string is refused, not thrown on
+    if (rf->is_object()) {
+      const auto type = rf->find("type");
+      text = type != rf->end() && type->is_string() && type->get_ref<const std::string&>() == "text";
+    }
+    if (!text)
       return bad_request("'response_format' other than {\"type\": \"text\"} is not supported",
                          "response_format");
   }

@@ -64,8 +64,14 @@ void Session::do_read() {
   parser_->header_limit(uint32_t(std::min<uint64_t>(ctx_.limits()->max_header_bytes, UINT32_MAX)));
   parser_->body_limit(ctx_.limits()->max_body_bytes);
   // The whole request, idle time before it included, must arrive within the
-  // deadline: a client that trickles bytes (slow loris) is cut off.
-  stream_.expires_after(ctx_.limits()->read_timeout);
+  // deadline: a client that trickles bytes (slow loris) is cut off. A
+  // refused connection gets a few seconds, not the whole read_timeout: it
+  // holds a connection slot meanwhile.
+  const auto deadline = refusal_ == Refusal::None
+                            ? ctx_.limits()->read_timeout
+                            : std::min<decltype(ctx_.limits()->read_timeout)>(
+                                  ctx_.limits()->read_timeout, std::chrono::seconds(3));
+  stream_.expires_after(deadline);
   http::async_read_header(stream_, buffer_, *parser_,
                           beast::bind_front_handler(&Session::on_header, shared_from_this()));
 }
@@ -126,6 +132,13 @@ void Session::on_read(error_code ec, size_t) {
 }
 
 void Session::handle_request() {
+  // Access is checked again for every request, so a reload that takes a
+  // user off server.allow_users reaches connections already open.
+  if (refusal_ == Refusal::None && !ctx_.access()->check(peer_).allowed) {
+    spdlog::warn("refused a request from uid {} ({}) pid {}: no longer allowed", peer_.uid,
+                 peer_.user, peer_.pid);
+    refusal_ = Refusal::Forbidden;
+  }
   if (refusal_ == Refusal::Forbidden) {
     ApiError e = status_error(
         403, "access denied: user " + peer_.user + " (uid " + std::to_string(peer_.uid) +
@@ -146,9 +159,26 @@ void Session::handle_request() {
       if (auto self = weak.lock()) self->on_events();
     });
   };
-  RouteOutcome outcome = route_request(ctx_, req_, peer_, std::move(notify));
+  RouteOutcome outcome;
+  try {
+    outcome = route_request(ctx_, req_, peer_, std::move(notify));
+  } catch (const std::exception& e) {  // a bug; this request fails, the server goes on
+    spdlog::error("request {} {} from uid {} pid {} failed: {}", std::string(req_.method_string()),
+                  std::string(req_.target()), peer_.uid, peer_.pid, e.what());
+    ApiError err = status_error(500, std::string("internal error: ") + e.what());
+    err.type = "server_error";
+    err.code = "internal_error";
+    return send(error_response(err, req_.version(), false));
+  }
   endpoint_ = outcome.endpoint;
   if (outcome.job) return start_job(std::move(outcome.job));
+  // HEAD: the GET answer's header (its Content-Length included), no body.
+  if (req_.method() == http::verb::head) {
+    outcome.response->prepare_payload();
+    const std::string length(outcome.response->at(http::field::content_length));
+    outcome.response->body().clear();
+    outcome.response->set(http::field::content_length, length);
+  }
   send(std::move(*outcome.response));
 }
 
@@ -173,6 +203,7 @@ void Session::on_write(bool close, bool linger, error_code ec, size_t) {
 
 void Session::start_job(std::shared_ptr<GenerationJob> job) {
   job_ = std::move(job);
+  self_ = shared_from_this();  // until end_job or do_close
   ++ctx_.active_generations;
   ++job_serial_;
   job_done_ = false;
@@ -271,6 +302,7 @@ void Session::end_job() {
     watching_ = false;
   }
   job_.reset();
+  self_.reset();  // (every caller holds the session too)
 }
 
 void Session::do_watch() {
@@ -320,6 +352,7 @@ void Session::on_linger(error_code ec, size_t) {
 }
 
 void Session::do_close() {
+  const std::shared_ptr<Session> keep = std::move(self_);  // alive to the end of this call
   if (job_) job_->stream->cancel();
   error_code ignored;
   stream_.socket().shutdown(net::socket_base::shutdown_both, ignored);

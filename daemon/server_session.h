@@ -74,8 +74,12 @@ class Session : public std::enable_shared_from_this<Session> {
   HttpRequest req_;
   std::shared_ptr<HttpResponse> res_;  // alive until its write completes
 
-  // The generation in flight, if any.
+  // The generation in flight, if any, and the session's hold on itself
+  // while it runs: the engine's notifications hold only a weak pointer, and
+  // no read is pending once the client's next request (pipelined) waits in
+  // the socket.
   std::shared_ptr<GenerationJob> job_;
+  std::shared_ptr<Session> self_;
   std::string endpoint_;
   bool chunked_ = true;  // HTTP/1.1 streams in chunks; 1.0 streams raw and closes
   bool header_sent_ = false;

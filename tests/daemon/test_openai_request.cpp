@@ -125,6 +125,14 @@ TEST_CASE("every wrong type or value is a 400 naming its field") {
       {R"({"messages":[{"role":"user","content":"x"}],"logprobs":true})", "logprobs"},
       {R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}})",
        "response_format"},
+      // A type that is not a string, or none: refused, not thrown on.
+      {R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":5}})",
+       "response_format"},
+      {R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":null}})",
+       "response_format"},
+      {R"({"messages":[{"role":"user","content":"x"}],"response_format":{}})", "response_format"},
+      {R"({"messages":[{"role":"user","content":"x"}],"response_format":"text"})",
+       "response_format"},
       // What would change the answer is refused, not ignored.
       {R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":2})", "top_logprobs"},
       {R"({"messages":[{"role":"user","content":"x"}],"logit_bias":{"28":100}})", "logit_bias"},

@@ -106,6 +106,54 @@ r.body(h3)
 check("the connection stays open for a third (keep-alive)", st3 == 200)
 s.close()
 
+# A request that arrives on a connection while its generation runs waits
+# in the socket: it is answered after the generation, and the generation is
+# not lost (the session used to drop its last reference and reset).
+for stream in (False, True):
+    s = connect(SOCK, 120)
+    s.sendall(build_request("POST", "/v1/completions",
+                            {"prompt": "Once upon a time", "max_tokens": 48, "stream": stream}))
+    time.sleep(0.3)
+    s.sendall(build_request("GET", "/health"))
+    r = Reader(s)
+    try:
+        st1, h1 = r.head()
+        b1 = b"".join(r.chunks()) if stream else r.body(h1)
+        st2, h2 = r.head()
+        r.body(h2)
+        ok = st1 == 200 and st2 == 200 and (b"[DONE]" in b1 if stream else b'"choices"' in b1)
+        detail = (st1, st2, b1[-120:])
+    except (EOFError, ConnectionResetError, socket.timeout) as e:
+        ok, detail = False, repr(e)
+    s.close()
+    check(f"a request pipelined behind a {'streamed ' if stream else ''}generation: both answered",
+          ok, detail)
+
+# HEAD: the GET answer's header, Content-Length included, and no body; the
+# next answer on the connection starts right after the header.
+s = connect(SOCK, 10)
+s.sendall(build_request("HEAD", "/v1/models") + build_request("GET", "/health"))
+r = Reader(s)
+try:
+    st1, h1 = r.head()
+    st2, h2 = r.head()
+    ok = st1 == 200 and int(h1.get("content-length", "0")) > 0 and st2 == 200
+    detail = (st1, h1, st2)
+except (EOFError, ValueError, IndexError) as e:
+    ok, detail = False, repr(e)
+s.close()
+check("HEAD /v1/models: a Content-Length, no body, the next answer intact", ok, detail)
+
+# A JSON type the server does not expect where it reads a string: 400, and
+# the server goes on (response_format.type 5 used to throw past the handler).
+status, _, body = request(SOCK, "POST", "/v1/chat/completions",
+                          {"messages": [{"role": "user", "content": "x"}],
+                           "response_format": {"type": 5}}, timeout=10)
+check("response_format.type 5: 400 on response_format",
+      status == 400 and error_of(body).get("param") == "response_format", (status, body))
+status, _ = health_latency()
+check("... and the daemon still answers", status == 200, status)
+
 # HTTP/1.0 streaming: no chunks, the end of the stream closes the connection.
 s = connect(SOCK, 120)
 body = json.dumps({"prompt": "Hi", "max_tokens": 2, "stream": True}).encode()

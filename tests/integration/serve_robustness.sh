@@ -26,10 +26,30 @@ if [[ $(id -u) -eq 0 ]] && command -v setpriv >/dev/null; then
   check "voltactl generate as a refused user: the 403 and why" \
     grep -q "answered 403: .*access denied" "$tmp/ctl.err"
   stop_daemon
-  EXTRA_SERVER='  allow_users: ["65534"]' write_config "$tmp/voltad.yaml"
+  # (read_timeout 10s: the connection below waits 3 s between requests.)
+  READ_TIMEOUT=10s EXTRA_SERVER='  allow_users: ["65534"]' write_config "$tmp/voltad.yaml"
   start_daemon
   out=$(as_nobody curl -s -w '\n%{http_code}' --unix-socket "$sock" http://localhost/health)
   check "uid 65534 in allow_users: 200" test "$(tail -n 1 <<<"$out")" = 200
+  # Taken off the list by a reload: a connection it already holds is refused
+  # from its next request on (access is checked per request).
+  as_nobody env PYTHONPATH="$(dirname "$0")" python3 -c '
+import sys, time
+from serve_http import Reader, build_request, connect
+s = connect(sys.argv[1], 10)
+r = Reader(s)
+s.sendall(build_request("GET", "/health")); st, h = r.head(); r.body(h); print(st, flush=True)
+time.sleep(3)
+s.sendall(build_request("GET", "/health")); st, h = r.head(); r.body(h); print(st, flush=True)
+' "$sock" >"$tmp/revoke.out" 2>&1 &
+  revoker=$!
+  sleep 1
+  READ_TIMEOUT=10s write_config "$tmp/voltad.yaml"  # no allow_users: only the daemon's own uid
+  kill -HUP "$daemon_pid"
+  wait "$revoker"
+  check "a held connection after its user is taken off allow_users: 200, then 403" \
+    test "$(tr '\n' ' ' <"$tmp/revoke.out")" = "200 403 "
+  check "the per-request refusal is logged" grep -q "refused a request from uid 65534" "$log"
   EXTRA_SERVER='  allow_groups: ["65534"]' write_config "$tmp/voltad.yaml"
   stop_daemon
   start_daemon
