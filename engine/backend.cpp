@@ -8,6 +8,8 @@ namespace voltad {
 
 Status validate_chunks(std::span<const BatchChunk> chunks, int64_t n_vocab,
                        const KvBlockPool& pool) {
+  // (The CUDA backend has no graph and no kernel shapes for 0 tokens.)
+  if (chunks.empty()) return make_error("a step of no sequences: nothing to run");
   for (size_t i = 0; i < chunks.size(); ++i) {
     const BatchChunk& c = chunks[i];
     std::string where =

@@ -158,4 +158,7 @@ TEST_CASE("bad chunks are refused with a message, not a crash") {
   st = backend->forward(std::span<const BatchChunk>(&chunk, 1), out);
   CHECK_FALSE(st.ok());
   CHECK(st.error().message.find("outside the vocabulary") != std::string::npos);
+  st = backend->forward(std::span<const BatchChunk>(), out);  // an empty step
+  CHECK_FALSE(st.ok());
+  CHECK(st.error().message.find("no sequences") != std::string::npos);
 }
