@@ -14,6 +14,7 @@ namespace voltad {
 
 namespace {
 Error cuda_error(const std::string& what, cudaError_t e) {
+  (void)cudaGetLastError();  // as in backend_cuda_impl.h: no stale error for a later check
   return make_error(what + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
 }
 }  // namespace

@@ -37,7 +37,12 @@ namespace voltad {
 
 namespace backend_cuda_detail {
 
+// Also clears the runtime's last error: a failed call (an allocation, a
+// graph's instantiation) leaves it there, and the next
+// CUDA_CHECK(cudaGetLastError()) after an unrelated launch would abort on
+// it. A sticky fault stays: cudaDeviceSynchronize still reports it (forward).
 inline Error cuda_error(const std::string& what, cudaError_t e) {
+  (void)cudaGetLastError();
   return make_error(what + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
 }
 

@@ -51,7 +51,7 @@ VramPlan plan_core(const ModelConfig& config, uint64_t weight_bytes, const Engin
   p.device = device;
   p.budget_bytes = uint64_t(memory.vram_fraction * double(device.total_bytes));
   p.workspace = cuda_workspace_bytes(config, limits);
-  const int64_t buckets = cuda_graph_buckets(limits.max_sequences);
+  const int64_t graphs = cuda_graph_count(limits.max_sequences);
 
   p.components = {
       {"other processes", device.used_by_others,
@@ -62,9 +62,9 @@ VramPlan plan_core(const ModelConfig& config, uint64_t weight_bytes, const Engin
       {"workspace", p.workspace.total(),
        std::to_string(limits.max_batch_tokens) + " batch tokens, " +
            std::to_string(limits.max_sequences) + " sequences"},
-      {"CUDA graphs", uint64_t(buckets) * kGraphBytesPerBucket,
-       "estimate: " + std::to_string(buckets) + " batch-size buckets x " +
-           format_bytes(kGraphBytesPerBucket)},
+      {"CUDA graphs", uint64_t(graphs) * kGraphBytes,
+       "estimate: " + std::to_string(graphs) + (graphs == 1 ? " decode graph x " : " decode graphs x ") +
+           format_bytes(kGraphBytes)},
   };
   uint64_t fixed = 0;
   for (const PlanComponent& c : p.components) fixed += c.bytes;
@@ -314,10 +314,8 @@ uint64_t kv_bytes_per_token(const ModelConfig& m, KvCacheType type) {
   return 2 * uint64_t(m.n_layers) * per_layer;
 }
 
-int64_t cuda_graph_buckets(int64_t max_sequences) {
-  int64_t n = 1;  // max_sequences itself
-  for (int64_t b = 1; b < max_sequences; b *= 2) ++n;
-  return n;
+int64_t cuda_graph_count(int64_t max_sequences) {
+  return std::max<int64_t>(1, max_sequences);  // batch sizes 1..max_sequences
 }
 
 Result<uint64_t> repacked_weight_bytes(const ModelWeights& w, const ModelConfig& config) {

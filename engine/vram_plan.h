@@ -100,10 +100,11 @@ bool gpu_topk_fits(int64_t n_vocab);
 // (fp16), or 2 x n_layers x (kv_dim bytes + 2 bytes per KV head) (int8).
 uint64_t kv_bytes_per_token(const ModelConfig& model, KvCacheType type);
 
-// Decode-step graphs are captured per batch-size bucket: 1, 2, 4, ... up to
-// max_sequences. Each is estimated at kGraphBytesPerBucket (docs/PLANNING.md).
-constexpr uint64_t kGraphBytesPerBucket = 4ull << 20;
-int64_t cuda_graph_buckets(int64_t max_sequences);
+// Decode-step graphs: the CUDA backend captures one per batch size, 1 to
+// max_sequences, when it is created. Each is estimated at kGraphBytes
+// (docs/PLANNING.md).
+constexpr uint64_t kGraphBytes = 4ull << 20;
+int64_t cuda_graph_count(int64_t max_sequences);
 
 // What a CUDA context plus voltad's kernels takes when it cannot be measured
 // (--plan without a GPU): 400 MiB, the middle of the 300-500 MiB that CUDA

@@ -170,12 +170,12 @@ TEST_CASE("workspace: each buffer by its formula, 256-byte aligned, total their 
   CHECK(gpu_topk_fits(262144));
 }
 
-TEST_CASE("graph buckets: 1, 2, 4, ... up to max_sequences") {
-  CHECK(cuda_graph_buckets(1) == 1);
-  CHECK(cuda_graph_buckets(2) == 2);
-  CHECK(cuda_graph_buckets(12) == 5);  // 1 2 4 8 12
-  CHECK(cuda_graph_buckets(16) == 5);  // 1 2 4 8 16
-  CHECK(cuda_graph_buckets(17) == 6);
+TEST_CASE("decode graphs: one per batch size, 1 to max_sequences") {
+  CHECK(cuda_graph_count(1) == 1);
+  CHECK(cuda_graph_count(2) == 2);
+  CHECK(cuda_graph_count(12) == 12);
+  CHECK(cuda_graph_count(64) == 64);
+  CHECK(cuda_graph_count(0) == 1);
 }
 
 TEST_CASE("Llama-3-8B Q4_K_M: fits a V100 16 GB with the defaults, the pool capped by the limits") {
@@ -190,7 +190,7 @@ TEST_CASE("Llama-3-8B Q4_K_M: fits a V100 16 GB with the defaults, the pool capp
   CHECK(p.kv.bytes == 16ull * 4096 * 128 * 1024);  // 8 GiB
   CHECK(p.components[1].bytes == kAssumedCudaContextBytes);
   CHECK(p.components[2].bytes == kLlama3_8bWeights);
-  CHECK(p.components[4].bytes == 5 * kGraphBytesPerBucket);
+  CHECK(p.components[4].bytes == 16 * kGraphBytes);  // batch sizes 1-16
   const std::string text = vram_plan_text(p);
   CHECK(text.find("Fits: yes.") != std::string::npos);
   CHECK(text.find("4096 blocks = 65536 tokens, 16 full-context sequences") != std::string::npos);

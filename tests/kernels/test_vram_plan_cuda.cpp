@@ -125,7 +125,7 @@ TEST_CASE(
   REQUIRE(weights.ok());
   const int32_t blocks = 2048 / 16 * 8;
   const uint64_t kv = uint64_t(blocks) * kKvBlockTokens * kv_bytes_per_token(c, el.kv_cache_type);
-  const uint64_t graphs = uint64_t(cuda_graph_buckets(l.seqs)) * kGraphBytesPerBucket;
+  const uint64_t graphs = uint64_t(cuda_graph_count(l.seqs)) * kGraphBytes;
   const uint64_t planned = *weights + cuda_workspace_bytes(c, el).total() + kv + graphs;
 
   const uint64_t before = card_used();
