@@ -50,6 +50,18 @@ s.sendall(build_request("GET", "/health")); st, h = r.head(); r.body(h); print(s
   check "a held connection after its user is taken off allow_users: 200, then 403" \
     test "$(tr '\n' ' ' <"$tmp/revoke.out")" = "200 403 "
   check "the per-request refusal is logged" grep -q "refused a request from uid 65534" "$log"
+  # A refused connection that sends nothing is closed within ~3 s, not after
+  # read_timeout (10 s here): it holds a connection slot meanwhile.
+  idle=$(as_nobody env PYTHONPATH="$(dirname "$0")" python3 -c '
+import sys, time
+from serve_http import connect
+s = connect(sys.argv[1], 20)
+t = time.time()
+s.recv(1)
+print(int(time.time() - t))
+' "$sock" 2>&1)
+  check "an idle refused connection is closed within 3 s (read_timeout 10 s): ${idle}s" \
+    test "${idle:-99}" -le 4
   EXTRA_SERVER='  allow_groups: ["65534"]' write_config "$tmp/voltad.yaml"
   stop_daemon
   start_daemon
