@@ -1,5 +1,6 @@
 #include "daemon/server_session.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <boost/asio/dispatch.hpp>
@@ -320,10 +321,25 @@ void Session::on_watch(uint64_t serial, error_code ec) {
   if (!gone) {
     // Readable while we are answering: either the client hung up (EOF) or
     // it pipelined its next request, which stays in the socket for later.
+    const int fd = stream_.socket().native_handle();
     char c;
-    ssize_t n = ::recv(stream_.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    ssize_t n = ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
     if (n > 0) return;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return do_watch();
+    // EOF: a client that closed its socket, or one that only shut down its
+    // sending side after the request (shutdown(SHUT_WR), `nc -N`) and still
+    // reads the answer. A Unix socket whose peer closed reports POLLHUP; a
+    // half-closed one does not. The half-closed client is answered; the
+    // socket stays readable, so the watch ends here, and a later hang-up
+    // shows as a failed write.
+    if (n == 0) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 0) == 1 && !(p.revents & (POLLHUP | POLLERR))) {
+        spdlog::debug("client uid {} pid {} half-closed its connection; answering it", peer_.uid,
+                      peer_.pid);
+        return;
+      }
+    }
     gone = true;
   }
   spdlog::debug("client uid {} pid {} hung up during a generation; cancelling it", peer_.uid,

@@ -207,6 +207,38 @@ except OSError:
 check("an idle connection is closed after read_timeout", closed and 1.5 < time.time() - t0 < 6, time.time() - t0)
 idle.close()
 
+# A client that shuts down its sending side after the request (shutdown(SHUT_WR),
+# `nc -N`) still reads: it gets the whole answer, streamed or not, and then
+# the server closes the connection.
+def half_closed(stream):
+    c = connect(SOCK, 120)
+    try:
+        c.sendall(build_request("POST", "/v1/completions", {"prompt": "Count:", "max_tokens": 12,
+                                                              "ignore_eos": True, "stream": stream}))
+        c.shutdown(socket.SHUT_WR)
+        rd = Reader(c)
+        st, hd = rd.head()
+        body = rd.body(hd)
+        try:
+            closed = c.recv(1) == b""
+        except OSError:
+            closed = True
+        return st, body, closed
+    except (OSError, EOFError, ValueError) as e:
+        return None, repr(e), None
+    finally:
+        c.close()
+
+
+before = metrics(SOCK)["voltad_disconnect_cancels_total"]
+st, body, closed = half_closed(False)
+ok = st == 200 and json.loads(body)["usage"]["completion_tokens"] == 12
+check("a half-closed client gets its whole answer, then the close", ok and closed, (st, body, closed))
+st, body, closed = half_closed(True)
+check("a half-closed client gets its whole stream", st == 200 and body.endswith(b"data: [DONE]\n\n")
+      and b'"finish_reason":"length"' in body and closed, (st, body[-200:] if body else body, closed))
+check("neither counted as a hang-up", metrics(SOCK)["voltad_disconnect_cancels_total"] == before)
+
 # Per-user limit: two running requests are this user's share; a third gets 429.
 held = []
 for i in range(2):
