@@ -70,7 +70,8 @@ class AccessPolicy {
 
 class UserLimiter;
 
-// One request's place in its user's allowance; released on destruction.
+// One request's (or connection's) place in its user's allowance; released
+// on destruction.
 class UserSlot {
  public:
   UserSlot(std::shared_ptr<UserLimiter> limiter, uid_t uid)

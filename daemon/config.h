@@ -45,6 +45,7 @@ struct ServerSection {
   StringList allow_groups;
   StringList admin_groups;
   int64_t max_connections = 0;
+  int64_t max_connections_per_user = 0;
   ByteSize max_header_bytes;
   ByteSize max_body_bytes;
   Duration read_timeout;
@@ -72,6 +73,10 @@ struct ServerSection {
       "Groups (names or gids) whose members may also reload, drain and resume the daemon "
       "(voltactl reload/drain/resume); root and the daemon's own user always may.");
     v(max_connections, "max_connections", int64_t{256}, "Connections open at once; more are refused.",
+      range<int64_t>(1, 65536));
+    v(max_connections_per_user, "max_connections_per_user", int64_t{32},
+      "Connections one user may have open at once; more are refused (429), so that one user "
+      "cannot take every connection.",
       range<int64_t>(1, 65536));
     v(max_header_bytes, "max_header_bytes", ByteSize{16 << 10},
       "Largest HTTP request header accepted (431 beyond).");

@@ -16,6 +16,7 @@ constexpr std::array kLiveKeys = {
     "server.allow_groups",
     "server.admin_groups",
     "server.max_connections",
+    "server.max_connections_per_user",
     "server.max_header_bytes",
     "server.max_body_bytes",
     "server.read_timeout",

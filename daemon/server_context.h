@@ -89,7 +89,8 @@ struct ServerContext {
     access_ = std::move(p);
   }
 
-  std::shared_ptr<UserLimiter> user_limiter;
+  std::shared_ptr<UserLimiter> user_limiter;        // requests in flight, per uid
+  std::shared_ptr<UserLimiter> connection_limiter;  // connections open, per uid
   Metrics metrics;
   std::string model_name;    // known from the config before the model loads
   std::string backend_name;  // likewise

@@ -160,6 +160,7 @@ void Listener::on_accept(boost::system::error_code ec, local::socket socket) {
     return do_accept();
   }
   Session::Refusal refusal = Session::Refusal::None;
+  std::unique_ptr<UserSlot> connection;
   AccessDecision access = ctx_.access()->check(*creds);
   if (!access.allowed) {
     spdlog::warn("refused a connection from uid {} ({}) pid {}: {}", creds->uid, creds->user,
@@ -171,12 +172,21 @@ void Listener::on_accept(boost::system::error_code ec, local::socket socket) {
                  creds->uid, creds->pid, limits->max_connections);
     refusal = Session::Refusal::Overloaded;
     ctx_.metrics.count_connection(false, "max_connections");
+  } else if (!(connection = ctx_.connection_limiter->try_acquire(creds->uid))) {
+    spdlog::warn(
+        "refused a connection from uid {} ({}) pid {}: it has server.max_connections_per_user "
+        "({}) open",
+        creds->uid, creds->user, creds->pid, ctx_.connection_limiter->max_per_user());
+    refusal = Session::Refusal::UserConnections;
+    ctx_.metrics.count_connection(false, "max_connections_per_user");
   } else {
     spdlog::debug("connection from uid {} ({}) pid {}: allowed as {}", creds->uid, creds->user,
                   creds->pid, access.reason);
     ctx_.metrics.count_connection(true);
   }
-  std::make_shared<Session>(std::move(socket), ctx_, std::move(*creds), refusal)->run();
+  std::make_shared<Session>(std::move(socket), ctx_, std::move(*creds), refusal,
+                           std::move(connection))
+      ->run();
   do_accept();
 }
 

@@ -41,8 +41,12 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 }  // namespace
 
 Session::Session(net::local::stream_protocol::socket&& socket, ServerContext& ctx,
-                 PeerCredentials peer, Refusal refusal)
-    : stream_(std::move(socket)), ctx_(ctx), peer_(std::move(peer)), refusal_(refusal) {
+                 PeerCredentials peer, Refusal refusal, std::unique_ptr<UserSlot> connection)
+    : stream_(std::move(socket)),
+      ctx_(ctx),
+      peer_(std::move(peer)),
+      refusal_(refusal),
+      connection_(std::move(connection)) {
   ++ctx_.open_connections;
 }
 
@@ -153,6 +157,17 @@ void Session::handle_request() {
     return send(error_response(
         unavailable("too many connections are open (server.max_connections); retry shortly", 1),
         req_.version(), false));
+  }
+  if (refusal_ == Refusal::UserConnections) {
+    ApiError e = status_error(
+        429, "user " + peer_.user + " (uid " + std::to_string(peer_.uid) + ") already has " +
+                 std::to_string(ctx_.connection_limiter->max_per_user()) +
+                 " connections open (server.max_connections_per_user); close one, or send "
+                 "requests on a connection already open (keep-alive)");
+    e.type = "requests";
+    e.code = "rate_limit_exceeded";
+    e.retry_after_seconds = 1;
+    return send(error_response(e, req_.version(), false));
   }
   // The engine thread calls this when events arrive; it only posts.
   auto notify = [weak = weak_from_this(), ex = stream_.get_executor()] {

@@ -32,10 +32,12 @@ namespace voltad {
 class Session : public std::enable_shared_from_this<Session> {
  public:
   // Why a connection is answered with an error and closed instead of served.
-  enum class Refusal { None, Forbidden, Overloaded };
+  enum class Refusal { None, Forbidden, Overloaded, UserConnections };
 
+  // connection: the connection's place in its user's allowance
+  // (server.max_connections_per_user), held as long as the session lives.
   Session(boost::asio::local::stream_protocol::socket&& socket, ServerContext& ctx,
-          PeerCredentials peer, Refusal refusal);
+          PeerCredentials peer, Refusal refusal, std::unique_ptr<UserSlot> connection = nullptr);
   ~Session();
 
   void run();
@@ -69,6 +71,7 @@ class Session : public std::enable_shared_from_this<Session> {
   ServerContext& ctx_;
   PeerCredentials peer_;
   Refusal refusal_;
+  std::unique_ptr<UserSlot> connection_;
   boost::beast::flat_buffer buffer_;
   std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser_;
   HttpRequest req_;

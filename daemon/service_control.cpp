@@ -36,6 +36,10 @@ void apply_server_settings(const config::Config& cfg, gid_t socket_gid, ServerCo
     ctx.user_limiter->set_max_per_user(cfg.server.max_requests_per_user);
   else
     ctx.user_limiter = std::make_shared<UserLimiter>(cfg.server.max_requests_per_user);
+  if (ctx.connection_limiter)
+    ctx.connection_limiter->set_max_per_user(cfg.server.max_connections_per_user);
+  else
+    ctx.connection_limiter = std::make_shared<UserLimiter>(cfg.server.max_connections_per_user);
 }
 
 namespace {

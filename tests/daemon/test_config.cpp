@@ -38,7 +38,7 @@ TEST_CASE("a minimal file is valid and fills in defaults") {
 TEST_CASE("values of every type are read") {
   auto r = load(kMinimal +
                 "server:\n  allow_users: [alice, \"1001\"]\n  max_body_bytes: 2MiB\n"
-                "  read_timeout: 1500ms\n  max_connections: 12\n"
+                "  read_timeout: 1500ms\n  max_connections: 12\n  max_connections_per_user: 3\n"
                 "memory:\n  vram_fraction: 0.5\n  kv_cache_bytes: 3GiB\n"
                 "placement:\n  strict: true\n  gpu: 0000:b7:00.0\n");
   REQUIRE_MESSAGE(r.ok(), problems_text(r));
@@ -46,6 +46,9 @@ TEST_CASE("values of every type are read") {
   CHECK(r.config.server.max_body_bytes.bytes == 2u << 20);
   CHECK(r.config.server.read_timeout.value == std::chrono::milliseconds(1500));
   CHECK(r.config.server.max_connections == 12);
+  CHECK(r.config.server.max_connections_per_user == 3);
+  CHECK(load(kMinimal).config.server.max_connections_per_user == 32);  // the default
+  CHECK(load(kMinimal + "server:\n  max_connections_per_user: 0\n").problems.size() == 1);
   CHECK(r.config.memory.vram_fraction == doctest::Approx(0.5));
   CHECK(r.config.memory.kv_cache_bytes.bytes == 3ull << 30);
   CHECK(r.config.placement.strict);

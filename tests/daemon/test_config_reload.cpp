@@ -35,6 +35,7 @@ TEST_CASE("every live key is a declared key, and the restart-only ones include t
   CHECK(live.size() >= 10);
   for (const auto& k : live) CHECK(std::find(all.begin(), all.end(), k) != all.end());
   CHECK(applies_live("server.max_connections"));
+  CHECK(applies_live("server.max_connections_per_user"));
   CHECK(applies_live("log.level"));
   CHECK(applies_live("memory.vram_fraction"));
   for (const char* k : {"model.path", "placement.gpu", "engine.backend", "engine.max_context",

@@ -41,7 +41,7 @@ if [[ -z $model || ! -s $model ]]; then
   exit 77
 fi
 
-# write_config FILE; $PER_USER, $MAX_SEQUENCES, $SHUTDOWN_GRACE, $READ_TIMEOUT, $DBUS
+# write_config FILE; $PER_USER, $PER_USER_CONNECTIONS, $MAX_SEQUENCES, $SHUTDOWN_GRACE, $READ_TIMEOUT, $DBUS
 # (server.dbus; off unless set: test daemons run side by side and must not compete for a bus
 # name) and $EXTRA_SERVER (indented lines for the server section) adjust it.
 write_config() {
@@ -56,6 +56,7 @@ server:
   max_header_bytes: 4KiB
   max_body_bytes: 64KiB
   max_requests_per_user: ${PER_USER:-64}
+  max_connections_per_user: ${PER_USER_CONNECTIONS:-256}
   shutdown_grace: ${SHUTDOWN_GRACE:-10s}
   dbus: ${DBUS:-off}
 ${EXTRA_SERVER:-}

@@ -1,7 +1,7 @@
 """Malformed and hostile clients: each gets the right error or is cut off by
 a deadline, and other clients are not held up.  usage: serve_robustness.py
 SOCKET (the daemon runs with read_timeout 2s, max_header_bytes 4KiB,
-max_body_bytes 64KiB, max_requests_per_user 2)."""
+max_body_bytes 64KiB, max_requests_per_user 2, max_connections_per_user 8)."""
 import json
 import socket
 import sys
@@ -238,6 +238,27 @@ st, body, closed = half_closed(True)
 check("a half-closed client gets its whole stream", st == 200 and body.endswith(b"data: [DONE]\n\n")
       and b'"finish_reason":"length"' in body and closed, (st, body[-200:] if body else body, closed))
 check("neither counted as a hang-up", metrics(SOCK)["voltad_disconnect_cancels_total"] == before)
+
+# Per-user connections: eight open connections are this user's share; the
+# ninth is answered 429 and closed, and once one closes a new one is served.
+held = [connect(SOCK, 10) for _ in range(8)]
+time.sleep(0.2)  # all eight accepted before the ninth
+status, headers, body, closed = raw_exchange(build_request("GET", "/health"))
+err = error_of(body) if status == 429 else {}
+check("a ninth connection of the same user: 429, Retry-After, closed", status == 429
+      and headers.get("retry-after") == "1" and err.get("code") == "rate_limit_exceeded"
+      and "max_connections_per_user" in err.get("message", "") and closed, (status, body))
+held.pop().close()
+# The server sees the close when it next reads that connection: wait for it.
+served = wait_for(lambda: request(SOCK, "GET", "/health", timeout=10)[0] == 200, timeout=10)
+check("after one of them closes, a new connection is served", served)
+for c in held:
+    c.close()
+# (The server notices those closes when it next reads them: until then a
+# connection may still be refused.)
+time.sleep(0.5)
+refused = metrics(SOCK).get('voltad_connections_total{result="refused",reason="max_connections_per_user"}', 0)
+check("the refusal is counted in /metrics", refused >= 1, refused)
 
 # Per-user limit: two running requests are this user's share; a third gets 429.
 held = []

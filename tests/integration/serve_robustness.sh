@@ -3,7 +3,7 @@
 # control with a second uid: a peer not on the lists gets 403 and a log line.
 set -uo pipefail
 source "$(dirname "$0")/serve_lib.sh"
-PER_USER=2 write_config "$tmp/voltad.yaml"
+PER_USER=2 PER_USER_CONNECTIONS=8 write_config "$tmp/voltad.yaml"
 start_daemon
 PYTHONPATH="$(dirname "$0")" python3 "$(dirname "$0")/serve_robustness.py" "$sock"
 check "malformed input, deadlines, per-user limit" test $? -eq 0
