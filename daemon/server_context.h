@@ -91,6 +91,9 @@ struct ServerContext {
 
   std::shared_ptr<UserLimiter> user_limiter;        // requests in flight, per uid
   std::shared_ptr<UserLimiter> connection_limiter;  // connections open, per uid
+  // Refused connections still being answered, per uid (server_listener.cpp).
+  static constexpr int64_t kRefusedPerUser = 4;
+  std::shared_ptr<UserLimiter> refused_limiter = std::make_shared<UserLimiter>(kRefusedPerUser);
   Metrics metrics;
   std::string model_name;    // known from the config before the model loads
   std::string backend_name;  // likewise

@@ -162,23 +162,32 @@ void Listener::on_accept(boost::system::error_code ec, local::socket socket) {
   Session::Refusal refusal = Session::Refusal::None;
   std::unique_ptr<UserSlot> connection;
   AccessDecision access = ctx_.access()->check(*creds);
+  // A refused connection holds a connection for a few seconds while its
+  // answer goes out; a user may have kRefusedPerUser of them, and the rest
+  // are closed at once, so that one user's flood of refused connections
+  // cannot fill server.max_connections either.
+  auto refused_slot = [&](const char* reason) {
+    connection = ctx_.refused_limiter->try_acquire(creds->uid);
+    ctx_.metrics.count_connection(false, reason);
+    return connection != nullptr;
+  };
   if (!access.allowed) {
+    if (!refused_slot("forbidden")) return do_accept();
     spdlog::warn("refused a connection from uid {} ({}) pid {}: {}", creds->uid, creds->user,
                  creds->pid, access.reason);
     refusal = Session::Refusal::Forbidden;
-    ctx_.metrics.count_connection(false, "forbidden");
   } else if (ctx_.open_connections.load() >= limits->max_connections) {
     spdlog::warn("refused a connection from uid {} pid {}: server.max_connections ({}) are open",
                  creds->uid, creds->pid, limits->max_connections);
     refusal = Session::Refusal::Overloaded;
     ctx_.metrics.count_connection(false, "max_connections");
   } else if (!(connection = ctx_.connection_limiter->try_acquire(creds->uid))) {
+    if (!refused_slot("max_connections_per_user")) return do_accept();
     spdlog::warn(
         "refused a connection from uid {} ({}) pid {}: it has server.max_connections_per_user "
         "({}) open",
         creds->uid, creds->user, creds->pid, ctx_.connection_limiter->max_per_user());
     refusal = Session::Refusal::UserConnections;
-    ctx_.metrics.count_connection(false, "max_connections_per_user");
   } else {
     spdlog::debug("connection from uid {} ({}) pid {}: allowed as {}", creds->uid, creds->user,
                   creds->pid, access.reason);

@@ -223,6 +223,7 @@ void Session::start_job(std::shared_ptr<GenerationJob> job) {
   ++ctx_.active_generations;
   ++job_serial_;
   job_done_ = false;
+  half_closed_ = false;
   header_sent_ = false;
   keep_alive_ = req_.keep_alive();
   chunked_ = req_.version() >= 11;
@@ -344,14 +345,21 @@ void Session::on_watch(uint64_t serial, error_code ec) {
     // EOF: a client that closed its socket, or one that only shut down its
     // sending side after the request (shutdown(SHUT_WR), `nc -N`) and still
     // reads the answer. A Unix socket whose peer closed reports POLLHUP; a
-    // half-closed one does not. The half-closed client is answered; the
-    // socket stays readable, so the watch ends here, and a later hang-up
-    // shows as a failed write.
+    // half-closed one does not. The half-closed client is answered; its
+    // socket stays readable, so from now on the watch waits for the error
+    // state alone, which a later hang-up sets (once: should that wait end
+    // without a hang-up, the watch ends there, not in a loop).
     if (n == 0) {
       pollfd p{fd, POLLIN, 0};
       if (::poll(&p, 1, 0) == 1 && !(p.revents & (POLLHUP | POLLERR))) {
+        if (half_closed_) return;
+        half_closed_ = true;
         spdlog::debug("client uid {} pid {} half-closed its connection; answering it", peer_.uid,
                       peer_.pid);
+        watching_ = true;
+        stream_.socket().async_wait(
+            net::socket_base::wait_error,
+            beast::bind_front_handler(&Session::on_watch, shared_from_this(), job_serial_));
         return;
       }
     }

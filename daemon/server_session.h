@@ -92,6 +92,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string write_buf_;
   uint64_t job_serial_ = 0;  // tells a stale watch completion from the current one
   bool watching_ = false;
+  bool half_closed_ = false;  // the client shut down its sending side during this job
   std::chrono::steady_clock::time_point request_started_;
   std::array<char, 4096> linger_buf_{};
 };

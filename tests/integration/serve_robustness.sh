@@ -3,10 +3,15 @@
 # control with a second uid: a peer not on the lists gets 403 and a log line.
 set -uo pipefail
 source "$(dirname "$0")/serve_lib.sh"
-PER_USER=2 PER_USER_CONNECTIONS=8 write_config "$tmp/voltad.yaml"
+PER_USER=2 write_config "$tmp/voltad.yaml"
 start_daemon
 PYTHONPATH="$(dirname "$0")" python3 "$(dirname "$0")/serve_robustness.py" "$sock"
 check "malformed input, deadlines, per-user limit" test $? -eq 0
+stop_daemon
+READ_TIMEOUT=10s PER_USER_CONNECTIONS=8 write_config "$tmp/voltad.yaml"
+start_daemon
+PYTHONPATH="$(dirname "$0")" python3 "$(dirname "$0")/serve_connections.py" "$sock"
+check "per-user connections" test $? -eq 0
 
 # A second uid (nobody, 65534) can reach the socket (mode 0666) but is on no
 # allow list: refused. Needs root (setpriv); elsewhere this part is skipped.

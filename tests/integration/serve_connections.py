@@ -1,0 +1,76 @@
+"""Per-user connections (server.max_connections_per_user 8, read_timeout
+10s, so that idle connections stay open through the test).
+usage: serve_connections.py SOCKET"""
+import json
+import socket
+import sys
+import time
+
+from serve_http import Reader, build_request, connect, metrics, request, wait_for
+
+SOCK = sys.argv[1]
+failed = []
+
+
+def check(what, cond, detail=""):
+    print(f"{'ok  ' if cond else 'FAIL'} {what}{'' if cond else ': ' + str(detail)}")
+    if not cond:
+        failed.append(what)
+
+
+def health_on_new_connection():
+    """(status, headers, error or {}, whether the server closed the connection after)."""
+    s = connect(SOCK, 10)
+    try:
+        s.sendall(build_request("GET", "/health"))
+        r = Reader(s)
+        status, headers = r.head()
+        body = r.body(headers)
+        err = json.loads(body)["error"] if status == 429 else {}
+        try:
+            closed = s.recv(1) == b""
+        except OSError:
+            closed = True
+        return status, headers, err, closed
+    finally:
+        s.close()
+
+# Per-user connections: eight open connections are this user's share; the
+# ninth is answered 429 and closed, and once one closes a new one is served.
+held = [connect(SOCK, 10) for _ in range(8)]
+time.sleep(0.2)  # all eight accepted before the ninth
+status, headers, err, closed = health_on_new_connection()
+check("a ninth connection of the same user: 429, Retry-After, closed", status == 429
+      and headers.get("retry-after") == "1" and err.get("code") == "rate_limit_exceeded"
+      and "max_connections_per_user" in err.get("message", "") and closed, (status, err))
+# Refused connections being answered count against the user too: four at
+# once, the rest are closed at once (so a flood of them cannot fill
+# server.max_connections). Here six, sending nothing: two closed at once.
+flood = [connect(SOCK, 10) for _ in range(6)]
+time.sleep(0.5)  # well inside the refused ones' few seconds
+closed_at_once = 0
+for c in flood:
+    c.setblocking(False)
+    try:
+        closed_at_once += c.recv(1) == b""
+    except BlockingIOError:
+        pass  # open, waiting for a request
+    except OSError:
+        closed_at_once += 1
+check("past four refused connections of a user, the next are closed at once", closed_at_once == 2,
+      closed_at_once)
+for c in flood:
+    c.close()
+# A close frees its connection at once.
+held.pop().close()
+t0 = time.time()
+served = wait_for(lambda: request(SOCK, "GET", "/health", timeout=10)[0] == 200, timeout=1.0)
+check("after one of them closes, a new connection is served", served and time.time() - t0 < 1.5,
+      time.time() - t0)
+for c in held:
+    c.close()
+time.sleep(0.3)  # (the server may take a new connection before an old one's close)
+refused = metrics(SOCK).get('voltad_connections_total{result="refused",reason="max_connections_per_user"}', 0)
+check("the refusals are counted in /metrics", refused >= 7, refused)
+
+sys.exit(1 if failed else 0)
