@@ -193,11 +193,14 @@ Status CudaBackend::Impl::allocate_workspace() {
   if (!base) return base.error();
   uint8_t* next = base.value();
   std::string drift;
-  auto take = [&](uint64_t planned, size_t needed, const char* what) {
+  auto check = [&](uint64_t planned, size_t needed, const char* what) {
     if (needed > planned && drift.empty())
       drift = std::string("the VRAM plan gives the ") + what + " " + std::to_string(planned) +
               " bytes, the kernels need " + std::to_string(needed) +
               " (engine/vram_plan.cpp and the CUDA backend disagree: a bug)";
+  };
+  auto take = [&](uint64_t planned, size_t needed, const char* what) {
+    check(planned, needed, what);
     uint8_t* p = next;
     next += planned;
     return p;
@@ -218,6 +221,10 @@ Status CudaBackend::Impl::allocate_workspace() {
   // GEMMs (gemm_min_tokens+ tokens) quantize no activations until the final
   // norm, after the last GEMM (kernels/gemm_sm80.h).
   gemm_scratch = {xq.q, size_t(ws.quantized_x)};
+  check(ws.quantized_x,
+        std::max(kernels::gemm_sm80_scratch_bytes(int(T), int64_t(widest)),
+                 kernels::gemm_narrow_sm80_scratch_bytes(int(std::min<size_t>(T, 32)), int64_t(widest))),
+        "sm_80 GEMMs' fp16 x");  // (the narrow one: 1..32 tokens)
   xq.scales = reinterpret_cast<float*>(take(ws.quantized_x_scales,
                                             kernels::quantized_activation_scale_bytes(int(T), int64_t(widest)),
                                             "activation scales"));
@@ -476,6 +483,10 @@ Status CudaBackend::forward(std::span<const BatchChunk> chunks, ForwardOutput& o
 
 Status CudaBackend::step(std::span<const BatchChunk> chunks, ForwardOutput& out) {
   Impl& m = *impl_;
+  // The calling thread's current device may not be the one this backend
+  // lives on (a backend made on one thread and stepped on another).
+  if (cudaError_t e = cudaSetDevice(m.options.device); e != cudaSuccess)
+    return cuda_error("cudaSetDevice(" + std::to_string(m.options.device) + ")", e);
   const kernels::KernelSetScope kernel_set(m.options.kernels);  // how this step's kernels launch
   const ModelConfig& c = m.model->config;
   VOLTAD_TRY(validate_chunks(chunks, c.n_vocab, m.pool));

@@ -143,6 +143,7 @@ struct CudaBackend::Impl {
   Impl(std::shared_ptr<const Model> m, const CudaBackendOptions& o, int32_t n_blocks)
       : model(std::move(m)), options(o), pool(n_blocks, o.max_context) {}
   ~Impl() {
+    (void)cudaSetDevice(options.device);  // the frees below act on the current device
     if (stream) cudaStreamSynchronize(stream);
     for (cudaGraphExec_t g : decode_graphs)
       if (g) cudaGraphExecDestroy(g);

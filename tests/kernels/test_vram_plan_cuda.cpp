@@ -10,6 +10,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "engine/backend_cuda.h"
 #include "engine/model.h"
 #include "engine/vram_plan.h"
+#include "kernels/gemm_sm80.h"
 
 using namespace voltad;
 namespace fs = std::filesystem;
@@ -211,4 +213,42 @@ TEST_CASE("a backend that does not fit fails with an error and gives its memory 
   // And the card is still usable by a backend that fits.
   auto ok = CudaBackend::create(model.value(), options(l, 64));
   CHECK(ok.ok());
+}
+
+// The plan's quantized activations are also the sm_80 GEMMs' fp16 x
+// (engine/backend_cuda.cpp checks the same at start): for every step size
+// up to max_batch_tokens, and the widest input of a model's products (dim,
+// ffn_dim or q_dim), they hold the tiled GEMM's x and the narrow GEMM's (1
+// to 32 tokens). No device needed.
+TEST_CASE("the plan's quantized activations hold the sm_80 GEMMs' fp16 x") {
+  struct Shape {
+    int64_t dim, heads, kv_heads, ffn;
+  };
+  // Llama-3-8B, Qwen3-32B (q_dim 8192 past dim 5120), SmolLM2-135M-like.
+  for (const Shape& sh : {Shape{4096, 32, 8, 14336}, Shape{5120, 64, 8, 25600},
+                          Shape{576, 9, 3, 1536}}) {
+    ModelConfig m{};
+    m.arch = Arch::Llama;
+    m.dim = sh.dim;
+    m.n_layers = 2;
+    m.n_heads = sh.heads;
+    m.n_kv_heads = sh.kv_heads;
+    m.head_dim = 128;
+    m.ffn_dim = sh.ffn;
+    m.n_vocab = 32000;
+    m.context_length = 4096;
+    const int64_t widest = std::max({m.dim, m.ffn_dim, m.q_dim()});
+    for (int64_t t : {1, 7, 8, 9, 31, 32, 33, 512, 2047}) {
+      CAPTURE(sh.dim);
+      CAPTURE(t);
+      EngineLimits limits;
+      limits.max_batch_tokens = t;
+      limits.max_sequences = std::min<int64_t>(t, 16);
+      const uint64_t planned = cuda_workspace_bytes(m, limits).quantized_x;
+      for (int64_t n = std::max<int64_t>(1, t - 8); n <= t; ++n) {
+        CHECK(planned >= kernels::gemm_sm80_scratch_bytes(int(n), widest));
+        if (n <= 32) CHECK(planned >= kernels::gemm_narrow_sm80_scratch_bytes(int(n), widest));
+      }
+    }
+  }
 }
