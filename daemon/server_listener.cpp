@@ -171,22 +171,30 @@ void Listener::on_accept(boost::system::error_code ec, local::socket socket) {
     ctx_.metrics.count_connection(false, reason);
     return connection != nullptr;
   };
+  // At most one line a uid every 10 s (RefusalLog): a client that retries
+  // in a loop must not flood the journal.
+  auto log_refusal = [&](const std::string& why) {
+    const int64_t unlogged = refusal_log_.admit(creds->uid, RefusalLog::Clock::now());
+    if (unlogged < 0) return;
+    spdlog::warn("refused a connection from uid {} ({}) pid {}: {}{}", creds->uid, creds->user,
+                 creds->pid, why,
+                 unlogged > 0 ? " (and " + std::to_string(unlogged) +
+                                    " more from this uid since the last such line)"
+                              : std::string());
+  };
   if (!access.allowed) {
+    log_refusal(access.reason);
     if (!refused_slot("forbidden")) return do_accept();
-    spdlog::warn("refused a connection from uid {} ({}) pid {}: {}", creds->uid, creds->user,
-                 creds->pid, access.reason);
     refusal = Session::Refusal::Forbidden;
   } else if (ctx_.open_connections.load() >= limits->max_connections) {
-    spdlog::warn("refused a connection from uid {} pid {}: server.max_connections ({}) are open",
-                 creds->uid, creds->pid, limits->max_connections);
+    log_refusal("server.max_connections (" + std::to_string(limits->max_connections) +
+                ") are open");
     refusal = Session::Refusal::Overloaded;
     ctx_.metrics.count_connection(false, "max_connections");
   } else if (!(connection = ctx_.connection_limiter->try_acquire(creds->uid))) {
+    log_refusal("it has server.max_connections_per_user (" +
+                std::to_string(ctx_.connection_limiter->max_per_user()) + ") open");
     if (!refused_slot("max_connections_per_user")) return do_accept();
-    spdlog::warn(
-        "refused a connection from uid {} ({}) pid {}: it has server.max_connections_per_user "
-        "({}) open",
-        creds->uid, creds->user, creds->pid, ctx_.connection_limiter->max_per_user());
     refusal = Session::Refusal::UserConnections;
   } else {
     spdlog::debug("connection from uid {} ({}) pid {}: allowed as {}", creds->uid, creds->user,
@@ -197,6 +205,20 @@ void Listener::on_accept(boost::system::error_code ec, local::socket socket) {
                            std::move(connection))
       ->run();
   do_accept();
+}
+
+int64_t RefusalLog::admit(uid_t uid, Clock::time_point now) {
+  if (entries_.size() > 4096)  // forget the uids quiet for a while
+    std::erase_if(entries_, [&](const auto& e) { return now - e.second.logged >= every_; });
+  auto [it, first] = entries_.try_emplace(uid);
+  Entry& e = it->second;
+  if (!first && now - e.logged < every_) {
+    ++e.unlogged;
+    return -1;
+  }
+  const int64_t unlogged = e.unlogged;
+  e = {now, 0};
+  return unlogged;
 }
 
 }  // namespace voltad

@@ -20,9 +20,11 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 
 #include "daemon/server_context.h"
 #include "engine/result.h"
@@ -45,6 +47,28 @@ Result<boost::asio::local::stream_protocol::acceptor> open_unix_listener(
 Result<boost::asio::local::stream_protocol::acceptor> adopt_unix_listener(
     boost::asio::strand<boost::asio::io_context::executor_type> strand, int fd);
 
+// Which refusals to log: the first of a uid, then at most one a uid every
+// `every`, so that a client retrying in a loop does not flood the journal.
+// admit() returns how many of that uid's refusals went unlogged since its
+// last logged one (log this one and say so), or -1 (do not log it).
+// Forgets a uid once `every` has passed without a refusal. Not thread-safe
+// (the accept loop is one strand).
+class RefusalLog {
+ public:
+  using Clock = std::chrono::steady_clock;
+  explicit RefusalLog(Clock::duration every = std::chrono::seconds(10)) : every_(every) {}
+  int64_t admit(uid_t uid, Clock::time_point now);
+  size_t uids() const { return entries_.size(); }
+
+ private:
+  struct Entry {
+    Clock::time_point logged;
+    int64_t unlogged = 0;
+  };
+  Clock::duration every_;
+  std::unordered_map<uid_t, Entry> entries_;
+};
+
 class Listener : public std::enable_shared_from_this<Listener> {
  public:
   Listener(boost::asio::io_context& ioc, boost::asio::local::stream_protocol::acceptor acceptor,
@@ -60,6 +84,7 @@ class Listener : public std::enable_shared_from_this<Listener> {
   boost::asio::local::stream_protocol::acceptor acceptor_;
   boost::asio::steady_timer retry_timer_;
   ServerContext& ctx_;
+  RefusalLog refusal_log_;
 };
 
 }  // namespace voltad

@@ -12,6 +12,10 @@ READ_TIMEOUT=10s PER_USER_CONNECTIONS=8 write_config "$tmp/voltad.yaml"
 start_daemon
 PYTHONPATH="$(dirname "$0")" python3 "$(dirname "$0")/serve_connections.py" "$sock"
 check "per-user connections" test $? -eq 0
+# Its seven refusals within a few seconds (the ninth connection, then a
+# flood of six) make one log line: one a uid every 10 s.
+refusal_lines=$(grep -c "refused a connection from uid $(id -u) .*max_connections_per_user" "$log")
+check "refusals of one uid: one log line, not one each (got $refusal_lines)" test "$refusal_lines" -eq 1
 
 # A second uid (nobody, 65534) can reach the socket (mode 0666) but is on no
 # allow list: refused. Needs root (setpriv); elsewhere this part is skipped.

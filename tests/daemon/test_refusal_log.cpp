@@ -1,0 +1,34 @@
+// Which refused connections the listener logs (daemon/server_listener.h):
+// the first of a uid, then one a uid every period, each saying how many of
+// that uid's went unlogged since the one before.
+#include <doctest/doctest.h>
+
+#include "daemon/server_listener.h"
+
+using namespace voltad;
+using std::chrono::seconds;
+
+TEST_CASE("refusals are logged once a uid a period, with the count left out") {
+  RefusalLog log(seconds(10));
+  const RefusalLog::Clock::time_point t0{};
+  CHECK(log.admit(1000, t0) == 0);               // the first: logged
+  CHECK(log.admit(1000, t0 + seconds(1)) == -1);  // within the period: not
+  CHECK(log.admit(1000, t0 + seconds(9)) == -1);
+  CHECK(log.admit(1001, t0 + seconds(9)) == 0);   // another uid: its own first
+  CHECK(log.admit(1000, t0 + seconds(10)) == 2);  // a period on: logged, 2 left out
+  CHECK(log.admit(1000, t0 + seconds(11)) == -1);
+  CHECK(log.admit(1000, t0 + seconds(60)) == 1);  // long after: logged, 1 left out
+  CHECK(log.admit(1000, t0 + seconds(80)) == 0);  // nothing left out since
+}
+
+TEST_CASE("a flood of uids does not grow the log without bound") {
+  RefusalLog log(seconds(10));
+  const RefusalLog::Clock::time_point t0{};
+  for (uid_t u = 0; u < 5000; ++u) CHECK(log.admit(u, t0) == 0);
+  CHECK(log.uids() == 5000);
+  // Past 4,096 uids, those quiet for a period are forgotten.
+  CHECK(log.admit(100000, t0 + seconds(20)) == 0);
+  CHECK(log.uids() == 1);
+  CHECK(log.admit(0, t0 + seconds(21)) == 0);
+  CHECK(log.uids() == 2);
+}
