@@ -208,16 +208,22 @@ void Listener::on_accept(boost::system::error_code ec, local::socket socket) {
 }
 
 int64_t RefusalLog::admit(uid_t uid, Clock::time_point now) {
-  if (entries_.size() > 4096)  // forget the uids quiet for a while
-    std::erase_if(entries_, [&](const auto& e) { return now - e.second.logged >= every_; });
+  if (entries_.size() > 4096 && now - purged_ >= every_) {
+    purged_ = now;
+    std::erase_if(entries_, [&](const auto& e) {
+      return e.second.unlogged == 0 && now - e.second.last >= every_;
+    });
+  }
   auto [it, first] = entries_.try_emplace(uid);
   Entry& e = it->second;
+  e.last = now;
   if (!first && now - e.logged < every_) {
     ++e.unlogged;
     return -1;
   }
   const int64_t unlogged = e.unlogged;
-  e = {now, 0};
+  e.logged = now;
+  e.unlogged = 0;
   return unlogged;
 }
 

@@ -51,8 +51,9 @@ Result<boost::asio::local::stream_protocol::acceptor> adopt_unix_listener(
 // `every`, so that a client retrying in a loop does not flood the journal.
 // admit() returns how many of that uid's refusals went unlogged since its
 // last logged one (log this one and say so), or -1 (do not log it).
-// Forgets a uid once `every` has passed without a refusal. Not thread-safe
-// (the accept loop is one strand).
+// Past 4,096 uids it forgets, at most once a period, those with nothing
+// left out and no refusal for a period. Not thread-safe (the accept loop
+// is one strand).
 class RefusalLog {
  public:
   using Clock = std::chrono::steady_clock;
@@ -62,10 +63,11 @@ class RefusalLog {
 
  private:
   struct Entry {
-    Clock::time_point logged;
+    Clock::time_point logged, last;
     int64_t unlogged = 0;
   };
   Clock::duration every_;
+  Clock::time_point purged_{};
   std::unordered_map<uid_t, Entry> entries_;
 };
 
