@@ -46,4 +46,14 @@ ApiError unavailable(std::string message, int retry_after_seconds) {
   return e;
 }
 
+ApiError rate_limited(std::string message) {
+  ApiError e;
+  e.status = 429;
+  e.type = "requests";
+  e.code = "rate_limit_exceeded";
+  e.message = std::move(message);
+  e.retry_after_seconds = 1;
+  return e;
+}
+
 }  // namespace voltad

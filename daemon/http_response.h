@@ -20,5 +20,8 @@ HttpResponse error_response(const ApiError& error, unsigned version, bool keep_a
 
 ApiError not_found(std::string message, std::string code = "not_found");
 ApiError unavailable(std::string message, int retry_after_seconds);
+// 429 for a per-user limit, as OpenAI's: type "requests" (the limit's kind),
+// code "rate_limit_exceeded", Retry-After 1.
+ApiError rate_limited(std::string message);
 
 }  // namespace voltad

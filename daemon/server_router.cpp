@@ -196,15 +196,10 @@ RouteOutcome generation(const Call& c, CompletionRequest::Kind kind, std::functi
   }
   auto slot = c.ctx.user_limiter->try_acquire(c.peer.uid);
   if (!slot) {
-    ApiError e;
-    e.status = 429;
-    e.type = "requests";  // as OpenAI's 429s: the limit's kind, then its code
-    e.code = "rate_limit_exceeded";
-    e.message = "user " + c.peer.user + " already has " +
-                std::to_string(c.ctx.user_limiter->max_per_user()) +
-                " requests in flight (server.max_requests_per_user); wait for one to finish";
-    e.retry_after_seconds = 1;
-    out.response = c.error(e);
+    out.response = c.error(rate_limited(
+        "user " + c.peer.user + " already has " +
+        std::to_string(c.ctx.user_limiter->max_per_user()) +
+        " requests in flight (server.max_requests_per_user); wait for one to finish"));
     return out;
   }
   auto job = std::make_shared<GenerationJob>(

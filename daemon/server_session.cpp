@@ -159,15 +159,12 @@ void Session::handle_request() {
         req_.version(), false));
   }
   if (refusal_ == Refusal::UserConnections) {
-    ApiError e = status_error(
-        429, "user " + peer_.user + " (uid " + std::to_string(peer_.uid) + ") already has " +
-                 std::to_string(ctx_.connection_limiter->max_per_user()) +
-                 " connections open (server.max_connections_per_user); close one, or send "
-                 "requests on a connection already open (keep-alive)");
-    e.type = "requests";
-    e.code = "rate_limit_exceeded";
-    e.retry_after_seconds = 1;
-    return send(error_response(e, req_.version(), false));
+    return send(error_response(
+        rate_limited("user " + peer_.user + " (uid " + std::to_string(peer_.uid) +
+                     ") already has " + std::to_string(ctx_.connection_limiter->max_per_user()) +
+                     " connections open (server.max_connections_per_user); close one, or send "
+                     "requests on a connection already open (keep-alive)"),
+        req_.version(), false));
   }
   // The engine thread calls this when events arrive; it only posts.
   auto notify = [weak = weak_from_this(), ex = stream_.get_executor()] {
