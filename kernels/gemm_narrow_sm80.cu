@@ -44,6 +44,7 @@
 // the Q4_0 and Q4_K_M models; others go to the portable kernels.
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <string>
@@ -93,10 +94,20 @@ template <PackedFormat F>
 constexpr size_t slot_bytes() {
   return size_t(kRows) * (kQuantLd + extra_ld<F>());
 }
-template <PackedFormat F, int NT, int W, int B, int S = stages_for<F, W, B>()>
+// Where RW > 1 warps of a block split rows (kernel_narrow_sm80), each group
+// of them that shares a range of k reads x once a stage into a ring of its
+// own: the stage's fp16 fragments of x (4 chunks x n8 tokens x 64 bytes),
+// then for Int4K256 their x sums (4 chunks x n8 tokens x 4 bytes).
+template <PackedFormat F, int NT>
+constexpr int x_stage_bytes() {
+  return kStageChunks * NT * 8 * (64 + (F == PackedFormat::Int4K256 ? 4 : 0));
+}
+template <PackedFormat F, int NT, int W, int B, int S = stages_for<F, W, B>(), int RW = 1>
 constexpr size_t smem_bytes() {
-  const size_t pipe = size_t(W) * S * slot_bytes<F>();
-  const size_t red = size_t(W) * NT * 8 * (kRows + 4) * sizeof(float);  // partial sums
+  constexpr int kGroups = W / RW;  // warps that split k
+  const size_t x_ring = RW > 1 ? size_t(kGroups) * S * x_stage_bytes<F, NT>() : 0;
+  const size_t pipe = size_t(W) * S * slot_bytes<F>() + x_ring;
+  const size_t red = size_t(kGroups) * NT * 8 * (kRows * RW + 4) * sizeof(float);  // partial sums
   return pipe > red ? pipe : red;
 }
 
@@ -295,19 +306,30 @@ constexpr size_t kSplitSums = size_t(kMaxTokens) * kRows;  // floats a block
 // NT = n8 / 8 token tiles; W warps a block, built for B blocks an SM; S
 // stages a warp's ring; kSplit: gridDim.y blocks split k (only the kernels
 // launch_warps splits take it: the others stay as they were, register for
-// register).
-template <PackedFormat F, int NT, int W, int B, int S = stages_for<F, W, B>(), bool kSplit = false>
+// register). RW: warps that split the block's rows, 32 each (the block has
+// 32 * RW rows; the W / RW groups of them split k). With RW > 1 a group's
+// x comes through a ring in shared memory, copied once a stage for all its
+// warps (x_stage_bytes), instead of each warp reading it from L2 itself;
+// the group's warps then keep in step, a named barrier a stage.
+template <PackedFormat F, int NT, int W, int B, int S = stages_for<F, W, B>(), bool kSplit = false,
+          int RW = 1>
 __global__ void __launch_bounds__(W * 32, B)
     kernel_narrow_sm80(GemmArgs a, const uint32_t* xp, NarrowSplit split) {
+  static_assert(W % RW == 0 && (RW == 1 || !kSplit), "row warps: a whole group, no split");
   constexpr int kN8 = NT * 8;
   constexpr int kExtra = extra_ld<F>();
+  constexpr int kGroups = W / RW;  // warps, or groups of RW warps, that split k
+  constexpr bool kSharedX = RW > 1;
+  constexpr int kBlockRows = kRows * RW;
   extern __shared__ __align__(128) unsigned char smem[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
+  const int rg = warp % RW, kg = warp / RW;  // the warp's rows, its share of k
   const PackedLayout& l = a.w.layout;
   const int64_t rows = l.rows;
   const int64_t chunks = l.cols / 32;
-  const int64_t r0 = int64_t(blockIdx.x) * kRows;
+  const int64_t block_r0 = int64_t(blockIdx.x) * kBlockRows;
+  const int64_t r0 = block_r0 + rg * kRows;  // the warp's first row
 
   // This warp's chunks: whole stages, an equal share in order of its
   // block's (kSplit: an equal share of all, split blockIdx.y of gridDim.y).
@@ -317,25 +339,31 @@ __global__ void __launch_bounds__(W * 32, B)
     k_begin = min(int64_t(blockIdx.y) * per_split, k_end);
     k_end = min(k_begin + per_split, k_end);
   }
-  const int64_t share = (k_end - k_begin + W - 1) / W;
-  const int64_t s_begin = k_begin + warp * share;
+  const int64_t share = (k_end - k_begin + kGroups - 1) / kGroups;
+  const int64_t s_begin = k_begin + kg * share;
   const int64_t s_end = s_begin + share < k_end ? s_begin + share : k_end;
   const int n_stages = s_end > s_begin ? int(s_end - s_begin) : 0;
 
   constexpr int kStages = S;
   uint8_t* ring = smem + size_t(warp) * kStages * slot_bytes<F>();
   auto slot = [&](int i) { return ring + size_t(i % kStages) * slot_bytes<F>(); };
+  constexpr int kXStage = x_stage_bytes<F, NT>();
+  uint8_t* x_ring = smem + size_t(W) * kStages * slot_bytes<F>() + size_t(kg) * kStages * kXStage;
+  auto x_slot = [&](int i) { return x_ring + size_t(i % kStages) * kXStage; };
+  const uint32_t* xs = xp + size_t(kN8) * size_t(chunks) * 16;  // x sums (Int4K256)
 
-  // Issues the copies of stage i (of this warp's) into its slot; a commit
-  // group per stage, empty past the end so that the wait counts hold.
+  // Issues the copies of stage i (of this warp's) into its slot, its
+  // weights and (kSharedX) its part of the group's x as asked; a commit
+  // group per call, empty past the end so that the wait counts hold.
   // Int6K256: the byte offset of row's fp16 d for the super-block of chunk c.
   auto d_offset = [&](int64_t row, int64_t c) -> uint64_t {
     return l.super_offset + uint64_t(row) * l.super_row_bytes + uint64_t(c >> 3) * 2;
   };
-  auto issue = [&](int i) {
+  auto issue = [&](int i, bool weights = true, bool x = true) {
     if (i < n_stages) {
       const int64_t c0 = (s_begin + i) * kStageChunks;
       uint8_t* q = slot(i);
+      if (weights) {
       uint8_t* extras = q + kRows * kQuantLd;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {  // quants: 8 rows x 64 bytes per copy
@@ -363,6 +391,19 @@ __global__ void __launch_bounds__(W * 32, B)
         // d's 4-byte word (cp.async's smallest copy); d_half says which half.
         copy_async<4>(e + 40, a.w.data + (d_offset(row, c0) & ~uint64_t(3)), ok ? 4 : 0);
       }
+      }
+      if (kSharedX && x) {  // the stage's x, 16 bytes a thread of the group at a time
+        const auto* src = reinterpret_cast<const uint8_t*>(xp + c0 * kN8 * 16);
+        uint8_t* dst = x_slot(i);
+        constexpr int kFragPieces = kStageChunks * kN8 * 4;
+        for (int p = rg * 32 + lane; p < kFragPieces; p += RW * 32)
+          copy_async<16>(dst + 16 * p, src + 16 * p, 16);
+        if constexpr (F == PackedFormat::Int4K256) {
+          const auto* sums = reinterpret_cast<const uint8_t*>(xs + c0 * kN8);
+          for (int p = rg * 32 + lane; p < kN8; p += RW * 32)
+            copy_async<16>(dst + 16 * kFragPieces + 16 * p, sums + 16 * p, 16);
+        }
+      }
     }
     copy_commit();
   };
@@ -375,26 +416,46 @@ __global__ void __launch_bounds__(W * 32, B)
 #pragma unroll
       for (int k = 0; k < 4; ++k) acc[m][j][k] = 0.0f;
 
+  // Only the weights are read before the wait (no kernel writes them):
+  // their first stages are on their way while the kernel before this one
+  // drains. x (kSharedX) after it, a group of its own a stage: stage i's
+  // copies are still in by the time the loop's wait counts say so.
 #pragma unroll
-  for (int i = 0; i < kStages - 1; ++i) issue(i);
-  // Only the weights are read above (no kernel writes them): their first
-  // stages are on their way while the kernel before this one drains.
+  for (int i = 0; i < kStages - 1; ++i) issue(i, true, !kSharedX);
   wait_then_release_next();
+  if constexpr (kSharedX) {
+#pragma unroll
+    for (int i = 0; i < kStages - 1; ++i) issue(i, false, true);
+  }
 
   const uint4* xw = reinterpret_cast<const uint4*>(xp) + g * 4 + t;  // token g, lane t's words
-  const uint32_t* xs = xp + size_t(kN8) * size_t(chunks) * 16;       // x sums (Int4K256)
   for (int i = 0; i < n_stages; ++i) {
-    issue(i + kStages - 1);
-    copy_wait<kStages - 1>();
-    __syncwarp();
+    if constexpr (kSharedX) {
+      // Stage i in (this thread's copies, then the group's, by the
+      // barrier), and every warp of the group done with stage i - 1, whose
+      // slots the issue refills.
+      copy_wait<kStages - 2>();
+      asm volatile("bar.sync %0, %1;" ::"r"(1 + kg), "r"(RW * 32) : "memory");
+      issue(i + kStages - 1);
+    } else {
+      issue(i + kStages - 1);
+      copy_wait<kStages - 1>();
+      __syncwarp();
+    }
     const uint8_t* q = slot(i);
+    const uint4* x_here = reinterpret_cast<const uint4*>(x_slot(i)) + g * 4 + t;
     const uint8_t* extra = q + kRows * kQuantLd;
     const int64_t c0 = (s_begin + i) * kStageChunks;
     // This lane's B words of chunk c for each token tile, and the quant
     // word it feeds the MMAs from `row` of the slot for the stage's chunk cc.
     auto load_x = [&](int64_t c, uint4(&xb)[NT]) {
 #pragma unroll
-      for (int j = 0; j < NT; ++j) xb[j] = load_activation(xw + (c * kN8 + 8 * j) * 4);
+      for (int j = 0; j < NT; ++j) {
+        if constexpr (kSharedX)
+          xb[j] = x_here[((c - c0) * kN8 + 8 * j) * 4];
+        else
+          xb[j] = load_activation(xw + (c * kN8 + 8 * j) * 4);
+      }
     };
     auto quant_word = [&](int row, int cc) {
       return *reinterpret_cast<const uint32_t*>(q + row * kQuantLd + cc * 16 + 4 * t);
@@ -439,7 +500,13 @@ __global__ void __launch_bounds__(W * 32, B)
       // chunk t; k 8-15 are zero.
       uint32_t bs[NT];
 #pragma unroll
-      for (int j = 0; j < NT; ++j) bs[j] = load_activation(xs + (c0 + t) * kN8 + 8 * j + g);
+      for (int j = 0; j < NT; ++j) {
+        if constexpr (kSharedX)
+          bs[j] = reinterpret_cast<const uint32_t*>(x_slot(i) + kStageChunks * kN8 * 64)
+              [t * kN8 + 8 * j + g];
+        else
+          bs[j] = load_activation(xs + (c0 + t) * kN8 + 8 * j + g);
+      }
 #pragma unroll
       for (int m = 0; m < 2; ++m) {
         const uint4 ha = header(m, 0), hb = header(m, 1);
@@ -519,14 +586,14 @@ __global__ void __launch_bounds__(W * 32, B)
   // Partial sums through shared memory: red[warp][token][row], then the
   // warps' sums added in warp order.
   __syncthreads();
-  constexpr int kRedLd = kRows + 4;
+  constexpr int kRedLd = kBlockRows + 4;
   float* red = reinterpret_cast<float*>(smem);
 #pragma unroll
   for (int m = 0; m < 2; ++m)
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
-      const int row = 16 * m + g, token = 8 * j + 2 * t;
-      float* base = red + (size_t(warp) * kN8 + token) * kRedLd;
+      const int row = rg * kRows + 16 * m + g, token = 8 * j + 2 * t;
+      float* base = red + (size_t(kg) * kN8 + token) * kRedLd;
       base[row] = acc[m][j][0];
       base[kRedLd + row] = acc[m][j][1];
       base[row + 8] = acc[m][j][2];
@@ -536,7 +603,7 @@ __global__ void __launch_bounds__(W * 32, B)
   auto block_sum = [&](int token, int rn) {
     float v = 0.0f;
 #pragma unroll
-    for (int w = 0; w < W; ++w) v += red[(size_t(w) * kN8 + token) * kRedLd + rn];
+    for (int w = 0; w < kGroups; ++w) v += red[(size_t(w) * kN8 + token) * kRedLd + rn];
     return v;
   };
   if constexpr (kSplit) {
@@ -555,9 +622,9 @@ __global__ void __launch_bounds__(W * 32, B)
     if (!last) return;
     __threadfence();
   }
-  for (int o = threadIdx.x; o < kN8 * kRows; o += W * 32) {
-    const int token = o / kRows, rn = o % kRows;
-    const int64_t row = r0 + rn;
+  for (int o = threadIdx.x; o < kN8 * kBlockRows; o += W * 32) {
+    const int token = o / kBlockRows, rn = o % kBlockRows;
+    const int64_t row = block_r0 + rn;
     if (token >= a.n || row >= rows) continue;
     float v = 0.0f;
     if constexpr (kSplit) {  // in split order, whichever block arrived last
@@ -605,17 +672,19 @@ size_t smem_for(PackedFormat f) {
   }
 }
 
-template <PackedFormat F, int NT, int W, int B, int S = stages_for<F, W, B>(), bool kSplit = false>
+template <PackedFormat F, int NT, int W, int B, int S = stages_for<F, W, B>(), bool kSplit = false,
+          int RW = 1>
 void launch(const GemmArgs& a, const uint32_t* xp, const NarrowSplit& split, dim3 blocks,
             cudaStream_t stream) {
-  auto kernel = kernel_narrow_sm80<F, NT, W, B, S, kSplit>;
+  auto kernel = kernel_narrow_sm80<F, NT, W, B, S, kSplit, RW>;
+  constexpr size_t kSmem = smem_bytes<F, NT, W, B, S, RW>();
   static const bool opted_in = [&] {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    int(smem_bytes<F, NT, W, B, S>())));
+                                    int(kSmem)));
     return true;
   }();
   (void)opted_in;
-  launch_kernel(kernel, blocks, W * 32, smem_bytes<F, NT, W, B, S>(), stream, a, xp, split);
+  launch_kernel(kernel, blocks, W * 32, kSmem, stream, a, xp, split);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -636,11 +705,39 @@ NarrowOneTile one_tile(int n) {
   return n > 4 ? NarrowOneTile::W8B3 : NarrowOneTile::W8B2;
 }
 
+// Blocks whose warps share x (kSharedX): 8 warps, 4 a k range of 128 rows
+// (the x of a stage copied once for four warps, not read by each), two
+// rings of 2 stages, two blocks an SM. Taken from g_shared_x tokens (set by
+// the tests, else VOLTAD_NARROW_SHARED_X=N; 0: never) where the 128-row
+// blocks fill the SMs once.
+constexpr int kSharedRowWarps = 4, kSharedStages = 2;
+std::atomic<int> g_shared_x{-1};
+int shared_x_from() {
+  const int set = g_shared_x.load(std::memory_order_relaxed);
+  if (set >= 0) return set;
+  static const int from_env = [] {
+    const char* v = std::getenv("VOLTAD_NARROW_SHARED_X");
+    return v ? std::max(0, std::atoi(v)) : 0;
+  }();
+  return from_env;
+}
+template <PackedFormat F, int NT>
+constexpr size_t shared_smem() {
+  return smem_bytes<F, NT, 8, 2, kSharedStages, kSharedRowWarps>();
+}
+bool shared_x(const GemmArgs& a, size_t smem) {
+  const int from = shared_x_from();
+  const int64_t blocks = (a.w.layout.rows + kRows * kSharedRowWarps - 1) / (kRows * kSharedRowWarps);
+  return from > 0 && a.n >= from && blocks >= device().sms &&
+         2 * (smem + kReservedPerBlock) <= size_t(device().smem_per_sm);
+}
+
 // The blocks a launch takes: 16 warps (one an SM), or 8 warps, two or three
-// an SM.
-enum class Pick { Wide, Eight, EightThree };
+// an SM, or 8 warps that share x (Shared).
+enum class Pick { Wide, Eight, EightThree, Shared };
 template <PackedFormat F, int NT>
 Pick pick(const GemmArgs& a) {
+  if (shared_x(a, shared_smem<F, NT>())) return Pick::Shared;
   const int64_t blocks = (a.w.layout.rows + kRows - 1) / kRows;
   // 16 warps where the blocks would not fill the SMs once, except for
   // Int4K256 at 25-32 tokens: under the 128-register cap both kernels spill
@@ -715,6 +812,12 @@ void launch_warps(const GemmArgs& a, const uint32_t* xp, const GemmScratch& scra
   const NarrowSplit split = splits > 1 ? split_at(scratch) : NarrowSplit{};
   const dim3 blocks(unsigned(row_blocks(a)), unsigned(splits));
   switch (p) {
+    case Pick::Shared: {
+      constexpr int kBlockRows = kRows * kSharedRowWarps;
+      const dim3 shared_blocks(unsigned((a.w.layout.rows + kBlockRows - 1) / kBlockRows));
+      return launch<F, NT, 8, 2, kSharedStages, false, kSharedRowWarps>(a, xp, split,
+                                                                         shared_blocks, stream);
+    }
     case Pick::Wide:
       return launch<F, NT, 16, 1>(a, xp, split, blocks, stream);
     case Pick::EightThree:
@@ -762,6 +865,21 @@ void launch_format(const GemmArgs& a, const uint32_t* xp, const GemmScratch& scr
   }
 }
 
+// pick() at nt token tiles.
+template <PackedFormat F>
+Pick pick_at(const GemmArgs& a, int nt) {
+  switch (nt) {
+    case 1:
+      return pick<F, 1>(a);
+    case 2:
+      return pick<F, 2>(a);
+    case 3:
+      return pick<F, 3>(a);
+    default:
+      return pick<F, 4>(a);
+  }
+}
+
 // The split count launch_warps takes, by format and token tiles.
 template <PackedFormat F>
 int splits_taken(const GemmArgs& a, const GemmScratch& scratch) {
@@ -778,6 +896,25 @@ int splits_taken(const GemmArgs& a, const GemmScratch& scratch) {
 }
 
 }  // namespace narrow80
+
+void gemm_narrow_sm80_set_shared_x(int from_tokens) {
+  narrow80::g_shared_x.store(from_tokens, std::memory_order_relaxed);
+}
+
+bool gemm_narrow_sm80_shared_x_taken(const GemmArgs& a) {
+  if (a.n < 1 || a.n > narrow80::kMaxTokens) return false;
+  const int nt = (a.n + 7) / 8;
+  switch (a.w.layout.format) {
+    case PackedFormat::Int4Sym32:
+      return narrow80::pick_at<PackedFormat::Int4Sym32>(a, nt) == narrow80::Pick::Shared;
+    case PackedFormat::Int4K256:
+      return narrow80::pick_at<PackedFormat::Int4K256>(a, nt) == narrow80::Pick::Shared;
+    case PackedFormat::Int6K256:
+      return narrow80::pick_at<PackedFormat::Int6K256>(a, nt) == narrow80::Pick::Shared;
+    default:
+      return false;
+  }
+}
 
 void gemm_narrow_sm80_set_one_tile(NarrowOneTile shape) {
   narrow80::g_one_tile.store(shape, std::memory_order_relaxed);

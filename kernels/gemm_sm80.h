@@ -121,6 +121,15 @@ size_t gemm_narrow_sm80_split_bytes(int64_t rows, int splits);
 void gemm_narrow_sm80_set_splits(int splits);
 // The splits launch_gemm_narrow_sm80(args, scratch) would take here.
 int gemm_narrow_sm80_splits_taken(const GemmArgs& args, const GemmScratch& scratch);
+// Blocks whose warps share x: 8 warps, four of them a k range of 128 rows,
+// the stage's x copied once into shared memory for the four instead of read
+// by each from L2 (each 32-row block reads all of x: at 32 tokens 64 bytes
+// of it a k value beside 18 of Q4_K weights). Taken from `from_tokens`
+// tokens where 128-row blocks fill the SMs; 0: never; -1 undoes the setting
+// (then VOLTAD_NARROW_SHARED_X=N, for comparisons, else never).
+void gemm_narrow_sm80_set_shared_x(int from_tokens);
+// Whether launch_gemm_narrow_sm80(args, ...) takes them here.
+bool gemm_narrow_sm80_shared_x_taken(const GemmArgs& args);
 void launch_gemm_narrow_sm80(const GemmArgs& args, const GemmScratch& scratch, cudaStream_t stream);
 
 // Whether launch_gemm_for(set, args, scratch) runs the sm_80 narrow GEMM.

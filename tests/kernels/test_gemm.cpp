@@ -528,6 +528,66 @@ TEST_CASE("gemm narrow sm80 splits k across blocks where they would not fill the
   }
 }
 
+// Blocks whose warps share x (gemm_narrow_sm80_set_shared_x): where they
+// are taken (128-row blocks at least as many as the SMs, from the set token
+// count) and where not; then against the reference at 1-32 tokens for the
+// three formats. Shapes: rows not a multiple of 128 (a last block of 27
+// rows, one whose second group of warps is past the end), 1,792 columns (14
+// stages: 7 a group of warps), 256 (Q4_0 128: one stage, so the second
+// group has none), and 4,096.
+struct SharedXScope {
+  explicit SharedXScope(int from) { kernels::gemm_narrow_sm80_set_shared_x(from); }
+  ~SharedXScope() { kernels::gemm_narrow_sm80_set_shared_x(-1); }
+};
+
+TEST_CASE("gemm narrow sm80 with warps that share x matches the float64 reference") {
+  if (!device_is_sm80_plus() || !kernels::gemm_sm80_available()) {
+    MESSAGE("not an sm_80+ device with the variant built: skipped");
+    return;
+  }
+  const auto [sms, smem_per_sm] = sm_count_and_shared_memory();
+  const int64_t fill = 128 * int64_t(sms);  // one 128-row block an SM
+  const bool fits = smem_per_sm >= 2 * (96 + 1) * 1024;
+  using kernels::PackedFormat;
+  auto taken = [&](PackedFormat f, int64_t rows, int n) {
+    kernels::GemmArgs a;
+    a.w.layout.format = f;
+    a.w.layout.rows = rows;
+    a.n = n;
+    return kernels::gemm_narrow_sm80_shared_x_taken(a);
+  };
+  {
+    const SharedXScope never(0);
+    CHECK_FALSE(taken(PackedFormat::Int4K256, fill, 32));
+  }
+  const SharedXScope scope(5);
+  for (PackedFormat f : {PackedFormat::Int4Sym32, PackedFormat::Int4K256, PackedFormat::Int6K256}) {
+    CHECK(taken(f, fill, 32) == fits);
+    CHECK(taken(f, fill - 100, 8) == fits);  // the last block partly past the end
+    CHECK(taken(f, fill, 5) == fits);
+    CHECK_FALSE(taken(f, fill, 4));            // fewer tokens than set
+    CHECK_FALSE(taken(f, fill - 128, 32));     // fewer blocks than SMs
+    CHECK_FALSE(taken(f, fill, 33));           // past the narrow GEMM's tokens
+  }
+  if (!fits) {
+    MESSAGE("two such blocks do not fit an SM here: not run");
+    return;
+  }
+  const SharedXScope from_one(1);
+  const Path narrow = Path::Narrow80;
+  int i = 0;
+  for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
+    const int64_t short_cols = type == GgmlType::Q4_0 ? 128 : 256;
+    for (int n : {1, 6, 8, 13, 24, 25, 32}) {
+      const int64_t cols = n == 8 || n == 32 ? 1792 : short_cols;
+      const int64_t rows = i % 2 == 0 ? fill - 101 : fill + 27;
+      run_case(type, {rows, cols, n, GemmTile::Auto, i % 3 == 0, i % 2 == 1, i % 4 != 3, narrow});
+      ++i;
+    }
+    run_case(type, {fill, 4096, 32, GemmTile::Auto, true, true, true, narrow});
+  }
+}
+
 // A kernel that makes x and can also write it in the narrow sm_80 GEMM's
 // layout, both ways: plain(out) writes fp32 x (n rows of cols, stride cols);
 // narrow(out, scratch) writes it too, plus the GEMM's x into the scratch. A
