@@ -721,15 +721,64 @@ int shared_x_from() {
   }();
   return from_env;
 }
+// PROBE: VOLTAD_NARROW_SHARED_SHAPE=wide: one block an SM of 2 RW warps
+// (two groups of RW), RW the least of 4..8 whose blocks do not outnumber
+// the SMs, else 8; as many stages (2-4) as fit 226 KiB.
+// VOLTAD_NARROW_SHARED_Q6K=0 leaves Q6_K alone.
+bool shared_wide() {
+  static const bool wide = [] {
+    const char* v = std::getenv("VOLTAD_NARROW_SHARED_SHAPE");
+    return v && std::string(v) == "wide";
+  }();
+  return wide;
+}
+bool shared_q6k() {
+  static const bool on = [] {
+    const char* v = std::getenv("VOLTAD_NARROW_SHARED_Q6K");
+    return !v || std::string(v) != "0";
+  }();
+  return on;
+}
+template <PackedFormat F, int NT, int RW>
+constexpr int wide_stages() {
+  constexpr size_t stage = size_t(2 * RW) * slot_bytes<F>() + 2 * size_t(x_stage_bytes<F, NT>());
+  constexpr size_t budget = 226 * 1024;
+  return budget / stage >= 4 ? 4 : budget / stage >= 3 ? 3 : 2;
+}
+template <PackedFormat F, int NT, int RW>
+constexpr size_t wide_smem() {
+  return smem_bytes<F, NT, 2 * RW, 1, wide_stages<F, NT, RW>(), RW>();
+}
+int wide_rw(int64_t rows) {
+  for (int rw = 4; rw < 8; ++rw)
+    if ((rows + kRows * rw - 1) / (kRows * rw) <= device().sms) return rw;
+  return 8;
+}
 template <PackedFormat F, int NT>
-constexpr size_t shared_smem() {
-  return smem_bytes<F, NT, 8, 2, kSharedStages, kSharedRowWarps>();
+size_t shared_smem(const GemmArgs& a) {
+  if (!shared_wide()) return smem_bytes<F, NT, 8, 2, kSharedStages, kSharedRowWarps>();
+  switch (wide_rw(a.w.layout.rows)) {
+    case 4:
+      return wide_smem<F, NT, 4>();
+    case 5:
+      return wide_smem<F, NT, 5>();
+    case 6:
+      return wide_smem<F, NT, 6>();
+    case 7:
+      return wide_smem<F, NT, 7>();
+    default:
+      return wide_smem<F, NT, 8>();
+  }
 }
 bool shared_x(const GemmArgs& a, size_t smem) {
   const int from = shared_x_from();
+  if (from <= 0 || a.n < from) return false;
+  if (a.w.layout.format == PackedFormat::Int6K256 && !shared_q6k()) return false;
+  if (shared_wide())
+    return (a.w.layout.rows + kRows - 1) / kRows >= 4 * device().sms &&
+           smem <= size_t(device().max_smem);
   const int64_t blocks = (a.w.layout.rows + kRows * kSharedRowWarps - 1) / (kRows * kSharedRowWarps);
-  return from > 0 && a.n >= from && blocks >= device().sms &&
-         2 * (smem + kReservedPerBlock) <= size_t(device().smem_per_sm);
+  return blocks >= device().sms && 2 * (smem + kReservedPerBlock) <= size_t(device().smem_per_sm);
 }
 
 // The blocks a launch takes: 16 warps (one an SM), or 8 warps, two or three
@@ -737,7 +786,7 @@ bool shared_x(const GemmArgs& a, size_t smem) {
 enum class Pick { Wide, Eight, EightThree, Shared };
 template <PackedFormat F, int NT>
 Pick pick(const GemmArgs& a) {
-  if (shared_x(a, shared_smem<F, NT>())) return Pick::Shared;
+  if (shared_x(a, shared_smem<F, NT>(a))) return Pick::Shared;
   const int64_t blocks = (a.w.layout.rows + kRows - 1) / kRows;
   // 16 warps where the blocks would not fill the SMs once, except for
   // Int4K256 at 25-32 tokens: under the 128-register cap both kernels spill
@@ -813,6 +862,22 @@ void launch_warps(const GemmArgs& a, const uint32_t* xp, const GemmScratch& scra
   const dim3 blocks(unsigned(row_blocks(a)), unsigned(splits));
   switch (p) {
     case Pick::Shared: {
+      if (shared_wide()) {
+        const int rw = wide_rw(a.w.layout.rows);
+        const dim3 wb(unsigned((a.w.layout.rows + kRows * rw - 1) / (kRows * rw)));
+        switch (rw) {
+          case 4:
+            return launch<F, NT, 8, 1, wide_stages<F, NT, 4>(), false, 4>(a, xp, split, wb, stream);
+          case 5:
+            return launch<F, NT, 10, 1, wide_stages<F, NT, 5>(), false, 5>(a, xp, split, wb, stream);
+          case 6:
+            return launch<F, NT, 12, 1, wide_stages<F, NT, 6>(), false, 6>(a, xp, split, wb, stream);
+          case 7:
+            return launch<F, NT, 14, 1, wide_stages<F, NT, 7>(), false, 7>(a, xp, split, wb, stream);
+          default:
+            return launch<F, NT, 16, 1, wide_stages<F, NT, 8>(), false, 8>(a, xp, split, wb, stream);
+        }
+      }
       constexpr int kBlockRows = kRows * kSharedRowWarps;
       const dim3 shared_blocks(unsigned((a.w.layout.rows + kBlockRows - 1) / kBlockRows));
       return launch<F, NT, 8, 2, kSharedStages, false, kSharedRowWarps>(a, xp, split,
