@@ -705,39 +705,16 @@ NarrowOneTile one_tile(int n) {
   return n > 4 ? NarrowOneTile::W8B3 : NarrowOneTile::W8B2;
 }
 
-// Blocks whose warps share x (kSharedX): 8 warps, 4 a k range of 128 rows
-// (the x of a stage copied once for four warps, not read by each), two
-// rings of 2 stages, two blocks an SM. Taken from g_shared_x tokens (set by
-// the tests, else VOLTAD_NARROW_SHARED_X=N; 0: never) where the 128-row
-// blocks fill the SMs once.
-constexpr int kSharedRowWarps = 4, kSharedStages = 2;
-std::atomic<int> g_shared_x{-1};
-int shared_x_from() {
-  const int set = g_shared_x.load(std::memory_order_relaxed);
-  if (set >= 0) return set;
-  static const int from_env = [] {
-    const char* v = std::getenv("VOLTAD_NARROW_SHARED_X");
-    return v ? std::max(0, std::atoi(v)) : 0;
-  }();
-  return from_env;
-}
-// PROBE: VOLTAD_NARROW_SHARED_SHAPE=wide: one block an SM of 2 RW warps
-// (two groups of RW), RW the least of 4..8 whose blocks do not outnumber
-// the SMs, else 8; as many stages (2-4) as fit 226 KiB.
-// VOLTAD_NARROW_SHARED_Q6K=0 leaves Q6_K alone.
-bool shared_wide() {
-  static const bool wide = [] {
-    const char* v = std::getenv("VOLTAD_NARROW_SHARED_SHAPE");
-    return v && std::string(v) == "wide";
-  }();
-  return wide;
-}
-bool shared_q6k() {
-  static const bool on = [] {
-    const char* v = std::getenv("VOLTAD_NARROW_SHARED_Q6K");
-    return !v || std::string(v) != "0";
-  }();
-  return on;
+// Blocks whose warps share x (kSharedX; gemm_sm80.h, NarrowSharedX):
+// Pair: 8 warps, 4 a k range of 128 rows, rings of 2 stages, two blocks an
+// SM; Wide: one block an SM of two groups of RW warps, RW the least of 4-6
+// whose blocks do not outnumber the SMs, as many stages (2-4) as fit 226
+// KiB. Built where the rule may take them: Q4_K and Q6_K at 25-32 tokens,
+// Q4_0 at 1-8.
+constexpr int kPairRowWarps = 4, kPairStages = 2, kWideMaxRowWarps = 6;
+template <PackedFormat F, int NT>
+constexpr bool shared_built() {
+  return F == PackedFormat::Int4Sym32 ? NT == 1 : NT == 4;
 }
 template <PackedFormat F, int NT, int RW>
 constexpr int wide_stages() {
@@ -749,36 +726,85 @@ template <PackedFormat F, int NT, int RW>
 constexpr size_t wide_smem() {
   return smem_bytes<F, NT, 2 * RW, 1, wide_stages<F, NT, RW>(), RW>();
 }
+// Wide's RW for `rows`, or 0 where more than kWideMaxRowWarps would be needed
+// or its blocks would number under a quarter of the 32-row ones.
 int wide_rw(int64_t rows) {
-  for (int rw = 4; rw < 8; ++rw)
+  if ((rows + kRows - 1) / kRows < 4 * int64_t(device().sms)) return 0;
+  for (int rw = 4; rw <= kWideMaxRowWarps; ++rw)
     if ((rows + kRows * rw - 1) / (kRows * rw) <= device().sms) return rw;
-  return 8;
+  return 0;
 }
+
+// Set by the tests, else VOLTAD_NARROW_SHARED_X: 0 (never), q4 (the rule
+// for the 4-bit formats only), pair or wide (wherever built and fitting),
+// anything else the rule.
+std::atomic<NarrowSharedX> g_shared_x{NarrowSharedX::Rule};
+enum class SharedEnv { Rule, Never, FourBit, Pair, Wide };
+SharedEnv shared_env() {
+  static const SharedEnv e = [] {
+    const char* v = std::getenv("VOLTAD_NARROW_SHARED_X");
+    const std::string s = v ? v : "";
+    return s == "0"      ? SharedEnv::Never
+           : s == "q4"   ? SharedEnv::FourBit
+           : s == "pair" ? SharedEnv::Pair
+           : s == "wide" ? SharedEnv::Wide
+                         : SharedEnv::Rule;
+  }();
+  return e;
+}
+
+// The shared-x blocks a launch of F at NT token tiles takes: the rule, as
+// measured on the H200 (docs/PERFORMANCE.md run 31), is Wide where it fits
+// (Qwen3-8B's gate|up: 6 row warps, 128 blocks), else Pair (Llama-3-8B's:
+// Wide would need 7 row warps, whose 14-warp blocks are held to 128
+// registers and spill) for Q4_K and Q6_K at 25-32 tokens; Pair for Q4_0 at
+// 1-8 (batch 8 +3.7%). Not at 9-24 tokens, nor at 1-8 for Q4_K (batch 8
+// -1 to -3%): there the 32-row blocks' x is short enough to stay in L1/L2
+// at little cost.
 template <PackedFormat F, int NT>
-size_t shared_smem(const GemmArgs& a) {
-  if (!shared_wide()) return smem_bytes<F, NT, 8, 2, kSharedStages, kSharedRowWarps>();
-  switch (wide_rw(a.w.layout.rows)) {
-    case 4:
-      return wide_smem<F, NT, 4>();
-    case 5:
-      return wide_smem<F, NT, 5>();
-    case 6:
-      return wide_smem<F, NT, 6>();
-    case 7:
-      return wide_smem<F, NT, 7>();
-    default:
-      return wide_smem<F, NT, 8>();
+NarrowSharedX shared_x(const GemmArgs& a) {
+  if constexpr (!shared_built<F, NT>()) {
+    return NarrowSharedX::Never;
+  } else {
+    NarrowSharedX how = g_shared_x.load(std::memory_order_relaxed);
+    if (how == NarrowSharedX::Rule) {
+      switch (shared_env()) {
+        case SharedEnv::Never:
+          return NarrowSharedX::Never;
+        case SharedEnv::FourBit:
+          if (F == PackedFormat::Int6K256) return NarrowSharedX::Never;
+          break;
+        case SharedEnv::Pair:
+          how = NarrowSharedX::Pair;
+          break;
+        case SharedEnv::Wide:
+          how = NarrowSharedX::Wide;
+          break;
+        case SharedEnv::Rule:
+          break;
+      }
+    }
+    if (how == NarrowSharedX::Never) return how;
+    const int64_t rows = a.w.layout.rows;
+    const int rw = wide_rw(rows);
+    size_t wide = 0;
+    switch (rw) {
+      case 4: wide = wide_smem<F, NT, 4>(); break;
+      case 5: wide = wide_smem<F, NT, 5>(); break;
+      case 6: wide = wide_smem<F, NT, 6>(); break;
+      default: break;
+    }
+    const bool wide_fits = wide && wide <= size_t(device().max_smem);
+    const int64_t pair_blocks = (rows + kRows * kPairRowWarps - 1) / (kRows * kPairRowWarps);
+    const bool pair_fits =
+        pair_blocks >= device().sms &&
+        2 * (smem_bytes<F, NT, 8, 2, kPairStages, kPairRowWarps>() + kReservedPerBlock) <=
+            size_t(device().smem_per_sm);
+    if (how == NarrowSharedX::Wide) return wide_fits ? how : NarrowSharedX::Never;
+    if (how == NarrowSharedX::Pair) return pair_fits ? how : NarrowSharedX::Never;
+    if (F != PackedFormat::Int4Sym32 && wide_fits) return NarrowSharedX::Wide;
+    return pair_fits ? NarrowSharedX::Pair : NarrowSharedX::Never;
   }
-}
-bool shared_x(const GemmArgs& a, size_t smem) {
-  const int from = shared_x_from();
-  if (from <= 0 || a.n < from) return false;
-  if (a.w.layout.format == PackedFormat::Int6K256 && !shared_q6k()) return false;
-  if (shared_wide())
-    return (a.w.layout.rows + kRows - 1) / kRows >= 4 * device().sms &&
-           smem <= size_t(device().max_smem);
-  const int64_t blocks = (a.w.layout.rows + kRows * kSharedRowWarps - 1) / (kRows * kSharedRowWarps);
-  return blocks >= device().sms && 2 * (smem + kReservedPerBlock) <= size_t(device().smem_per_sm);
 }
 
 // The blocks a launch takes: 16 warps (one an SM), or 8 warps, two or three
@@ -786,7 +812,7 @@ bool shared_x(const GemmArgs& a, size_t smem) {
 enum class Pick { Wide, Eight, EightThree, Shared };
 template <PackedFormat F, int NT>
 Pick pick(const GemmArgs& a) {
-  if (shared_x(a, shared_smem<F, NT>(a))) return Pick::Shared;
+  if (shared_x<F, NT>(a) != NarrowSharedX::Never) return Pick::Shared;
   const int64_t blocks = (a.w.layout.rows + kRows - 1) / kRows;
   // 16 warps where the blocks would not fill the SMs once, except for
   // Int4K256 at 25-32 tokens: under the 128-register cap both kernels spill
@@ -853,6 +879,26 @@ NarrowSplit split_at(const GemmScratch& scratch) {
           reinterpret_cast<float*>(base + gemm_narrow_sm80_split_bytes(scratch.split_rows, 0))};
 }
 
+// Blocks of RW row warps (shared x): their grid.
+template <PackedFormat F, int NT, int W, int B, int S, int RW>
+void launch_rows(const GemmArgs& a, const uint32_t* xp, cudaStream_t stream) {
+  const dim3 blocks(unsigned((a.w.layout.rows + kRows * RW - 1) / (kRows * RW)));
+  launch<F, NT, W, B, S, false, RW>(a, xp, NarrowSplit{}, blocks, stream);
+}
+template <PackedFormat F, int NT>
+void launch_shared(const GemmArgs& a, const uint32_t* xp, cudaStream_t stream) {
+  if (shared_x<F, NT>(a) == NarrowSharedX::Pair)
+    return launch_rows<F, NT, 8, 2, kPairStages, kPairRowWarps>(a, xp, stream);
+  switch (wide_rw(a.w.layout.rows)) {
+    case 4:
+      return launch_rows<F, NT, 8, 1, wide_stages<F, NT, 4>(), 4>(a, xp, stream);
+    case 5:
+      return launch_rows<F, NT, 10, 1, wide_stages<F, NT, 5>(), 5>(a, xp, stream);
+    default:
+      return launch_rows<F, NT, 12, 1, wide_stages<F, NT, 6>(), 6>(a, xp, stream);
+  }
+}
+
 template <PackedFormat F, int NT>
 void launch_warps(const GemmArgs& a, const uint32_t* xp, const GemmScratch& scratch,
                   cudaStream_t stream) {
@@ -861,28 +907,9 @@ void launch_warps(const GemmArgs& a, const uint32_t* xp, const GemmScratch& scra
   const NarrowSplit split = splits > 1 ? split_at(scratch) : NarrowSplit{};
   const dim3 blocks(unsigned(row_blocks(a)), unsigned(splits));
   switch (p) {
-    case Pick::Shared: {
-      if (shared_wide()) {
-        const int rw = wide_rw(a.w.layout.rows);
-        const dim3 wb(unsigned((a.w.layout.rows + kRows * rw - 1) / (kRows * rw)));
-        switch (rw) {
-          case 4:
-            return launch<F, NT, 8, 1, wide_stages<F, NT, 4>(), false, 4>(a, xp, split, wb, stream);
-          case 5:
-            return launch<F, NT, 10, 1, wide_stages<F, NT, 5>(), false, 5>(a, xp, split, wb, stream);
-          case 6:
-            return launch<F, NT, 12, 1, wide_stages<F, NT, 6>(), false, 6>(a, xp, split, wb, stream);
-          case 7:
-            return launch<F, NT, 14, 1, wide_stages<F, NT, 7>(), false, 7>(a, xp, split, wb, stream);
-          default:
-            return launch<F, NT, 16, 1, wide_stages<F, NT, 8>(), false, 8>(a, xp, split, wb, stream);
-        }
-      }
-      constexpr int kBlockRows = kRows * kSharedRowWarps;
-      const dim3 shared_blocks(unsigned((a.w.layout.rows + kBlockRows - 1) / kBlockRows));
-      return launch<F, NT, 8, 2, kSharedStages, false, kSharedRowWarps>(a, xp, split,
-                                                                         shared_blocks, stream);
-    }
+    case Pick::Shared:
+      if constexpr (shared_built<F, NT>()) return launch_shared<F, NT>(a, xp, stream);
+      break;
     case Pick::Wide:
       return launch<F, NT, 16, 1>(a, xp, split, blocks, stream);
     case Pick::EightThree:
@@ -930,18 +957,18 @@ void launch_format(const GemmArgs& a, const uint32_t* xp, const GemmScratch& scr
   }
 }
 
-// pick() at nt token tiles.
+// shared_x() at a's token tiles.
 template <PackedFormat F>
-Pick pick_at(const GemmArgs& a, int nt) {
-  switch (nt) {
+NarrowSharedX shared_x_at(const GemmArgs& a) {
+  switch ((a.n + 7) / 8) {
     case 1:
-      return pick<F, 1>(a);
+      return shared_x<F, 1>(a);
     case 2:
-      return pick<F, 2>(a);
+      return shared_x<F, 2>(a);
     case 3:
-      return pick<F, 3>(a);
+      return shared_x<F, 3>(a);
     default:
-      return pick<F, 4>(a);
+      return shared_x<F, 4>(a);
   }
 }
 
@@ -962,22 +989,21 @@ int splits_taken(const GemmArgs& a, const GemmScratch& scratch) {
 
 }  // namespace narrow80
 
-void gemm_narrow_sm80_set_shared_x(int from_tokens) {
-  narrow80::g_shared_x.store(from_tokens, std::memory_order_relaxed);
+void gemm_narrow_sm80_set_shared_x(NarrowSharedX how) {
+  narrow80::g_shared_x.store(how, std::memory_order_relaxed);
 }
 
-bool gemm_narrow_sm80_shared_x_taken(const GemmArgs& a) {
-  if (a.n < 1 || a.n > narrow80::kMaxTokens) return false;
-  const int nt = (a.n + 7) / 8;
+NarrowSharedX gemm_narrow_sm80_shared_x_taken(const GemmArgs& a) {
+  if (a.n < 1 || a.n > narrow80::kMaxTokens) return NarrowSharedX::Never;
   switch (a.w.layout.format) {
     case PackedFormat::Int4Sym32:
-      return narrow80::pick_at<PackedFormat::Int4Sym32>(a, nt) == narrow80::Pick::Shared;
+      return narrow80::shared_x_at<PackedFormat::Int4Sym32>(a);
     case PackedFormat::Int4K256:
-      return narrow80::pick_at<PackedFormat::Int4K256>(a, nt) == narrow80::Pick::Shared;
+      return narrow80::shared_x_at<PackedFormat::Int4K256>(a);
     case PackedFormat::Int6K256:
-      return narrow80::pick_at<PackedFormat::Int6K256>(a, nt) == narrow80::Pick::Shared;
+      return narrow80::shared_x_at<PackedFormat::Int6K256>(a);
     default:
-      return false;
+      return NarrowSharedX::Never;
   }
 }
 

@@ -121,15 +121,22 @@ size_t gemm_narrow_sm80_split_bytes(int64_t rows, int splits);
 void gemm_narrow_sm80_set_splits(int splits);
 // The splits launch_gemm_narrow_sm80(args, scratch) would take here.
 int gemm_narrow_sm80_splits_taken(const GemmArgs& args, const GemmScratch& scratch);
-// Blocks whose warps share x: 8 warps, four of them a k range of 128 rows,
-// the stage's x copied once into shared memory for the four instead of read
-// by each from L2 (each 32-row block reads all of x: at 32 tokens 64 bytes
-// of it a k value beside 18 of Q4_K weights). Taken from `from_tokens`
-// tokens where 128-row blocks fill the SMs; 0: never; -1 undoes the setting
-// (then VOLTAD_NARROW_SHARED_X=N, for comparisons, else never).
-void gemm_narrow_sm80_set_shared_x(int from_tokens);
-// Whether launch_gemm_narrow_sm80(args, ...) takes them here.
-bool gemm_narrow_sm80_shared_x_taken(const GemmArgs& args);
+// Blocks whose warps share x. A 32-row block of one warp a k range reads
+// all of x (at 32 tokens 64 bytes a k value beside 18 of Q4_K weights); in
+// these, warps that split rows share a k range, and its x is copied once a
+// stage into shared memory for all of them. Pair: 8 warps, 4 a k range of
+// 128 rows, two blocks an SM; Wide: one block an SM of two groups of 4-6
+// row warps, where those blocks fill the SMs once. Built for Q4_K and Q6_K
+// at 25-32 tokens and Q4_0 at 1-8, where the rule (Rule) takes them as
+// measured on the H200 (gemm_narrow_sm80.cu, shared_x). The tests force
+// one (Pair, Wide: wherever built and fitting) or none (Never); Rule undoes
+// that. VOLTAD_NARROW_SHARED_X=0|q4|pair|wide does the same for a process
+// (comparisons; q4: the rule without Q6_K).
+enum class NarrowSharedX { Rule, Never, Pair, Wide };
+void gemm_narrow_sm80_set_shared_x(NarrowSharedX how);
+// The blocks launch_gemm_narrow_sm80(args, ...) takes here: Pair, Wide or
+// Never.
+NarrowSharedX gemm_narrow_sm80_shared_x_taken(const GemmArgs& args);
 void launch_gemm_narrow_sm80(const GemmArgs& args, const GemmScratch& scratch, cudaStream_t stream);
 
 // Whether launch_gemm_for(set, args, scratch) runs the sm_80 narrow GEMM.

@@ -528,26 +528,29 @@ TEST_CASE("gemm narrow sm80 splits k across blocks where they would not fill the
   }
 }
 
-// Blocks whose warps share x (gemm_narrow_sm80_set_shared_x): where they
-// are taken (128-row blocks at least as many as the SMs, from the set token
-// count) and where not; then against the reference at 1-32 tokens for the
-// three formats. Shapes: rows not a multiple of 128 (a last block of 27
-// rows, one whose second group of warps is past the end), 1,792 columns (14
-// stages: 7 a group of warps), 256 (Q4_0 128: one stage, so the second
-// group has none), and 4,096.
+// Blocks whose warps share x (gemm_narrow_sm80_set_shared_x): which the rule
+// takes, and where none is taken; then each shape forced, against the
+// reference. Row counts: not a multiple of 128 (a last block of 27 rows,
+// one whose last row warps are past the end), and for Wide the counts that
+// take 4, 5 and 6 row warps. Columns: 1,792 (14 stages: 7 a group of
+// warps) and 256 (Q4_0 128: one stage, so the second group has none).
 struct SharedXScope {
-  explicit SharedXScope(int from) { kernels::gemm_narrow_sm80_set_shared_x(from); }
-  ~SharedXScope() { kernels::gemm_narrow_sm80_set_shared_x(-1); }
+  explicit SharedXScope(kernels::NarrowSharedX how) { kernels::gemm_narrow_sm80_set_shared_x(how); }
+  ~SharedXScope() { kernels::gemm_narrow_sm80_set_shared_x(kernels::NarrowSharedX::Rule); }
 };
 
-TEST_CASE("gemm narrow sm80 with warps that share x matches the float64 reference") {
+TEST_CASE("gemm narrow sm80 with warps that share x: as taken, and against the reference") {
   if (!device_is_sm80_plus() || !kernels::gemm_sm80_available()) {
     MESSAGE("not an sm_80+ device with the variant built: skipped");
     return;
   }
   const auto [sms, smem_per_sm] = sm_count_and_shared_memory();
-  const int64_t fill = 128 * int64_t(sms);  // one 128-row block an SM
-  const bool fits = smem_per_sm >= 2 * (96 + 1) * 1024;
+  const int64_t s = sms;
+  // An H100/H200: two Pair blocks (at most 96 KiB each) and one Wide (at
+  // most 226 KiB) fit an SM. (VOLTAD_NARROW_SHARED_X, if set, overrides
+  // the rule: leave it unset here.)
+  const bool fits = smem_per_sm >= 228 * 1024;
+  using kernels::NarrowSharedX;
   using kernels::PackedFormat;
   auto taken = [&](PackedFormat f, int64_t rows, int n) {
     kernels::GemmArgs a;
@@ -556,39 +559,58 @@ TEST_CASE("gemm narrow sm80 with warps that share x matches the float64 referenc
     a.n = n;
     return kernels::gemm_narrow_sm80_shared_x_taken(a);
   };
-  {
-    const SharedXScope never(0);
-    CHECK_FALSE(taken(PackedFormat::Int4K256, fill, 32));
+  const NarrowSharedX pair = fits ? NarrowSharedX::Pair : NarrowSharedX::Never;
+  const NarrowSharedX wide = fits ? NarrowSharedX::Wide : NarrowSharedX::Never;
+  for (PackedFormat f : {PackedFormat::Int4K256, PackedFormat::Int6K256}) {
+    CHECK(taken(f, 192 * s, 32) == wide);          // 6 row warps fill the SMs once
+    CHECK(taken(f, 160 * s - 9, 25) == wide);      // 5
+    CHECK(taken(f, 224 * s - 64, 32) == pair);     // 7 would be needed
+    CHECK(taken(f, 128 * s - 100, 32) == pair);    // as many 128-row blocks as SMs
+    CHECK(taken(f, 128 * s - 128, 32) == NarrowSharedX::Never);  // fewer
+    CHECK(taken(f, 192 * s, 24) == NarrowSharedX::Never);        // 17-24 tokens
+    CHECK(taken(f, 192 * s, 8) == NarrowSharedX::Never);
+    CHECK(taken(f, 192 * s, 33) == NarrowSharedX::Never);
   }
-  const SharedXScope scope(5);
-  for (PackedFormat f : {PackedFormat::Int4Sym32, PackedFormat::Int4K256, PackedFormat::Int6K256}) {
-    CHECK(taken(f, fill, 32) == fits);
-    CHECK(taken(f, fill - 100, 8) == fits);  // the last block partly past the end
-    CHECK(taken(f, fill, 5) == fits);
-    CHECK_FALSE(taken(f, fill, 4));            // fewer tokens than set
-    CHECK_FALSE(taken(f, fill - 128, 32));     // fewer blocks than SMs
-    CHECK_FALSE(taken(f, fill, 33));           // past the narrow GEMM's tokens
+  CHECK(taken(PackedFormat::Int4Sym32, 192 * s, 8) == pair);  // never Wide
+  CHECK(taken(PackedFormat::Int4Sym32, 192 * s, 1) == pair);
+  CHECK(taken(PackedFormat::Int4Sym32, 128 * s - 128, 8) == NarrowSharedX::Never);
+  CHECK(taken(PackedFormat::Int4Sym32, 192 * s, 9) == NarrowSharedX::Never);
+  {
+    const SharedXScope never(NarrowSharedX::Never);
+    CHECK(taken(PackedFormat::Int4K256, 192 * s, 32) == NarrowSharedX::Never);
+  }
+  {
+    const SharedXScope forced(NarrowSharedX::Wide);
+    CHECK(taken(PackedFormat::Int4Sym32, 192 * s, 8) == wide);
+    CHECK(taken(PackedFormat::Int4K256, 224 * s - 64, 32) == NarrowSharedX::Never);  // no 7
   }
   if (!fits) {
-    MESSAGE("two such blocks do not fit an SM here: not run");
+    MESSAGE("the shared-x blocks do not fit an SM here: not run");
     return;
   }
-  const SharedXScope from_one(1);
   const Path narrow = Path::Narrow80;
   int i = 0;
-  for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
-    const int64_t short_cols = type == GgmlType::Q4_0 ? 128 : 256;
-    for (int n : {1, 6, 8, 13, 24, 25, 32}) {
-      const int64_t cols = n == 8 || n == 32 ? 1792 : short_cols;
-      // Under VOLTAD_NARROW_SHARED_SHAPE=wide (a probe) the last three take
-      // 6, 7 and 8 row warps.
-      const int64_t row_counts[] = {fill - 101, fill + 27, 192 * int64_t(sms) - 3,
-                                    224 * int64_t(sms) - 50, 256 * int64_t(sms) + 5};
-      const int64_t rows = row_counts[i % 5];
-      run_case(type, {rows, cols, n, GemmTile::Auto, i % 3 == 0, i % 2 == 1, i % 4 != 3, narrow});
-      ++i;
+  for (NarrowSharedX how : {NarrowSharedX::Pair, NarrowSharedX::Wide}) {
+    const SharedXScope scope(how);
+    const std::vector<int64_t> row_counts =
+        how == NarrowSharedX::Pair ? std::vector<int64_t>{128 * s - 101, 128 * s + 27}
+                                   : std::vector<int64_t>{128 * s - 5, 160 * s - 9, 192 * s - 70};
+    for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
+      const int64_t short_cols = type == GgmlType::Q4_0 ? 128 : 256;
+      const std::vector<int> counts =
+          type == GgmlType::Q4_0 ? std::vector<int>{1, 5, 8} : std::vector<int>{25, 32};
+      for (int64_t rows : row_counts)
+        for (int n : counts) {
+          CAPTURE(int(how));
+          REQUIRE(taken(type == GgmlType::Q4_0   ? PackedFormat::Int4Sym32
+                        : type == GgmlType::Q4_K ? PackedFormat::Int4K256
+                                                 : PackedFormat::Int6K256,
+                        rows, n) == how);
+          const int64_t cols = i % 2 == 0 ? 1792 : short_cols;
+          run_case(type, {rows, cols, n, GemmTile::Auto, i % 3 == 0, i % 2 == 1, i % 4 != 3, narrow});
+          ++i;
+        }
     }
-    run_case(type, {fill, 4096, 32, GemmTile::Auto, true, true, true, narrow});
   }
 }
 
