@@ -54,6 +54,7 @@
 #include "kernels/gemm_decode.cuh"
 #include "kernels/gemm_sm80.h"
 #include "kernels/launch.cuh"
+#include "kernels/narrow_sm80.cuh"
 #include "kernels/narrow_x.cuh"
 #include "kernels/sm80_common.cuh"
 
@@ -65,234 +66,10 @@ using sm80::copy_async;
 using sm80::copy_commit;
 using sm80::copy_wait;
 
-constexpr int kRows = 32;                         // weight rows per block: two m16 tiles
-constexpr int kStageChunks = 4;                   // chunks (32 values) per stage
-constexpr int kQuantLd = kStageChunks * 16 + 16;  // bytes per row in a slot (80: the
-                                                  // 8 rows a load reads hit distinct banks)
-constexpr int kMaxTokens = 32;
-// Warps per block W (they split k): 8, or 16 where the blocks would not
-// fill the SMs once (a 4096-row matrix: 128 blocks). Blocks an SM B, the
-// kernel's __launch_bounds__: 1 with 16 warps, else 2, or 3 for 5-8 tokens
-// of 4-bit weights (NarrowOneTile, below: 80 registers a thread). Ring
-// depth per warp S: 4 stages with 8 warps and 2 blocks of 4-bit weights,
-// else 3 (shared memory: three blocks of 72 KiB share an H200 SM's 228
-// KiB). A Q6_K slot is 4 KiB: its 8x2 ring has 3 stages (96 KiB) where two
-// such blocks fit an SM, else 4 (128 KiB, one block an SM; q6k_ring).
-template <PackedFormat F, int W, int B>
-constexpr int stages_for() {
-  return W == 8 && B == 2 && F != PackedFormat::Int6K256 ? 4 : 3;
-}
-
-// Extra bytes per row per stage besides the quants: Int4Sym32 4 fp16 d;
-// Int4K256 the super-block's 16-byte header; Int6K256 4 x 8 bytes of
-// crumbs, 4 x 2 int8 sc, and the 4-byte word holding the fp16 d.
-template <PackedFormat F>
-constexpr int extra_ld() {
-  return F == PackedFormat::Int4Sym32 ? 8 : F == PackedFormat::Int4K256 ? 16 : 48;
-}
-template <PackedFormat F>
-constexpr size_t slot_bytes() {
-  return size_t(kRows) * (kQuantLd + extra_ld<F>());
-}
-// Where RW > 1 warps of a block split rows (kernel_narrow_sm80), each group
-// of them that shares a range of k reads x once a stage into a ring of its
-// own: the stage's fp16 fragments of x (4 chunks x n8 tokens x 64 bytes),
-// then for Int4K256 their x sums (4 chunks x n8 tokens x 4 bytes).
-template <PackedFormat F, int NT>
-constexpr int x_stage_bytes() {
-  return kStageChunks * NT * 8 * (64 + (F == PackedFormat::Int4K256 ? 4 : 0));
-}
-template <PackedFormat F, int NT, int W, int B, int S = stages_for<F, W, B>(), int RW = 1>
-constexpr size_t smem_bytes() {
-  constexpr int kGroups = W / RW;  // warps that split k
-  const size_t x_ring = RW > 1 ? size_t(kGroups) * S * x_stage_bytes<F, NT>() : 0;
-  const size_t pipe = size_t(W) * S * slot_bytes<F>() + x_ring;
-  const size_t red = size_t(kGroups) * NT * 8 * (kRows * RW + 4) * sizeof(float);  // partial sums
-  return pipe > red ? pipe : red;
-}
-
-// Bit casts and packing: the portable decoders' own (gemm_decode.cuh).
-using gemm_decode::half2_as_u32;
-using gemm_decode::mask_or;
-using gemm_decode::mask_or_reg;
-using gemm_decode::mask_xor;
-using gemm_decode::u32_as_half2;
-
-// The low nibbles of bytes 0 and 2 of w as the FP16 pair 1024 + q (exponent
-// 0x64: a unit in the last place of 1), and the high nibbles of the same
-// bytes, where they lie, as 64 + q (exponent 0x54: a unit in the last place
-// of 1/16, so bits 4-7 count whole units): no shift for either.
-__device__ __forceinline__ uint32_t low_nibbles(uint32_t w) {
-  return mask_or<0x000F000Fu, 0x64006400u>(w);
-}
-__device__ __forceinline__ uint32_t high_nibbles(uint32_t w) {
-  return mask_or<0x00F000F0u, 0x54005400u>(w);
-}
-
-// The decoders below give the four FP16 pairs of one row and chunk a lane
-// feeds the MMAs, from w, the chunk's word t: v[0] = values (4t, 4t+2),
-// v[1] = (4t+1, 4t+3) for the first MMA (k 2t, 2t+1 and 2t+8, 2t+9), v[2]
-// and v[3] the same 16 on for the second: the low nibbles of w's bytes 0
-// and 2 are v[0], of bytes 1 and 3 (w >> 8) v[1]; the high nibbles v[2] and
-// v[3]. `row_extra` the row's extra bytes in the slot; cc the chunk's index
-// in the stage.
-
-// Int4Sym32 (Q4_0), w = d * (q - 8): in FP16, exact for the portable
-// decoder's values.
-__device__ __forceinline__ void decode_q4_0(uint32_t w, const uint8_t* row_extra, int cc,
-                                            uint32_t (&v)[4]) {
-  const uint16_t d = reinterpret_cast<const uint16_t*>(row_extra)[cc];
-  const __half2 d2 = __halves2half2(__ushort_as_half(d), __ushort_as_half(d));
-  const __half2 low_off = u32_as_half2(0x64086408u);   // 1024 + 8
-  const __half2 high_off = u32_as_half2(0x54805480u);  // 64 + 8
-  const uint32_t w8 = w >> 8;
-  auto scale = [&](uint32_t bits, __half2 off) {  // q - 8 exact, then one rounding
-    return half2_as_u32(__hmul2(__hsub2(u32_as_half2(bits), off), d2));
-  };
-  v[0] = scale(low_nibbles(w), low_off);
-  v[1] = scale(low_nibbles(w8), low_off);
-  v[2] = scale(high_nibbles(w), high_off);
-  v[3] = scale(high_nibbles(w8), high_off);
-}
-
-// Int4K256 (Q4_K), w = D*sc*q - M*mn with six-bit sc, mn per chunk (a
-// sub-block of 32) and fp16 D, M per super-block of 8 chunks. The MMAs take
-// sc*q, an integer below 1024 and so exact in FP16, and sum a stage's four
-// chunks in FP32; the mins are a second product, sum over the stage's chunks
-// of mn * (sum of the chunk's x), by one more MMA per tile with each chunk's
-// x sum (scaled by 1/64, kernels/narrow_x.cuh) split into two FP16 halves
-// (hi + lo, ~22 bits); then, once per stage, acc += D*(sc*q.x) -
-// 64*M*(mn.xsum). No weight is rounded: the result
-// is the reference's sum with x rounded to FP16, as for the other formats.
-// From a row's header (16 bytes: D, M, 12 bytes of six-bit fields), the
-// stage's four sc (with `mins`: mn) one per byte; `upper` says which half of
-// the super-block the stage holds (chunks 0-3 or 4-7). As q4_k_scale_min:
-// sub-block j < 4 takes the low six bits of byte 4 + j (mn: 8 + j); j >= 4
-// the low (mn: high) nibble of byte 12 + j - 4 and the top two bits of byte
-// j (mn: 4 + j).
-__device__ __forceinline__ uint32_t k256_six_bits(const uint4& h, bool upper, bool mins) {
-  const uint32_t lo = mins ? h.z : h.y;  // header bytes 8-11 : 4-7
-  if (!upper) return lo & 0x3F3F3F3Fu;
-  return ((mins ? h.w >> 4 : h.w) & 0x0F0F0F0Fu) | ((lo >> 2) & 0x30303030u);
-}
-__device__ __forceinline__ float k256_d(const uint4& h, bool mins) {
-  return __half2float(__ushort_as_half((unsigned short)(mins ? h.x >> 16 : h.x & 0xFFFF)));
-}
-// Byte b of v, a small integer, as an exact FP16 pair: one byte permute
-// puts it below the exponent byte 0x64 (the FP16 1024 + b), one HSUB2
-// takes 1024 away.
-__device__ __forceinline__ __half2 byte_as_half2(uint32_t v, int b) {
-  const uint32_t two = __byte_perm(v, 0x64646464u, 0x4040u | uint32_t(b) | (uint32_t(b) << 8));
-  return __hsub2(u32_as_half2(two), u32_as_half2(0x64006400u));
-}
-// The four pairs of sc*q a lane feeds the MMAs (order as in decode_q4_0):
-// one fused (1024 + q)*sc - 1024*sc each; exact (the results are integers
-// below 1024). kInPlace: the high nibbles as (64 + q)*sc - 64*sc, without a
-// shift but with one more register (-64*sc) a row, which the kernels of 4
-// token tiles cannot spare (284 bytes spilled at 8 warps; 3 tiles spill
-// nothing since the chunk's word is read whole, run 22).
-template <bool kInPlace>
-__device__ __forceinline__ void decode_sc_q(uint32_t w, __half2 sc, uint32_t (&v)[4]) {
-  const __half2 nsc = __hmul2(sc, u32_as_half2(0xE400E400u));  // -1024*sc, exact
-  const uint32_t w8 = w >> 8;
-  v[0] = half2_as_u32(__hfma2(u32_as_half2(low_nibbles(w)), sc, nsc));
-  v[1] = half2_as_u32(__hfma2(u32_as_half2(low_nibbles(w8)), sc, nsc));
-  if constexpr (kInPlace) {
-    const __half2 nsc64 = __hmul2(sc, u32_as_half2(0xD400D400u));  // -64*sc, exact
-    v[2] = half2_as_u32(__hfma2(u32_as_half2(high_nibbles(w)), sc, nsc64));
-    v[3] = half2_as_u32(__hfma2(u32_as_half2(high_nibbles(w8)), sc, nsc64));
-  } else {
-    v[2] = half2_as_u32(__hfma2(u32_as_half2(low_nibbles(w >> 4)), sc, nsc));
-    v[3] = half2_as_u32(__hfma2(u32_as_half2(low_nibbles(w8 >> 4)), sc, nsc));
-  }
-}
-
-// Int6K256 (Q6_K), w = d*sc*(q - 32) with an int8 sc per half of 16 values
-// and an fp16 d per super-block: each m16n8k16 MMA covers exactly one half,
-// so the MMAs take q - 32 (exact in FP16) and the scale d*sc (exact in FP32)
-// multiplies each MMA's result. The low nibbles are as in Int4 (of the six-
-// bit two's complement of q - 32); the top two bits of value 4g+j of a half
-// are bits 8j+2g of the half's crumb word, so values 4t, 4t+1, 4t+2, 4t+3
-// of a half have theirs at bits 0, 8, 16, 24 of the word shifted right by
-// 2t. The crumbs go above the nibbles, where those lie (low_nibbles, high_nibbles): bits 4-5
-// for the first half (1024 + u), bits 8-9 for the second (64 + u), u the
-// six-bit field; flipping its top bit (XOR with 0x6420 or 0x5600, which also
-// sets the exponent) gives 1024 + q or 64 + q, q = u ^ 32 in 0..63, and one
-// HSUB2 of the same constant (1056 or 96) gives q - 32.
-// v in the order above (v[0], v[1]: the first half, k 0-15); scale[h] = d*sc of
-// half h. d_half: which half of the copied 4-byte word holds d.
-__device__ __forceinline__ void decode_q6(uint32_t w, const uint8_t* row_extra, int cc, int t,
-                                          int d_half, uint32_t (&v)[4], float (&scale)[2]) {
-  const uint2 crumbs = reinterpret_cast<const uint2*>(row_extra)[cc];
-  const uint16_t sc = reinterpret_cast<const uint16_t*>(row_extra + 32)[cc];
-  const uint32_t dword = *reinterpret_cast<const uint32_t*>(row_extra + 40);
-  const float d = __half2float(__ushort_as_half((unsigned short)(dword >> (16 * d_half))));
-  const uint32_t w8 = w >> 8;
-  constexpr uint32_t kLow = 0x64206420u;   // FP16 pair 1056: 0x6400 | bit 5
-  constexpr uint32_t kHigh = 0x56005600u;  // FP16 pair 96: 0x5400 | bit 9
-  // The crumbs of values 4t+j of the first half at bits 8j, 8j+1 of z0, of
-  // the second half of z1.
-  const uint32_t z0 = crumbs.x >> (2 * t), z1 = crumbs.y >> (2 * t);
-  auto q_minus_32 = [](uint32_t bits, uint32_t k) {
-    return half2_as_u32(__hsub2(u32_as_half2(bits), u32_as_half2(k)));
-  };
-  v[0] = q_minus_32(mask_or_reg<0x000F000Fu>(w, mask_xor<0x00300030u, kLow>(z0 << 4)), kLow);
-  v[1] = q_minus_32(mask_or_reg<0x000F000Fu>(w8, mask_xor<0x00300030u, kLow>(z0 >> 4)), kLow);
-  v[2] = q_minus_32(mask_or_reg<0x00F000F0u>(w, mask_xor<0x03000300u, kHigh>(z1 << 8)), kHigh);
-  v[3] = q_minus_32(mask_or_reg<0x00F000F0u>(w8, mask_xor<0x03000300u, kHigh>(z1)), kHigh);
-  scale[0] = d * float(int8_t(sc));
-  scale[1] = d * float(int8_t(sc >> 8));
-}
+// Block sizes, shared memory and the weight decoders: kernels/narrow_sm80.cuh.
 
 using sm80::mma_16816;
 using sm80::mma_16816_first;
-
-// x (n, ldx) fp32 -> xp: for chunk c and token t < n8 (n rounded up to 8;
-// tokens past n are zeros), the chunk's 16 fp16 pairs at (c * n8 + t) * 16,
-// lane i's B words at 4i..4i+3: values (4i, 4i+2), (4i+1, 4i+3), and the
-// same 16 on (the MMAs' k order, above). Then, at xs[c * n8 + t],
-// the sum of those 32 fp16 values as an fp16 pair (hi, lo = the rest): the
-// B operand of the Int4K256 mins. kernels/narrow_x.cuh writes the same
-// layout from a warp that holds a chunk (RMSNorm's fused path).
-// One thread per 16 bytes of xp (lane i's four words of a token's chunk):
-// four threads share a chunk's 128 bytes of x, so reads and writes are
-// coalesced (one thread per token and chunk, reading 32 scalars in a row,
-// took 4.6 us a launch at 4096 columns). The thread count is a multiple of
-// 32 (n8 * 4 per chunk), so a warp is either all in or all out.
-__global__ void kernel_x_to_fragments(const float* x, int64_t ldx, int n, int n8, int64_t chunks,
-                                      bool quads_aligned, uint32_t* xp, uint32_t* xs) {
-  wait_then_release_next();
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= chunks * n8 * 4) return;
-  const int lane_t = int(i & 3);
-  const int64_t ct = i >> 2;  // c * n8 + t
-  const int64_t c = ct / n8;
-  const int t = int(ct % n8);
-  uint32_t w[4] = {0, 0, 0, 0};
-  float sum = 0.0f;
-  if (t < n) {
-    const float* src = x + int64_t(t) * ldx + c * 32 + 4 * lane_t;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {  // values 4 lane_t + 16h .. +3
-      float4 v;
-      if (quads_aligned) {
-        v = load_activation(reinterpret_cast<const float4*>(src + 16 * h));
-      } else {
-        v = make_float4(load_activation(src + 16 * h), load_activation(src + 16 * h + 1),
-                        load_activation(src + 16 * h + 2), load_activation(src + 16 * h + 3));
-      }
-      const __half2 even = __floats2half2_rn(v.x, v.z), odd = __floats2half2_rn(v.y, v.w);
-      w[2 * h] = half2_as_u32(even);
-      w[2 * h + 1] = half2_as_u32(odd);
-      const float2 e = __half22float2(even), o = __half22float2(odd);
-      sum += (e.x + o.x) + (e.y + o.y);
-    }
-  }
-  reinterpret_cast<uint4*>(xp)[i] = make_uint4(w[0], w[1], w[2], w[3]);
-  sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 1);
-  sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 2);
-  if (lane_t == 0) xs[ct] = pack_x_sum(sum);
-}
 
 // Where gridDim.y blocks split k (kSplit; gemm_narrow_sm80_split_bytes): an
 // arrival counter per row block (zero between launches), then each block's
@@ -1075,16 +852,8 @@ void launch_gemm_narrow_sm80(const GemmArgs& a, const GemmScratch& scratch, cuda
   VOLTAD_KERNEL_REQUIRE(a.ldx >= a.w.layout.cols && a.ldy >= a.w.layout.rows,
                         "gemm narrow sm80: row strides");
   auto* xp = static_cast<uint32_t*>(scratch.data);
-  const int n8 = (a.n + 7) / 8 * 8;
-  const int64_t chunks = a.w.layout.cols / 32;
-  const int64_t threads = chunks * n8 * 4;
-  const bool quads_aligned = a.ldx % 4 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
-  uint32_t* xs = xp + size_t(n8) * size_t(chunks) * 16;
-  if (scratch.holds_x != a.x) {  // else written by its producer (kernels/narrow_x.cuh)
-    launch_kernel(narrow80::kernel_x_to_fragments, unsigned((threads + 255) / 256), 256, 0, stream,
-                  a.x, a.ldx, a.n, n8, chunks, quads_aligned, xp, xs);
-    CUDA_CHECK(cudaGetLastError());
-  }
+  if (scratch.holds_x != a.x)  // else written by its producer (kernels/narrow_x.cuh)
+    narrow80::launch_x_to_fragments(a, xp, stream);
   switch (a.w.layout.format) {
     case PackedFormat::Int4Sym32:
       return narrow80::launch_format<PackedFormat::Int4Sym32>(a, xp, scratch, stream);
