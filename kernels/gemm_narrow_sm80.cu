@@ -18,7 +18,7 @@
 // second MMA 16 more (the high nibbles). Each MMA still covers 16 values
 // (0-15, 16-31), one Q6_K sub-block. So:
 //   - each warp copies raw weight bytes (quants and scales) of its 32 rows
-//     by cp.async into its own ring of 3-4 stages of 4 chunks;
+//     by cp.async into its own ring of 2-4 stages of 4 chunks;
 //   - per chunk and 16-row tile a lane reads its word of the two rows it
 //     needs, turns nibbles into FP16 with the 1024+q bit trick (64+q
 //     for the high nibbles, which then need no shift, except in the Q4_K
@@ -34,7 +34,9 @@
 //     Q4_K mins);
 //   - every weight is decoded once for all tokens (up to 4 n8 tiles), and
 //     the 8 or 16 warps of a block split k; their partial sums meet in shared
-//     memory and are added in warp order;
+//     memory and are added in warp order; or (shared x, NarrowSharedX) RW
+//     warps split a block's 32 * RW rows, two groups of them split k, and
+//     each group's x comes through shared memory, copied once a stage;
 //   - where 8-warp blocks would not fill the SMs (Q4_K at 25-32 tokens on a
 //     4096-row matrix: one block an SM where two fit), gridDim.y blocks
 //     split k as well (kSplit); each writes its sums to the lent split
@@ -44,7 +46,6 @@
 // the Q4_0 and Q4_K_M models; others go to the portable kernels.
 #include <cuda_fp16.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <string>
@@ -176,9 +177,13 @@ __global__ void __launch_bounds__(W * 32, B)
         for (int p = rg * 32 + lane; p < kFragPieces; p += RW * 32)
           copy_async<16>(dst + 16 * p, src + 16 * p, 16);
         if constexpr (F == PackedFormat::Int4K256) {
+          // Chunk cc's n8 sums at word cc * (n8 + 8) (x_stage_bytes).
           const auto* sums = reinterpret_cast<const uint8_t*>(xs + c0 * kN8);
-          for (int p = rg * 32 + lane; p < kN8; p += RW * 32)
-            copy_async<16>(dst + 16 * kFragPieces + 16 * p, sums + 16 * p, 16);
+          for (int p = rg * 32 + lane; p < kN8; p += RW * 32) {
+            const int word = 4 * p, cc = word / kN8;
+            copy_async<16>(dst + 16 * kFragPieces + 4 * (cc * (kN8 + 8) + word % kN8),
+                           sums + 16 * p, 16);
+          }
         }
       }
     }
@@ -280,7 +285,7 @@ __global__ void __launch_bounds__(W * 32, B)
       for (int j = 0; j < NT; ++j) {
         if constexpr (kSharedX)
           bs[j] = reinterpret_cast<const uint32_t*>(x_slot(i) + kStageChunks * kN8 * 64)
-              [t * kN8 + 8 * j + g];
+              [t * (kN8 + 8) + 8 * j + g];
         else
           bs[j] = load_activation(xs + (c0 + t) * kN8 + 8 * j + g);
       }
@@ -360,8 +365,9 @@ __global__ void __launch_bounds__(W * 32, B)
   }
   copy_wait<0>();
 
-  // Partial sums through shared memory: red[warp][token][row], then the
-  // warps' sums added in warp order.
+  // Partial sums through shared memory: red[group][token][row] (a group:
+  // the warps of one k range, one warp unless RW > 1), then the groups'
+  // sums added in group order.
   __syncthreads();
   constexpr int kRedLd = kBlockRows + 4;
   float* red = reinterpret_cast<float*>(smem);
@@ -503,8 +509,10 @@ template <PackedFormat F, int NT, int RW>
 constexpr size_t wide_smem() {
   return smem_bytes<F, NT, 2 * RW, 1, wide_stages<F, NT, RW>(), RW>();
 }
-// Wide's RW for `rows`, or 0 where more than kWideMaxRowWarps would be needed
-// or its blocks would number under a quarter of the 32-row ones.
+// Wide's RW for `rows`: the least whose blocks do not outnumber the SMs
+// (at 4,096-256 rows a block over a multiple of 32 * RW SMs, a wave of
+// 106-132 blocks on 132 SMs); 0 where more than kWideMaxRowWarps would be
+// needed, or where the 32-row blocks number fewer than 4 an SM.
 int wide_rw(int64_t rows) {
   if ((rows + kRows - 1) / kRows < 4 * int64_t(device().sms)) return 0;
   for (int rw = 4; rw <= kWideMaxRowWarps; ++rw)
@@ -544,6 +552,8 @@ NarrowSharedX shared_x(const GemmArgs& a) {
     return NarrowSharedX::Never;
   } else {
     NarrowSharedX how = g_shared_x.load(std::memory_order_relaxed);
+    // The rule as measured: on the H100/H200's 228 KiB an SM.
+    const bool measured = device().smem_per_sm >= 228 * 1024;
     if (how == NarrowSharedX::Rule) {
       switch (shared_env()) {
         case SharedEnv::Never:
@@ -579,17 +589,17 @@ NarrowSharedX shared_x(const GemmArgs& a) {
             size_t(device().smem_per_sm);
     if (how == NarrowSharedX::Wide) return wide_fits ? how : NarrowSharedX::Never;
     if (how == NarrowSharedX::Pair) return pair_fits ? how : NarrowSharedX::Never;
+    if (!measured) return NarrowSharedX::Never;
     if (F != PackedFormat::Int4Sym32 && wide_fits) return NarrowSharedX::Wide;
     return pair_fits ? NarrowSharedX::Pair : NarrowSharedX::Never;
   }
 }
 
 // The blocks a launch takes: 16 warps (one an SM), or 8 warps, two or three
-// an SM, or 8 warps that share x (Shared).
-enum class Pick { Wide, Eight, EightThree, Shared };
+// an SM (shared-x blocks: shared_x, above).
+enum class Pick { Sixteen, Eight, EightThree };
 template <PackedFormat F, int NT>
 Pick pick(const GemmArgs& a) {
-  if (shared_x<F, NT>(a) != NarrowSharedX::Never) return Pick::Shared;
   const int64_t blocks = (a.w.layout.rows + kRows - 1) / kRows;
   // 16 warps where the blocks would not fill the SMs once, except for
   // Int4K256 at 25-32 tokens: under the 128-register cap both kernels spill
@@ -601,7 +611,7 @@ Pick pick(const GemmArgs& a) {
   const bool wide = F == PackedFormat::Int6K256 && NT >= 3;
   if ((wide || (!spills && blocks <= device().sms)) &&
       smem_bytes<F, NT, 16, 1>() <= size_t(device().max_smem))
-    return Pick::Wide;
+    return Pick::Sixteen;
   if constexpr (NT == 1 && F != PackedFormat::Int6K256) {
     // 8x3 only where three blocks fit an SM (the H100/H200's 228 KiB). An
     // A100's 164 KiB holds one 8x2 block or two 8x3 ones: not measured,
@@ -662,32 +672,37 @@ void launch_rows(const GemmArgs& a, const uint32_t* xp, cudaStream_t stream) {
   const dim3 blocks(unsigned((a.w.layout.rows + kRows * RW - 1) / (kRows * RW)));
   launch<F, NT, W, B, S, false, RW>(a, xp, NarrowSplit{}, blocks, stream);
 }
+// `how`: Pair or Wide, as shared_x gave it (Wide: wide_rw is 4-6).
 template <PackedFormat F, int NT>
-void launch_shared(const GemmArgs& a, const uint32_t* xp, cudaStream_t stream) {
-  if (shared_x<F, NT>(a) == NarrowSharedX::Pair)
+void launch_shared(const GemmArgs& a, const uint32_t* xp, NarrowSharedX how,
+                   cudaStream_t stream) {
+  if (how == NarrowSharedX::Pair)
     return launch_rows<F, NT, 8, 2, kPairStages, kPairRowWarps>(a, xp, stream);
   switch (wide_rw(a.w.layout.rows)) {
     case 4:
       return launch_rows<F, NT, 8, 1, wide_stages<F, NT, 4>(), 4>(a, xp, stream);
     case 5:
       return launch_rows<F, NT, 10, 1, wide_stages<F, NT, 5>(), 5>(a, xp, stream);
-    default:
+    case 6:
       return launch_rows<F, NT, 12, 1, wide_stages<F, NT, 6>(), 6>(a, xp, stream);
+    default:
+      VOLTAD_KERNEL_REQUIRE(false, "gemm narrow sm80: wide shared-x blocks of 4-6 row warps");
   }
 }
 
 template <PackedFormat F, int NT>
 void launch_warps(const GemmArgs& a, const uint32_t* xp, const GemmScratch& scratch,
                   cudaStream_t stream) {
+  if constexpr (shared_built<F, NT>()) {
+    const NarrowSharedX how = shared_x<F, NT>(a);
+    if (how != NarrowSharedX::Never) return launch_shared<F, NT>(a, xp, how, stream);
+  }
   const Pick p = pick<F, NT>(a);
   const int splits = splits_for<F, NT>(a, scratch, p);
   const NarrowSplit split = splits > 1 ? split_at(scratch) : NarrowSplit{};
   const dim3 blocks(unsigned(row_blocks(a)), unsigned(splits));
   switch (p) {
-    case Pick::Shared:
-      if constexpr (shared_built<F, NT>()) return launch_shared<F, NT>(a, xp, stream);
-      break;
-    case Pick::Wide:
+    case Pick::Sixteen:
       return launch<F, NT, 16, 1>(a, xp, split, blocks, stream);
     case Pick::EightThree:
       if constexpr (NT == 1 && F != PackedFormat::Int6K256)
@@ -801,6 +816,7 @@ void gemm_narrow_sm80_set_splits(int splits) {
 
 int gemm_narrow_sm80_splits_taken(const GemmArgs& a, const GemmScratch& scratch) {
   if (a.n < 1 || a.n > narrow80::kMaxTokens) return 1;
+  if (gemm_narrow_sm80_shared_x_taken(a) != NarrowSharedX::Never) return 1;
   switch (a.w.layout.format) {
     case PackedFormat::Int4Sym32:
       return narrow80::splits_taken<PackedFormat::Int4Sym32>(a, scratch);
@@ -815,6 +831,7 @@ int gemm_narrow_sm80_splits_taken(const GemmArgs& a, const GemmScratch& scratch)
 
 NarrowOneTile gemm_narrow_sm80_one_tile_taken(const GemmArgs& a) {
   if (a.n < 1 || a.n > 8) return NarrowOneTile::Default;
+  if (gemm_narrow_sm80_shared_x_taken(a) != NarrowSharedX::Never) return NarrowOneTile::Default;
   switch (a.w.layout.format) {
     case PackedFormat::Int4Sym32:
       return narrow80::one_tile_taken<PackedFormat::Int4Sym32>(a);

@@ -96,7 +96,7 @@ enum class NarrowOneTile { Default, W8B2, W8B3 };
 void gemm_narrow_sm80_set_one_tile(NarrowOneTile shape);
 // The blocks launch_gemm_narrow_sm80 would take for `args` on this device:
 // W8B2 or W8B3 for 8-warp blocks at 1-8 tokens (Int6K256: always W8B2),
-// Default where it takes 16 warps or more than 8 tokens.
+// Default where it takes 16 warps, shared-x blocks or more than 8 tokens.
 NarrowOneTile gemm_narrow_sm80_one_tile_taken(const GemmArgs& args);
 // Blocks that split k. Where 8-warp blocks (built for two an SM, and two
 // fit) would not outnumber the SMs, one block an SM leaves half its warps'

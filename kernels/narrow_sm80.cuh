@@ -51,10 +51,13 @@ constexpr size_t slot_bytes() {
 // Where RW > 1 warps of a block split rows (kernel_narrow_sm80), each group
 // of them that shares a range of k reads x once a stage into a ring of its
 // own: the stage's fp16 fragments of x (4 chunks x n8 tokens x 64 bytes),
-// then for Int4K256 their x sums (4 chunks x n8 tokens x 4 bytes).
+// then for Int4K256 their x sums (4 chunks of n8 tokens x 4 bytes, each
+// chunk's padded by 8 words so that the lanes t = 0-3 reading chunk t's
+// sums of 8 tokens hit 32 banks).
 template <PackedFormat F, int NT>
 constexpr int x_stage_bytes() {
-  return kStageChunks * NT * 8 * (64 + (F == PackedFormat::Int4K256 ? 4 : 0));
+  const int sums = F == PackedFormat::Int4K256 ? kStageChunks * (NT * 8 + 8) * 4 : 0;
+  return kStageChunks * NT * 8 * 64 + sums;
 }
 template <PackedFormat F, int NT, int W, int B, int S = stages_for<F, W, B>(), int RW = 1>
 constexpr size_t smem_bytes() {
