@@ -501,7 +501,7 @@ constexpr int pair_stages() {
 }
 template <PackedFormat F, int NT>
 constexpr bool shared_built() {
-  return F == PackedFormat::Int4Sym32 ? NT == 1 : NT == 1 || NT == 4;
+  return F == PackedFormat::Int4Sym32 ? NT == 1 : F == PackedFormat::Int4K256 ? NT == 1 || NT == 4 : NT == 4;
 }
 template <PackedFormat F, int NT, int RW>
 constexpr int wide_stages() {
@@ -528,7 +528,7 @@ int wide_rw(int64_t rows) {
 // for the 4-bit formats only), pair or wide (wherever built and fitting),
 // anything else the rule.
 std::atomic<NarrowSharedX> g_shared_x{NarrowSharedX::Rule};
-enum class SharedEnv { Rule, Never, FourBit, Pair, PairFourBit, Wide };
+enum class SharedEnv { Rule, Never, FourBit, Pair, Wide };
 SharedEnv shared_env() {
   static const SharedEnv e = [] {
     const char* v = std::getenv("VOLTAD_NARROW_SHARED_X");
@@ -536,7 +536,6 @@ SharedEnv shared_env() {
     return s == "0"      ? SharedEnv::Never
            : s == "q4"   ? SharedEnv::FourBit
            : s == "pair" ? SharedEnv::Pair
-           : s == "pair4" ? SharedEnv::PairFourBit
            : s == "wide" ? SharedEnv::Wide
                          : SharedEnv::Rule;
   }();
@@ -569,9 +568,6 @@ NarrowSharedX shared_x(const GemmArgs& a) {
         case SharedEnv::Pair:
           how = NarrowSharedX::Pair;
           break;
-        case SharedEnv::PairFourBit:  // PROBE: Pair for the 4-bit formats, the rule for Q6_K
-          if (F != PackedFormat::Int6K256) how = NarrowSharedX::Pair;
-          break;
         case SharedEnv::Wide:
           how = NarrowSharedX::Wide;
           break;
@@ -597,7 +593,7 @@ NarrowSharedX shared_x(const GemmArgs& a) {
             size_t(device().smem_per_sm);
     if (how == NarrowSharedX::Wide) return wide_fits ? how : NarrowSharedX::Never;
     if (how == NarrowSharedX::Pair) return pair_fits ? how : NarrowSharedX::Never;
-    if (!measured || (F != PackedFormat::Int4Sym32 && NT == 1)) return NarrowSharedX::Never;
+    if (!measured || (F == PackedFormat::Int4K256 && NT == 1)) return NarrowSharedX::Never;
     if (F != PackedFormat::Int4Sym32 && wide_fits) return NarrowSharedX::Wide;
     return pair_fits ? NarrowSharedX::Pair : NarrowSharedX::Never;
   }
