@@ -494,14 +494,10 @@ NarrowOneTile one_tile(int n) {
 // whose blocks do not outnumber the SMs, as many stages (2-4) as fit 226
 // KiB. Built where the rule may take them: Q4_K and Q6_K at 25-32 tokens,
 // Q4_0 at 1-8.
-constexpr int kPairRowWarps = 4, kWideMaxRowWarps = 6;
-template <int NT>
-constexpr int pair_stages() {
-  return NT == 1 ? 3 : 2;
-}
+constexpr int kPairRowWarps = 4, kPairStages = 2, kWideMaxRowWarps = 6;
 template <PackedFormat F, int NT>
 constexpr bool shared_built() {
-  return F == PackedFormat::Int4Sym32 ? NT == 1 : F == PackedFormat::Int4K256 ? NT == 1 || NT == 4 : NT == 4;
+  return F == PackedFormat::Int4Sym32 ? NT == 1 : NT == 4;
 }
 template <PackedFormat F, int NT, int RW>
 constexpr int wide_stages() {
@@ -589,11 +585,11 @@ NarrowSharedX shared_x(const GemmArgs& a) {
     const int64_t pair_blocks = (rows + kRows * kPairRowWarps - 1) / (kRows * kPairRowWarps);
     const bool pair_fits =
         pair_blocks >= device().sms &&
-        2 * (smem_bytes<F, NT, 8, 2, pair_stages<NT>(), kPairRowWarps>() + kReservedPerBlock) <=
+        2 * (smem_bytes<F, NT, 8, 2, kPairStages, kPairRowWarps>() + kReservedPerBlock) <=
             size_t(device().smem_per_sm);
     if (how == NarrowSharedX::Wide) return wide_fits ? how : NarrowSharedX::Never;
     if (how == NarrowSharedX::Pair) return pair_fits ? how : NarrowSharedX::Never;
-    if (!measured || (F == PackedFormat::Int4K256 && NT == 1)) return NarrowSharedX::Never;
+    if (!measured) return NarrowSharedX::Never;
     if (F != PackedFormat::Int4Sym32 && wide_fits) return NarrowSharedX::Wide;
     return pair_fits ? NarrowSharedX::Pair : NarrowSharedX::Never;
   }
@@ -681,7 +677,7 @@ template <PackedFormat F, int NT>
 void launch_shared(const GemmArgs& a, const uint32_t* xp, NarrowSharedX how,
                    cudaStream_t stream) {
   if (how == NarrowSharedX::Pair)
-    return launch_rows<F, NT, 8, 2, pair_stages<NT>(), kPairRowWarps>(a, xp, stream);
+    return launch_rows<F, NT, 8, 2, kPairStages, kPairRowWarps>(a, xp, stream);
   switch (wide_rw(a.w.layout.rows)) {
     case 4:
       return launch_rows<F, NT, 8, 1, wide_stages<F, NT, 4>(), 4>(a, xp, stream);
