@@ -112,7 +112,8 @@ Listener::Listener(net::io_context& ioc, local::acceptor acceptor, ServerContext
     : ioc_(ioc),
       acceptor_(std::move(acceptor)),
       retry_timer_(acceptor_.get_executor()),
-      ctx_(ctx) {}
+      ctx_(ctx),
+      refusal_timer_(acceptor_.get_executor()) {}
 
 void Listener::run() {
   net::post(acceptor_.get_executor(), [self = shared_from_this()] { self->do_accept(); });
@@ -123,6 +124,7 @@ void Listener::stop() {
     boost::system::error_code ignored;
     self->acceptor_.close(ignored);
     self->retry_timer_.cancel();
+    self->refusal_timer_.cancel();
   });
 }
 
@@ -175,7 +177,7 @@ void Listener::on_accept(boost::system::error_code ec, local::socket socket) {
   // in a loop must not flood the journal.
   auto log_refusal = [&](const std::string& why) {
     const int64_t unlogged = refusal_log_.admit(creds->uid, RefusalLog::Clock::now());
-    if (unlogged < 0) return;
+    if (unlogged < 0) return arm_refusal_timer();
     spdlog::warn("refused a connection from uid {} ({}) pid {}: {}{}", creds->uid, creds->user,
                  creds->pid, why,
                  unlogged > 0 ? " (and " + std::to_string(unlogged) +
@@ -205,6 +207,41 @@ void Listener::on_accept(boost::system::error_code ec, local::socket socket) {
                            std::move(connection))
       ->run();
   do_accept();
+}
+
+// Once the first uid with refusals left out falls due: a line for each
+// that is, then again for the next.
+void Listener::arm_refusal_timer() {
+  const auto when = refusal_log_.next_due();
+  if (refusal_timer_armed_ || !when || !acceptor_.is_open()) return;
+  refusal_timer_armed_ = true;
+  refusal_timer_.expires_at(*when);
+  refusal_timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+    self->refusal_timer_armed_ = false;
+    if (ec) return;
+    for (const auto& [uid, count] : self->refusal_log_.due(RefusalLog::Clock::now()))
+      spdlog::warn("refused {} more connection{} from uid {} since the last such line", count,
+                   count == 1 ? "" : "s", uid);
+    self->arm_refusal_timer();
+  });
+}
+
+std::vector<std::pair<uid_t, int64_t>> RefusalLog::due(Clock::time_point now) {
+  std::vector<std::pair<uid_t, int64_t>> out;
+  for (auto& [uid, e] : entries_) {
+    if (e.unlogged == 0 || now - e.logged < every_) continue;
+    out.emplace_back(uid, e.unlogged);
+    e.logged = now;
+    e.unlogged = 0;
+  }
+  return out;
+}
+
+std::optional<RefusalLog::Clock::time_point> RefusalLog::next_due() const {
+  std::optional<Clock::time_point> first;
+  for (const auto& [uid, e] : entries_)
+    if (e.unlogged > 0 && (!first || e.logged + every_ < *first)) first = e.logged + every_;
+  return first;
 }
 
 int64_t RefusalLog::admit(uid_t uid, Clock::time_point now) {

@@ -25,6 +25,8 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "daemon/server_context.h"
 #include "engine/result.h"
@@ -52,13 +54,20 @@ Result<boost::asio::local::stream_protocol::acceptor> adopt_unix_listener(
 // admit() returns how many of that uid's refusals went unlogged since its
 // last logged one (log this one and say so), or -1 (do not log it).
 // Past 4,096 uids it forgets, at most once a period, those with nothing
-// left out and no refusal for a period. Not thread-safe (the accept loop
-// is one strand).
+// left out and no refusal for a period. A count left out is told at the
+// uid's next logged refusal, or by due() once its period is over, so that
+// the last burst of a client that then stops is told too. Not thread-safe
+// (the accept loop is one strand).
 class RefusalLog {
  public:
   using Clock = std::chrono::steady_clock;
   explicit RefusalLog(Clock::duration every = std::chrono::seconds(10)) : every_(every) {}
   int64_t admit(uid_t uid, Clock::time_point now);
+  // The uids whose period since their last logged line is over with
+  // refusals left out, and how many: each now counts as logged.
+  std::vector<std::pair<uid_t, int64_t>> due(Clock::time_point now);
+  // When the next uid with refusals left out falls due; nullopt if none.
+  std::optional<Clock::time_point> next_due() const;
   size_t uids() const { return entries_.size(); }
 
  private:
@@ -84,9 +93,13 @@ class Listener : public std::enable_shared_from_this<Listener> {
 
   boost::asio::io_context& ioc_;
   boost::asio::local::stream_protocol::acceptor acceptor_;
+  void arm_refusal_timer();
+
   boost::asio::steady_timer retry_timer_;
   ServerContext& ctx_;
   RefusalLog refusal_log_;
+  boost::asio::steady_timer refusal_timer_;  // tells the counts left out (RefusalLog::due)
+  bool refusal_timer_armed_ = false;
 };
 
 }  // namespace voltad

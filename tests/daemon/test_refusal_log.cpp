@@ -1,6 +1,7 @@
 // Which refused connections the listener logs (daemon/server_listener.h):
 // the first of a uid, then one a uid every period, each saying how many of
-// that uid's went unlogged since the one before.
+// that uid's went unlogged since the one before; and, once a period is
+// over, the counts still left out (due, which the listener's timer calls).
 #include <doctest/doctest.h>
 
 #include "daemon/server_listener.h"
@@ -32,4 +33,31 @@ TEST_CASE("a flood of uids does not grow the log without bound") {
   CHECK(log.admit(100000, t0 + seconds(30)) == 0);
   CHECK(log.uids() == 2);
   CHECK(log.admit(7, t0 + seconds(31)) == 1);
+}
+
+TEST_CASE("refusals left out are due once their uid's period is over") {
+  RefusalLog log(seconds(10));
+  const RefusalLog::Clock::time_point t0{};
+  CHECK_FALSE(log.next_due().has_value());
+  CHECK(log.admit(1000, t0) == 0);
+  CHECK_FALSE(log.next_due().has_value());  // nothing left out yet
+  CHECK(log.admit(1000, t0 + seconds(2)) == -1);
+  CHECK(log.admit(1000, t0 + seconds(3)) == -1);
+  CHECK(log.admit(2000, t0 + seconds(4)) == 0);
+  CHECK(log.admit(2000, t0 + seconds(5)) == -1);
+  REQUIRE(log.next_due().has_value());
+  CHECK(*log.next_due() == t0 + seconds(10));  // uid 1000's period, the first to end
+  CHECK(log.due(t0 + seconds(9)).empty());      // not yet
+  const auto first = log.due(t0 + seconds(10));
+  REQUIRE(first.size() == 1);
+  CHECK(first[0] == std::pair<uid_t, int64_t>{1000, 2});
+  CHECK(*log.next_due() == t0 + seconds(14));  // uid 2000's
+  const auto second = log.due(t0 + seconds(14));
+  REQUIRE(second.size() == 1);
+  CHECK(second[0] == std::pair<uid_t, int64_t>{2000, 1});
+  CHECK_FALSE(log.next_due().has_value());
+  // Told by due(), they count as logged: the next refusal within the
+  // period is left out, the one after it says 1, not 3.
+  CHECK(log.admit(1000, t0 + seconds(15)) == -1);
+  CHECK(log.admit(1000, t0 + seconds(20)) == 1);
 }

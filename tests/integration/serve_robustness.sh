@@ -16,6 +16,14 @@ check "per-user connections" test $? -eq 0
 # flood of six) make one log line: one a uid every 10 s.
 refusal_lines=$(grep -c "refused a connection from uid $(id -u) .*max_connections_per_user" "$log")
 check "refusals of one uid: one log line, not one each (got $refusal_lines)" test "$refusal_lines" -eq 1
+# The six left out are told once that uid's 10 s are over, though it
+# sends nothing more (a timer, not its next refusal).
+for _ in $(seq 1 130); do
+  grep -q "refused 6 more connections from uid $(id -u) since the last such line" "$log" && break
+  sleep 0.1
+done
+check "the refusals left out are told when the period ends" \
+  grep -q "refused 6 more connections from uid $(id -u) since the last such line" "$log"
 
 # A second uid (nobody, 65534) can reach the socket (mode 0666) but is on no
 # allow list: refused. Needs root (setpriv); elsewhere this part is skipped.
