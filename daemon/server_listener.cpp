@@ -211,12 +211,18 @@ void Listener::on_accept(boost::system::error_code ec, local::socket socket) {
 
 // Once the first uid with refusals left out falls due: a line for each
 // that is, then again for the next.
+// Armed already for an earlier time: left as it is; for a later one (a uid
+// logged longer ago has just had a refusal left out): set earlier, and the
+// superseded wait's handler returns without a word.
 void Listener::arm_refusal_timer() {
+  if (!acceptor_.is_open()) return;
   const auto when = refusal_log_.next_due();
-  if (refusal_timer_armed_ || !when || !acceptor_.is_open()) return;
+  if (!when || (refusal_timer_armed_ && *when >= refusal_timer_.expiry())) return;
   refusal_timer_armed_ = true;
-  refusal_timer_.expires_at(*when);
-  refusal_timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+  const uint64_t wait = ++refusal_timer_waits_;
+  refusal_timer_.expires_at(*when);  // cancels a pending wait
+  refusal_timer_.async_wait([self = shared_from_this(), wait](boost::system::error_code ec) {
+    if (wait != self->refusal_timer_waits_) return;
     self->refusal_timer_armed_ = false;
     if (ec) return;
     for (const auto& [uid, count] : self->refusal_log_.due(RefusalLog::Clock::now()))
@@ -228,8 +234,13 @@ void Listener::arm_refusal_timer() {
 
 std::vector<std::pair<uid_t, int64_t>> RefusalLog::due(Clock::time_point now) {
   std::vector<std::pair<uid_t, int64_t>> out;
-  for (auto& [uid, e] : entries_) {
-    if (e.unlogged == 0 || now - e.logged < every_) continue;
+  while (!due_.empty() && due_.top().first <= now) {
+    const auto [when, uid] = due_.top();
+    due_.pop();
+    const auto it = entries_.find(uid);
+    if (it == entries_.end()) continue;
+    Entry& e = it->second;
+    if (e.unlogged == 0 || e.logged + every_ != when) continue;  // logged since
     out.emplace_back(uid, e.unlogged);
     e.logged = now;
     e.unlogged = 0;
@@ -238,10 +249,8 @@ std::vector<std::pair<uid_t, int64_t>> RefusalLog::due(Clock::time_point now) {
 }
 
 std::optional<RefusalLog::Clock::time_point> RefusalLog::next_due() const {
-  std::optional<Clock::time_point> first;
-  for (const auto& [uid, e] : entries_)
-    if (e.unlogged > 0 && (!first || e.logged + every_ < *first)) first = e.logged + every_;
-  return first;
+  if (due_.empty()) return std::nullopt;
+  return due_.top().first;
 }
 
 int64_t RefusalLog::admit(uid_t uid, Clock::time_point now) {
@@ -255,7 +264,7 @@ int64_t RefusalLog::admit(uid_t uid, Clock::time_point now) {
   Entry& e = it->second;
   e.last = now;
   if (!first && now - e.logged < every_) {
-    ++e.unlogged;
+    if (e.unlogged++ == 0) due_.emplace(e.logged + every_, uid);
     return -1;
   }
   const int64_t unlogged = e.unlogged;

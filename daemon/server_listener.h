@@ -22,7 +22,9 @@
 
 #include <chrono>
 #include <memory>
+#include <functional>
 #include <optional>
+#include <queue>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -66,7 +68,8 @@ class RefusalLog {
   // The uids whose period since their last logged line is over with
   // refusals left out, and how many: each now counts as logged.
   std::vector<std::pair<uid_t, int64_t>> due(Clock::time_point now);
-  // When the next uid with refusals left out falls due; nullopt if none.
+  // When the next uid with refusals left out falls due (possibly a uid
+  // logged since, for which due() then finds nothing); nullopt if none.
   std::optional<Clock::time_point> next_due() const;
   size_t uids() const { return entries_.size(); }
 
@@ -75,9 +78,15 @@ class RefusalLog {
     Clock::time_point logged, last;
     int64_t unlogged = 0;
   };
+  using Due = std::pair<Clock::time_point, uid_t>;
   Clock::duration every_;
   Clock::time_point purged_{};
   std::unordered_map<uid_t, Entry> entries_;
+  // (logged + every, uid) for each uid whose count left out went from 0 to
+  // 1, earliest first: due() and next_due() cost a log of their number,
+  // not a walk of every uid. An element whose uid was logged since is
+  // stale and skipped.
+  std::priority_queue<Due, std::vector<Due>, std::greater<Due>> due_;
 };
 
 class Listener : public std::enable_shared_from_this<Listener> {
@@ -89,17 +98,17 @@ class Listener : public std::enable_shared_from_this<Listener> {
 
  private:
   void do_accept();
+  void arm_refusal_timer();
   void on_accept(boost::system::error_code ec, boost::asio::local::stream_protocol::socket socket);
 
   boost::asio::io_context& ioc_;
   boost::asio::local::stream_protocol::acceptor acceptor_;
-  void arm_refusal_timer();
-
   boost::asio::steady_timer retry_timer_;
   ServerContext& ctx_;
   RefusalLog refusal_log_;
   boost::asio::steady_timer refusal_timer_;  // tells the counts left out (RefusalLog::due)
   bool refusal_timer_armed_ = false;
+  uint64_t refusal_timer_waits_ = 0;  // the current wait's number (an older one's handler returns)
 };
 
 }  // namespace voltad

@@ -60,4 +60,21 @@ TEST_CASE("refusals left out are due once their uid's period is over") {
   // period is left out, the one after it says 1, not 3.
   CHECK(log.admit(1000, t0 + seconds(15)) == -1);
   CHECK(log.admit(1000, t0 + seconds(20)) == 1);
+  // That refusal's count was told by the logged line: due() finds nothing
+  // at its time, and nothing is left.
+  CHECK(log.due(t0 + seconds(20)).empty());
+  CHECK_FALSE(log.next_due().has_value());
+}
+
+TEST_CASE("a uid left out later may fall due first") {
+  RefusalLog log(seconds(10));
+  const RefusalLog::Clock::time_point t0{};
+  CHECK(log.admit(1, t0) == 0);
+  CHECK(log.admit(2, t0 + seconds(6)) == 0);
+  CHECK(log.admit(2, t0 + seconds(7)) == -1);  // due at 16
+  CHECK(log.admit(1, t0 + seconds(8)) == -1);  // due at 10: earlier
+  CHECK(*log.next_due() == t0 + seconds(10));
+  CHECK(log.due(t0 + seconds(10)) == std::vector<std::pair<uid_t, int64_t>>{{1, 1}});
+  CHECK(*log.next_due() == t0 + seconds(16));
+  CHECK(log.due(t0 + seconds(30)) == std::vector<std::pair<uid_t, int64_t>>{{2, 1}});
 }
