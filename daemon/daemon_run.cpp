@@ -314,6 +314,7 @@ int serve(const config::Config& cfg, const std::string& config_path) {
   for (int i = 1; i < kIoThreads; ++i) io_threads.emplace_back([&] { ioc.run(); });
   ioc.run();
   for (auto& t : io_threads) t.join();
+  listener->log_refusals_left_out();
   if (dbus) dbus->close();  // announces the last state
 
   // The engine thread either failed, saw the stop while loading, or runs the scheduler.

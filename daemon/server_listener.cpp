@@ -225,11 +225,19 @@ void Listener::arm_refusal_timer() {
     if (wait != self->refusal_timer_waits_) return;
     self->refusal_timer_armed_ = false;
     if (ec) return;
-    for (const auto& [uid, count] : self->refusal_log_.due(RefusalLog::Clock::now()))
-      spdlog::warn("refused {} more connection{} from uid {} since the last such line", count,
-                   count == 1 ? "" : "s", uid);
+    self->log_refusals(self->refusal_log_.due(RefusalLog::Clock::now()));
     self->arm_refusal_timer();
   });
+}
+
+void Listener::log_refusals(const std::vector<std::pair<uid_t, int64_t>>& counts) {
+  for (const auto& [uid, count] : counts)
+    spdlog::warn("refused {} more connection{} from uid {} since the last such line", count,
+                 count == 1 ? "" : "s", uid);
+}
+
+void Listener::log_refusals_left_out() {
+  log_refusals(refusal_log_.left_out());
 }
 
 std::vector<std::pair<uid_t, int64_t>> RefusalLog::due(Clock::time_point now) {
@@ -245,6 +253,17 @@ std::vector<std::pair<uid_t, int64_t>> RefusalLog::due(Clock::time_point now) {
     e.logged = now;
     e.unlogged = 0;
   }
+  return out;
+}
+
+std::vector<std::pair<uid_t, int64_t>> RefusalLog::left_out() {
+  std::vector<std::pair<uid_t, int64_t>> out;
+  for (auto& [uid, e] : entries_) {
+    if (e.unlogged == 0) continue;
+    out.emplace_back(uid, e.unlogged);
+    e.unlogged = 0;
+  }
+  due_ = {};
   return out;
 }
 

@@ -68,6 +68,8 @@ class RefusalLog {
   // The uids whose period since their last logged line is over with
   // refusals left out, and how many: each now counts as logged.
   std::vector<std::pair<uid_t, int64_t>> due(Clock::time_point now);
+  // Every uid with refusals left out, due or not (the daemon stops).
+  std::vector<std::pair<uid_t, int64_t>> left_out();
   // When the next uid with refusals left out falls due (possibly a uid
   // logged since, for which due() then finds nothing); nullopt if none.
   std::optional<Clock::time_point> next_due() const;
@@ -95,10 +97,14 @@ class Listener : public std::enable_shared_from_this<Listener> {
            ServerContext& ctx);
   void run();
   void stop();
+  // Logs the refusals still left out (RefusalLog), as the daemon stops:
+  // after the io_context's threads have ended.
+  void log_refusals_left_out();
 
  private:
   void do_accept();
   void arm_refusal_timer();
+  static void log_refusals(const std::vector<std::pair<uid_t, int64_t>>& counts);
   void on_accept(boost::system::error_code ec, boost::asio::local::stream_protocol::socket socket);
 
   boost::asio::io_context& ioc_;

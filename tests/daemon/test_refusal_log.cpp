@@ -4,6 +4,8 @@
 // over, the counts still left out (due, which the listener's timer calls).
 #include <doctest/doctest.h>
 
+#include <algorithm>
+
 #include "daemon/server_listener.h"
 
 using namespace voltad;
@@ -63,6 +65,22 @@ TEST_CASE("refusals left out are due once their uid's period is over") {
   // That refusal's count was told by the logged line: due() finds nothing
   // at its time, and nothing is left.
   CHECK(log.due(t0 + seconds(20)).empty());
+  CHECK_FALSE(log.next_due().has_value());
+}
+
+TEST_CASE("as the daemon stops, every count left out is told, due or not") {
+  RefusalLog log(seconds(10));
+  const RefusalLog::Clock::time_point t0{};
+  CHECK(log.admit(1, t0) == 0);
+  CHECK(log.admit(2, t0) == 0);
+  CHECK(log.admit(3, t0) == 0);
+  CHECK(log.admit(1, t0 + seconds(1)) == -1);
+  CHECK(log.admit(1, t0 + seconds(2)) == -1);
+  CHECK(log.admit(3, t0 + seconds(2)) == -1);
+  auto all = log.left_out();
+  std::sort(all.begin(), all.end());
+  CHECK(all == std::vector<std::pair<uid_t, int64_t>>{{1, 2}, {3, 1}});
+  CHECK(log.left_out().empty());
   CHECK_FALSE(log.next_due().has_value());
 }
 

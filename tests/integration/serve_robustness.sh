@@ -24,6 +24,22 @@ for _ in $(seq 1 130); do
 done
 check "the refusals left out are told when the period ends" \
   grep -q "refused 6 more connections from uid $(id -u) since the last such line" "$log"
+# Refusals left out when the daemon stops are told as it stops: three
+# more within the period that line began, then SIGTERM.
+PYTHONPATH="$(dirname "$0")" python3 -c '
+import sys, time
+from serve_http import connect
+held = [connect(sys.argv[1], 10) for _ in range(8)]
+time.sleep(0.2)
+for _ in range(3):
+    c = connect(sys.argv[1], 10)
+    time.sleep(0.2)
+    c.close()
+' "$sock"
+stop_daemon
+check "refusals left out when the daemon stops are told" \
+  grep -q "refused 3 more connections from uid $(id -u) since the last such line" "$log"
+start_daemon
 
 # A second uid (nobody, 65534) can reach the socket (mode 0666) but is on no
 # allow list: refused. Needs root (setpriv); elsewhere this part is skipped.
