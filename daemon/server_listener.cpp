@@ -225,19 +225,20 @@ void Listener::arm_refusal_timer() {
     if (wait != self->refusal_timer_waits_) return;
     self->refusal_timer_armed_ = false;
     if (ec) return;
-    self->log_refusals(self->refusal_log_.due(RefusalLog::Clock::now()));
+    self->log_refusals(self->refusal_log_.due(RefusalLog::Clock::now()), "");
     self->arm_refusal_timer();
   });
 }
 
-void Listener::log_refusals(const std::vector<std::pair<uid_t, int64_t>>& counts) {
+void Listener::log_refusals(const std::vector<std::pair<uid_t, int64_t>>& counts,
+                            const char* when) {
   for (const auto& [uid, count] : counts)
-    spdlog::warn("refused {} more connection{} from uid {} since the last such line", count,
-                 count == 1 ? "" : "s", uid);
+    spdlog::warn("refused {} more connection{} from uid {} since the last such line{}", count,
+                 count == 1 ? "" : "s", uid, when);
 }
 
 void Listener::log_refusals_left_out() {
-  log_refusals(refusal_log_.left_out());
+  log_refusals(refusal_log_.left_out(), " (the daemon stops)");
 }
 
 std::vector<std::pair<uid_t, int64_t>> RefusalLog::due(Clock::time_point now) {

@@ -104,7 +104,7 @@ class Listener : public std::enable_shared_from_this<Listener> {
  private:
   void do_accept();
   void arm_refusal_timer();
-  static void log_refusals(const std::vector<std::pair<uid_t, int64_t>>& counts);
+  static void log_refusals(const std::vector<std::pair<uid_t, int64_t>>& counts, const char* when);
   void on_accept(boost::system::error_code ec, boost::asio::local::stream_protocol::socket socket);
 
   boost::asio::io_context& ioc_;

@@ -82,6 +82,16 @@ TEST_CASE("as the daemon stops, every count left out is told, due or not") {
   CHECK(all == std::vector<std::pair<uid_t, int64_t>>{{1, 2}, {3, 1}});
   CHECK(log.left_out().empty());
   CHECK_FALSE(log.next_due().has_value());
+  // After due() told one and another was logged since (a stale heap
+  // entry): only what is still left out.
+  CHECK(log.admit(1, t0 + seconds(12)) == 0);   // logged: nothing left out since left_out()
+  CHECK(log.admit(1, t0 + seconds(13)) == -1);
+  CHECK(log.admit(2, t0 + seconds(13)) == 0);
+  CHECK(log.admit(2, t0 + seconds(14)) == -1);
+  CHECK(log.admit(1, t0 + seconds(22)) == 1);   // logged, saying 1: its entry is stale
+  CHECK(log.due(t0 + seconds(23)) == std::vector<std::pair<uid_t, int64_t>>{{2, 1}});
+  CHECK(log.admit(1, t0 + seconds(24)) == -1);
+  CHECK(log.left_out() == std::vector<std::pair<uid_t, int64_t>>{{1, 1}});
 }
 
 TEST_CASE("a uid left out later may fall due first") {

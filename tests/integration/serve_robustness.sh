@@ -38,7 +38,7 @@ for _ in range(3):
 ' "$sock"
 stop_daemon
 check "refusals left out when the daemon stops are told" \
-  grep -q "refused 3 more connections from uid $(id -u) since the last such line" "$log"
+  grep -q "refused 3 more connections from uid $(id -u) since the last such line (the daemon stops)" "$log"
 start_daemon
 
 # A second uid (nobody, 65534) can reach the socket (mode 0666) but is on no
