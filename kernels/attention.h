@@ -97,6 +97,12 @@ struct AttentionArgs {
   // token_tables and block_tables must be the step's inputs (copied from the
   // host), not a kernel's output: they are read before the wait either way.
   bool own_position_only = false;
+  // PROBE (comparisons; VOLTAD_ATTENTION_RELEASE=late, read by
+  // launch_attention_mma): the tensor-core pass 1 lets the next kernel be
+  // scheduled after its main loop instead of at its wait, so that the next
+  // GEMM's early weight loads do not compete with the cache's. Set by the
+  // launch; callers leave it false.
+  bool release_late = false;
   // When rope.inv_freq is set (decode steps: own_position_only, the fp16
   // cache): q is the projection's raw output, and pass 1 applies, per head,
   // the RMSNorm (weights q_norm / k_norm, when set; Qwen3) and RoPE over the

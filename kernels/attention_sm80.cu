@@ -26,6 +26,9 @@
 // different banks.
 #include <cuda_fp16.h>
 
+#include <cstdlib>
+#include <string>
+
 #include "kernels/attention.h"
 #include "kernels/attention_common.cuh"
 #include "kernels/attention_fp16.cuh"
@@ -146,7 +149,10 @@ __global__ void __launch_bounds__(kAttentionWarps * 32)
     for (int i = threadIdx.x; i < HD / 2; i += blockDim.x)
       sincosf(float(pos) * a.rope.inv_freq[i], &rope_sin[i], &rope_cos[i]);
   }
-  wait_then_release_next();
+  if (a.release_late)
+    wait_for_previous();
+  else
+    wait_then_release_next();
   if (!early)
     for (int n = 0; n < S; ++n) issue(n);
   if constexpr (kRope) {
@@ -276,6 +282,7 @@ __global__ void __launch_bounds__(kAttentionWarps * 32)
     issue(n + S);
   }
   copy_wait<0>();
+  if (a.release_late) release_next_kernel();
   l += __shfl_xor_sync(0xffffffffu, l, 1);
   l += __shfl_xor_sync(0xffffffffu, l, 2);
 
@@ -416,6 +423,11 @@ void launch_attention_mma(const AttentionArgs& args, const Fp16KvReader& cache,
   if (args.n_tokens == 0) return;
   check_attention_args(args, args.rope.inv_freq != nullptr);
   AttentionArgs a = args;  // with the plan's least piece, for pass 1 and the combine
+  static const bool release_late = [] {
+    const char* v = std::getenv("VOLTAD_ATTENTION_RELEASE");
+    return v && std::string(v) == "late";
+  }();
+  a.release_late = release_late;
   const int pieces = with_mma_instance(a, [&](auto hd, auto rope) {
     constexpr int HD = decltype(hd)::value;
     constexpr bool kRope = decltype(rope)::value;

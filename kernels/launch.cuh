@@ -87,6 +87,14 @@ __device__ __forceinline__ void wait_then_release_next() {
 #endif
 }
 
+// griddepcontrol.wait alone: a kernel that lets the next one be scheduled
+// later (release_next_kernel) or at its exit.
+__device__ __forceinline__ void wait_for_previous() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
 // griddepcontrol.launch_dependents alone: lets the next kernel on the
 // stream be scheduled from here on (a matvec after its main loop; released
 // at its start instead, batch 1 was 1% slower, run 15).
