@@ -21,8 +21,8 @@
 #include <boost/asio/strand.hpp>
 
 #include <chrono>
-#include <memory>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <queue>
 #include <string>

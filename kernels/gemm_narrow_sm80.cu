@@ -142,33 +142,34 @@ __global__ void __launch_bounds__(W * 32, B)
       const int64_t c0 = (s_begin + i) * kStageChunks;
       uint8_t* q = slot(i);
       if (weights) {
-      uint8_t* extras = q + kRows * kQuantLd;
+        uint8_t* extras = q + kRows * kQuantLd;
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {  // quants: 8 rows x 64 bytes per copy
-        const int r = 8 * j + (lane >> 2), part = lane & 3;
+        for (int j = 0; j < 4; ++j) {  // quants: 8 rows x 64 bytes per copy
+          const int r = 8 * j + (lane >> 2), part = lane & 3;
+          const bool ok = r0 + r < rows;
+          const uint8_t* src =
+              a.w.data + l.quants_offset + (ok ? r0 + r : 0) * l.quant_row_bytes + (c0 + part) * 16;
+          copy_async<16>(q + r * kQuantLd + part * 16, src, ok ? 16 : 0);
+        }
+        const int r = lane;
         const bool ok = r0 + r < rows;
-        const uint8_t* src =
-            a.w.data + l.quants_offset + (ok ? r0 + r : 0) * l.quant_row_bytes + (c0 + part) * 16;
-        copy_async<16>(q + r * kQuantLd + part * 16, src, ok ? 16 : 0);
-      }
-      const int r = lane;
-      const bool ok = r0 + r < rows;
-      const int64_t row = ok ? r0 + r : 0;
-      uint8_t* e = extras + r * kExtra;
-      if constexpr (F == PackedFormat::Int4Sym32) {
-        copy_async<8>(e, a.w.data + l.scales_offset + row * l.scale_row_bytes + c0 * 2, ok ? 8 : 0);
-      } else if constexpr (F == PackedFormat::Int4K256) {
-        copy_async<16>(e, a.w.data + l.scales_offset + row * l.scale_row_bytes + (c0 >> 3) * 16,
-                       ok ? 16 : 0);
-      } else {
-        const uint8_t* high = a.w.data + l.high_offset + row * l.high_row_bytes + c0 * 8;
-        copy_async<16>(e, high, ok ? 16 : 0);
-        copy_async<16>(e + 16, high + 16, ok ? 16 : 0);
-        copy_async<8>(e + 32, a.w.data + l.scales_offset + row * l.scale_row_bytes + c0 * 2,
-                      ok ? 8 : 0);
-        // d's 4-byte word (cp.async's smallest copy); d_half says which half.
-        copy_async<4>(e + 40, a.w.data + (d_offset(row, c0) & ~uint64_t(3)), ok ? 4 : 0);
-      }
+        const int64_t row = ok ? r0 + r : 0;
+        uint8_t* e = extras + r * kExtra;
+        if constexpr (F == PackedFormat::Int4Sym32) {
+          copy_async<8>(e, a.w.data + l.scales_offset + row * l.scale_row_bytes + c0 * 2,
+                        ok ? 8 : 0);
+        } else if constexpr (F == PackedFormat::Int4K256) {
+          copy_async<16>(e, a.w.data + l.scales_offset + row * l.scale_row_bytes + (c0 >> 3) * 16,
+                         ok ? 16 : 0);
+        } else {
+          const uint8_t* high = a.w.data + l.high_offset + row * l.high_row_bytes + c0 * 8;
+          copy_async<16>(e, high, ok ? 16 : 0);
+          copy_async<16>(e + 16, high + 16, ok ? 16 : 0);
+          copy_async<8>(e + 32, a.w.data + l.scales_offset + row * l.scale_row_bytes + c0 * 2,
+                        ok ? 8 : 0);
+          // d's 4-byte word (cp.async's smallest copy); d_half says which half.
+          copy_async<4>(e + 40, a.w.data + (d_offset(row, c0) & ~uint64_t(3)), ok ? 4 : 0);
+        }
       }
       if (kSharedX && x) {  // the stage's x, 16 bytes a thread of the group at a time
         const auto* src = reinterpret_cast<const uint8_t*>(xp + c0 * kN8 * 16);
@@ -198,10 +199,10 @@ __global__ void __launch_bounds__(W * 32, B)
 #pragma unroll
       for (int k = 0; k < 4; ++k) acc[m][j][k] = 0.0f;
 
-  // Only the weights are read before the wait (no kernel writes them):
-  // their first stages are on their way while the kernel before this one
-  // drains. x (kSharedX) after it, a group of its own a stage: stage i's
-  // copies are still in by the time the loop's wait counts say so.
+        // Only the weights are read before the wait (no kernel writes them):
+        // their first stages are on their way while the kernel before this one
+        // drains. x (kSharedX) after it, a group of its own a stage: stage i's
+        // copies are still in by the time the loop's wait counts say so.
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) issue(i, true, !kSharedX);
   wait_then_release_next();
@@ -281,11 +282,12 @@ __global__ void __launch_bounds__(W * 32, B)
       // k = 2cc + {0, 1}, token: the chunk's x sum (hi, lo). Lane t holds
       // chunk t; k 8-15 are zero.
       uint32_t bs[NT];
+      // (kSharedX: the stage's sums, after its fragments; x_stage_bytes.)
+      const auto* x_sums = reinterpret_cast<const uint32_t*>(x_slot(i) + kStageChunks * kN8 * 64);
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
         if constexpr (kSharedX)
-          bs[j] = reinterpret_cast<const uint32_t*>(x_slot(i) + kStageChunks * kN8 * 64)
-              [t * (kN8 + 8) + 8 * j + g];
+          bs[j] = x_sums[t * (kN8 + 8) + 8 * j + g];
         else
           bs[j] = load_activation(xs + (c0 + t) * kN8 + 8 * j + g);
       }
@@ -462,8 +464,8 @@ void launch(const GemmArgs& a, const uint32_t* xp, const NarrowSplit& split, dim
   auto kernel = kernel_narrow_sm80<F, NT, W, B, S, kSplit, RW>;
   constexpr size_t kSmem = smem_bytes<F, NT, W, B, S, RW>();
   static const bool opted_in = [&] {
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    int(kSmem)));
+    CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
     return true;
   }();
   (void)opted_in;
@@ -576,10 +578,17 @@ NarrowSharedX shared_x(const GemmArgs& a) {
     const int rw = wide_rw(rows);
     size_t wide = 0;
     switch (rw) {
-      case 4: wide = wide_smem<F, NT, 4>(); break;
-      case 5: wide = wide_smem<F, NT, 5>(); break;
-      case 6: wide = wide_smem<F, NT, 6>(); break;
-      default: break;
+      case 4:
+        wide = wide_smem<F, NT, 4>();
+        break;
+      case 5:
+        wide = wide_smem<F, NT, 5>();
+        break;
+      case 6:
+        wide = wide_smem<F, NT, 6>();
+        break;
+      default:
+        break;
     }
     const bool wide_fits = wide && wide <= size_t(device().max_smem);
     const int64_t pair_blocks = (rows + kRows * kPairRowWarps - 1) / (kRows * kPairRowWarps);
@@ -674,8 +683,7 @@ void launch_rows(const GemmArgs& a, const uint32_t* xp, cudaStream_t stream) {
 }
 // `how`: Pair or Wide, as shared_x gave it (Wide: wide_rw is 4-6).
 template <PackedFormat F, int NT>
-void launch_shared(const GemmArgs& a, const uint32_t* xp, NarrowSharedX how,
-                   cudaStream_t stream) {
+void launch_shared(const GemmArgs& a, const uint32_t* xp, NarrowSharedX how, cudaStream_t stream) {
   if (how == NarrowSharedX::Pair)
     return launch_rows<F, NT, 8, 2, kPairStages, kPairRowWarps>(a, xp, stream);
   switch (wide_rw(a.w.layout.rows)) {

@@ -49,7 +49,7 @@ TEST_CASE("refusals left out are due once their uid's period is over") {
   CHECK(log.admit(2000, t0 + seconds(5)) == -1);
   REQUIRE(log.next_due().has_value());
   CHECK(*log.next_due() == t0 + seconds(10));  // uid 1000's period, the first to end
-  CHECK(log.due(t0 + seconds(9)).empty());      // not yet
+  CHECK(log.due(t0 + seconds(9)).empty());     // not yet
   const auto first = log.due(t0 + seconds(10));
   REQUIRE(first.size() == 1);
   CHECK(first[0] == std::pair<uid_t, int64_t>{1000, 2});
@@ -84,11 +84,11 @@ TEST_CASE("as the daemon stops, every count left out is told, due or not") {
   CHECK_FALSE(log.next_due().has_value());
   // After due() told one and another was logged since (a stale heap
   // entry): only what is still left out.
-  CHECK(log.admit(1, t0 + seconds(12)) == 0);   // logged: nothing left out since left_out()
+  CHECK(log.admit(1, t0 + seconds(12)) == 0);  // logged: nothing left out since left_out()
   CHECK(log.admit(1, t0 + seconds(13)) == -1);
   CHECK(log.admit(2, t0 + seconds(13)) == 0);
   CHECK(log.admit(2, t0 + seconds(14)) == -1);
-  CHECK(log.admit(1, t0 + seconds(22)) == 1);   // logged, saying 1: its entry is stale
+  CHECK(log.admit(1, t0 + seconds(22)) == 1);  // logged, saying 1: its entry is stale
   CHECK(log.due(t0 + seconds(23)) == std::vector<std::pair<uid_t, int64_t>>{{2, 1}});
   CHECK(log.admit(1, t0 + seconds(24)) == -1);
   CHECK(log.left_out() == std::vector<std::pair<uid_t, int64_t>>{{1, 1}});

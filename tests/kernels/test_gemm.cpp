@@ -563,10 +563,10 @@ TEST_CASE("gemm narrow sm80 with warps that share x: as taken, and against the r
   const NarrowSharedX pair = fits ? NarrowSharedX::Pair : NarrowSharedX::Never;
   const NarrowSharedX wide = fits ? NarrowSharedX::Wide : NarrowSharedX::Never;
   for (PackedFormat f : {PackedFormat::Int4K256, PackedFormat::Int6K256}) {
-    CHECK(taken(f, 192 * s, 32) == wide);          // 6 row warps fill the SMs once
-    CHECK(taken(f, 160 * s - 9, 25) == wide);      // 5
-    CHECK(taken(f, 224 * s - 64, 32) == pair);     // 7 would be needed
-    CHECK(taken(f, 128 * s - 100, 32) == pair);    // as many 128-row blocks as SMs
+    CHECK(taken(f, 192 * s, 32) == wide);                        // 6 row warps fill the SMs once
+    CHECK(taken(f, 160 * s - 9, 25) == wide);                    // 5
+    CHECK(taken(f, 224 * s - 64, 32) == pair);                   // 7 would be needed
+    CHECK(taken(f, 128 * s - 100, 32) == pair);                  // as many 128-row blocks as SMs
     CHECK(taken(f, 128 * s - 128, 32) == NarrowSharedX::Never);  // fewer
     CHECK(taken(f, 192 * s, 24) == NarrowSharedX::Never);        // 17-24 tokens
     CHECK(taken(f, 192 * s, 8) == NarrowSharedX::Never);
@@ -608,7 +608,8 @@ TEST_CASE("gemm narrow sm80 with warps that share x: as taken, and against the r
                                                  : PackedFormat::Int6K256,
                         rows, n) == how);
           const int64_t cols = i % 2 == 0 ? 1792 : short_cols;
-          run_case(type, {rows, cols, n, GemmTile::Auto, i % 3 == 0, i % 2 == 1, i % 4 != 3, narrow});
+          run_case(type,
+                   {rows, cols, n, GemmTile::Auto, i % 3 == 0, i % 2 == 1, i % 4 != 3, narrow});
           ++i;
         }
     }
