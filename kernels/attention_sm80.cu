@@ -369,11 +369,24 @@ struct MmaPlan {
 // positions 24.8 us against 30.1 with 2, 8 sequences 11.3 against 12.1,
 // one sequence at 4,096 positions 10.3 against 11.5; else 2 (3 blocks an
 // SM).
+// PROBE (comparisons; VOLTAD_ATTENTION_STAGES=4): rings of 4 stages, one
+// block an SM, so that a warp of a piece of 256 positions (4 cache blocks)
+// copies all of them at once instead of 3 then 1.
+inline int mma_probe_stages() {
+  static const int stages = [] {
+    const char* v = std::getenv("VOLTAD_ATTENTION_STAGES");
+    return v && std::string(v) == "4" ? 4 : 0;
+  }();
+  return stages;
+}
+
 template <int HD, bool kRope>
 MmaPlan mma_plan(const AttentionArgs& a) {
   constexpr int kWarpBlock = kAttentionWarps * kKvBlockTokens;
   const int shortest = a.n_tokens >= 4 ? 4 * kWarpBlock : kWarpBlock;
   const int most = std::max(1, (a.max_position + 1) / shortest);
+  if (mma_probe_stages() == 4 && mma_max_stages() >= 3)
+    return {4, std::min(most, attention_pieces_in_wave(a, mma_wave_blocks<HD, 4, kRope>())), shortest};
   // 3 stages only where 2 blocks of them fit an SM (the H200's 228 KB,
   // not an A100's 164 KB, where 3 stages would leave 4 warps an SM).
   if (mma_max_stages() >= 3 && mma_wave_blocks<HD, 3, kRope>() >= 2 * device_sm_count()) {
@@ -434,7 +447,10 @@ void launch_attention_mma(const AttentionArgs& args, const Fp16KvReader& cache,
     const MmaPlan plan = mma_plan<HD, kRope>(a);
     a.least_piece = plan.least;
     const dim3 grid(unsigned(a.n_tokens), unsigned(a.n_kv_heads), unsigned(plan.pieces));
-    if (plan.stages == 3)
+    if (plan.stages == 4)
+      launch_kernel(kernel_attention_mma<HD, 4, kRope>, grid, kAttentionWarps * 32,
+                    MmaSmem<HD, 4>::kBytes, stream, a, cache);
+    else if (plan.stages == 3)
       launch_kernel(kernel_attention_mma<HD, 3, kRope>, grid, kAttentionWarps * 32,
                     MmaSmem<HD, 3>::kBytes, stream, a, cache);
     else
