@@ -24,6 +24,7 @@
 // Rows are stored in shared memory with each 16-byte chunk's index XORed
 // with the row's low 3 bits: ldmatrix's eight row reads then fall in
 // different banks.
+#include <cooperative_groups.h>
 #include <cuda_fp16.h>
 
 #include <cstdlib>
@@ -49,6 +50,7 @@ using sm80::load_matrices_x4;
 using sm80::mma_16816;
 
 constexpr int kMmaGroup = kAttentionMaxGroup;
+constexpr int kMmaMaxCluster = 8;  // blocks of a cluster every sm_90 device runs
 inline constexpr float kRescaleSlack = 8.0f;  // natural-log units: weights up to e^8 ~ 2981
 
 // Shared memory of a block whose warps' rings have S stages (mma_plan).
@@ -60,9 +62,12 @@ struct MmaSmem {
   static constexpr int kStageBytes = 2 * kTileBytes;          // K then V
   static constexpr int kWarpBytes = S * kStageBytes;
   static constexpr int kRingBytes = kAttentionWarps * kWarpBytes;
-  // After the loop the ring holds the warps' merge (finish_piece).
+  // After the loop the ring holds the warps' merge (finish_piece), then,
+  // with AttentionArgs::cluster_combine, the piece's (finish_in_cluster).
   static constexpr int kMergeBytes = int(sizeof(float)) * kAttentionWarps * kMmaGroup * (2 + HD);
-  static constexpr int kBytes = kRingBytes > kMergeBytes ? kRingBytes : kMergeBytes;
+  static constexpr int kPieceBytes = int(sizeof(float)) * kMmaGroup * (2 + HD);
+  static constexpr int kAfterBytes = kMergeBytes + kPieceBytes;
+  static constexpr int kBytes = kRingBytes > kAfterBytes ? kRingBytes : kAfterBytes;
   // Chunk c of row r within a tile.
   __device__ static int offset(int r, int c) { return r * (HD * 2) + ((c ^ (r & 7)) << 4); }
 };
@@ -74,6 +79,70 @@ __device__ __forceinline__ void split_half2(float x0, float x1, uint32_t& hi, ui
   const __half2 l = __floats2half2_rn(x0 - hf.x, x1 - hf.y);
   hi = *reinterpret_cast<const uint32_t*>(&h);
   lo = *reinterpret_cast<const uint32_t*>(&l);
+}
+
+// The end of pass 1 with AttentionArgs::cluster_combine: the grid's pieces
+// of a (token, KV head) are one thread-block cluster (sm_90+; at most
+// kMmaMaxCluster). Each block merges its warps' (m, l, acc) into `piece`
+// (its shared memory), and after the cluster's barrier block r combines
+// the r-th share of the group's elements from every block's piece, read
+// through distributed shared memory, and writes the outputs; a second
+// barrier keeps each block's piece alive until all are read. So no
+// partial goes through memory, and there is no fence, counter or second
+// launch: at batch 1 and 8 those were a chain of round trips after the
+// loop (docs/PERFORMANCE.md, run 32).
+template <int HD>
+__device__ __forceinline__ void finish_in_cluster(
+    const AttentionArgs& a, int t, int kvh, int group,
+    const float (&sm_m)[kAttentionWarps][kMmaGroup], const float (&sm_l)[kAttentionWarps][kMmaGroup],
+    const float (&sm_acc)[kAttentionWarps][kMmaGroup][HD], float* piece) {
+#if __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  // piece: m and l of each group head, then acc (kMmaGroup x HD).
+  constexpr int kAcc = 2 * kMmaGroup;
+  __syncthreads();
+  for (int i = threadIdx.x; i < group * HD; i += blockDim.x) {
+    const int g = i / HD, e = i % HD;
+    float mm, ll, aa;
+    merge_warps<HD, kMmaGroup>(sm_m, sm_l, sm_acc, g, e, mm, ll, aa);
+    piece[kAcc + i] = aa;
+    if (e == 0) piece[g] = mm, piece[kMmaGroup + g] = ll;
+  }
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();
+  const int pieces = int(cluster.num_blocks()), rank = int(cluster.block_rank());
+  // Shares of whole warps' 32 elements (group * HD is a multiple of 32),
+  // as the quantizers of write_attention_output need.
+  const int total = group * HD;
+  const int share = (total / 32 + pieces - 1) / pieces * 32;
+  const int first = rank * share, last = min(total, first + share);
+  for (int i0 = first; i0 < last; i0 += blockDim.x) {
+    const int i = i0 + int(threadIdx.x);
+    if (i >= last) break;  // whole warps
+    const int g = i / HD;
+    const float* from[kMmaMaxCluster];
+    float m[kMmaMaxCluster];
+    float mm = -INFINITY;
+#pragma unroll
+    for (int s = 0; s < kMmaMaxCluster; ++s) {
+      from[s] = s < pieces ? cluster.map_shared_rank(piece, unsigned(s)) : piece;
+      m[s] = s < pieces ? from[s][g] : -INFINITY;
+      mm = fmaxf(mm, m[s]);
+    }
+    float ll = 0.0f, aa = 0.0f;
+#pragma unroll
+    for (int s = 0; s < kMmaMaxCluster; ++s) {
+      if (s >= pieces || m[s] == -INFINITY) continue;  // no positions in the piece
+      const float w = __expf(m[s] - mm);
+      ll = fmaf(from[s][kMmaGroup + g], w, ll);
+      aa = fmaf(from[s][kAcc + i], w, aa);
+    }
+    write_attention_output<HD>(a, t, kvh * group + g, i % HD, aa / ll);
+  }
+  cluster.sync();
+#else
+  __trap();  // launched only on sm_90+ (mma_cluster_applies)
+#endif
 }
 
 // No minimum of blocks an SM in the bounds: ptxas then takes 166-168
@@ -149,10 +218,7 @@ __global__ void __launch_bounds__(kAttentionWarps * 32)
     for (int i = threadIdx.x; i < HD / 2; i += blockDim.x)
       sincosf(float(pos) * a.rope.inv_freq[i], &rope_sin[i], &rope_cos[i]);
   }
-  if (a.release_late)
-    wait_for_previous();
-  else
-    wait_then_release_next();
+  wait_then_release_next();
   if (!early)
     for (int n = 0; n < S; ++n) issue(n);
   if constexpr (kRope) {
@@ -282,7 +348,6 @@ __global__ void __launch_bounds__(kAttentionWarps * 32)
     issue(n + S);
   }
   copy_wait<0>();
-  if (a.release_late) release_next_kernel();
   l += __shfl_xor_sync(0xffffffffu, l, 1);
   l += __shfl_xor_sync(0xffffffffu, l, 2);
 
@@ -301,7 +366,11 @@ __global__ void __launch_bounds__(kAttentionWarps * 32)
       sm_acc[warp][g][8 * nt + 2 * tq + 1] = acc[nt][1] + acc[nt][3];
     }
   }
-  finish_piece<HD, kMmaGroup>(a, t, kvh, split, group, sm_m, sm_l, sm_acc);
+  if (a.cluster_combine)
+    finish_in_cluster<HD>(a, t, kvh, group, sm_m, sm_l, sm_acc,
+                          reinterpret_cast<float*>(smem + L::kMergeBytes));
+  else
+    finish_piece<HD, kMmaGroup>(a, t, kvh, split, group, sm_m, sm_l, sm_acc);
 #endif
 }
 
@@ -369,24 +438,11 @@ struct MmaPlan {
 // positions 24.8 us against 30.1 with 2, 8 sequences 11.3 against 12.1,
 // one sequence at 4,096 positions 10.3 against 11.5; else 2 (3 blocks an
 // SM).
-// PROBE (comparisons; VOLTAD_ATTENTION_STAGES=4): rings of 4 stages, one
-// block an SM, so that a warp of a piece of 256 positions (4 cache blocks)
-// copies all of them at once instead of 3 then 1.
-inline int mma_probe_stages() {
-  static const int stages = [] {
-    const char* v = std::getenv("VOLTAD_ATTENTION_STAGES");
-    return v && std::string(v) == "4" ? 4 : 0;
-  }();
-  return stages;
-}
-
 template <int HD, bool kRope>
 MmaPlan mma_plan(const AttentionArgs& a) {
   constexpr int kWarpBlock = kAttentionWarps * kKvBlockTokens;
   const int shortest = a.n_tokens >= 4 ? 4 * kWarpBlock : kWarpBlock;
   const int most = std::max(1, (a.max_position + 1) / shortest);
-  if (mma_probe_stages() == 4 && mma_max_stages() >= 3)
-    return {4, std::min(most, attention_pieces_in_wave(a, mma_wave_blocks<HD, 4, kRope>())), shortest};
   // 3 stages only where 2 blocks of them fit an SM (the H200's 228 KB,
   // not an A100's 164 KB, where 3 stages would leave 4 warps an SM).
   if (mma_max_stages() >= 3 && mma_wave_blocks<HD, 3, kRope>() >= 2 * device_sm_count()) {
@@ -394,6 +450,51 @@ MmaPlan mma_plan(const AttentionArgs& a) {
     if (split_tokens(a.max_position, n) >= 2 * kWarpBlock) return {3, n, shortest};  // the longest piece
   }
   return {2, std::min(most, attention_pieces_in_wave(a, mma_wave_blocks<HD, 2, kRope>())), shortest};
+}
+
+// The cluster combine (finish_in_cluster; VOLTAD_ATTENTION_CLUSTER=0 turns
+// it off for comparisons, attention_mma_set_cluster for tests).
+bool g_cluster_allowed = [] {
+  const char* v = std::getenv("VOLTAD_ATTENTION_CLUSTER");
+  return !(v && std::string(v) == "0");
+}();
+
+// Whether a cluster of kMmaMaxCluster blocks of the plan's kernel fits the
+// device (read once an instance).
+template <int HD, int S, bool kRope>
+bool mma_cluster_fits() {
+  static const bool fits = [] {
+    auto kernel = kernel_attention_mma<HD, S, kRope>;
+    mma_wave_blocks<HD, S, kRope>();  // opts in to the shared memory
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(1, 1, kMmaMaxCluster);
+    config.blockDim = dim3(kAttentionWarps * 32);
+    config.dynamicSmemBytes = MmaSmem<HD, S>::kBytes;
+    cudaLaunchAttribute attribute[1];
+    attribute[0].id = cudaLaunchAttributeClusterDimension;
+    attribute[0].val.clusterDim.x = 1;
+    attribute[0].val.clusterDim.y = 1;
+    attribute[0].val.clusterDim.z = kMmaMaxCluster;
+    config.attrs = attribute;
+    config.numAttrs = 1;
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    return clusters > 0;
+  }();
+  return fits;
+}
+
+// A launch combines its pieces in clusters where the device and this
+// binary's code are sm_90+, the pieces make a cluster every sm_90 device
+// runs (at most 8) and such a cluster fits.
+template <int HD, bool kRope>
+bool mma_cluster_applies(const MmaPlan& plan) {
+  if (!g_cluster_allowed || !programmatic_launch_supported() || plan.pieces > kMmaMaxCluster)
+    return false;
+  return plan.stages == 3 ? mma_cluster_fits<HD, 3, kRope>() : mma_cluster_fits<HD, 2, kRope>();
 }
 
 // Calls fn(std::integral_constant<int, HD>, std::bool_constant<kRope>).
@@ -414,6 +515,18 @@ using attention80::mma_plan;
 using attention80::MmaPlan;
 using attention80::MmaSmem;
 using attention80::with_mma_instance;
+
+bool attention_mma_cluster(const AttentionArgs& a) {
+  return attention_mma_applies(a) && with_mma_instance(a, [&](auto hd, auto rope) {
+           constexpr int HD = decltype(hd)::value;
+           constexpr bool kRope = decltype(rope)::value;
+           return attention80::mma_cluster_applies<HD, kRope>(mma_plan<HD, kRope>(a));
+         });
+}
+
+void attention_mma_set_cluster(bool on) {
+  attention80::g_cluster_allowed = on;
+}
 
 bool attention_mma_applies(const AttentionArgs& a) {
   return a.tensor_cores && (a.head_dim == 64 || a.head_dim == 128) && mma_max_stages() >= 2;
@@ -436,30 +549,25 @@ void launch_attention_mma(const AttentionArgs& args, const Fp16KvReader& cache,
   if (args.n_tokens == 0) return;
   check_attention_args(args, args.rope.inv_freq != nullptr);
   AttentionArgs a = args;  // with the plan's least piece, for pass 1 and the combine
-  static const bool release_late = [] {
-    const char* v = std::getenv("VOLTAD_ATTENTION_RELEASE");
-    return v && std::string(v) == "late";
-  }();
-  a.release_late = release_late;
-  const int pieces = with_mma_instance(a, [&](auto hd, auto rope) {
+  a.cluster_combine = false;
+  with_mma_instance(a, [&](auto hd, auto rope) {
     constexpr int HD = decltype(hd)::value;
     constexpr bool kRope = decltype(rope)::value;
     const MmaPlan plan = mma_plan<HD, kRope>(a);
     a.least_piece = plan.least;
+    a.cluster_combine = attention80::mma_cluster_applies<HD, kRope>(plan);
     const dim3 grid(unsigned(a.n_tokens), unsigned(a.n_kv_heads), unsigned(plan.pieces));
-    if (plan.stages == 4)
-      launch_kernel(kernel_attention_mma<HD, 4, kRope>, grid, kAttentionWarps * 32,
-                    MmaSmem<HD, 4>::kBytes, stream, a, cache);
-    else if (plan.stages == 3)
-      launch_kernel(kernel_attention_mma<HD, 3, kRope>, grid, kAttentionWarps * 32,
-                    MmaSmem<HD, 3>::kBytes, stream, a, cache);
+    const dim3 cluster(1, 1, unsigned(plan.pieces));
+    const dim3* shape = a.cluster_combine ? &cluster : nullptr;
+    if (plan.stages == 3)
+      launch_kernel_ex(kernel_attention_mma<HD, 3, kRope>, grid, kAttentionWarps * 32,
+                       MmaSmem<HD, 3>::kBytes, stream, shape, a, cache);
     else
-      launch_kernel(kernel_attention_mma<HD, 2, kRope>, grid, kAttentionWarps * 32,
-                    MmaSmem<HD, 2>::kBytes, stream, a, cache);
-    return plan.pieces;
+      launch_kernel_ex(kernel_attention_mma<HD, 2, kRope>, grid, kAttentionWarps * 32,
+                       MmaSmem<HD, 2>::kBytes, stream, shape, a, cache);
+    CUDA_CHECK(cudaGetLastError());
+    if (!a.cluster_combine && !a.arrivals) launch_attention_combine(a, plan.pieces, stream);
   });
-  CUDA_CHECK(cudaGetLastError());
-  if (!a.arrivals) launch_attention_combine(a, pieces, stream);
 }
 
 }  // namespace voltad::kernels
