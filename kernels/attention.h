@@ -144,7 +144,8 @@ void launch_attention(const AttentionArgs& args, cudaStream_t stream);
 // (AttentionArgs::tensor_cores).
 bool attention_mma_applies(const AttentionArgs& args);
 // True where that pass 1 combines a token's pieces in a thread-block
-// cluster (sm_90+, at most 8 pieces; AttentionArgs::cluster_combine): then
+// cluster (sm_90+; AttentionArgs::cluster_combine; the plan then holds
+// at most 16 pieces, 8 where the device runs no larger clusters): then
 // neither partials nor arrivals are used.
 bool attention_mma_cluster(const AttentionArgs& args);
 // Tests: false keeps the cluster combine off (as VOLTAD_ATTENTION_CLUSTER=0

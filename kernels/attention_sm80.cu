@@ -27,6 +27,7 @@
 #include <cooperative_groups.h>
 #include <cuda_fp16.h>
 
+#include <array>
 #include <cstdlib>
 #include <string>
 
@@ -50,7 +51,7 @@ using sm80::load_matrices_x4;
 using sm80::mma_16816;
 
 constexpr int kMmaGroup = kAttentionMaxGroup;
-constexpr int kMmaMaxCluster = 8;  // blocks of a cluster every sm_90 device runs
+constexpr int kMmaMaxCluster = 16;  // blocks of a cluster (non-portable above 8)
 inline constexpr float kRescaleSlack = 8.0f;  // natural-log units: weights up to e^8 ~ 2981
 
 // Shared memory of a block whose warps' rings have S stages (mma_plan).
@@ -120,13 +121,11 @@ __device__ __forceinline__ void finish_in_cluster(
     const int i = i0 + int(threadIdx.x);
     if (i >= last) break;  // whole warps
     const int g = i / HD;
-    const float* from[kMmaMaxCluster];
     float m[kMmaMaxCluster];
     float mm = -INFINITY;
 #pragma unroll
     for (int s = 0; s < kMmaMaxCluster; ++s) {
-      from[s] = s < pieces ? cluster.map_shared_rank(piece, unsigned(s)) : piece;
-      m[s] = s < pieces ? from[s][g] : -INFINITY;
+      m[s] = s < pieces ? cluster.map_shared_rank(piece, unsigned(s))[g] : -INFINITY;
       mm = fmaxf(mm, m[s]);
     }
     float ll = 0.0f, aa = 0.0f;
@@ -134,14 +133,15 @@ __device__ __forceinline__ void finish_in_cluster(
     for (int s = 0; s < kMmaMaxCluster; ++s) {
       if (s >= pieces || m[s] == -INFINITY) continue;  // no positions in the piece
       const float w = __expf(m[s] - mm);
-      ll = fmaf(from[s][kMmaGroup + g], w, ll);
-      aa = fmaf(from[s][kAcc + i], w, aa);
+      const float* from = cluster.map_shared_rank(piece, unsigned(s));
+      ll = fmaf(from[kMmaGroup + g], w, ll);
+      aa = fmaf(from[kAcc + i], w, aa);
     }
     write_attention_output<HD>(a, t, kvh * group + g, i % HD, aa / ll);
   }
   cluster.sync();
 #else
-  __trap();  // launched only on sm_90+ (mma_cluster_applies)
+  __trap();  // launched only on sm_90+ (mma_plan)
 #endif
 }
 
@@ -418,6 +418,7 @@ int mma_max_stages() {
 // fewest positions a piece holds (AttentionArgs::least_piece).
 struct MmaPlan {
   int stages, pieces, least;
+  bool cluster = false;  // the pieces combine in a cluster (finish_in_cluster)
 };
 
 // Pieces: as many as one wave of the kernel's blocks holds
@@ -438,11 +439,12 @@ struct MmaPlan {
 // positions 24.8 us against 30.1 with 2, 8 sequences 11.3 against 12.1,
 // one sequence at 4,096 positions 10.3 against 11.5; else 2 (3 blocks an
 // SM).
+// cap: at most this many pieces.
 template <int HD, bool kRope>
-MmaPlan mma_plan(const AttentionArgs& a) {
+MmaPlan mma_split_plan(const AttentionArgs& a, int cap) {
   constexpr int kWarpBlock = kAttentionWarps * kKvBlockTokens;
   const int shortest = a.n_tokens >= 4 ? 4 * kWarpBlock : kWarpBlock;
-  const int most = std::max(1, (a.max_position + 1) / shortest);
+  const int most = std::max(1, std::min(cap, (a.max_position + 1) / shortest));
   // 3 stages only where 2 blocks of them fit an SM (the H200's 228 KB,
   // not an A100's 164 KB, where 3 stages would leave 4 warps an SM).
   if (mma_max_stages() >= 3 && mma_wave_blocks<HD, 3, kRope>() >= 2 * device_sm_count()) {
@@ -459,42 +461,65 @@ bool g_cluster_allowed = [] {
   return !(v && std::string(v) == "0");
 }();
 
-// Whether a cluster of kMmaMaxCluster blocks of the plan's kernel fits the
-// device (read once an instance).
+// Blocks of the instance that one wave of clusters of P blocks holds, for
+// P = 0 .. kMmaMaxCluster (0: no such cluster runs; above 8, clusters
+// only some sm_90 devices run, the H100's and H200's 16). Read once an
+// instance.
 template <int HD, int S, bool kRope>
-bool mma_cluster_fits() {
-  static const bool fits = [] {
+int mma_cluster_wave(int P) {
+  static const std::array<int, kMmaMaxCluster + 1> blocks = [] {
+    std::array<int, kMmaMaxCluster + 1> b{};
     auto kernel = kernel_attention_mma<HD, S, kRope>;
     mma_wave_blocks<HD, S, kRope>();  // opts in to the shared memory
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(1, 1, kMmaMaxCluster);
-    config.blockDim = dim3(kAttentionWarps * 32);
-    config.dynamicSmemBytes = MmaSmem<HD, S>::kBytes;
-    cudaLaunchAttribute attribute[1];
-    attribute[0].id = cudaLaunchAttributeClusterDimension;
-    attribute[0].val.clusterDim.x = 1;
-    attribute[0].val.clusterDim.y = 1;
-    attribute[0].val.clusterDim.z = kMmaMaxCluster;
-    config.attrs = attribute;
-    config.numAttrs = 1;
-    int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return false;
+    const bool wide =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
+    (void)cudaGetLastError();
+    for (int p = 2; p <= (wide ? kMmaMaxCluster : 8); ++p) {
+      cudaLaunchConfig_t config{};
+      config.gridDim = dim3(1, 1, unsigned(p));
+      config.blockDim = dim3(kAttentionWarps * 32);
+      config.dynamicSmemBytes = MmaSmem<HD, S>::kBytes;
+      cudaLaunchAttribute attribute[1];
+      attribute[0].id = cudaLaunchAttributeClusterDimension;
+      attribute[0].val.clusterDim.x = 1;
+      attribute[0].val.clusterDim.y = 1;
+      attribute[0].val.clusterDim.z = unsigned(p);
+      config.attrs = attribute;
+      config.numAttrs = 1;
+      int clusters = 0;
+      if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
+        (void)cudaGetLastError();
+        clusters = 0;
+      }
+      b[size_t(p)] = clusters * p;
     }
-    return clusters > 0;
+    return b;
   }();
-  return fits;
+  return blocks[size_t(P)];
 }
 
-// A launch combines its pieces in clusters where the device and this
-// binary's code are sm_90+, the pieces make a cluster every sm_90 device
-// runs (at most 8) and such a cluster fits.
+// The launch's plan. Where the device and this binary's code are sm_90+,
+// a token's pieces (at most 16, or 8 where clusters of 16 do not run;
+// capped there) combine in one cluster, if the grid's clusters fit one
+// wave: split over two, the second wave's clusters wait for whole SMs
+// (Llama-3-8B, 8 sequences at 4,096 positions: 4 pieces, 55.0 us against
+// 43.4 without clusters on the H200, docs/PERFORMANCE.md run 32). Not for
+// one piece: there is nothing to combine.
 template <int HD, bool kRope>
-bool mma_cluster_applies(const MmaPlan& plan) {
-  if (!g_cluster_allowed || !programmatic_launch_supported() || plan.pieces > kMmaMaxCluster)
-    return false;
-  return plan.stages == 3 ? mma_cluster_fits<HD, 3, kRope>() : mma_cluster_fits<HD, 2, kRope>();
+MmaPlan mma_plan(const AttentionArgs& a) {
+  const MmaPlan plan = mma_split_plan<HD, kRope>(a, kAttentionMaxSplits);
+  if (!g_cluster_allowed || !programmatic_launch_supported() || plan.pieces < 2) return plan;
+  for (int cap : {kMmaMaxCluster, 8}) {
+    MmaPlan p = mma_split_plan<HD, kRope>(a, std::min(cap, plan.pieces));
+    const int wave = p.stages == 3 ? mma_cluster_wave<HD, 3, kRope>(p.pieces)
+                                   : mma_cluster_wave<HD, 2, kRope>(p.pieces);
+    if (p.pieces >= 2 && wave > 0) {
+      if (int64_t(a.n_tokens) * a.n_kv_heads * p.pieces > wave) return plan;
+      p.cluster = true;
+      return p;
+    }
+  }
+  return plan;
 }
 
 // Calls fn(std::integral_constant<int, HD>, std::bool_constant<kRope>).
@@ -520,7 +545,7 @@ bool attention_mma_cluster(const AttentionArgs& a) {
   return attention_mma_applies(a) && with_mma_instance(a, [&](auto hd, auto rope) {
            constexpr int HD = decltype(hd)::value;
            constexpr bool kRope = decltype(rope)::value;
-           return attention80::mma_cluster_applies<HD, kRope>(mma_plan<HD, kRope>(a));
+           return mma_plan<HD, kRope>(a).cluster;
          });
 }
 
@@ -555,7 +580,7 @@ void launch_attention_mma(const AttentionArgs& args, const Fp16KvReader& cache,
     constexpr bool kRope = decltype(rope)::value;
     const MmaPlan plan = mma_plan<HD, kRope>(a);
     a.least_piece = plan.least;
-    a.cluster_combine = attention80::mma_cluster_applies<HD, kRope>(plan);
+    a.cluster_combine = plan.cluster;
     const dim3 grid(unsigned(a.n_tokens), unsigned(a.n_kv_heads), unsigned(plan.pieces));
     const dim3 cluster(1, 1, unsigned(plan.pieces));
     const dim3* shape = a.cluster_combine ? &cluster : nullptr;

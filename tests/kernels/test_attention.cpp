@@ -122,7 +122,7 @@ int check_attention_with(Shape sh, const std::vector<int>& cached,
   if (tensor_cores && kernels::gemm_sm80_available() && (sh.head_dim == 64 || sh.head_dim == 128))
     REQUIRE(kernels::attention_mma_applies(a));
   const int pieces = kernels::attention_launch_pieces(a);
-  // The cluster combine (sm_90+, at most 8 pieces) writes no partials.
+  // The cluster combine (sm_90+) writes no partials.
   const bool cluster = kernels::attention_mma_cluster(a);
   if (cluster) REQUIRE(tensor_cores);
   poison(dpart);
