@@ -97,11 +97,6 @@ struct AttentionArgs {
   // token_tables and block_tables must be the step's inputs (copied from the
   // host), not a kernel's output: they are read before the wait either way.
   bool own_position_only = false;
-  // Set by the tensor-core launch (callers leave it false) where its
-  // pieces are one thread-block cluster (attention_mma_cluster): pass 1
-  // then combines them through distributed shared memory, with no
-  // partials, counters or combine launch.
-  bool cluster_combine = false;
   // When rope.inv_freq is set (decode steps: own_position_only, the fp16
   // cache): q is the projection's raw output, and pass 1 applies, per head,
   // the RMSNorm (weights q_norm / k_norm, when set; Qwen3) and RoPE over the
@@ -143,14 +138,6 @@ void launch_attention(const AttentionArgs& args, cudaStream_t stream);
 // True where launch_attention runs the tensor-core pass 1 for `args`
 // (AttentionArgs::tensor_cores).
 bool attention_mma_applies(const AttentionArgs& args);
-// True where that pass 1 combines a token's pieces in a thread-block
-// cluster (sm_90+; AttentionArgs::cluster_combine; the plan then holds
-// at most 16 pieces, 8 where the device runs no larger clusters): then
-// neither partials nor arrivals are used.
-bool attention_mma_cluster(const AttentionArgs& args);
-// Tests: false keeps the cluster combine off (as VOLTAD_ATTENTION_CLUSTER=0
-// does), true lets it apply again.
-void attention_mma_set_cluster(bool on);
 // The AttentionArgs::least_piece launch_attention gives those args (tests).
 int attention_launch_least_piece(const AttentionArgs& args);
 

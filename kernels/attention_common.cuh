@@ -66,21 +66,6 @@ __host__ __device__ __forceinline__ int pieces_used(int pos, int splits, int lea
 // thread per element writes the outputs, whole warps per 32 values as the
 // quantizers need. The partials are read through L2 (__ldcg): other blocks
 // wrote them.
-// Output o of element e of head h of token t: into out, and quantized
-// (out_q) or as the narrow GEMM's x (narrow_x) where set. Called by whole
-// warps, each on 32 consecutive elements of a head (the quantizers' blocks).
-template <int HD>
-__device__ __forceinline__ void write_attention_output(const AttentionArgs& a, int t, int h, int e,
-                                                       float o) {
-  a.out[int64_t(t) * a.ldo + h * HD + e] = o;
-  if (a.out_q.q)
-    quantize_block_warp(o, a.out_q, t, int64_t(a.n_heads) * HD, (int64_t(h) * HD + e) / kActivationBlock);
-  if (a.narrow_x)
-    write_narrow_x_warp(o, int(threadIdx.x % 32), (int64_t(h) * HD + e) / kActivationBlock,
-                        a.narrow_row0 + t, a.narrow_n8, int64_t(a.n_heads) * HD / kActivationBlock,
-                        a.narrow_x);
-}
-
 template <int HD>
 __device__ __forceinline__ void combine_pieces(const AttentionArgs& a, int t, int kvh, int group,
                                                int splits, float* staging) {
@@ -133,8 +118,17 @@ __device__ __forceinline__ void combine_pieces(const AttentionArgs& a, int t, in
     staging[g * HD + e + 3] = v.w / l;
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < group * HD; i += blockDim.x)
-    write_attention_output<HD>(a, t, kvh * group + i / HD, i % HD, staging[i]);
+  for (int i = threadIdx.x; i < group * HD; i += blockDim.x) {
+    const int g = i / HD, e = i % HD;
+    const float o = staging[i];
+    const int h = kvh * group + g;
+    a.out[int64_t(t) * a.ldo + h * HD + e] = o;
+    if (a.out_q.q)
+      quantize_block_warp(o, a.out_q, t, int64_t(a.n_heads) * HD, (int64_t(h) * HD + e) / kActivationBlock);
+    if (a.narrow_x)
+      write_narrow_x_warp(o, lane, (int64_t(h) * HD + e) / kActivationBlock, a.narrow_row0 + t,
+                          a.narrow_n8, int64_t(a.n_heads) * HD / kActivationBlock, a.narrow_x);
+  }
 }
 
 // The head RMSNorm and RoPE of pass 1 with AttentionArgs::rope, on one
@@ -223,22 +217,6 @@ __device__ __forceinline__ void rope_items(const AttentionArgs& a, const Reader&
 // block's `group` heads are in sm_m, sm_l and sm_acc. Merges them, writes
 // the piece's partial, and with AttentionArgs::arrivals the block that
 // counts last combines the pieces of its (token, KV head).
-// The block's (m, l, acc) of element e of group head g, from its warps'.
-template <int HD, int G>
-__device__ __forceinline__ void merge_warps(const float (&sm_m)[kAttentionWarps][G],
-                                            const float (&sm_l)[kAttentionWarps][G],
-                                            const float (&sm_acc)[kAttentionWarps][G][HD], int g,
-                                            int e, float& mm, float& ll, float& aa) {
-  mm = -INFINITY;
-  for (int w = 0; w < kAttentionWarps; ++w) mm = fmaxf(mm, sm_m[w][g]);
-  ll = 0.0f, aa = 0.0f;
-  for (int w = 0; w < kAttentionWarps; ++w) {
-    const float c = sm_m[w][g] == -INFINITY ? 0.0f : __expf(sm_m[w][g] - mm);
-    ll += sm_l[w][g] * c;
-    aa += sm_acc[w][g][e] * c;
-  }
-}
-
 template <int HD, int G>
 __device__ __forceinline__ void finish_piece(const AttentionArgs& a, int t, int kvh, int split,
                                              int group,
@@ -250,8 +228,14 @@ __device__ __forceinline__ void finish_piece(const AttentionArgs& a, int t, int 
   // Threads spread over (group head, element) pairs to finish the merge.
   for (int i = threadIdx.x; i < group * HD; i += blockDim.x) {
     const int g = i / HD, e = i % HD;
-    float mm, ll, aa;
-    merge_warps<HD, G>(sm_m, sm_l, sm_acc, g, e, mm, ll, aa);
+    float mm = -INFINITY;
+    for (int w = 0; w < kAttentionWarps; ++w) mm = fmaxf(mm, sm_m[w][g]);
+    float ll = 0.0f, aa = 0.0f;
+    for (int w = 0; w < kAttentionWarps; ++w) {
+      const float c = sm_m[w][g] == -INFINITY ? 0.0f : __expf(sm_m[w][g] - mm);
+      ll += sm_l[w][g] * c;
+      aa += sm_acc[w][g][e] * c;
+    }
     const int head = kvh * group + g;
     float* part = a.partials + ((int64_t(t) * a.n_heads + head) * splits + split) *
                                    (kAttentionPartialHeader + HD);

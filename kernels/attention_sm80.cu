@@ -24,12 +24,7 @@
 // Rows are stored in shared memory with each 16-byte chunk's index XORed
 // with the row's low 3 bits: ldmatrix's eight row reads then fall in
 // different banks.
-#include <cooperative_groups.h>
 #include <cuda_fp16.h>
-
-#include <array>
-#include <cstdlib>
-#include <string>
 
 #include "kernels/attention.h"
 #include "kernels/attention_common.cuh"
@@ -51,7 +46,6 @@ using sm80::load_matrices_x4;
 using sm80::mma_16816;
 
 constexpr int kMmaGroup = kAttentionMaxGroup;
-constexpr int kMmaMaxCluster = 16;  // blocks of a cluster (non-portable above 8)
 inline constexpr float kRescaleSlack = 8.0f;  // natural-log units: weights up to e^8 ~ 2981
 
 // Shared memory of a block whose warps' rings have S stages (mma_plan).
@@ -63,12 +57,9 @@ struct MmaSmem {
   static constexpr int kStageBytes = 2 * kTileBytes;          // K then V
   static constexpr int kWarpBytes = S * kStageBytes;
   static constexpr int kRingBytes = kAttentionWarps * kWarpBytes;
-  // After the loop the ring holds the warps' merge (finish_piece), then,
-  // with AttentionArgs::cluster_combine, the piece's (finish_in_cluster).
+  // After the loop the ring holds the warps' merge (finish_piece).
   static constexpr int kMergeBytes = int(sizeof(float)) * kAttentionWarps * kMmaGroup * (2 + HD);
-  static constexpr int kPieceBytes = int(sizeof(float)) * kMmaGroup * (2 + HD);
-  static constexpr int kAfterBytes = kMergeBytes + kPieceBytes;
-  static constexpr int kBytes = kRingBytes > kAfterBytes ? kRingBytes : kAfterBytes;
+  static constexpr int kBytes = kRingBytes > kMergeBytes ? kRingBytes : kMergeBytes;
   // Chunk c of row r within a tile.
   __device__ static int offset(int r, int c) { return r * (HD * 2) + ((c ^ (r & 7)) << 4); }
 };
@@ -80,69 +71,6 @@ __device__ __forceinline__ void split_half2(float x0, float x1, uint32_t& hi, ui
   const __half2 l = __floats2half2_rn(x0 - hf.x, x1 - hf.y);
   hi = *reinterpret_cast<const uint32_t*>(&h);
   lo = *reinterpret_cast<const uint32_t*>(&l);
-}
-
-// The end of pass 1 with AttentionArgs::cluster_combine: the grid's pieces
-// of a (token, KV head) are one thread-block cluster (sm_90+; at most
-// kMmaMaxCluster). Each block merges its warps' (m, l, acc) into `piece`
-// (its shared memory), and after the cluster's barrier block r combines
-// the r-th share of the group's elements from every block's piece, read
-// through distributed shared memory, and writes the outputs; a second
-// barrier keeps each block's piece alive until all are read. So no
-// partial goes through memory, and there is no fence, counter or second
-// launch: at batch 1 and 8 those were a chain of round trips after the
-// loop (docs/PERFORMANCE.md, run 32).
-template <int HD>
-__device__ __forceinline__ void finish_in_cluster(
-    const AttentionArgs& a, int t, int kvh, int group,
-    const float (&sm_m)[kAttentionWarps][kMmaGroup], const float (&sm_l)[kAttentionWarps][kMmaGroup],
-    const float (&sm_acc)[kAttentionWarps][kMmaGroup][HD], float* piece) {
-#if __CUDA_ARCH__ >= 900
-  namespace cg = cooperative_groups;
-  // piece: m and l of each group head, then acc (kMmaGroup x HD).
-  constexpr int kAcc = 2 * kMmaGroup;
-  __syncthreads();
-  for (int i = threadIdx.x; i < group * HD; i += blockDim.x) {
-    const int g = i / HD, e = i % HD;
-    float mm, ll, aa;
-    merge_warps<HD, kMmaGroup>(sm_m, sm_l, sm_acc, g, e, mm, ll, aa);
-    piece[kAcc + i] = aa;
-    if (e == 0) piece[g] = mm, piece[kMmaGroup + g] = ll;
-  }
-  cg::cluster_group cluster = cg::this_cluster();
-  cluster.sync();
-  const int pieces = int(cluster.num_blocks()), rank = int(cluster.block_rank());
-  // Shares of whole warps' 32 elements (group * HD is a multiple of 32),
-  // as the quantizers of write_attention_output need.
-  const int total = group * HD;
-  const int share = (total / 32 + pieces - 1) / pieces * 32;
-  const int first = rank * share, last = min(total, first + share);
-  for (int i0 = first; i0 < last; i0 += blockDim.x) {
-    const int i = i0 + int(threadIdx.x);
-    if (i >= last) break;  // whole warps
-    const int g = i / HD;
-    float m[kMmaMaxCluster];
-    float mm = -INFINITY;
-#pragma unroll
-    for (int s = 0; s < kMmaMaxCluster; ++s) {
-      m[s] = s < pieces ? cluster.map_shared_rank(piece, unsigned(s))[g] : -INFINITY;
-      mm = fmaxf(mm, m[s]);
-    }
-    float ll = 0.0f, aa = 0.0f;
-#pragma unroll
-    for (int s = 0; s < kMmaMaxCluster; ++s) {
-      if (s >= pieces || m[s] == -INFINITY) continue;  // no positions in the piece
-      const float w = __expf(m[s] - mm);
-      const float* from = cluster.map_shared_rank(piece, unsigned(s));
-      ll = fmaf(from[kMmaGroup + g], w, ll);
-      aa = fmaf(from[kAcc + i], w, aa);
-    }
-    write_attention_output<HD>(a, t, kvh * group + g, i % HD, aa / ll);
-  }
-  cluster.sync();
-#else
-  __trap();  // launched only on sm_90+ (mma_plan)
-#endif
 }
 
 // No minimum of blocks an SM in the bounds: ptxas then takes 166-168
@@ -366,11 +294,7 @@ __global__ void __launch_bounds__(kAttentionWarps * 32)
       sm_acc[warp][g][8 * nt + 2 * tq + 1] = acc[nt][1] + acc[nt][3];
     }
   }
-  if (a.cluster_combine)
-    finish_in_cluster<HD>(a, t, kvh, group, sm_m, sm_l, sm_acc,
-                          reinterpret_cast<float*>(smem + L::kMergeBytes));
-  else
-    finish_piece<HD, kMmaGroup>(a, t, kvh, split, group, sm_m, sm_l, sm_acc);
+  finish_piece<HD, kMmaGroup>(a, t, kvh, split, group, sm_m, sm_l, sm_acc);
 #endif
 }
 
@@ -418,7 +342,6 @@ int mma_max_stages() {
 // fewest positions a piece holds (AttentionArgs::least_piece).
 struct MmaPlan {
   int stages, pieces, least;
-  bool cluster = false;  // the pieces combine in a cluster (finish_in_cluster)
 };
 
 // Pieces: as many as one wave of the kernel's blocks holds
@@ -439,12 +362,11 @@ struct MmaPlan {
 // positions 24.8 us against 30.1 with 2, 8 sequences 11.3 against 12.1,
 // one sequence at 4,096 positions 10.3 against 11.5; else 2 (3 blocks an
 // SM).
-// cap: at most this many pieces.
 template <int HD, bool kRope>
-MmaPlan mma_split_plan(const AttentionArgs& a, int cap) {
+MmaPlan mma_plan(const AttentionArgs& a) {
   constexpr int kWarpBlock = kAttentionWarps * kKvBlockTokens;
   const int shortest = a.n_tokens >= 4 ? 4 * kWarpBlock : kWarpBlock;
-  const int most = std::max(1, std::min(cap, (a.max_position + 1) / shortest));
+  const int most = std::max(1, (a.max_position + 1) / shortest);
   // 3 stages only where 2 blocks of them fit an SM (the H200's 228 KB,
   // not an A100's 164 KB, where 3 stages would leave 4 warps an SM).
   if (mma_max_stages() >= 3 && mma_wave_blocks<HD, 3, kRope>() >= 2 * device_sm_count()) {
@@ -452,74 +374,6 @@ MmaPlan mma_split_plan(const AttentionArgs& a, int cap) {
     if (split_tokens(a.max_position, n) >= 2 * kWarpBlock) return {3, n, shortest};  // the longest piece
   }
   return {2, std::min(most, attention_pieces_in_wave(a, mma_wave_blocks<HD, 2, kRope>())), shortest};
-}
-
-// The cluster combine (finish_in_cluster; VOLTAD_ATTENTION_CLUSTER=0 turns
-// it off for comparisons, attention_mma_set_cluster for tests).
-bool g_cluster_allowed = [] {
-  const char* v = std::getenv("VOLTAD_ATTENTION_CLUSTER");
-  return !(v && std::string(v) == "0");
-}();
-
-// Blocks of the instance that one wave of clusters of P blocks holds, for
-// P = 0 .. kMmaMaxCluster (0: no such cluster runs; above 8, clusters
-// only some sm_90 devices run, the H100's and H200's 16). Read once an
-// instance.
-template <int HD, int S, bool kRope>
-int mma_cluster_wave(int P) {
-  static const std::array<int, kMmaMaxCluster + 1> blocks = [] {
-    std::array<int, kMmaMaxCluster + 1> b{};
-    auto kernel = kernel_attention_mma<HD, S, kRope>;
-    mma_wave_blocks<HD, S, kRope>();  // opts in to the shared memory
-    const bool wide =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
-    (void)cudaGetLastError();
-    for (int p = 2; p <= (wide ? kMmaMaxCluster : 8); ++p) {
-      cudaLaunchConfig_t config{};
-      config.gridDim = dim3(1, 1, unsigned(p));
-      config.blockDim = dim3(kAttentionWarps * 32);
-      config.dynamicSmemBytes = MmaSmem<HD, S>::kBytes;
-      cudaLaunchAttribute attribute[1];
-      attribute[0].id = cudaLaunchAttributeClusterDimension;
-      attribute[0].val.clusterDim.x = 1;
-      attribute[0].val.clusterDim.y = 1;
-      attribute[0].val.clusterDim.z = unsigned(p);
-      config.attrs = attribute;
-      config.numAttrs = 1;
-      int clusters = 0;
-      if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
-        (void)cudaGetLastError();
-        clusters = 0;
-      }
-      b[size_t(p)] = clusters * p;
-    }
-    return b;
-  }();
-  return blocks[size_t(P)];
-}
-
-// The launch's plan. Where the device and this binary's code are sm_90+,
-// a token's pieces (at most 16, or 8 where clusters of 16 do not run;
-// capped there) combine in one cluster, if the grid's clusters fit one
-// wave: split over two, the second wave's clusters wait for whole SMs
-// (Llama-3-8B, 8 sequences at 4,096 positions: 4 pieces, 55.0 us against
-// 43.4 without clusters on the H200, docs/PERFORMANCE.md run 32). Not for
-// one piece: there is nothing to combine.
-template <int HD, bool kRope>
-MmaPlan mma_plan(const AttentionArgs& a) {
-  const MmaPlan plan = mma_split_plan<HD, kRope>(a, kAttentionMaxSplits);
-  if (!g_cluster_allowed || !programmatic_launch_supported() || plan.pieces < 2) return plan;
-  for (int cap : {kMmaMaxCluster, 8}) {
-    MmaPlan p = mma_split_plan<HD, kRope>(a, std::min(cap, plan.pieces));
-    const int wave = p.stages == 3 ? mma_cluster_wave<HD, 3, kRope>(p.pieces)
-                                   : mma_cluster_wave<HD, 2, kRope>(p.pieces);
-    if (p.pieces >= 2 && wave > 0) {
-      if (int64_t(a.n_tokens) * a.n_kv_heads * p.pieces > wave) return plan;
-      p.cluster = true;
-      return p;
-    }
-  }
-  return plan;
 }
 
 // Calls fn(std::integral_constant<int, HD>, std::bool_constant<kRope>).
@@ -540,18 +394,6 @@ using attention80::mma_plan;
 using attention80::MmaPlan;
 using attention80::MmaSmem;
 using attention80::with_mma_instance;
-
-bool attention_mma_cluster(const AttentionArgs& a) {
-  return attention_mma_applies(a) && with_mma_instance(a, [&](auto hd, auto rope) {
-           constexpr int HD = decltype(hd)::value;
-           constexpr bool kRope = decltype(rope)::value;
-           return mma_plan<HD, kRope>(a).cluster;
-         });
-}
-
-void attention_mma_set_cluster(bool on) {
-  attention80::g_cluster_allowed = on;
-}
 
 bool attention_mma_applies(const AttentionArgs& a) {
   return a.tensor_cores && (a.head_dim == 64 || a.head_dim == 128) && mma_max_stages() >= 2;
@@ -574,25 +416,22 @@ void launch_attention_mma(const AttentionArgs& args, const Fp16KvReader& cache,
   if (args.n_tokens == 0) return;
   check_attention_args(args, args.rope.inv_freq != nullptr);
   AttentionArgs a = args;  // with the plan's least piece, for pass 1 and the combine
-  a.cluster_combine = false;
-  with_mma_instance(a, [&](auto hd, auto rope) {
+  const int pieces = with_mma_instance(a, [&](auto hd, auto rope) {
     constexpr int HD = decltype(hd)::value;
     constexpr bool kRope = decltype(rope)::value;
     const MmaPlan plan = mma_plan<HD, kRope>(a);
     a.least_piece = plan.least;
-    a.cluster_combine = plan.cluster;
     const dim3 grid(unsigned(a.n_tokens), unsigned(a.n_kv_heads), unsigned(plan.pieces));
-    const dim3 cluster(1, 1, unsigned(plan.pieces));
-    const dim3* shape = a.cluster_combine ? &cluster : nullptr;
     if (plan.stages == 3)
-      launch_kernel_ex(kernel_attention_mma<HD, 3, kRope>, grid, kAttentionWarps * 32,
-                       MmaSmem<HD, 3>::kBytes, stream, shape, a, cache);
+      launch_kernel(kernel_attention_mma<HD, 3, kRope>, grid, kAttentionWarps * 32,
+                    MmaSmem<HD, 3>::kBytes, stream, a, cache);
     else
-      launch_kernel_ex(kernel_attention_mma<HD, 2, kRope>, grid, kAttentionWarps * 32,
-                       MmaSmem<HD, 2>::kBytes, stream, shape, a, cache);
-    CUDA_CHECK(cudaGetLastError());
-    if (!a.cluster_combine && !a.arrivals) launch_attention_combine(a, plan.pieces, stream);
+      launch_kernel(kernel_attention_mma<HD, 2, kRope>, grid, kAttentionWarps * 32,
+                    MmaSmem<HD, 2>::kBytes, stream, a, cache);
+    return plan.pieces;
   });
+  CUDA_CHECK(cudaGetLastError());
+  if (!a.arrivals) launch_attention_combine(a, pieces, stream);
 }
 
 }  // namespace voltad::kernels

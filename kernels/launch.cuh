@@ -35,16 +35,10 @@ bool programmatic_launch_enabled();
 // SMs of the current device, read once: one process serves one GPU.
 int device_sm_count();
 
-// A launch with programmatic dependent launch where enabled and, where
-// cluster is not null, thread-block clusters of that shape (sm_90+:
-// programmatic_launch_supported()). An error stays the runtime's last
-// error, which the caller's CUDA_CHECK(cudaGetLastError()) reports as for
-// <<<>>>.
 template <class... Params, class... Args>
-void launch_kernel_ex(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                      cudaStream_t stream, const dim3* cluster, Args&&... args) {
-  const bool pdl = programmatic_launch_enabled();
-  if (!pdl && !cluster) {
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                   cudaStream_t stream, Args&&... args) {
+  if (!programmatic_launch_enabled()) {
     kernel<<<grid, block, smem, stream>>>(std::forward<Args>(args)...);
     return;
   }
@@ -53,27 +47,14 @@ void launch_kernel_ex(void (*kernel)(Params...), dim3 grid, dim3 block, size_t s
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = stream;
-  cudaLaunchAttribute attribute[2];
-  unsigned n = 0;
-  if (pdl) {
-    attribute[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attribute[n++].val.programmaticStreamSerializationAllowed = 1;
-  }
-  if (cluster) {
-    attribute[n].id = cudaLaunchAttributeClusterDimension;
-    attribute[n].val.clusterDim.x = cluster->x;
-    attribute[n].val.clusterDim.y = cluster->y;
-    attribute[n++].val.clusterDim.z = cluster->z;
-  }
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
-  config.numAttrs = n;
+  config.numAttrs = 1;
+  // An error stays the runtime's last error, which the caller's
+  // CUDA_CHECK(cudaGetLastError()) reports as for <<<>>>.
   (void)cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
-}
-
-template <class... Params, class... Args>
-void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                   cudaStream_t stream, Args&&... args) {
-  launch_kernel_ex(kernel, grid, block, smem, stream, nullptr, std::forward<Args>(args)...);
 }
 
 // Before a kernel's first read of what a kernel of the step writes, and
@@ -103,14 +84,6 @@ __device__ __forceinline__ void wait_then_release_next() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;\n" :::);
-#endif
-}
-
-// griddepcontrol.wait alone: a kernel that lets the next one be scheduled
-// later (release_next_kernel) or at its exit.
-__device__ __forceinline__ void wait_for_previous() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
 }
 

@@ -57,8 +57,7 @@ int main(int argc, char** argv) {
   CUDA_CHECK(cudaMalloc(&arrivals, size_t(max_seqs) * n_kv_heads * sizeof(uint32_t)));
   CUDA_CHECK(cudaMemset(arrivals, 0, size_t(max_seqs) * n_kv_heads * sizeof(uint32_t)));
 
-  std::printf("%-28s %-9s %-8s %6s %7s %9s %8s\n", "case", "kernel", "launch", "pieces", "cluster",
-              "us", "GB/s");
+  std::printf("%-28s %-9s %-8s %6s %9s %8s\n", "case", "kernel", "launch", "pieces", "us", "GB/s");
   for (int ctx : {512, 4096})
     for (int seqs : {1, 8, 32}) {
       if (one && (seqs != std::atoi(argv[1]) || ctx != std::atoi(argv[2]))) continue;
@@ -104,10 +103,8 @@ int main(int argc, char** argv) {
           const double us = ms * 1e3 / 8;
           char name[64];
           std::snprintf(name, sizeof name, "b%d ctx %d", seqs, ctx);
-          const bool cluster = tc && attention_mma_cluster(a);
-          std::printf("%-28s %-9s %-8s %6d %7s %9.2f %8.0f\n", name, tc ? "mma" : "portable",
-                      kernel_set_name(set), pieces, cluster ? "yes" : "no", us,
-                      bytes / (us * 1e-6) / 1e9);
+          std::printf("%-28s %-9s %-8s %6d %9.2f %8.0f\n", name, tc ? "mma" : "portable",
+                      kernel_set_name(set), pieces, us, bytes / (us * 1e-6) / 1e9);
         }
     }
   return 0;

@@ -23,14 +23,6 @@ struct Shape {
   int n_heads, n_kv_heads, head_dim;
 };
 
-// The tensor-core attention's cluster combine off while in scope.
-struct ClusterOff {
-  ClusterOff() { kernels::attention_mma_set_cluster(false); }
-  ~ClusterOff() { kernels::attention_mma_set_cluster(true); }
-  ClusterOff(const ClusterOff&) = delete;
-  ClusterOff& operator=(const ClusterOff&) = delete;
-};
-
 float round_half(float x) {
   __half h = __float2half_rn(x);
   return __half2float(h);
@@ -122,9 +114,6 @@ int check_attention_with(Shape sh, const std::vector<int>& cached,
   if (tensor_cores && kernels::gemm_sm80_available() && (sh.head_dim == 64 || sh.head_dim == 128))
     REQUIRE(kernels::attention_mma_applies(a));
   const int pieces = kernels::attention_launch_pieces(a);
-  // The cluster combine (sm_90+) writes no partials.
-  const bool cluster = kernels::attention_mma_cluster(a);
-  if (cluster) REQUIRE(tensor_cores);
   poison(dpart);
   kernels::launch_attention(a, nullptr);
   const std::vector<float> two_launches = dout.download();
@@ -132,7 +121,7 @@ int check_attention_with(Shape sh, const std::vector<int>& cached,
   // hold positions have a finite maximum, the rest -inf, with the plan's
   // least piece (AttentionArgs::least_piece) taken into account: a launch
   // that ignored it would still be exact, but split otherwise.
-  if (!cluster) {
+  {
     const std::vector<float> parts = dpart.download();
     const int least = kernels::attention_launch_least_piece(a);
     const size_t stride = size_t(kernels::kAttentionPartialHeader + sh.head_dim);
@@ -213,20 +202,16 @@ int check_attention_with(Shape sh, const std::vector<int>& cached,
     }
   }
   CAPTURE(tensor_cores);
-  CAPTURE(cluster);
   CHECK(count_mismatches("attention", two_launches, ref, 2e-4, 1e-3) == 0);
   CHECK(count_mismatches("attention, combined in pass 1", fused, ref, 2e-4, 1e-3) == 0);
   return pieces;
 }
 
-// Both pass-1 kernels, the tensor-core one also with the cluster combine
-// off; returns the portable kernel's pieces per token.
+// Both pass-1 kernels; returns the portable kernel's pieces per token.
 int check_attention(Shape sh, const std::vector<int>& cached, const std::vector<int>& new_tokens,
                     int max_splits = 0, float k_growth = 0.0f, int planned_len = 0) {
   const int pieces =
       check_attention_with(sh, cached, new_tokens, max_splits, false, k_growth, planned_len);
-  check_attention_with(sh, cached, new_tokens, max_splits, true, k_growth, planned_len);
-  const ClusterOff off;
   check_attention_with(sh, cached, new_tokens, max_splits, true, k_growth, planned_len);
   return pieces;
 }
@@ -287,9 +272,6 @@ TEST_CASE("batched decode: the pieces stop at one wave of blocks") {
     const int at8 = kernels::attention_launch_pieces(a);
     CHECK(at8 >= 1);
     CHECK(at8 <= 2);
-    // On sm_90 those pieces combine in a cluster (attention_mma_cluster),
-    // not through partials; the checks above ran both ways.
-    if (kernels::programmatic_launch_supported()) CHECK(kernels::attention_mma_cluster(a));
     a.n_tokens = 4;
     const int at4 = kernels::attention_launch_pieces(a);
     CHECK(at4 <= 2);
