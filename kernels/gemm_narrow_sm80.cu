@@ -89,17 +89,11 @@ constexpr size_t kSplitSums = size_t(kMaxTokens) * kRows;  // floats a block
 // x comes through a ring in shared memory, copied once a stage for all its
 // warps (x_stage_bytes), instead of each warp reading it from L2 itself;
 // the group's warps then keep in step, a named barrier a stage.
-// kLoop: a grid of one wave whose blocks walk row blocks blockIdx.x,
-// blockIdx.x + gridDim.x, ...; each warp's ring runs on from one row
-// block's last stage into the next one's first, so that a block's copies
-// do not drain and refill at every row block (the launch takes it where
-// every warp has the same stages: loop_fits).
 template <PackedFormat F, int NT, int W, int B, int S = stages_for<F, W, B>(), bool kSplit = false,
-          int RW = 1, bool kLoop = false>
+          int RW = 1>
 __global__ void __launch_bounds__(W * 32, B)
     kernel_narrow_sm80(GemmArgs a, const uint32_t* xp, NarrowSplit split) {
   static_assert(W % RW == 0 && (RW == 1 || !kSplit), "row warps: a whole group, no split");
-  static_assert(!kLoop || (RW == 1 && !kSplit), "row loops: one row warp, no split");
   constexpr int kN8 = NT * 8;
   constexpr int kExtra = extra_ld<F>();
   constexpr int kGroups = W / RW;  // warps, or groups of RW warps, that split k
@@ -112,12 +106,8 @@ __global__ void __launch_bounds__(W * 32, B)
   const PackedLayout& l = a.w.layout;
   const int64_t rows = l.rows;
   const int64_t chunks = l.cols / 32;
-  // kLoop: the row blocks this block walks, and the first row of its it-th.
-  const int64_t row_blocks = (rows + kBlockRows - 1) / kBlockRows;
-  const int iters = kLoop ? int((row_blocks - blockIdx.x + gridDim.x - 1) / gridDim.x) : 1;
-  auto first_row = [&](int it) {
-    return (int64_t(blockIdx.x) + (kLoop ? int64_t(it) * gridDim.x : 0)) * kBlockRows;
-  };
+  const int64_t block_r0 = int64_t(blockIdx.x) * kBlockRows;
+  const int64_t r0 = block_r0 + rg * kRows;  // the warp's first row
 
   // This warp's chunks: whole stages, an equal share in order of its
   // block's (kSplit: an equal share of all, split blockIdx.y of gridDim.y).
@@ -131,11 +121,6 @@ __global__ void __launch_bounds__(W * 32, B)
   const int64_t s_begin = k_begin + kg * share;
   const int64_t s_end = s_begin + share < k_end ? s_begin + share : k_end;
   const int n_stages = s_end > s_begin ? int(s_end - s_begin) : 0;
-  // The warp's stages over all its row blocks (kLoop: n_stages is the
-  // same for every warp, and at least 1); stage i is stage i % n_stages of
-  // row block i / n_stages.
-  const int total = iters * n_stages;
-  auto row_block_of = [&](int i) { return kLoop ? i / n_stages : 0; };
 
   constexpr int kStages = S;
   uint8_t* ring = smem + size_t(warp) * kStages * slot_bytes<F>();
@@ -153,10 +138,8 @@ __global__ void __launch_bounds__(W * 32, B)
     return l.super_offset + uint64_t(row) * l.super_row_bytes + uint64_t(c >> 3) * 2;
   };
   auto issue = [&](int i, bool weights = true, bool x = true) {
-    if (i < total) {
-      const int it = row_block_of(i);
-      const int64_t r0 = first_row(it) + rg * kRows;  // the warp's first row
-      const int64_t c0 = (s_begin + i - it * n_stages) * kStageChunks;
+    if (i < n_stages) {
+      const int64_t c0 = (s_begin + i) * kStageChunks;
       uint8_t* q = slot(i);
       if (weights) {
         uint8_t* extras = q + kRows * kQuantLd;
@@ -228,73 +211,8 @@ __global__ void __launch_bounds__(W * 32, B)
     for (int i = 0; i < kStages - 1; ++i) issue(i, false, true);
   }
 
-  // The end of row block it: the sums of the block's warps stored.
-  __shared__ bool last_arrival;  // kSplit: this block came last
-  auto finish = [&](int it) {
-    // Partial sums through shared memory: red[group][token][row] (a group:
-    // the warps of one k range, one warp unless RW > 1), then the groups'
-    // sums added in group order, for row block it (kLoop; else 0). The
-    // barrier: red is the rings' memory, once every warp is done with its
-    // ring; kLoop: red is beside the rings, once every thread has read the
-    // row block before.
-    __syncthreads();
-    constexpr int kRedLd = kBlockRows + 4;
-    float* red =
-        reinterpret_cast<float*>(kLoop ? smem + size_t(W) * kStages * slot_bytes<F>() : smem);
-  #pragma unroll
-    for (int m = 0; m < 2; ++m)
-  #pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        const int row = rg * kRows + 16 * m + g, token = 8 * j + 2 * t;
-        float* base = red + (size_t(kg) * kN8 + token) * kRedLd;
-        base[row] = acc[m][j][0];
-        base[kRedLd + row] = acc[m][j][1];
-        base[row + 8] = acc[m][j][2];
-        base[kRedLd + row + 8] = acc[m][j][3];
-      }
-    __syncthreads();
-    auto block_sum = [&](int token, int rn) {
-      float v = 0.0f;
-  #pragma unroll
-      for (int w = 0; w < kGroups; ++w) v += red[(size_t(w) * kN8 + token) * kRedLd + rn];
-      return v;
-    };
-    if constexpr (kSplit) {
-      // This block's sums out (past L1), then the row block's last to arrive
-      // goes on (the threadFenceReduction pattern of the CUDA samples).
-      float* mine = split.sums + (size_t(blockIdx.x) * gridDim.y + blockIdx.y) * kSplitSums;
-      for (int o = threadIdx.x; o < kN8 * kRows; o += W * 32) {
-        const int token = o / kRows, rn = o % kRows;
-        if (token < a.n) __stcg(mine + o, block_sum(token, rn));
-      }
-      __threadfence();
-      __syncthreads();
-      if (threadIdx.x == 0) last_arrival = atomicAdd(split.arrivals + blockIdx.x, 1u) == gridDim.y - 1;
-      __syncthreads();
-      if (!last_arrival) return;
-      __threadfence();
-    }
-    for (int o = threadIdx.x; o < kN8 * kBlockRows; o += W * 32) {
-      const int token = o / kBlockRows, rn = o % kBlockRows;
-      const int64_t row = first_row(it) + rn;
-      if (token >= a.n || row >= rows) continue;
-      float v = 0.0f;
-      if constexpr (kSplit) {  // in split order, whichever block arrived last
-        for (unsigned s = 0; s < gridDim.y; ++s)
-          v += __ldcg(split.sums + (size_t(blockIdx.x) * gridDim.y + s) * kSplitSums + o);
-      } else {
-        v = block_sum(token, rn);
-      }
-      if (a.bias) v += a.bias[row];
-      float* dst = a.y + int64_t(token) * a.ldy + row;
-      if (a.accumulate) v += *dst;
-      *dst = v;
-    }
-    if (kSplit && threadIdx.x == 0) split.arrivals[blockIdx.x] = 0;  // for the next launch
-  };
-
   const uint4* xw = reinterpret_cast<const uint4*>(xp) + g * 4 + t;  // token g, lane t's words
-  for (int i = 0; i < total; ++i) {
+  for (int i = 0; i < n_stages; ++i) {
     if constexpr (kSharedX) {
       // Stage i in (this thread's copies, then the group's, by the
       // barrier), and every warp of the group done with stage i - 1, whose
@@ -307,12 +225,10 @@ __global__ void __launch_bounds__(W * 32, B)
       copy_wait<kStages - 1>();
       __syncwarp();
     }
-    const int it = row_block_of(i), stage = i - it * n_stages;
-    const int64_t r0 = first_row(it) + rg * kRows;  // the warp's first row
     const uint8_t* q = slot(i);
     const uint4* x_here = reinterpret_cast<const uint4*>(x_slot(i)) + g * 4 + t;
     const uint8_t* extra = q + kRows * kQuantLd;
-    const int64_t c0 = (s_begin + stage) * kStageChunks;
+    const int64_t c0 = (s_begin + i) * kStageChunks;
     // This lane's B words of chunk c for each token tile, and the quant
     // word it feeds the MMAs from `row` of the slot for the stage's chunk cc.
     auto load_x = [&](int64_t c, uint4(&xb)[NT]) {
@@ -329,7 +245,7 @@ __global__ void __launch_bounds__(W * 32, B)
     };
     if constexpr (F == PackedFormat::Int4K256) {
       // Rows 16m + g and 16m + g + 8: their headers, and this stage's sc.
-      const bool upper = ((s_begin + stage) & 1) != 0;
+      const bool upper = ((s_begin + i) & 1) != 0;
       auto header = [&](int m, int h) {
         return *reinterpret_cast<const uint4*>(extra + (16 * m + g + 8 * h) * kExtra);
       };
@@ -448,20 +364,66 @@ __global__ void __launch_bounds__(W * 32, B)
       }
     }
     __syncwarp();  // the slot is refilled by the next iteration's issue
-    if constexpr (kLoop) {
-      if (stage == n_stages - 1) {  // the row block's last stage
-        finish(it);
-#pragma unroll
-        for (int m = 0; m < 2; ++m)
-#pragma unroll
-          for (int j = 0; j < NT; ++j)
-#pragma unroll
-            for (int k = 0; k < 4; ++k) acc[m][j][k] = 0.0f;
-      }
-    }
   }
   copy_wait<0>();
-  if constexpr (!kLoop) finish(0);
+
+  // Partial sums through shared memory: red[group][token][row] (a group:
+  // the warps of one k range, one warp unless RW > 1), then the groups'
+  // sums added in group order.
+  __syncthreads();
+  constexpr int kRedLd = kBlockRows + 4;
+  float* red = reinterpret_cast<float*>(smem);
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      const int row = rg * kRows + 16 * m + g, token = 8 * j + 2 * t;
+      float* base = red + (size_t(kg) * kN8 + token) * kRedLd;
+      base[row] = acc[m][j][0];
+      base[kRedLd + row] = acc[m][j][1];
+      base[row + 8] = acc[m][j][2];
+      base[kRedLd + row + 8] = acc[m][j][3];
+    }
+  __syncthreads();
+  auto block_sum = [&](int token, int rn) {
+    float v = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kGroups; ++w) v += red[(size_t(w) * kN8 + token) * kRedLd + rn];
+    return v;
+  };
+  if constexpr (kSplit) {
+    // This block's sums out (past L1), then the row block's last to arrive
+    // goes on (the threadFenceReduction pattern of the CUDA samples).
+    float* mine = split.sums + (size_t(blockIdx.x) * gridDim.y + blockIdx.y) * kSplitSums;
+    for (int o = threadIdx.x; o < kN8 * kRows; o += W * 32) {
+      const int token = o / kRows, rn = o % kRows;
+      if (token < a.n) __stcg(mine + o, block_sum(token, rn));
+    }
+    __threadfence();
+    __syncthreads();
+    __shared__ bool last;
+    if (threadIdx.x == 0) last = atomicAdd(split.arrivals + blockIdx.x, 1u) == gridDim.y - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+  }
+  for (int o = threadIdx.x; o < kN8 * kBlockRows; o += W * 32) {
+    const int token = o / kBlockRows, rn = o % kBlockRows;
+    const int64_t row = block_r0 + rn;
+    if (token >= a.n || row >= rows) continue;
+    float v = 0.0f;
+    if constexpr (kSplit) {  // in split order, whichever block arrived last
+      for (unsigned s = 0; s < gridDim.y; ++s)
+        v += __ldcg(split.sums + (size_t(blockIdx.x) * gridDim.y + s) * kSplitSums + o);
+    } else {
+      v = block_sum(token, rn);
+    }
+    if (a.bias) v += a.bias[row];
+    float* dst = a.y + int64_t(token) * a.ldy + row;
+    if (a.accumulate) v += *dst;
+    *dst = v;
+  }
+  if (kSplit && threadIdx.x == 0) split.arrivals[blockIdx.x] = 0;  // for the next launch
 }
 
 bool format_supported(PackedFormat f) {
@@ -495,21 +457,18 @@ size_t smem_for(PackedFormat f) {
   }
 }
 
-// kLoop: at most one wave of blocks (those an SM holds, times the SMs).
 template <PackedFormat F, int NT, int W, int B, int S = stages_for<F, W, B>(), bool kSplit = false,
-          int RW = 1, bool kLoop = false>
+          int RW = 1>
 void launch(const GemmArgs& a, const uint32_t* xp, const NarrowSplit& split, dim3 blocks,
             cudaStream_t stream) {
-  auto kernel = kernel_narrow_sm80<F, NT, W, B, S, kSplit, RW, kLoop>;
-  constexpr size_t kSmem = smem_bytes<F, NT, W, B, S, RW, kLoop>();
-  static const int per_sm = [&] {
+  auto kernel = kernel_narrow_sm80<F, NT, W, B, S, kSplit, RW>;
+  constexpr size_t kSmem = smem_bytes<F, NT, W, B, S, RW>();
+  static const bool opted_in = [&] {
     CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
-    int n = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, W * 32, kSmem));
-    return n > 1 ? n : 1;
+    return true;
   }();
-  if (kLoop) blocks.x = std::min(blocks.x, unsigned(per_sm * device().sms));
+  (void)opted_in;
   launch_kernel(kernel, blocks, W * 32, kSmem, stream, a, xp, split);
   CUDA_CHECK(cudaGetLastError());
 }
@@ -716,33 +675,6 @@ NarrowSplit split_at(const GemmScratch& scratch) {
           reinterpret_cast<float*>(base + gemm_narrow_sm80_split_bytes(scratch.split_rows, 0))};
 }
 
-// Blocks that walk row blocks (kernel_narrow_sm80's kLoop): set by the
-// tests, else VOLTAD_NARROW_LOOP=0|all (comparisons), else the rule:
-// products whose 8-warp blocks make kLoopWaves waves or more (an 8B
-// model's output product: ~15 waves of 264 blocks on the H200, where each
-// block's 4 stages a warp were a fill and a drain of its ring; run 32).
-// Only where 8 warps split k into equal whole stages, no split blocks, and
-// not Q6_K's ring of 4 (an A100's; not measured).
-std::atomic<NarrowLoop> g_loop{NarrowLoop::Rule};
-constexpr int kLoopWaves = 4;
-template <PackedFormat F, int NT>
-bool loop_taken(const GemmArgs& a, Pick p, int splits) {
-  if (p == Pick::Sixteen || splits > 1) return false;
-  if (F == PackedFormat::Int6K256 && q6k_ring() != 3) return false;
-  const int64_t stages = a.w.layout.cols / 32 / kStageChunks;
-  if (stages < 8 || stages % 8 != 0) return false;
-  static const NarrowLoop from_env = [] {
-    const char* v = std::getenv("VOLTAD_NARROW_LOOP");
-    const std::string s = v ? v : "";
-    return s == "0" ? NarrowLoop::Never : s == "all" ? NarrowLoop::Always : NarrowLoop::Rule;
-  }();
-  const NarrowLoop set = g_loop.load(std::memory_order_relaxed);
-  const NarrowLoop how = set != NarrowLoop::Rule ? set : from_env;
-  if (how != NarrowLoop::Rule) return how == NarrowLoop::Always;
-  const int per_sm = p == Pick::EightThree ? 3 : 2;
-  return row_blocks(a) >= int64_t(kLoopWaves) * per_sm * device().sms;
-}
-
 // Blocks of RW row warps (shared x): their grid.
 template <PackedFormat F, int NT, int W, int B, int S, int RW>
 void launch_rows(const GemmArgs& a, const uint32_t* xp, cudaStream_t stream) {
@@ -777,17 +709,12 @@ void launch_warps(const GemmArgs& a, const uint32_t* xp, const GemmScratch& scra
   const int splits = splits_for<F, NT>(a, scratch, p);
   const NarrowSplit split = splits > 1 ? split_at(scratch) : NarrowSplit{};
   const dim3 blocks(unsigned(row_blocks(a)), unsigned(splits));
-  const bool loop = loop_taken<F, NT>(a, p, splits);
   switch (p) {
     case Pick::Sixteen:
       return launch<F, NT, 16, 1>(a, xp, split, blocks, stream);
     case Pick::EightThree:
-      if constexpr (NT == 1 && F != PackedFormat::Int6K256) {
-        if (loop)
-          return launch<F, 1, 8, 3, stages_for<F, 8, 3>(), false, 1, true>(a, xp, split, blocks,
-                                                                            stream);
+      if constexpr (NT == 1 && F != PackedFormat::Int6K256)
         return launch<F, 1, 8, 3>(a, xp, split, blocks, stream);
-      }
       break;
     case Pick::Eight:
       break;
@@ -799,8 +726,6 @@ void launch_warps(const GemmArgs& a, const uint32_t* xp, const GemmScratch& scra
     constexpr int kRing = stages_for<F, 8, 2>();
     if (splits > 1) return launch<F, NT, 8, 2, kRing, true>(a, xp, split, blocks, stream);
   }
-  if (loop)
-    return launch<F, NT, 8, 2, stages_for<F, 8, 2>(), false, 1, true>(a, xp, split, blocks, stream);
   launch<F, NT, 8, 2>(a, xp, split, blocks, stream);
 }
 
@@ -863,42 +788,6 @@ int splits_taken(const GemmArgs& a, const GemmScratch& scratch) {
 }
 
 }  // namespace narrow80
-
-void gemm_narrow_sm80_set_loop(NarrowLoop how) {
-  narrow80::g_loop.store(how, std::memory_order_relaxed);
-}
-bool gemm_narrow_sm80_loop_taken(const GemmArgs& a, const GemmScratch& scratch) {
-  if (a.n < 1 || a.n > narrow80::kMaxTokens) return false;
-  if (gemm_narrow_sm80_shared_x_taken(a) != NarrowSharedX::Never) return false;
-  auto at = [&](auto format) {
-    constexpr PackedFormat F = decltype(format)::value;
-    auto tiles = [&](auto nt) {
-      constexpr int NT = decltype(nt)::value;
-      const narrow80::Pick p = narrow80::pick<F, NT>(a);
-      return narrow80::loop_taken<F, NT>(a, p, narrow80::splits_for<F, NT>(a, scratch, p));
-    };
-    switch ((a.n + 7) / 8) {
-      case 1:
-        return tiles(std::integral_constant<int, 1>{});
-      case 2:
-        return tiles(std::integral_constant<int, 2>{});
-      case 3:
-        return tiles(std::integral_constant<int, 3>{});
-      default:
-        return tiles(std::integral_constant<int, 4>{});
-    }
-  };
-  switch (a.w.layout.format) {
-    case PackedFormat::Int4Sym32:
-      return at(std::integral_constant<PackedFormat, PackedFormat::Int4Sym32>{});
-    case PackedFormat::Int4K256:
-      return at(std::integral_constant<PackedFormat, PackedFormat::Int4K256>{});
-    case PackedFormat::Int6K256:
-      return at(std::integral_constant<PackedFormat, PackedFormat::Int6K256>{});
-    default:
-      return false;
-  }
-}
 
 void gemm_narrow_sm80_set_shared_x(NarrowSharedX how) {
   narrow80::g_shared_x.store(how, std::memory_order_relaxed);

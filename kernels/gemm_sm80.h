@@ -137,18 +137,6 @@ void gemm_narrow_sm80_set_shared_x(NarrowSharedX how);
 // The blocks launch_gemm_narrow_sm80(args, ...) takes here: Pair, Wide or
 // Never.
 NarrowSharedX gemm_narrow_sm80_shared_x_taken(const GemmArgs& args);
-// Blocks that walk row blocks: a grid of one wave whose warps' rings run
-// on from one row block into the next, where 32-row blocks of one warp a
-// k range would each fill and drain their rings. The rule (Rule) takes
-// them for products of 4 or more waves of 8-warp blocks (an 8B model's
-// output product), where 8 warps split k into equal whole stages, with no
-// split blocks or shared x. The tests force them wherever that holds
-// (Always) or never (Never); VOLTAD_NARROW_LOOP=0|all does the same for a
-// process (comparisons).
-enum class NarrowLoop { Rule, Never, Always };
-void gemm_narrow_sm80_set_loop(NarrowLoop how);
-// Whether launch_gemm_narrow_sm80(args, scratch) takes them here.
-bool gemm_narrow_sm80_loop_taken(const GemmArgs& args, const GemmScratch& scratch);
 void launch_gemm_narrow_sm80(const GemmArgs& args, const GemmScratch& scratch, cudaStream_t stream);
 
 // Whether launch_gemm_for(set, args, scratch) runs the sm_80 narrow GEMM.

@@ -59,22 +59,12 @@ constexpr int x_stage_bytes() {
   const int sums = F == PackedFormat::Int4K256 ? kStageChunks * (NT * 8 + 8) * 4 : 0;
   return kStageChunks * NT * 8 * 64 + sums;
 }
-// The partial sums of a block's warps (kernel_narrow_sm80's red).
-template <int NT, int W, int RW>
-constexpr size_t red_bytes() {
-  return size_t(W / RW) * NT * 8 * (kRows * RW + 4) * sizeof(float);
-}
-// kLoop (blocks that walk row blocks): the rings, then red beside them
-// (the rings stay in use across row blocks); else red shares the rings'
-// memory.
-template <PackedFormat F, int NT, int W, int B, int S = stages_for<F, W, B>(), int RW = 1,
-          bool kLoop = false>
+template <PackedFormat F, int NT, int W, int B, int S = stages_for<F, W, B>(), int RW = 1>
 constexpr size_t smem_bytes() {
   constexpr int kGroups = W / RW;  // warps that split k
   const size_t x_ring = RW > 1 ? size_t(kGroups) * S * x_stage_bytes<F, NT>() : 0;
   const size_t pipe = size_t(W) * S * slot_bytes<F>() + x_ring;
-  const size_t red = red_bytes<NT, W, RW>();
-  if (kLoop) return pipe + red;
+  const size_t red = size_t(kGroups) * NT * 8 * (kRows * RW + 4) * sizeof(float);  // partial sums
   return pipe > red ? pipe : red;
 }
 

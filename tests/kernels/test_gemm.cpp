@@ -616,68 +616,6 @@ TEST_CASE("gemm narrow sm80 with warps that share x: as taken, and against the r
   }
 }
 
-// Blocks that walk row blocks (gemm_narrow_sm80_set_loop): which the rule
-// takes, then, forced (shared x off), against the reference: rows that
-// leave the last row block short and give the blocks walks of unequal
-// length (1-2 and 4-5 row blocks), 1,024 and 2,048 columns (1 and 2
-// stages a warp), 1-16 tokens and Q4's 32.
-struct LoopScope {
-  explicit LoopScope(kernels::NarrowLoop how) { kernels::gemm_narrow_sm80_set_loop(how); }
-  ~LoopScope() { kernels::gemm_narrow_sm80_set_loop(kernels::NarrowLoop::Rule); }
-};
-
-TEST_CASE("gemm narrow sm80 blocks that walk row blocks: as taken, and against the reference") {
-  if (!device_is_sm80_plus() || !kernels::gemm_sm80_available()) {
-    MESSAGE("not an sm_80+ device with the variant built: skipped");
-    return;
-  }
-  const auto [sms, smem_per_sm] = sm_count_and_shared_memory();
-  using kernels::PackedFormat;
-  const kernels::GemmScratch no_split{};
-  auto taken = [&](PackedFormat f, int64_t rows, int64_t cols, int n) {
-    kernels::GemmArgs a;
-    a.w.layout.format = f;
-    a.w.layout.rows = rows;
-    a.w.layout.cols = cols;
-    a.n = n;
-    return kernels::gemm_narrow_sm80_loop_taken(a, no_split);
-  };
-  // The rule, measured on an H200: an 8B model's output product (128,256
-  // rows), not Llama-3-8B's gate|up (28,672: 3.4 waves), nor where 8 warps
-  // would split 1,792 columns (14 stages) unevenly.
-  if (smem_per_sm < 228 * 1024) {
-    MESSAGE("not an H100/H200: the forced shapes are not run");
-    return;
-  }
-  CHECK(taken(PackedFormat::Int6K256, 128256, 4096, 8));
-  CHECK(taken(PackedFormat::Int4K256, 128256, 4096, 1));
-  CHECK_FALSE(taken(PackedFormat::Int4K256, 28672, 4096, 8));
-  CHECK_FALSE(taken(PackedFormat::Int6K256, 128256, 1792, 8));
-  {
-    const LoopScope never(kernels::NarrowLoop::Never);
-    CHECK_FALSE(taken(PackedFormat::Int6K256, 128256, 4096, 8));
-  }
-  const LoopScope always(kernels::NarrowLoop::Always);
-  const SharedXScope no_shared_x(kernels::NarrowSharedX::Never);
-  int i = 0;
-  for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
-    const PackedFormat f = type == GgmlType::Q4_0   ? PackedFormat::Int4Sym32
-                           : type == GgmlType::Q4_K ? PackedFormat::Int4K256
-                                                    : PackedFormat::Int6K256;
-    // Q6_K takes 16-warp blocks from 17 tokens on: no loop there.
-    const std::vector<int> counts = type == GgmlType::Q6_K ? std::vector<int>{1, 8, 13}
-                                                           : std::vector<int>{1, 5, 8, 13, 32};
-    for (int64_t rows : {int64_t(32) * (2 * sms + 5) - 9, int64_t(32) * (9 * sms) + 17})
-      for (int n : counts) {
-        const int64_t cols = i % 2 == 0 ? 1024 : 2048;
-        REQUIRE(taken(f, rows, cols, n));
-        run_case(type, {rows, cols, n, GemmTile::Auto, i % 3 == 0, i % 2 == 1, i % 4 != 3,
-                        Path::Narrow80});
-        ++i;
-      }
-  }
-}
-
 // A kernel that makes x and can also write it in the narrow sm_80 GEMM's
 // layout, both ways: plain(out) writes fp32 x (n rows of cols, stride cols);
 // narrow(out, scratch) writes it too, plus the GEMM's x into the scratch. A
