@@ -119,15 +119,6 @@ void Listener::run() {
   net::post(acceptor_.get_executor(), [self = shared_from_this()] { self->do_accept(); });
 }
 
-void Listener::stop() {
-  net::post(acceptor_.get_executor(), [self = shared_from_this()] {
-    boost::system::error_code ignored;
-    self->acceptor_.close(ignored);
-    self->retry_timer_.cancel();
-    self->refusal_timer_.cancel();
-  });
-}
-
 void Listener::do_accept() {
   if (!acceptor_.is_open()) return;
   // Each connection gets its own strand: its handlers never run concurrently.

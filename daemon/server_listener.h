@@ -9,8 +9,9 @@
 // server.max_connections, still gets a session that answers its request
 // with 403 / 503 and closes, so the client sees why.
 //
-// Threads: the acceptor lives on its own strand; stop() may be called from
-// any thread.
+// Threads: the acceptor lives on its own strand. It accepts until the
+// io_context stops (the daemon's stop): during a graceful drain a new
+// client still gets a session, which answers 503 while the daemon stops.
 #pragma once
 
 #include <sys/types.h>
@@ -96,7 +97,6 @@ class Listener : public std::enable_shared_from_this<Listener> {
   Listener(boost::asio::io_context& ioc, boost::asio::local::stream_protocol::acceptor acceptor,
            ServerContext& ctx);
   void run();
-  void stop();
   // Logs the refusals still left out (RefusalLog), as the daemon stops:
   // after the io_context's threads have ended.
   void log_refusals_left_out();

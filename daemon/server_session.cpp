@@ -373,6 +373,9 @@ void Session::do_linger() {
   // After an error answer to a request we did not read whole, keep reading
   // (and discarding) briefly so the client sees our answer instead of a
   // broken pipe; the deadline bounds it.
+  // The answer is out: the slot is free before the client can see the end
+  // of it (a client that connects again at once must not find it taken).
+  connection_.reset();
   error_code ignored;
   stream_.socket().shutdown(net::socket_base::shutdown_send, ignored);
   stream_.expires_after(std::chrono::seconds(1));
@@ -390,6 +393,7 @@ void Session::on_linger(error_code ec, size_t) {
 void Session::do_close() {
   const std::shared_ptr<Session> keep = std::move(self_);  // alive to the end of this call
   if (job_) job_->stream->cancel();
+  connection_.reset();  // before the client sees the close (do_linger)
   error_code ignored;
   stream_.socket().shutdown(net::socket_base::shutdown_both, ignored);
   stream_.close();
