@@ -373,9 +373,11 @@ void Session::do_linger() {
   // After an error answer to a request we did not read whole, keep reading
   // (and discarding) briefly so the client sees our answer instead of a
   // broken pipe; the deadline bounds it.
-  // The answer is out: the slot is free before the client can see the end
-  // of it (a client that connects again at once must not find it taken).
-  connection_.reset();
+  // A refused connection's answer is out: its slot is free before the
+  // client can see the end of it (one that connects again at once must not
+  // find it taken). A served connection keeps its place in the user's
+  // allowance while it lingers (at most a second).
+  if (refusal_ != Refusal::None) connection_.reset();
   error_code ignored;
   stream_.socket().shutdown(net::socket_base::shutdown_send, ignored);
   stream_.expires_after(std::chrono::seconds(1));
@@ -393,7 +395,9 @@ void Session::on_linger(error_code ec, size_t) {
 void Session::do_close() {
   const std::shared_ptr<Session> keep = std::move(self_);  // alive to the end of this call
   if (job_) job_->stream->cancel();
-  connection_.reset();  // before the client sees the close (do_linger)
+  // The slot is free before our close reaches the client (where a deadline
+  // passed, the stream has closed the socket already).
+  connection_.reset();
   error_code ignored;
   stream_.socket().shutdown(net::socket_base::shutdown_both, ignored);
   stream_.close();

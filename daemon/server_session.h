@@ -35,7 +35,9 @@ class Session : public std::enable_shared_from_this<Session> {
   enum class Refusal { None, Forbidden, Overloaded, UserConnections };
 
   // connection: the connection's place in its user's allowance
-  // (server.max_connections_per_user), held as long as the session lives.
+  // (server.max_connections_per_user), or a refused connection's place
+  // among its user's refusals being answered; held until the session
+  // closes the connection (a refused one's: until its answer is out).
   Session(boost::asio::local::stream_protocol::socket&& socket, ServerContext& ctx,
           PeerCredentials peer, Refusal refusal, std::unique_ptr<UserSlot> connection = nullptr);
   ~Session();
