@@ -122,6 +122,11 @@ struct CudaBackend::Impl {
   // At most this many split-K pieces a token (0: as many as the plan
   // takes); VOLTAD_ATTENTION_MAX_SPLITS=N, for comparisons.
   int attention_max_splits = 0;
+  // Whether separate q|k|v stacks (a Q6_K attn_v beside Q4_K q|k) run the
+  // later ones on the side stream, beside the first: -1 the rule (only
+  // where launches are plain, not programmatic; docs/PERFORMANCE.md run
+  // 33), 0 never, 1 always (VOLTAD_QKV_SIDE=0|1, for comparisons).
+  int qkv_side = -1;
   int32_t *d_ints = nullptr;  // tokens, positions, slots, token_tables, logit_rows, block tables
   // Their host copy, pinned: a copy from pageable memory would first be
   // staged by the driver, on the host, while the GPU waits for the step.

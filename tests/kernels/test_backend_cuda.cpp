@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -533,34 +534,46 @@ TEST_CASE("stacked, partly stacked and separate projections: CUDA follows the CP
   auto cpu = CpuBackend::create(model, co);
   REQUIRE(cpu.ok());
   const auto want = run(*cpu.value());
-  for (bool int8 : {false, true}) {
-    CAPTURE(int8);
-    CudaBackendOptions o;
-    o.kernels = test_kernel_set();
-    o.max_context = 256;
-    o.max_sequences = 4;
-    o.max_batch_tokens = 256;
-    o.kv_int8 = int8;
-    auto cuda = CudaBackend::create(model, o);
-    REQUIRE_MESSAGE(cuda.ok(), (cuda.ok() ? "" : cuda.error().message));
-    CHECK(cuda.value()->memory_use().weights == *planned);
-    // head_dim 64: with auto on an sm_80+ card the fp16 cache's decode
-    // steps take the tensor-core attention, checked here against the CPU.
-    const std::string used = cuda.value()->kernels_in_use();
-    MESSAGE("CUDA runs '" << used << "'");
-    if (o.kernels == kernels::KernelSet::Auto && kernels::gemm_sm80_available() && !int8 &&
-        !std::getenv("VOLTAD_ATTENTION_MMA"))
-      CHECK(used.find("sm80-attention") != std::string::npos);
-    const auto got = run(*cuda.value());
-    REQUIRE(got.size() == want.size());
-    for (size_t r = 0; r < got.size(); ++r) {
-      CAPTURE(r);
-      REQUIRE(got[r].size() == want[r].size());
-      for (float v : want[r]) REQUIRE(std::isfinite(v));
-      const double err = relative_error(got[r], want[r]);
-      CHECK_MESSAGE(err < 5e-2, "step " << r << ": relative error " << err);
-      if (r == 0 || r + 1 == got.size())
-        MESSAGE("step " << r << ": CUDA vs CPU relative error " << err);
+  // Layer 1's separate q|k and v: on the side stream and one after the
+  // other, whichever the kernel set's rule takes (VOLTAD_QKV_SIDE, read
+  // as the backend is created).
+  struct SideScope {
+    explicit SideScope(const char* v) {
+      v ? setenv("VOLTAD_QKV_SIDE", v, 1) : unsetenv("VOLTAD_QKV_SIDE");
     }
-  }
+    ~SideScope() { unsetenv("VOLTAD_QKV_SIDE"); }
+  };
+  for (const char* side : {static_cast<const char*>(nullptr), "0", "1"})
+    for (bool int8 : {false, true}) {
+      CAPTURE(int8);
+      CAPTURE((side ? side : "rule"));
+      const SideScope side_scope(side);
+      CudaBackendOptions o;
+      o.kernels = test_kernel_set();
+      o.max_context = 256;
+      o.max_sequences = 4;
+      o.max_batch_tokens = 256;
+      o.kv_int8 = int8;
+      auto cuda = CudaBackend::create(model, o);
+      REQUIRE_MESSAGE(cuda.ok(), (cuda.ok() ? "" : cuda.error().message));
+      CHECK(cuda.value()->memory_use().weights == *planned);
+      // head_dim 64: with auto on an sm_80+ card the fp16 cache's decode
+      // steps take the tensor-core attention, checked here against the CPU.
+      const std::string used = cuda.value()->kernels_in_use();
+      MESSAGE("CUDA runs '" << used << "'");
+      if (o.kernels == kernels::KernelSet::Auto && kernels::gemm_sm80_available() && !int8 &&
+          !std::getenv("VOLTAD_ATTENTION_MMA"))
+        CHECK(used.find("sm80-attention") != std::string::npos);
+      const auto got = run(*cuda.value());
+      REQUIRE(got.size() == want.size());
+      for (size_t r = 0; r < got.size(); ++r) {
+        CAPTURE(r);
+        REQUIRE(got[r].size() == want[r].size());
+        for (float v : want[r]) REQUIRE(std::isfinite(v));
+        const double err = relative_error(got[r], want[r]);
+        CHECK_MESSAGE(err < 5e-2, "step " << r << ": relative error " << err);
+        if (r == 0 || r + 1 == got.size())
+          MESSAGE("step " << r << ": CUDA vs CPU relative error " << err);
+      }
+    }
 }
