@@ -354,6 +354,8 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(std::shared_ptr<const M
     impl->combine_min_tokens = std::max(1, std::atoi(v));
   if (const char* v = std::getenv("VOLTAD_ATTENTION_MAX_SPLITS"))
     impl->attention_max_splits = std::max(0, std::atoi(v));
+  impl->programmatic =
+      options.kernels == kernels::KernelSet::Auto && kernels::programmatic_launch_supported();
   if (const char* v = std::getenv("VOLTAD_QKV_SIDE"))
     impl->qkv_side = std::string(v) == "0" ? 0 : std::string(v) == "1" ? 1 : -1;
   impl->decode_graphs.assign(size_t(options.max_sequences) + 1, nullptr);

@@ -55,10 +55,6 @@ inline std::string gib(uint64_t bytes) {
 // Attention launches of at least this many tokens combine their split-K
 // pieces in pass 1 (AttentionArgs::arrivals; engine/backend_cuda_step.cpp).
 constexpr int kCombineInPass1MinTokens = 8;
-// Under programmatic launch, steps of up to this many tokens run separate
-// q|k|v stacks one after the other rather than on the side stream
-// (enqueue_step; measured at 1, 8 and 32 tokens, docs/PERFORMANCE.md run 33).
-constexpr int kSequentialQkvMaxTokens = 8;
 
 }  // namespace backend_cuda_detail
 
@@ -128,9 +124,12 @@ struct CudaBackend::Impl {
   int attention_max_splits = 0;
   // Whether separate q|k|v stacks (a Q6_K attn_v beside Q4_K q|k) run the
   // later ones on the side stream, beside the first: -1 the rule (where
-  // launches are plain, or past kSequentialQkvMaxTokens tokens), 0 never,
-  // 1 always (VOLTAD_QKV_SIDE=0|1, for comparisons).
+  // launches are plain, not programmatic; enqueue_step), 0 never, 1 always
+  // (VOLTAD_QKV_SIDE=0|1, for comparisons).
   int qkv_side = -1;
+  // The step's kernels launch under programmatic dependent launch (`auto`
+  // on an sm_90+ build and card); set at creation, outside any capture.
+  bool programmatic = false;
   int32_t *d_ints = nullptr;  // tokens, positions, slots, token_tables, logit_rows, block tables
   // Their host copy, pinned: a copy from pageable memory would first be
   // staged by the driver, on the host, while the GPU waits for the step.

@@ -166,9 +166,7 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
   // The side stream for separate q|k|v stacks (see the layer loop).
   const bool programmatic =
       options.kernels == kernels::KernelSet::Auto && kernels::programmatic_launch_supported();
-  const bool side_qkv = qkv_side >= 0
-                            ? qkv_side == 1
-                            : !programmatic || n > backend_cuda_detail::kSequentialQkvMaxTokens;
+  const bool side_qkv = qkv_side >= 0 ? qkv_side == 1 : !programmatic;
 
   kernels::launch_embedding_gather(token_embd, d_tokens, n, x, dim, st);
   const auto ordering = c.rope_style == RopeStyle::Neox ? kernels::RopeOrdering::NeoX : kernels::RopeOrdering::Normal;
@@ -176,15 +174,17 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
     const Impl::Layer& l = layers[li];
     norm(l.attn_norm, l.qkv);
     // q, k and v of a token side by side in one row of ldqkv. Where they are
-    // separate stacks (a Q6_K attn_v beside Q4_K q|k) the later ones run on
-    // a second stream beside the first: alone, v's few blocks leave most
-    // SMs idle (portable b8 +3.4%, b1 +1.4%; auto b32 +0.7%). Under
-    // programmatic launch, steps of up to 8 tokens run them one after the
-    // other instead: the join is an ordinary graph edge, so the attention
-    // cannot start before v has completed, nor the fork's v before the norm
-    // has (auto b1 +0.8-1.5%, b8 +0.5-1.0%; docs/PERFORMANCE.md run 33).
-    // Only where neither reader writes what both read (the dp4a matvecs
-    // read xq; the narrow GEMM the x the norm wrote).
+    // separate stacks (a Q6_K attn_v beside Q4_K q|k) and launches are
+    // plain, the later ones run on a second stream beside the first: alone,
+    // v's few blocks leave most SMs idle (portable b8 +3.4%, b1 +1.4%).
+    // Under programmatic launch they run one after the other in every step
+    // (auto b1 +0.8-1.7%, b8 +0.5-1.0%, b16 and b32 -0.7%): the join is an
+    // ordinary graph edge, so the attention cannot start before v has
+    // completed. Not per batch size: with the fork kept in the graphs of
+    // 9-32 tokens only, batch 1 and 8 ran as slowly as with it everywhere
+    // (docs/PERFORMANCE.md run 33). Only where neither reader writes what
+    // both read (the dp4a matvecs read xq; the narrow GEMM the x the norm
+    // wrote).
     if (l.qkv.size() > 1 && side_qkv && (quantized || scratch_holds == xn)) {
       CUDA_CHECK(cudaEventRecord(fork_event, st));
       CUDA_CHECK(cudaStreamWaitEvent(side, fork_event, 0));
