@@ -356,7 +356,7 @@ struct MmaPlan {
 // 512 positions, VOLTAD_ATTENTION_MAX_SPLITS=2 (the same 2 pieces) against
 // the wave's 4 (8 at 4 tokens): 8 sequences +0.8% and +1.6% in two calls
 // (Llama-3-8B Q4_K_M; Qwen3-8B +1.0%), 4 +0.6%, where at 1 and 2 the
-// longer pieces lost 4.2% and 2.1% (PERFORMANCE.md run 28). Stages: 3 (two
+// longer pieces lost 4.2% and 2.1% (PERFORMANCE-RUNS-28-30.md run 28). Stages: 3 (two
 // blocks in flight while one computes; 2 blocks an SM) where the longest
 // piece gives each warp two blocks or more: at 32 sequences and 512
 // positions 24.8 us against 30.1 with 2, 8 sequences 11.3 against 12.1,

@@ -105,7 +105,8 @@ NarrowOneTile gemm_narrow_sm80_one_tile_taken(const GemmArgs& args);
 // Llama-3-8B; 16-warp blocks spill there). There kNarrowSplits blocks split
 // k, each writes its sums to GemmScratch::split, and the last of them to
 // arrive adds them in split order, so the result does not depend on which
-// arrives last (batch 32 +3.0% Llama-3-8B Q4_K_M, +2.8% Qwen3-8B; PERFORMANCE.md run 29).
+// arrives last (batch 32 +3.0% Llama-3-8B Q4_K_M, +2.8% Qwen3-8B;
+// docs/PERFORMANCE-RUNS-28-30.md run 29).
 // The split memory for launches of up to `rows` rows and up to `splits`
 // splits: a counter per 32 rows (the region rounded up to 256 bytes), then
 // each block's sums (32 tokens x 32 rows in fp32). A launch needs memory
