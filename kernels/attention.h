@@ -23,6 +23,14 @@ constexpr int kAttentionMaxGroup = 8;      // query heads per KV head
 // the context.
 constexpr int kAttentionMaxSplits = 64;
 constexpr int kAttentionMinSplitTokens = 16;
+// The most pieces a token the tensor-core pass 1 takes (launch_attention_mma's
+// plan; the wave would hold 33 at batch 1 on an H200): at batch 1 of a
+// 4,096-position plan, 12 pieces against 33 gave +2.4% end to end at 1,024
+// positions, +0.8% at 2,048 and +0.7-1.5% at 4,096; 16 gave -0.6 to +0.8%,
+// 8 -0.9%; batch 8 (4 pieces) unchanged (Llama-3-8B Q4_K_M, H200,
+// docs/PERFORMANCE.md run 33). Below ~768 positions a token uses 64-position
+// pieces (the least piece), so 12 leaves them as they were.
+constexpr int kAttentionMmaMaxPieces = 12;
 // A piece's partial: {m, l, 0, 0} then acc[head_dim]; the header padded to
 // 4 floats so that acc is 16-byte aligned (the combine reads float4s).
 constexpr int kAttentionPartialHeader = 4;

@@ -345,7 +345,8 @@ struct MmaPlan {
 };
 
 // Pieces: as many as one wave of the kernel's blocks holds
-// (attention_pieces_in_wave), and no more than give each warp a cache
+// (attention_pieces_in_wave), at most kAttentionMmaMaxPieces (attention.h),
+// and no more than give each warp a cache
 // block (64 positions a piece): at batch 1 and 512 positions (H200,
 // kernels/dev/bench_attention.cu), 8 pieces of 64 took 6.8 us where 33 of
 // 16, most warps idle, took 8.1. Least: no piece of a token shorter than
@@ -366,7 +367,7 @@ template <int HD, bool kRope>
 MmaPlan mma_plan(const AttentionArgs& a) {
   constexpr int kWarpBlock = kAttentionWarps * kKvBlockTokens;
   const int shortest = a.n_tokens >= 4 ? 4 * kWarpBlock : kWarpBlock;
-  const int most = std::max(1, (a.max_position + 1) / shortest);
+  const int most = std::min(kAttentionMmaMaxPieces, std::max(1, (a.max_position + 1) / shortest));
   // 3 stages only where 2 blocks of them fit an SM (the H200's 228 KB,
   // not an A100's 164 KB, where 3 stages would leave 4 warps an SM).
   if (mma_max_stages() >= 3 && mma_wave_blocks<HD, 3, kRope>() >= 2 * device_sm_count()) {

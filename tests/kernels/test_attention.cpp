@@ -288,6 +288,11 @@ TEST_CASE("batched decode: the pieces stop at one wave of blocks") {
     a.max_position = 4095;
     a.n_tokens = 8;
     CHECK(kernels::attention_launch_pieces(a) >= at8);
+    // One token at 4,096 positions: the cap, where a wave holds more (33 on
+    // an H200).
+    a.n_tokens = 1;
+    if (sms >= 64) CHECK(kernels::attention_launch_pieces(a) == kernels::kAttentionMmaMaxPieces);
+    CHECK(kernels::attention_launch_pieces(a) <= kernels::kAttentionMmaMaxPieces);
   }
 }
 
