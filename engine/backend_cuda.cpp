@@ -356,8 +356,11 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(std::shared_ptr<const M
     impl->attention_max_splits = std::max(0, std::atoi(v));
   impl->programmatic =
       options.kernels == kernels::KernelSet::Auto && kernels::programmatic_launch_supported();
-  if (const char* v = std::getenv("VOLTAD_QKV_SIDE"))
+  if (const char* v = std::getenv("VOLTAD_QKV_SIDE")) {
     impl->qkv_side = std::string(v) == "0" ? 0 : std::string(v) == "1" ? 1 : -1;
+    if (impl->qkv_side < 0)
+      std::fprintf(stderr, "voltad: VOLTAD_QKV_SIDE=%s is neither 0 nor 1; the rule decides\n", v);
+  }
   impl->decode_graphs.assign(size_t(options.max_sequences) + 1, nullptr);
   if (options.use_graphs)
     for (int n = 1; n <= options.max_sequences; ++n) VOLTAD_TRY(impl->capture_decode_graph(n));

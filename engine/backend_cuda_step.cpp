@@ -164,8 +164,6 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
   // launches a layer fewer.
   const bool rope_in = rope_in_attention && !spans && !omit.attention && !omit.rope;
   // The side stream for separate q|k|v stacks (see the layer loop).
-  const bool programmatic =
-      options.kernels == kernels::KernelSet::Auto && kernels::programmatic_launch_supported();
   const bool side_qkv = qkv_side >= 0 ? qkv_side == 1 : !programmatic;
 
   kernels::launch_embedding_gather(token_embd, d_tokens, n, x, dim, st);
@@ -176,9 +174,10 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
     // q, k and v of a token side by side in one row of ldqkv. Where they are
     // separate stacks (a Q6_K attn_v beside Q4_K q|k) and launches are
     // plain, the later ones run on a second stream beside the first: alone,
-    // v's few blocks leave most SMs idle (portable b8 +3.4%, b1 +1.4%).
-    // Under programmatic launch they run one after the other in every step
-    // (auto b1 +0.8-1.7%, b8 +0.5-1.0%, b16 and b32 -0.7%): the join is an
+    // v's few blocks leave most SMs idle (portable b8 +3.4-3.8%, b1
+    // +1.4-2.2%). Under programmatic launch they run one after the other in
+    // every step (auto b1 +0.5-1.7%, b8 +0.2-1.1%, b16 and b32 -0.6 to
+    // -0.9%): the join is an
     // ordinary graph edge, so the attention cannot start before v has
     // completed. Not per batch size: with the fork kept in the graphs of
     // 9-32 tokens only, batch 1 and 8 ran as slowly as with it everywhere

@@ -21,8 +21,9 @@ kernels=auto
 steps=8
 while (($#)); do
   case $1 in
+    --batch) [[ $2 =~ ^[0-9]+$ ]] || { echo "device-trace: --batch takes one number" >&2; exit 64; }
+      batch=$2; shift 2 ;;
     --model) model=$2; shift 2 ;;
-    --batch) batch=$2; shift 2 ;;
     --ctx) ctx=$2; shift 2 ;;
     --kernels) kernels=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
@@ -40,10 +41,17 @@ g++ -std=c++17 -O2 -shared -fPIC kernels/dev/trace_kernels.cpp -I"$cuda/include"
 [[ -x build-bench/bin/voltad-bench && -f $model ]] ||
   { echo "device-trace: run scripts/device-bench.sh first (build-bench/, $model)" >&2; exit 1; }
 csv=$out/trace-b$batch-ctx$ctx-$kernels.csv
+# One batch size (--batch takes one): the bench's last line is its row
+# (batch, step ms, tok/s a sequence, tok/s in all, ...). 32 decode steps,
+# more than --steps, so the steps summed are decode steps.
 bench=(build-bench/bin/voltad-bench -m "$model" -p 16 -n 32 -b "$batch" --ctx "$ctx" --kernels "$kernels"
        --repeat 1 "$@")
-# The bench's last line: batch, step ms, tok/s a sequence, tok/s in all, ...
-echo "== untraced: $("${bench[@]}" 2>/dev/null | tail -1)"
-echo "== traced:   $(CUDA_INJECTION64_PATH=$lib VOLTAD_TRACE_OUT=$csv "${bench[@]}" 2>"$out/trace.log" | tail -1)"
-tail -2 "$out/trace.log"
+"${bench[@]}" >"$out/untraced.txt" 2>"$out/untraced.log" || { tail -5 "$out/untraced.log"; exit 1; }
+rm -f "$csv"
+CUDA_INJECTION64_PATH=$lib VOLTAD_TRACE_OUT=$csv "${bench[@]}" >"$out/traced.txt" 2>"$out/trace.log" ||
+  { tail -5 "$out/trace.log"; exit 1; }
+[[ -s $csv ]] || { echo "device-trace: no records written ($out/trace.log)" >&2; tail -5 "$out/trace.log"; exit 1; }
+echo "== untraced: $(tail -1 "$out/untraced.txt")"
+echo "== traced:   $(tail -1 "$out/traced.txt")"
+grep -a 'trace_kernels' "$out/trace.log" | tail -3
 python3 scripts/trace-step.py "$csv" --steps "$steps"

@@ -2,14 +2,18 @@
 """Where a decode step's time goes inside the decode graph, from the kernel
 records of kernels/dev/trace_kernels.cpp (scripts/device-trace.sh runs it).
 
-A step ends at the sampler's kernel_topk_merge. Within a step, each kernel
+A step ends at the sampler's kernel_topk_merge: the decode graph, then the
+top-k kernels launched after it (outside the graph). Within a step, each kernel
 "adds" the time by which its end moves past the latest end of the kernels
 that started before it: the chain's cost of that kernel (under programmatic
 launch a kernel starts before its wait, so its start says little; its end is
 exact). Kernels are labelled by their place in the layer: the RMSNorms split
 a layer into the attention half (A) and the feed-forward half (F), and a
 kernel's label is its half, its name and which launch of that name in the
-half it is (#0, #1: q|k's matvec and o's). Prints, over the last --steps steps:
+half it is (#0, #1: q|k's matvec and o's; a fused q|k|v launch shares the
+q|k label where its kernel is the same); after the last layer (the gather
+of the logits' rows) O: the output norm, the output product, the top-k.
+Prints, over the last --steps steps:
 the step's span, then per label the launches a step, the mean time a launch
 adds, the share of the step, and the mean span of a launch (end - start).
 
@@ -65,7 +69,10 @@ def main():
         half, seen = "-", collections.Counter()
         for start, end, mangled in step:
             name = names[mangled]
-            if "rmsnorm" in name and "head" not in name:
+            if "gather_rows" in name:  # the rows for the logits: past the last layer
+                half = "O"
+                seen.clear()
+            elif "rmsnorm" in name and "head" not in name and half != "O":
                 half = "A" if half != "A" else "F"
                 seen.clear()
             label = f"{half} {name} #{seen[name]}"
@@ -80,7 +87,7 @@ def main():
           f"{graph_us:.1f} from its first kernel's start (the rest: the host between graph launches, "
           f"in the first kernel's adds)")
     print(f"{'label / kernel':<76} {'a step':>6} {'adds us':>8} {'share':>6} {'span us':>8}")
-    order = sorted(adds, key=lambda k: (k[0] not in "AF", k[0], -adds[k]))
+    order = sorted(adds, key=lambda k: ("AFO-".index(k[0]), -adds[k]))
     total = 0.0
     for label in order:
         per_step = count[label] / n

@@ -22,6 +22,8 @@
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
 
 #include "engine/backend_cpu.h"
 #include "engine/backend_cuda.h"
@@ -537,12 +539,18 @@ TEST_CASE("stacked, partly stacked and separate projections: CUDA follows the CP
   // Layer 1's separate q|k and v: on the side stream and one after the
   // other, whichever the kernel set's rule takes (VOLTAD_QKV_SIDE, read
   // as the backend is created).
-  struct SideScope {
+  struct SideScope {  // sets the switch, then puts back what was there
+    std::optional<std::string> before;
     explicit SideScope(const char* v) {
+      if (const char* b = std::getenv("VOLTAD_QKV_SIDE")) before = b;
       v ? setenv("VOLTAD_QKV_SIDE", v, 1) : unsetenv("VOLTAD_QKV_SIDE");
     }
-    ~SideScope() { unsetenv("VOLTAD_QKV_SIDE"); }
+    ~SideScope() {
+      before ? setenv("VOLTAD_QKV_SIDE", before->c_str(), 1) : unsetenv("VOLTAD_QKV_SIDE");
+    }
   };
+  // The same kernels in another order: the same bits either way.
+  std::map<bool, std::vector<std::vector<float>>> one_after_other;
   for (const char* side : {static_cast<const char*>(nullptr), "0", "1"})
     for (bool int8 : {false, true}) {
       CAPTURE(int8);
@@ -575,5 +583,7 @@ TEST_CASE("stacked, partly stacked and separate projections: CUDA follows the CP
         if (r == 0 || r + 1 == got.size())
           MESSAGE("step " << r << ": CUDA vs CPU relative error " << err);
       }
+      if (side && side[0] == '0') one_after_other[int8] = got;
+      if (side && side[0] == '1') CHECK(got == one_after_other[int8]);
     }
 }
