@@ -30,6 +30,7 @@ constexpr int kAttentionMinSplitTokens = 16;
 // 8 -0.9%; batch 8 (4 pieces) unchanged (Llama-3-8B Q4_K_M, H200,
 // docs/PERFORMANCE.md run 33). Below ~768 positions a token uses 64-position
 // pieces (the least piece), so 12 leaves them as they were.
+// AttentionArgs::max_splits (VOLTAD_ATTENTION_MAX_SPLITS) can only lower it.
 constexpr int kAttentionMmaMaxPieces = 12;
 // A piece's partial: {m, l, 0, 0} then acc[head_dim]; the header padded to
 // 4 floats so that acc is 16-byte aligned (the combine reads float4s).
