@@ -177,13 +177,12 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
     // v's few blocks leave most SMs idle (portable b8 +3.4-3.8%, b1
     // +1.4-2.2%). Under programmatic launch they run one after the other in
     // every step (auto b1 +0.5-1.7%, b8 +0.2-1.1%, b16 and b32 -0.6 to
-    // -0.9%): the join is an
-    // ordinary graph edge, so the attention cannot start before v has
-    // completed. Not per batch size: with the fork kept in the graphs of
-    // 9-32 tokens only, batch 1 and 8 ran as slowly as with it everywhere
-    // (docs/PERFORMANCE.md run 33). Only where neither reader writes what
-    // both read (the dp4a matvecs read xq; the narrow GEMM the x the norm
-    // wrote).
+    // -0.9%): the join is an ordinary graph edge, so the attention cannot
+    // start before v has completed. Not per batch size: with the fork kept
+    // in the graphs of 9-32 tokens only, batch 1 and 8 ran as slowly as with
+    // it everywhere (docs/PERFORMANCE.md run 33). Only where neither reader
+    // writes what both read (the dp4a matvecs read xq; the narrow GEMM the x
+    // the norm wrote).
     if (l.qkv.size() > 1 && side_qkv && (quantized || scratch_holds == xn)) {
       CUDA_CHECK(cudaEventRecord(fork_event, st));
       CUDA_CHECK(cudaStreamWaitEvent(side, fork_event, 0));

@@ -346,8 +346,8 @@ struct MmaPlan {
 
 // Pieces: as many as one wave of the kernel's blocks holds
 // (attention_pieces_in_wave), at most kAttentionMmaMaxPieces (attention.h),
-// and no more than give each warp a cache
-// block (64 positions a piece): at batch 1 and 512 positions (H200,
+// and no more than give each warp a cache block (64 positions a piece): at
+// batch 1 and 512 positions (H200,
 // kernels/dev/bench_attention.cu), 8 pieces of 64 took 6.8 us where 33 of
 // 16, most warps idle, took 8.1. Least: no piece of a token shorter than
 // 64 positions, 256 from 4 tokens on (AttentionArgs::least_piece), also
@@ -357,8 +357,9 @@ struct MmaPlan {
 // 512 positions, VOLTAD_ATTENTION_MAX_SPLITS=2 (the same 2 pieces) against
 // the wave's 4 (8 at 4 tokens): 8 sequences +0.8% and +1.6% in two calls
 // (Llama-3-8B Q4_K_M; Qwen3-8B +1.0%), 4 +0.6%, where at 1 and 2 the
-// longer pieces lost 4.2% and 2.1% (PERFORMANCE-RUNS-28-30.md run 28). Stages: 3 (two
-// blocks in flight while one computes; 2 blocks an SM) where the longest
+// longer pieces lost 4.2% and 2.1% (docs/PERFORMANCE-RUNS-28-30.md run
+// 28). Stages: 3 (two blocks in flight while one computes; 2 blocks an SM)
+// where the longest
 // piece gives each warp two blocks or more: at 32 sequences and 512
 // positions 24.8 us against 30.1 with 2, 8 sequences 11.3 against 12.1,
 // one sequence at 4,096 positions 10.3 against 11.5; else 2 (3 blocks an
