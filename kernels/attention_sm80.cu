@@ -26,8 +26,6 @@
 // different banks.
 #include <cuda_fp16.h>
 
-#include <cstdlib>
-
 #include "kernels/attention.h"
 #include "kernels/attention_common.cuh"
 #include "kernels/attention_fp16.cuh"
@@ -340,32 +338,6 @@ int mma_max_stages() {
   return stages;
 }
 
-// Probe (VOLTAD_ATTENTION_DEEP=N): where the grid keeps one block an SM,
-// up to N pieces a token and rings deep enough (4 or 6 stages) to hold
-// every cache block of a warp's piece at once, all issued before the wait.
-int deep_pieces_from_env() {
-  static const int n = [] {
-    const char* v = std::getenv("VOLTAD_ATTENTION_DEEP");
-    const int k = v ? std::atoi(v) : 0;
-    return k < 0 ? 0 : k > kAttentionMaxSplits ? kAttentionMaxSplits : k;
-  }();
-  return n;
-}
-
-// True where a block of S stages fits the device's shared memory.
-template <int HD, int S>
-bool mma_stages_fit() {
-  static const bool fit = [] {
-    int dev = 0, smem = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    cudaFuncAttributes attr{};
-    CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel_attention_mma<HD, S, true>));
-    return MmaSmem<HD, S>::kBytes + int(attr.sharedSizeBytes) <= smem;
-  }();
-  return fit;
-}
-
 // A launch: the stages of each warp's ring, the pieces per token and the
 // fewest positions a piece holds (AttentionArgs::least_piece).
 struct MmaPlan {
@@ -397,24 +369,6 @@ MmaPlan mma_plan(const AttentionArgs& a) {
   constexpr int kWarpBlock = kAttentionWarps * kKvBlockTokens;
   const int shortest = a.n_tokens >= 4 ? 4 * kWarpBlock : kWarpBlock;
   const int most = std::min(kAttentionMmaMaxPieces, std::max(1, (a.max_position + 1) / shortest));
-  if (const int deep = deep_pieces_from_env(); deep > 0 && mma_max_stages() >= 3) {
-    const int sms = device_sm_count();
-    const int per_piece = std::max(1, a.n_tokens * a.n_kv_heads);
-    int n = std::min({deep, std::max(1, (a.max_position + 1) / shortest), sms / per_piece});
-    if (a.max_splits > 0) n = std::min(n, a.max_splits);
-    if (n >= 1) {
-      const int blocks = (split_tokens(a.max_position, n) + kKvBlockTokens - 1) / kKvBlockTokens;
-      const int per_warp = (blocks + kAttentionWarps - 1) / kAttentionWarps;
-      if (per_warp > 3 && per_warp <= 4 && mma_stages_fit<HD, 4>()) {
-        mma_wave_blocks<HD, 4, kRope>();  // the shared-memory opt-in
-        return {4, n, shortest};
-      }
-      if (per_warp > 4 && mma_stages_fit<HD, 6>()) {
-        mma_wave_blocks<HD, 6, kRope>();
-        return {6, n, shortest};
-      }
-    }
-  }
   // 3 stages only where 2 blocks of them fit an SM (the H200's 228 KB,
   // not an A100's 164 KB, where 3 stages would leave 4 warps an SM).
   if (mma_max_stages() >= 3 && mma_wave_blocks<HD, 3, kRope>() >= 2 * device_sm_count()) {
@@ -470,13 +424,7 @@ void launch_attention_mma(const AttentionArgs& args, const Fp16KvReader& cache,
     const MmaPlan plan = mma_plan<HD, kRope>(a);
     a.least_piece = plan.least;
     const dim3 grid(unsigned(a.n_tokens), unsigned(a.n_kv_heads), unsigned(plan.pieces));
-    if (plan.stages == 6)
-      launch_kernel(kernel_attention_mma<HD, 6, kRope>, grid, kAttentionWarps * 32,
-                    MmaSmem<HD, 6>::kBytes, stream, a, cache);
-    else if (plan.stages == 4)
-      launch_kernel(kernel_attention_mma<HD, 4, kRope>, grid, kAttentionWarps * 32,
-                    MmaSmem<HD, 4>::kBytes, stream, a, cache);
-    else if (plan.stages == 3)
+    if (plan.stages == 3)
       launch_kernel(kernel_attention_mma<HD, 3, kRope>, grid, kAttentionWarps * 32,
                     MmaSmem<HD, 3>::kBytes, stream, a, cache);
     else
