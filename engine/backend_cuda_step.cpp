@@ -105,15 +105,8 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
     g.accumulate = accumulate;
     return g;
   };
-  auto matvec_on = [&](cudaStream_t on, const kernels::PackedMatrixView& w, const float* xin, int64_t ldx,
-                       int rows, float* y, int64_t ldy, const float* bias, bool accumulate) {
-    if (rows >= gemm_min_tokens) {
-      kernels::GemmScratch scratch = gemm_scratch;
-      scratch.holds_x = scratch_holds;
-      if (on != st) scratch.split = nullptr;  // the split memory serves one stream
-      return kernels::launch_gemm_for(options.kernels, gemm_args(w, xin, ldx, rows, y, ldy, bias, accumulate),
-                                      scratch, on);
-    }
+  auto matvec_args = [&](const kernels::PackedMatrixView& w, const float* xin, int64_t ldx,
+                         int rows, float* y, int64_t ldy, const float* bias, bool accumulate) {
     kernels::MatvecArgs a;
     a.w = w;
     a.batch = rows;
@@ -124,7 +117,19 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
     a.ldy = ldy;
     a.bias = bias;
     a.accumulate = accumulate;
-    kernels::launch_matvec(a, on);
+    return a;
+  };
+  auto matvec_on = [&](cudaStream_t on, const kernels::PackedMatrixView& w, const float* xin,
+                       int64_t ldx, int rows, float* y, int64_t ldy, const float* bias,
+                       bool accumulate) {
+    if (rows >= gemm_min_tokens) {
+      kernels::GemmScratch scratch = gemm_scratch;
+      scratch.holds_x = scratch_holds;
+      if (on != st) scratch.split = nullptr;  // the split memory serves one stream
+      return kernels::launch_gemm_for(
+          options.kernels, gemm_args(w, xin, ldx, rows, y, ldy, bias, accumulate), scratch, on);
+    }
+    kernels::launch_matvec(matvec_args(w, xin, ldx, rows, y, ldy, bias, accumulate), on);
   };
   const CudaBackendOptions::Omit& omit = options.omit;  // timing only
   // `skip`: the kind is omitted (timing only).
@@ -183,19 +188,27 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
     // it everywhere (docs/PERFORMANCE.md run 33). Only where neither reader
     // writes what both read (the dp4a matvecs read xq; the narrow GEMM the x
     // the norm wrote).
-    if (l.qkv.size() > 1 && side_qkv && (quantized || scratch_holds == xn)) {
+    // At one token a Q4_K q|k and a Q6_K v run as one launch where the
+    // streaming kernels take both (kernels::launch_matvec_pair).
+    auto qkv_args = [&](const ProjectionStack& p) {
+      return matvec_args(p.w, xn, dim, n, q + p.column, ldqkv, p.bias, false);
+    };
+    if (omit.qkv) {
+    } else if (l.qkv.size() == 2 && quantized && n == 1 &&
+               kernels::launch_matvec_pair(qkv_args(l.qkv[0]), qkv_args(l.qkv[1]), st)) {
+    } else if (l.qkv.size() > 1 && side_qkv && (quantized || scratch_holds == xn)) {
       CUDA_CHECK(cudaEventRecord(fork_event, st));
       CUDA_CHECK(cudaStreamWaitEvent(side, fork_event, 0));
       for (size_t i = 1; i < l.qkv.size(); ++i) {
         const ProjectionStack& p = l.qkv[i];
-        if (!omit.qkv) matvec_on(side, p.w, xn, dim, n, q + p.column, ldqkv, p.bias, false);
+        matvec_on(side, p.w, xn, dim, n, q + p.column, ldqkv, p.bias, false);
       }
-      matvec(omit.qkv, l.qkv[0].w, xn, dim, n, q + l.qkv[0].column, ldqkv, l.qkv[0].bias, false);
+      matvec(false, l.qkv[0].w, xn, dim, n, q + l.qkv[0].column, ldqkv, l.qkv[0].bias, false);
       CUDA_CHECK(cudaEventRecord(join_event, side));
       CUDA_CHECK(cudaStreamWaitEvent(st, join_event, 0));
     } else {
       for (const ProjectionStack& p : l.qkv)
-        matvec(omit.qkv, p.w, xn, dim, n, q + p.column, ldqkv, p.bias, false);
+        matvec(false, p.w, xn, dim, n, q + p.column, ldqkv, p.bias, false);
     }
     if (c.qk_norm && !rope_in) {
       kernels::launch_head_rmsnorm(q, ldqkv, n, int(c.n_heads), int(c.head_dim), l.q_norm,

@@ -95,6 +95,15 @@ void launch_matvec_float(const MatvecArgs& args, cudaStream_t stream);  // F16, 
 // VOLTAD_MATVEC_STREAM=0 is in the environment (comparisons).
 void launch_matvec_stream(const MatvecArgs& args, cudaStream_t stream);
 bool matvec_stream_enabled();
+// Two batch-1 products of the same quantized x in one launch of the
+// streaming kernels: a Q4_K (Int4K256) matrix `a` and a Q6_K (Int6K256)
+// matrix `b` of as many columns (a Q4_K_M layer's q|k beside its attn_v),
+// each with the grid's share of its bytes. Returns false having done
+// nothing where the pair does not apply (other formats or batches, a
+// matrix the bulk kernel takes, VOLTAD_MATVEC_STREAM=0, or
+// VOLTAD_MATVEC_PAIR=0 in the environment: comparisons); then launch each.
+bool launch_matvec_pair(const MatvecArgs& a, const MatvecArgs& b, cudaStream_t stream);
+bool matvec_pair_enabled();
 // Batch 1, Int4K256 (Q4_K) or Int4Sym32 (Q4_0) of 4,096 columns and at
 // least 4 row groups of 8 rows a block (the big products: gate|up), under
 // programmatic launch (`auto` on sm_90+): the bulk-copy kernel

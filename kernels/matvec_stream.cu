@@ -14,6 +14,7 @@
 // the rows, each over alternate groups of 32 chunks), and the sums meet in
 // the same fixed order (matvec_store_sliced).
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
@@ -42,9 +43,11 @@ __device__ __forceinline__ void stream_load(typename C::Raw (&buf)[R], const Pac
 // (row group g, chunk first + i * step) for the block's groups g and
 // i < steps; two register sets take turns (loads into one while the other
 // is decoded), so no step copies registers.
+// block and blocks: this block's place among the blocks that share the
+// matrix (blockIdx.x and gridDim.x, or a part of a pair's grid).
 template <class C, int R, int S>
-__global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32)
-    kernel_matvec_stream(MatvecArgs a, int64_t groups) {
+__device__ __forceinline__ void matvec_stream_blocks(const MatvecArgs& a, int64_t groups,
+                                                     int64_t block, int64_t blocks) {
   const PackedLayout& l = a.w.layout;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, slice = warp % S;
   constexpr int64_t kBlockRows = int64_t(R) * (kMatvecWarpsPerBlock / S);
@@ -55,7 +58,7 @@ __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32)
 
   // The step being decoded (g, i) and the one being loaded (lg, li); the
   // loaded group's rows, computed once a group.
-  int64_t g = blockIdx.x, lg = g;
+  int64_t g = block, lg = g;
   int i = 0, li = 0;
   typename C::Rows lrows;
   auto set_load_rows = [&] { lrows = C::rows_at(a.w, lg * kBlockRows + warp_row); };
@@ -63,7 +66,7 @@ __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32)
   auto advance = [&] {
     if (++li == steps) {
       li = 0;
-      lg += gridDim.x;
+      lg += blocks;
       if (lg < groups) set_load_rows();
     }
   };
@@ -82,13 +85,13 @@ __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32)
       for (int r = 0; r < R; ++r) acc[r][0] += C::dot(buf[r], j, x);
     }
     if (++i == steps) {
-      if (g + gridDim.x >= groups) release_next_kernel();  // the block's last rows
+      if (g + blocks >= groups) release_next_kernel();  // the block's last rows
       matvec_store_sliced<R, 1, S, true>(acc, g * kBlockRows + warp_row, l.rows, a.y, a.ldy, a.bias,
                                          a.accumulate);
 #pragma unroll
       for (int r = 0; r < R; ++r) acc[r][0] = 0.0f;
       i = 0;
-      g += gridDim.x;
+      g += blocks;
     }
   };
 
@@ -114,6 +117,24 @@ __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32)
     consume(buf1);
     if (g >= groups) break;
   }
+}
+
+template <class C, int R, int S>
+__global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32)
+    kernel_matvec_stream(MatvecArgs a, int64_t groups) {
+  matvec_stream_blocks<C, R, S>(a, groups, blockIdx.x, gridDim.x);
+}
+
+// Two matrices that read the same x in one launch (launch_matvec_pair):
+// blocks [0, blocks_a) stream a's row groups, the rest b's.
+template <class CA, int RA, int SA, class CB, int RB, int SB>
+__global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32)
+    kernel_matvec_stream_pair(MatvecArgs a, int64_t groups_a, int blocks_a, MatvecArgs b,
+                              int64_t groups_b) {
+  if (int(blockIdx.x) < blocks_a)
+    matvec_stream_blocks<CA, RA, SA>(a, groups_a, blockIdx.x, blocks_a);
+  else
+    matvec_stream_blocks<CB, RB, SB>(b, groups_b, blockIdx.x - blocks_a, gridDim.x - blocks_a);
 }
 
 namespace {
@@ -142,7 +163,70 @@ void launch_stream_sliced(const MatvecArgs& a, cudaStream_t stream) {
     launch_stream<C, R, 1>(a, stream);
 }
 
+// The pair's grid: one wave of the pair kernel, shared by the matrices'
+// bytes (each at least one block and at most one a row group).
+template <class CA, int RA, int SA, class CB, int RB, int SB>
+void launch_pair(const MatvecArgs& a, const MatvecArgs& b, cudaStream_t stream) {
+  auto kernel = kernel_matvec_stream_pair<CA, RA, SA, CB, RB, SB>;
+  static const int per_sm = [&] {
+    int blocks = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel,
+                                                             kMatvecWarpsPerBlock * 32, 0));
+    return std::max(blocks, 1);
+  }();
+  constexpr int64_t kRowsA = int64_t(RA) * (kMatvecWarpsPerBlock / SA);
+  constexpr int64_t kRowsB = int64_t(RB) * (kMatvecWarpsPerBlock / SB);
+  const int64_t groups_a = (a.w.layout.rows + kRowsA - 1) / kRowsA;
+  const int64_t groups_b = (b.w.layout.rows + kRowsB - 1) / kRowsB;
+  const int64_t wave = std::max<int64_t>(2, int64_t(per_sm) * device_sm_count());
+  const double bytes_a =
+      double(a.w.layout.rows) * double(a.w.layout.quant_row_bytes + a.w.layout.scale_row_bytes);
+  const double bytes_b =
+      double(b.w.layout.rows) * double(b.w.layout.quant_row_bytes + b.w.layout.scale_row_bytes);
+  int64_t blocks_b = std::llround(double(wave) * bytes_b / (bytes_a + bytes_b));
+  blocks_b = std::clamp<int64_t>(blocks_b, 1, std::min(groups_b, wave - 1));
+  const int64_t blocks_a = std::min(groups_a, wave - blocks_b);
+  launch_kernel(kernel, unsigned(blocks_a + blocks_b), kMatvecWarpsPerBlock * 32, 0, stream, a,
+                groups_a, int(blocks_a), b, groups_b);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+// Q4_K (rows of 4 a warp) then Q6_K (2), each with the slices it would take alone.
+void launch_pair_q4k_q6k(const MatvecArgs& a, const MatvecArgs& b, cudaStream_t stream) {
+  using A = Int4Chunk<PackedFormat::Int4K256>;
+  using B = Int6Chunk;
+  const bool sa = matvec_slices(a, 4) == 2, sb = matvec_slices(b, 2) == 2;
+  if (sa && sb)
+    launch_pair<A, 4, 2, B, 2, 2>(a, b, stream);
+  else if (sa)
+    launch_pair<A, 4, 2, B, 2, 1>(a, b, stream);
+  else if (sb)
+    launch_pair<A, 4, 1, B, 2, 2>(a, b, stream);
+  else
+    launch_pair<A, 4, 1, B, 2, 1>(a, b, stream);
+}
+
 }  // namespace
+
+bool matvec_pair_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("VOLTAD_MATVEC_PAIR");
+    return !(v && v[0] == '0');
+  }();
+  return on;
+}
+
+bool launch_matvec_pair(const MatvecArgs& a, const MatvecArgs& b, cudaStream_t stream) {
+  const PackedLayout &la = a.w.layout, &lb = b.w.layout;
+  if (!matvec_pair_enabled() || !matvec_stream_enabled() || a.batch != 1 || b.batch != 1 ||
+      la.rows == 0 || lb.rows == 0 || a.xq.q == nullptr || a.xq.q != b.xq.q ||
+      a.xq.scales != b.xq.scales || la.cols != lb.cols)
+    return false;
+  if (la.format != PackedFormat::Int4K256 || lb.format != PackedFormat::Int6K256) return false;
+  if (matvec_bulk_applies(a) || matvec_bulk_applies(b)) return false;  // their own kernels
+  launch_pair_q4k_q6k(a, b, stream);
+  return true;
+}
 
 bool matvec_stream_enabled() {
   static const bool on = [] {
