@@ -127,6 +127,7 @@ struct CudaBackend::Impl {
   // launches are plain, not programmatic; enqueue_step), 0 never, 1 always
   // (VOLTAD_QKV_SIDE=0|1, for comparisons).
   int qkv_side = -1;
+  bool qkv_reverse = false;  // probe: VOLTAD_QKV_REVERSE=1, the last stack first
   // The step's kernels launch under programmatic dependent launch (`auto`
   // on an sm_90+ build and card); set at creation, outside any capture.
   bool programmatic = false;

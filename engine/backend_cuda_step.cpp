@@ -188,13 +188,16 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
     // it everywhere (docs/PERFORMANCE.md run 33). Only where neither reader
     // writes what both read (the dp4a matvecs read xq; the narrow GEMM the x
     // the norm wrote).
-    // At one token a Q4_K q|k and a Q6_K v run as one launch where the
-    // streaming kernels take both (kernels::launch_matvec_pair).
+    // At one token under programmatic launch a Q4_K q|k and a Q6_K v run
+    // as one launch where the streaming kernels take both
+    // (kernels::launch_matvec_pair): auto b1 +1.2% Llama-3-8B, +1.0%
+    // Qwen3-8B; beside the side stream of plain launches (portable) -0.2%,
+    // so those keep it (docs/PERFORMANCE.md run 34).
     auto qkv_args = [&](const ProjectionStack& p) {
       return matvec_args(p.w, xn, dim, n, q + p.column, ldqkv, p.bias, false);
     };
     if (omit.qkv) {
-    } else if (l.qkv.size() == 2 && quantized && n == 1 &&
+    } else if (l.qkv.size() == 2 && quantized && n == 1 && !side_qkv &&
                kernels::launch_matvec_pair(qkv_args(l.qkv[0]), qkv_args(l.qkv[1]), st)) {
     } else if (l.qkv.size() > 1 && side_qkv && (quantized || scratch_holds == xn)) {
       CUDA_CHECK(cudaEventRecord(fork_event, st));
@@ -207,8 +210,10 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
       CUDA_CHECK(cudaEventRecord(join_event, side));
       CUDA_CHECK(cudaStreamWaitEvent(st, join_event, 0));
     } else {
-      for (const ProjectionStack& p : l.qkv)
+      for (size_t i = 0; i < l.qkv.size(); ++i) {
+        const ProjectionStack& p = l.qkv[qkv_reverse ? l.qkv.size() - 1 - i : i];
         matvec(false, p.w, xn, dim, n, q + p.column, ldqkv, p.bias, false);
+      }
     }
     if (c.qk_norm && !rope_in) {
       kernels::launch_head_rmsnorm(q, ldqkv, n, int(c.n_heads), int(c.head_dim), l.q_norm,
