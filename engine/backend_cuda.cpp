@@ -361,7 +361,12 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(std::shared_ptr<const M
     if (impl->qkv_side < 0)
       std::fprintf(stderr, "voltad: VOLTAD_QKV_SIDE=%s is neither 0 nor 1; the rule decides\n", v);
   }
-  if (const char* v = std::getenv("VOLTAD_QKV_REVERSE")) impl->qkv_reverse = v[0] == '1';
+  if (const char* v = std::getenv("VOLTAD_QKV_REVERSE")) {
+    impl->qkv_reverse = std::string(v) == "0" ? 0 : std::string(v) == "1" ? 1 : -1;
+    if (impl->qkv_reverse < 0)
+      std::fprintf(stderr, "voltad: VOLTAD_QKV_REVERSE=%s is neither 0 nor 1; the rule decides\n",
+                   v);
+  }
   impl->decode_graphs.assign(size_t(options.max_sequences) + 1, nullptr);
   if (options.use_graphs)
     for (int n = 1; n <= options.max_sequences; ++n) VOLTAD_TRY(impl->capture_decode_graph(n));

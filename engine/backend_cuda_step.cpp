@@ -210,8 +210,13 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
       CUDA_CHECK(cudaEventRecord(join_event, side));
       CUDA_CHECK(cudaStreamWaitEvent(st, join_event, 0));
     } else {
+      // From 9 tokens v (the narrow GEMM of a Q6_K attn_v) goes first, and
+      // q|k's blocks load their first weights while it runs: b16 +0.5% and
+      // +1.2%, b32 +0.5% and +0.8% (Llama-3-8B, Qwen3-8B Q4_K_M); b8 -0.6%
+      // and -0.3%, so not there (docs/PERFORMANCE.md run 34).
+      const bool reverse = qkv_reverse >= 0 ? qkv_reverse == 1 : programmatic && n > 8;
       for (size_t i = 0; i < l.qkv.size(); ++i) {
-        const ProjectionStack& p = l.qkv[qkv_reverse ? l.qkv.size() - 1 - i : i];
+        const ProjectionStack& p = l.qkv[reverse ? l.qkv.size() - 1 - i : i];
         matvec(false, p.w, xn, dim, n, q + p.column, ldqkv, p.bias, false);
       }
     }

@@ -536,26 +536,33 @@ TEST_CASE("stacked, partly stacked and separate projections: CUDA follows the CP
   auto cpu = CpuBackend::create(model, co);
   REQUIRE(cpu.ok());
   const auto want = run(*cpu.value());
-  // Layer 1's separate q|k and v: on the side stream and one after the
-  // other, whichever the kernel set's rule takes (VOLTAD_QKV_SIDE, read
-  // as the backend is created).
-  struct SideScope {  // sets the switch, then puts back what was there
+  // Layer 1's separate q|k and v: on the side stream, one after the other
+  // (v first from 9 tokens under the rule; at one token under programmatic
+  // launch one paired launch, kernels::launch_matvec_pair), whichever the
+  // kernel set's rule takes; VOLTAD_QKV_SIDE and VOLTAD_QKV_REVERSE are read
+  // as the backend is created.
+  struct EnvScope {  // sets a switch, then puts back what was there
+    const char* name;
     std::optional<std::string> before;
-    explicit SideScope(const char* v) {
-      if (const char* b = std::getenv("VOLTAD_QKV_SIDE")) before = b;
-      v ? setenv("VOLTAD_QKV_SIDE", v, 1) : unsetenv("VOLTAD_QKV_SIDE");
+    EnvScope(const char* n, const char* v) : name(n) {
+      if (const char* b = std::getenv(name)) before = b;
+      v ? setenv(name, v, 1) : unsetenv(name);
     }
-    ~SideScope() {
-      before ? setenv("VOLTAD_QKV_SIDE", before->c_str(), 1) : unsetenv("VOLTAD_QKV_SIDE");
-    }
+    ~EnvScope() { before ? setenv(name, before->c_str(), 1) : unsetenv(name); }
   };
-  // The same kernels in another order: the same bits either way.
+  // The same kernels in another order or on another stream: the same bits.
   std::map<bool, std::vector<std::vector<float>>> one_after_other;
-  for (const char* side : {static_cast<const char*>(nullptr), "0", "1"})
+  struct Order {
+    const char *side, *reverse;
+  };
+  for (const Order order : {Order{nullptr, nullptr}, Order{"0", nullptr}, Order{"1", nullptr},
+                            Order{"0", "1"}, Order{"0", "0"}})
     for (bool int8 : {false, true}) {
       CAPTURE(int8);
-      CAPTURE((side ? side : "rule"));
-      const SideScope side_scope(side);
+      CAPTURE((order.side ? order.side : "rule"));
+      CAPTURE((order.reverse ? order.reverse : "rule"));
+      const EnvScope side_scope("VOLTAD_QKV_SIDE", order.side);
+      const EnvScope reverse_scope("VOLTAD_QKV_REVERSE", order.reverse);
       CudaBackendOptions o;
       o.kernels = test_kernel_set();
       o.max_context = 256;
@@ -583,7 +590,9 @@ TEST_CASE("stacked, partly stacked and separate projections: CUDA follows the CP
         if (r == 0 || r + 1 == got.size())
           MESSAGE("step " << r << ": CUDA vs CPU relative error " << err);
       }
-      if (side && side[0] == '0') one_after_other[int8] = got;
-      if (side && side[0] == '1') CHECK(got == one_after_other[int8]);
+      if (order.side && !order.reverse && order.side[0] == '0')
+        one_after_other[int8] = got;
+      else if (order.side)
+        CHECK(got == one_after_other[int8]);
     }
 }
