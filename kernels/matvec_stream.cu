@@ -139,16 +139,6 @@ __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32)
 
 namespace {
 
-// Probe: VOLTAD_MATVEC_STREAM_PER_SM=N caps the blocks an SM of the
-// streaming kernels' wave (room beside them for the next kernel's blocks).
-int per_sm_cap(int per_sm) {
-  static const int cap = [] {
-    const char* v = std::getenv("VOLTAD_MATVEC_STREAM_PER_SM");
-    return v ? std::max(1, std::atoi(v)) : 0;
-  }();
-  return cap > 0 ? std::min(per_sm, cap) : per_sm;
-}
-
 template <class C, int R, int S>
 void launch_stream(const MatvecArgs& a, cudaStream_t stream) {
   static const int per_sm = [] {  // blocks an SM: the wave the grid is
@@ -159,7 +149,7 @@ void launch_stream(const MatvecArgs& a, cudaStream_t stream) {
   }();
   constexpr int64_t kBlockRows = int64_t(R) * (kMatvecWarpsPerBlock / S);
   const int64_t groups = (a.w.layout.rows + kBlockRows - 1) / kBlockRows;
-  const int64_t grid = std::min<int64_t>(groups, int64_t(per_sm_cap(per_sm)) * device_sm_count());
+  const int64_t grid = std::min<int64_t>(groups, int64_t(per_sm) * device_sm_count());
   launch_kernel(kernel_matvec_stream<C, R, S>, unsigned(grid), kMatvecWarpsPerBlock * 32, 0, stream,
                 a, groups);
   CUDA_CHECK(cudaGetLastError());
@@ -188,7 +178,7 @@ void launch_pair(const MatvecArgs& a, const MatvecArgs& b, cudaStream_t stream) 
   constexpr int64_t kRowsB = int64_t(RB) * (kMatvecWarpsPerBlock / SB);
   const int64_t groups_a = (a.w.layout.rows + kRowsA - 1) / kRowsA;
   const int64_t groups_b = (b.w.layout.rows + kRowsB - 1) / kRowsB;
-  const int64_t wave = std::max<int64_t>(2, int64_t(per_sm_cap(per_sm)) * device_sm_count());
+  const int64_t wave = std::max<int64_t>(2, int64_t(per_sm) * device_sm_count());
   const double bytes_a =
       double(a.w.layout.rows) * double(a.w.layout.quant_row_bytes + a.w.layout.scale_row_bytes);
   const double bytes_b =
