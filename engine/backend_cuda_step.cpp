@@ -196,9 +196,23 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
     auto qkv_args = [&](const ProjectionStack& p) {
       return matvec_args(p.w, xn, dim, n, q + p.column, ldqkv, p.bias, false);
     };
+    // At 2-8 tokens the same for the sm_80 narrow GEMMs
+    // (kernels::launch_gemm_narrow_sm80_pair).
+    auto narrow_pair = [&](const std::vector<ProjectionStack>& stacks) {
+      kernels::GemmScratch scratch = gemm_scratch;
+      scratch.holds_x = scratch_holds;
+      const kernels::GemmArgs a =
+          gemm_args(stacks[0].w, xn, dim, n, q + stacks[0].column, ldqkv, stacks[0].bias, false);
+      const kernels::GemmArgs b =
+          gemm_args(stacks[1].w, xn, dim, n, q + stacks[1].column, ldqkv, stacks[1].bias, false);
+      return kernels::gemm_for_takes_narrow_sm80(options.kernels, a, scratch) &&
+             kernels::gemm_for_takes_narrow_sm80(options.kernels, b, scratch) &&
+             kernels::launch_gemm_narrow_sm80_pair(a, b, scratch, st);
+    };
     if (omit.qkv) {
     } else if (l.qkv.size() == 2 && quantized && n == 1 && !side_qkv &&
                kernels::launch_matvec_pair(qkv_args(l.qkv[0]), qkv_args(l.qkv[1]), st)) {
+    } else if (l.qkv.size() == 2 && !quantized && n <= 8 && !side_qkv && narrow_pair(l.qkv)) {
     } else if (l.qkv.size() > 1 && side_qkv && (quantized || scratch_holds == xn)) {
       CUDA_CHECK(cudaEventRecord(fork_event, st));
       CUDA_CHECK(cudaStreamWaitEvent(side, fork_event, 0));

@@ -89,10 +89,10 @@ constexpr size_t kSplitSums = size_t(kMaxTokens) * kRows;  // floats a block
 // x comes through a ring in shared memory, copied once a stage for all its
 // warps (x_stage_bytes), instead of each warp reading it from L2 itself;
 // the group's warps then keep in step, a named barrier a stage.
-template <PackedFormat F, int NT, int W, int B, int S = stages_for<F, W, B>(), bool kSplit = false,
-          int RW = 1>
-__global__ void __launch_bounds__(W * 32, B)
-    kernel_narrow_sm80(GemmArgs a, const uint32_t* xp, NarrowSplit split) {
+// bx: the block's row block (blockIdx.x, or its place in a pair's part).
+template <PackedFormat F, int NT, int W, int B, int S, bool kSplit, int RW>
+__device__ __forceinline__ void narrow_blocks(const GemmArgs& a, const uint32_t* xp,
+                                              const NarrowSplit& split, int64_t bx) {
   static_assert(W % RW == 0 && (RW == 1 || !kSplit), "row warps: a whole group, no split");
   constexpr int kN8 = NT * 8;
   constexpr int kExtra = extra_ld<F>();
@@ -106,7 +106,7 @@ __global__ void __launch_bounds__(W * 32, B)
   const PackedLayout& l = a.w.layout;
   const int64_t rows = l.rows;
   const int64_t chunks = l.cols / 32;
-  const int64_t block_r0 = int64_t(blockIdx.x) * kBlockRows;
+  const int64_t block_r0 = bx * kBlockRows;
   const int64_t r0 = block_r0 + rg * kRows;  // the warp's first row
 
   // This warp's chunks: whole stages, an equal share in order of its
@@ -394,7 +394,7 @@ __global__ void __launch_bounds__(W * 32, B)
   if constexpr (kSplit) {
     // This block's sums out (past L1), then the row block's last to arrive
     // goes on (the threadFenceReduction pattern of the CUDA samples).
-    float* mine = split.sums + (size_t(blockIdx.x) * gridDim.y + blockIdx.y) * kSplitSums;
+    float* mine = split.sums + (size_t(bx) * gridDim.y + blockIdx.y) * kSplitSums;
     for (int o = threadIdx.x; o < kN8 * kRows; o += W * 32) {
       const int token = o / kRows, rn = o % kRows;
       if (token < a.n) __stcg(mine + o, block_sum(token, rn));
@@ -402,7 +402,7 @@ __global__ void __launch_bounds__(W * 32, B)
     __threadfence();
     __syncthreads();
     __shared__ bool last;
-    if (threadIdx.x == 0) last = atomicAdd(split.arrivals + blockIdx.x, 1u) == gridDim.y - 1;
+    if (threadIdx.x == 0) last = atomicAdd(split.arrivals + bx, 1u) == gridDim.y - 1;
     __syncthreads();
     if (!last) return;
     __threadfence();
@@ -414,7 +414,7 @@ __global__ void __launch_bounds__(W * 32, B)
     float v = 0.0f;
     if constexpr (kSplit) {  // in split order, whichever block arrived last
       for (unsigned s = 0; s < gridDim.y; ++s)
-        v += __ldcg(split.sums + (size_t(blockIdx.x) * gridDim.y + s) * kSplitSums + o);
+        v += __ldcg(split.sums + (size_t(bx) * gridDim.y + s) * kSplitSums + o);
     } else {
       v = block_sum(token, rn);
     }
@@ -423,7 +423,26 @@ __global__ void __launch_bounds__(W * 32, B)
     if (a.accumulate) v += *dst;
     *dst = v;
   }
-  if (kSplit && threadIdx.x == 0) split.arrivals[blockIdx.x] = 0;  // for the next launch
+  if (kSplit && threadIdx.x == 0) split.arrivals[bx] = 0;  // for the next launch
+}
+
+template <PackedFormat F, int NT, int W, int B, int S = stages_for<F, W, B>(), bool kSplit = false,
+          int RW = 1>
+__global__ void __launch_bounds__(W * 32, B)
+    kernel_narrow_sm80(GemmArgs a, const uint32_t* xp, NarrowSplit split) {
+  narrow_blocks<F, NT, W, B, S, kSplit, RW>(a, xp, split, blockIdx.x);
+}
+
+// Two products of the same x in one launch (launch_gemm_narrow_sm80_pair):
+// the first blocks_a blocks take a's row blocks, the rest b's; 8x2 blocks,
+// one token tile, no split.
+template <PackedFormat FA, int SA, PackedFormat FB, int SB>
+__global__ void __launch_bounds__(8 * 32, 2)
+    kernel_narrow_sm80_pair(GemmArgs a, GemmArgs b, const uint32_t* xp, int blocks_a) {
+  if (int(blockIdx.x) < blocks_a)
+    narrow_blocks<FA, 1, 8, 2, SA, false, 1>(a, xp, NarrowSplit{}, blockIdx.x);
+  else
+    narrow_blocks<FB, 1, 8, 2, SB, false, 1>(b, xp, NarrowSplit{}, blockIdx.x - blocks_a);
 }
 
 bool format_supported(PackedFormat f) {
@@ -757,6 +776,33 @@ void launch_format(const GemmArgs& a, const uint32_t* xp, const GemmScratch& scr
   }
 }
 
+// The pair's blocks: 8x2 for both, each format's ring as its own 8x2
+// launch has it, the larger shared memory of the two.
+template <PackedFormat FA, int SA, PackedFormat FB, int SB>
+void launch_pair(const GemmArgs& a, const GemmArgs& b, const uint32_t* xp, cudaStream_t stream) {
+  auto kernel = kernel_narrow_sm80_pair<FA, SA, FB, SB>;
+  constexpr size_t kA = smem_bytes<FA, 1, 8, 2, SA>(), kB = smem_bytes<FB, 1, 8, 2, SB>();
+  constexpr size_t kSmem = kA > kB ? kA : kB;
+  static const bool opted_in = [&] {
+    CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
+    return true;
+  }();
+  (void)opted_in;
+  const int blocks_a = row_blocks(a), blocks_b = row_blocks(b);
+  launch_kernel(kernel, dim3(unsigned(blocks_a + blocks_b)), 8 * 32, kSmem, stream, a, b, xp,
+                blocks_a);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+bool pair_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("VOLTAD_NARROW_PAIR");
+    return !(v && v[0] == '0');
+  }();
+  return on;
+}
+
 // shared_x() at a's token tiles.
 template <PackedFormat F>
 NarrowSharedX shared_x_at(const GemmArgs& a) {
@@ -869,6 +915,26 @@ bool gemm_narrow_sm80_supports(const GemmArgs& a, const GemmScratch& scratch) {
          reinterpret_cast<uintptr_t>(scratch.data) % 16 == 0 &&
          scratch.bytes >= gemm_narrow_sm80_scratch_bytes(a.n, l.cols) &&
          narrow80::smem_for(l.format) <= size_t(d.max_smem) && (l.rows + 31) / 32 <= 0x7FFFFFFF;
+}
+
+bool launch_gemm_narrow_sm80_pair(const GemmArgs& a, const GemmArgs& b, const GemmScratch& scratch,
+                                  cudaStream_t stream) {
+  const PackedLayout &la = a.w.layout, &lb = b.w.layout;
+  if (!narrow80::pair_enabled() || la.format != PackedFormat::Int4K256 ||
+      lb.format != PackedFormat::Int6K256 || a.n != b.n || a.n < 1 || a.n > 8 || a.x != b.x ||
+      a.ldx != b.ldx || la.cols != lb.cols || la.rows == 0 || lb.rows == 0 || a.ldx < la.cols ||
+      a.ldy < la.rows || b.ldy < lb.rows || !gemm_narrow_sm80_supports(a, scratch) ||
+      !gemm_narrow_sm80_supports(b, scratch))
+    return false;
+  auto* xp = static_cast<uint32_t*>(scratch.data);
+  if (scratch.holds_x != a.x) narrow80::launch_x_to_fragments(a, xp, stream);
+  constexpr PackedFormat kA = PackedFormat::Int4K256, kB = PackedFormat::Int6K256;
+  constexpr int kStagesA = narrow80::stages_for<kA, 8, 2>();
+  if (narrow80::q6k_ring() == 4)
+    narrow80::launch_pair<kA, kStagesA, kB, 4>(a, b, xp, stream);
+  else
+    narrow80::launch_pair<kA, kStagesA, kB, narrow80::stages_for<kB, 8, 2>()>(a, b, xp, stream);
+  return true;
 }
 
 void launch_gemm_narrow_sm80(const GemmArgs& a, const GemmScratch& scratch, cudaStream_t stream) {

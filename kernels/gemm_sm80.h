@@ -139,6 +139,16 @@ void gemm_narrow_sm80_set_shared_x(NarrowSharedX how);
 // Never.
 NarrowSharedX gemm_narrow_sm80_shared_x_taken(const GemmArgs& args);
 void launch_gemm_narrow_sm80(const GemmArgs& args, const GemmScratch& scratch, cudaStream_t stream);
+// Two products of the same x in one launch at 1-8 tokens: a Q4_K
+// (Int4K256) `a` and a Q6_K (Int6K256) `b` of as many columns (a Q4_K_M
+// layer's q|k beside its attn_v), both in 8-warp blocks of two an SM, the
+// first blocks a's row blocks, the rest b's; each output's bits are those
+// of its own launch in 8x2 blocks. Returns false having done nothing where
+// the pair does not apply (other formats, token counts or x, arguments
+// gemm_narrow_sm80_supports refuses, VOLTAD_NARROW_PAIR=0 in the
+// environment: comparisons); then launch each.
+bool launch_gemm_narrow_sm80_pair(const GemmArgs& a, const GemmArgs& b, const GemmScratch& scratch,
+                                  cudaStream_t stream);
 
 // Whether launch_gemm_for(set, args, scratch) runs the sm_80 narrow GEMM.
 bool gemm_for_takes_narrow_sm80(KernelSet set, const GemmArgs& args, const GemmScratch& scratch);

@@ -13,7 +13,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <random>
 #include <sstream>
 
@@ -436,100 +435,4 @@ TEST_CASE("decode matvecs under PDL: x quantized by the kernel just before") {
               takes_bulk ? &settled : nullptr);
           CHECK(differing_rounds == 0);
         }
-}
-
-// A layer's Q4_K q|k and Q6_K v in one launch (kernels::launch_matvec_pair):
-// each row group is summed by one block in the same order as alone, so the
-// pair's outputs equal the two launches' bit for bit, whatever share of the
-// grid each matrix gets; rows past each matrix stay untouched. Shapes:
-// Llama-3-8B's (5,120 and 1,024 rows of 4,096), blocks that walk several
-// row groups, few rows, and each slice count forced. Other formats, a
-// batch of 2 and a matrix the bulk kernel takes are not paired.
-TEST_CASE("batch-1 matvec pair: a Q4_K and a Q6_K product in one launch") {
-  std::mt19937& rng = test_rng();
-  struct Case {
-    int64_t rows_a, rows_b, cols;
-    int slices;
-  };
-  for (const Case& c :
-       {Case{5120, 1024, 4096, 0}, Case{25001, 901, 2560, 0}, Case{7, 3, 256, 0},
-        Case{4099, 1500, 1280, 1}, Case{4099, 1500, 1280, 2}, Case{33, 9000, 768, 0}}) {
-    CAPTURE(c.rows_a);
-    CAPTURE(c.rows_b);
-    CAPTURE(c.cols);
-    CAPTURE(c.slices);
-    auto make = [&](GgmlType type, int64_t rows) {
-      const std::vector<uint8_t> gguf = random_valid_tensor(type, rows, c.cols, rng, 15);
-      auto packed = repack_matrix(type, gguf.data(), rows, c.cols);
-      REQUIRE(packed.ok());
-      return std::move(*packed);
-    };
-    const auto wa = make(GgmlType::Q4_K, c.rows_a);
-    const auto wb = make(GgmlType::Q6_K, c.rows_b);
-    DeviceBuffer<uint8_t> d_wa(wa.bytes), d_wb(wb.bytes);
-    DeviceBuffer<float> d_x(random_floats(size_t(c.cols)));
-    DeviceBuffer<int8_t> d_q(kernels::quantized_activation_q_bytes(1, c.cols));
-    DeviceBuffer<float> d_s(kernels::quantized_activation_scale_bytes(1, c.cols) / sizeof(float));
-    const kernels::QuantizedActivations xq{d_q.get(), d_s.get()};
-    kernels::launch_quantize_activations(d_x.get(), c.cols, 1, c.cols, xq, nullptr);
-    // y: each matrix's rows, then 5 NaN entries that no launch may touch.
-    const std::vector<float> y0a = random_floats(size_t(c.rows_a));
-    std::vector<float> init_a = y0a, init_b(size_t(c.rows_b), 0.0f);
-    init_a.resize(size_t(c.rows_a) + 5, std::nanf(""));
-    init_b.resize(size_t(c.rows_b) + 5, std::nanf(""));
-    const std::vector<float> bias_b = random_floats(size_t(c.rows_b));
-    DeviceBuffer<float> d_ya(init_a), d_yb(init_b), d_bias(bias_b);
-    kernels::MatvecArgs a, b;
-    a.w = {wa.layout, d_wa.get()};
-    b.w = {wb.layout, d_wb.get()};
-    for (kernels::MatvecArgs* m : {&a, &b}) {
-      m->batch = 1;
-      m->xq = xq;
-      m->slices = c.slices;
-    }
-    a.y = d_ya.get(), a.ldy = c.rows_a, a.accumulate = true;  // residual add
-    b.y = d_yb.get(), b.ldy = c.rows_b, b.bias = d_bias.get();
-    const bool paired = kernels::launch_matvec_pair(a, b, nullptr);
-    CHECK(paired == kernels::matvec_pair_enabled());
-    const std::vector<float> pair_a = d_ya.download(), pair_b = d_yb.download();
-    d_ya.upload(init_a);
-    d_yb.upload(init_b);
-    kernels::launch_matvec(a, nullptr);
-    kernels::launch_matvec(b, nullptr);
-    const std::vector<float> alone_a = d_ya.download(), alone_b = d_yb.download();
-    auto same_bits = [](const std::vector<float>& x, const std::vector<float>& y) {
-      return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * 4) == 0;
-    };
-    CHECK(same_bits(pair_a, alone_a));
-    CHECK(same_bits(pair_b, alone_b));
-    for (int i = 0; i < 5; ++i) {
-      CHECK(std::isnan(pair_a[size_t(c.rows_a) + size_t(i)]));
-      CHECK(std::isnan(pair_b[size_t(c.rows_b) + size_t(i)]));
-    }
-    // The launches did work: a's rows moved from y0, b's from zero.
-    CHECK(pair_a[0] != y0a[0]);
-    CHECK(pair_b[0] != 0.0f);
-  }
-  // Not paired: the formats the other way round or both Q4_K, batch 2,
-  // x of different matrices.
-  kernels::MatvecArgs p, q;
-  int8_t xq8 = 0;
-  float scale = 0.0f;
-  for (kernels::MatvecArgs* m : {&p, &q}) {
-    m->batch = 1;
-    m->xq = {&xq8, &scale};
-  }
-  p.w.layout = kernels::make_packed_layout(PackedFormat::Int6K256, 1024, 4096);
-  q.w.layout = kernels::make_packed_layout(PackedFormat::Int4K256, 5120, 4096);
-  CHECK_FALSE(kernels::launch_matvec_pair(p, q, nullptr));
-  p.w.layout = kernels::make_packed_layout(PackedFormat::Int4K256, 1024, 4096);
-  CHECK_FALSE(kernels::launch_matvec_pair(p, q, nullptr));
-  std::swap(p, q);
-  q.w.layout = kernels::make_packed_layout(PackedFormat::Int6K256, 1024, 4096);
-  q.batch = 2;
-  CHECK_FALSE(kernels::launch_matvec_pair(p, q, nullptr));
-  q.batch = 1;
-  int8_t other = 0;
-  q.xq.q = &other;
-  CHECK_FALSE(kernels::launch_matvec_pair(p, q, nullptr));
 }
