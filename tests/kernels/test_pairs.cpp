@@ -30,6 +30,17 @@ PackedMatrix make_matrix(GgmlType type, int64_t rows, int64_t cols) {
   return std::move(*packed);
 }
 
+// A layer's q|k (Q4_K, rows_a) and v (Q6_K, rows_b), random, on the device.
+struct QkV {
+  PackedMatrix qk, v;
+  DeviceBuffer<uint8_t> d_qk, d_v;
+  QkV(int64_t rows_a, int64_t rows_b, int64_t cols)
+      : qk(make_matrix(GgmlType::Q4_K, rows_a, cols)),
+        v(make_matrix(GgmlType::Q6_K, rows_b, cols)),
+        d_qk(qk.bytes),
+        d_v(v.bytes) {}
+};
+
 // The largest |x - y| over the largest |y| (NaN where only one is NaN).
 double relative_gap(const std::vector<float>& x, const std::vector<float>& y) {
   REQUIRE(x.size() == y.size());
@@ -63,9 +74,7 @@ TEST_CASE("batch-1 matvec pair: a Q4_K and a Q6_K product in one launch") {
     CAPTURE(c.rows_b);
     CAPTURE(c.cols);
     CAPTURE(c.slices);
-    const PackedMatrix wa = make_matrix(GgmlType::Q4_K, c.rows_a, c.cols);
-    const PackedMatrix wb = make_matrix(GgmlType::Q6_K, c.rows_b, c.cols);
-    DeviceBuffer<uint8_t> d_wa(wa.bytes), d_wb(wb.bytes);
+    const QkV w(c.rows_a, c.rows_b, c.cols);
     DeviceBuffer<float> d_x(random_floats(size_t(c.cols)));
     DeviceBuffer<int8_t> d_q(kernels::quantized_activation_q_bytes(1, c.cols));
     DeviceBuffer<float> d_s(kernels::quantized_activation_scale_bytes(1, c.cols) / sizeof(float));
@@ -79,8 +88,8 @@ TEST_CASE("batch-1 matvec pair: a Q4_K and a Q6_K product in one launch") {
     const std::vector<float> bias_b = random_floats(size_t(c.rows_b));
     DeviceBuffer<float> d_ya(init_a), d_yb(init_b), d_bias(bias_b);
     kernels::MatvecArgs a, b;
-    a.w = {wa.layout, d_wa.get()};
-    b.w = {wb.layout, d_wb.get()};
+    a.w = {w.qk.layout, w.d_qk.get()};
+    b.w = {w.v.layout, w.d_v.get()};
     for (kernels::MatvecArgs* m : {&a, &b}) {
       m->batch = 1;
       m->xq = xq;
@@ -159,9 +168,7 @@ TEST_CASE("gemm narrow sm80 pair: a Q4_K and a Q6_K product in one launch") {
     CAPTURE(c.rows_b);
     CAPTURE(c.cols);
     CAPTURE(c.n);
-    const PackedMatrix wa = make_matrix(GgmlType::Q4_K, c.rows_a, c.cols);
-    const PackedMatrix wb = make_matrix(GgmlType::Q6_K, c.rows_b, c.cols);
-    DeviceBuffer<uint8_t> d_wa(wa.bytes), d_wb(wb.bytes);
+    const QkV w(c.rows_a, c.rows_b, c.cols);
     const int64_t ldx = c.cols + 4;
     DeviceBuffer<float> d_x(random_floats(size_t(c.n * ldx)));
     // y: n rows of each matrix's rows and 3 NaN columns, then a NaN row.
@@ -176,8 +183,8 @@ TEST_CASE("gemm narrow sm80 pair: a Q4_K and a Q6_K product in one launch") {
     DeviceBuffer<uint8_t> scratch(kernels::gemm_narrow_sm80_scratch_bytes(c.n, c.cols) + 64);
     kernels::GemmScratch gs{scratch.get(), scratch.size()};
     kernels::GemmArgs a, b;
-    a.w = {wa.layout, d_wa.get()};
-    b.w = {wb.layout, d_wb.get()};
+    a.w = {w.qk.layout, w.d_qk.get()};
+    b.w = {w.v.layout, w.d_v.get()};
     for (kernels::GemmArgs* m : {&a, &b}) {
       m->x = d_x.get();
       m->ldx = ldx;
