@@ -127,9 +127,11 @@ struct CudaBackend::Impl {
   // launches are plain, not programmatic; enqueue_step), 0 never, 1 always
   // (VOLTAD_QKV_SIDE=0|1, for comparisons).
   int qkv_side = -1;
-  // Separate q|k|v stacks launched one after the other: the last first (v
-  // before q|k) from 9 tokens (-1, the rule), never (0) or always (1;
-  // VOLTAD_QKV_REVERSE, comparisons).
+  // Separate q|k|v stacks launched one after the other (neither paired nor
+  // on the side stream): the last first (v before q|k) where both are
+  // narrow GEMMs of 9-32 tokens under programmatic launch (-1, the rule),
+  // never (0) or at every step they are launched so (1; VOLTAD_QKV_REVERSE,
+  // comparisons).
   int qkv_reverse = -1;
   // The step's kernels launch under programmatic dependent launch (`auto`
   // on an sm_90+ build and card); set at creation, outside any capture.

@@ -180,39 +180,50 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
     // separate stacks (a Q6_K attn_v beside Q4_K q|k) and launches are
     // plain, the later ones run on a second stream beside the first: alone,
     // v's few blocks leave most SMs idle (portable b8 +3.4-3.8%, b1
-    // +1.4-2.2%). Under programmatic launch they run one after the other in
-    // every step (auto b1 +0.5-1.7%, b8 +0.2-1.1%, b16 and b32 -0.6 to
-    // -0.9%): the join is an ordinary graph edge, so the attention cannot
-    // start before v has completed. Not per batch size: with the fork kept
-    // in the graphs of 9-32 tokens only, batch 1 and 8 ran as slowly as with
-    // it everywhere (docs/PERFORMANCE.md run 33). Only where neither reader
-    // writes what both read (the dp4a matvecs read xq; the narrow GEMM the x
-    // the norm wrote).
-    // At one token under programmatic launch a Q4_K q|k and a Q6_K v run
-    // as one launch where the streaming kernels take both
-    // (kernels::launch_matvec_pair): auto b1 +1.2% Llama-3-8B, +1.0%
-    // Qwen3-8B; beside the side stream of plain launches (portable) -0.2%,
-    // so those keep it (docs/PERFORMANCE.md run 34).
-    auto qkv_args = [&](const ProjectionStack& p) {
-      return matvec_args(p.w, xn, dim, n, q + p.column, ldqkv, p.bias, false);
+    // +1.4-2.2%). Under programmatic launch no step forks (auto b1
+    // +0.5-1.7%, b8 +0.2-1.1% against the fork, b16 and b32 -0.6 to -0.9%):
+    // the join is an ordinary graph edge, so the attention cannot start
+    // before v has completed. Not per batch size: with the fork kept in the
+    // graphs of 9-32 tokens only, batch 1 and 8 ran as slowly as with it
+    // everywhere (docs/PERFORMANCE.md run 33). The side stream only where
+    // neither reader writes what both read (the dp4a matvecs read xq; the
+    // narrow GEMM the x the norm wrote).
+    //
+    // Without the side stream (the rule under programmatic launch, or
+    // VOLTAD_QKV_SIDE=0), a Q4_K q|k and a Q6_K v run as one launch where
+    // one kernel takes both: at one token the streaming matvecs
+    // (kernels::launch_matvec_pair; auto b1 +1.0-1.2%), at 2-8 tokens the
+    // sm_80 narrow GEMMs (kernels::launch_gemm_narrow_sm80_pair; b8
+    // +1.1-1.8%). Beside the side stream of plain launches (portable) the
+    // batch-1 pair was 0.2% slower, so those keep it (docs/PERFORMANCE.md
+    // run 34).
+    kernels::GemmScratch qkv_scratch = gemm_scratch;
+    qkv_scratch.holds_x = scratch_holds;
+    auto stack_gemm = [&](const ProjectionStack& p) {
+      return gemm_args(p.w, xn, dim, n, q + p.column, ldqkv, p.bias, false);
     };
-    // At 2-8 tokens the same for the sm_80 narrow GEMMs
-    // (kernels::launch_gemm_narrow_sm80_pair).
-    auto narrow_pair = [&](const std::vector<ProjectionStack>& stacks) {
-      kernels::GemmScratch scratch = gemm_scratch;
-      scratch.holds_x = scratch_holds;
-      const kernels::GemmArgs a =
-          gemm_args(stacks[0].w, xn, dim, n, q + stacks[0].column, ldqkv, stacks[0].bias, false);
-      const kernels::GemmArgs b =
-          gemm_args(stacks[1].w, xn, dim, n, q + stacks[1].column, ldqkv, stacks[1].bias, false);
-      return kernels::gemm_for_takes_narrow_sm80(options.kernels, a, scratch) &&
-             kernels::gemm_for_takes_narrow_sm80(options.kernels, b, scratch) &&
-             kernels::launch_gemm_narrow_sm80_pair(a, b, scratch, st);
+    // Both stacks on the narrow GEMM (1-32 tokens under auto).
+    auto both_narrow = [&] {
+      return l.qkv.size() == 2 &&
+             kernels::gemm_for_takes_narrow_sm80(options.kernels, stack_gemm(l.qkv[0]),
+                                                 qkv_scratch) &&
+             kernels::gemm_for_takes_narrow_sm80(options.kernels, stack_gemm(l.qkv[1]),
+                                                 qkv_scratch);
     };
-    if (omit.qkv) {
-    } else if (l.qkv.size() == 2 && quantized && n == 1 && !side_qkv &&
-               kernels::launch_matvec_pair(qkv_args(l.qkv[0]), qkv_args(l.qkv[1]), st)) {
-    } else if (l.qkv.size() == 2 && !quantized && n <= 8 && !side_qkv && narrow_pair(l.qkv)) {
+    bool paired = false;
+    if (!omit.qkv && l.qkv.size() == 2 && !side_qkv) {
+      if (quantized && n == 1) {
+        auto args = [&](const ProjectionStack& p) {
+          return matvec_args(p.w, xn, dim, n, q + p.column, ldqkv, p.bias, false);
+        };
+        paired = kernels::launch_matvec_pair(args(l.qkv[0]), args(l.qkv[1]), st);
+      } else if (!quantized && n <= 8 && both_narrow()) {
+        paired = kernels::launch_gemm_narrow_sm80_pair(stack_gemm(l.qkv[0]), stack_gemm(l.qkv[1]),
+                                                       qkv_scratch, st);
+      }
+    }
+    if (omit.qkv || paired) {
+      // launched, or omitted (timing only)
     } else if (l.qkv.size() > 1 && side_qkv && (quantized || scratch_holds == xn)) {
       CUDA_CHECK(cudaEventRecord(fork_event, st));
       CUDA_CHECK(cudaStreamWaitEvent(side, fork_event, 0));
@@ -224,11 +235,14 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
       CUDA_CHECK(cudaEventRecord(join_event, side));
       CUDA_CHECK(cudaStreamWaitEvent(st, join_event, 0));
     } else {
-      // From 9 tokens v (the narrow GEMM of a Q6_K attn_v) goes first, and
-      // q|k's blocks load their first weights while it runs: b16 +0.5% and
-      // +1.2%, b32 +0.5% and +0.8% (Llama-3-8B, Qwen3-8B Q4_K_M); b8 -0.6%
-      // and -0.3%, so not there (docs/PERFORMANCE.md run 34).
-      const bool reverse = qkv_reverse >= 0 ? qkv_reverse == 1 : programmatic && n > 8;
+      // Where both are narrow GEMMs of 9-32 tokens under programmatic
+      // launch, v goes first, and q|k's blocks, released at v's wait, load
+      // their first weights while it runs: b16 +0.5% and +1.2%, b32 +0.5%
+      // and +0.8% (Llama-3-8B, Qwen3-8B Q4_K_M); b8 (before its pair) -0.6%
+      // and -0.3% (docs/PERFORMANCE.md run 34). Prefill's GEMMs keep the
+      // order: they release nothing early.
+      const bool reverse =
+          qkv_reverse >= 0 ? qkv_reverse == 1 : programmatic && n > 8 && both_narrow();
       for (size_t i = 0; i < l.qkv.size(); ++i) {
         const ProjectionStack& p = l.qkv[reverse ? l.qkv.size() - 1 - i : i];
         matvec(false, p.w, xn, dim, n, q + p.column, ldqkv, p.bias, false);

@@ -141,12 +141,18 @@ NarrowSharedX gemm_narrow_sm80_shared_x_taken(const GemmArgs& args);
 void launch_gemm_narrow_sm80(const GemmArgs& args, const GemmScratch& scratch, cudaStream_t stream);
 // Two products of the same x in one launch at 1-8 tokens: a Q4_K
 // (Int4K256) `a` and a Q6_K (Int6K256) `b` of as many columns (a Q4_K_M
-// layer's q|k beside its attn_v), both in 8-warp blocks of two an SM, the
-// first blocks a's row blocks, the rest b's; each output's bits are those
-// of its own launch in 8x2 blocks. Returns false having done nothing where
-// the pair does not apply (other formats, token counts or x, arguments
-// gemm_narrow_sm80_supports refuses, VOLTAD_NARROW_PAIR=0 in the
-// environment: comparisons); then launch each.
+// layer's q|k beside its attn_v), both in 8-warp blocks with the 8x2
+// shape's bounds and rings (Q6_K's ring as q6k_ring gives it), the first
+// blocks a's row blocks, the rest b's; each output's bits are those of its
+// own launch in 8-warp blocks (v alone takes 16 where its row blocks do not
+// fill the SMs). The one-tile shape (VOLTAD_NARROW_ONE_TILE,
+// gemm_narrow_sm80_set_one_tile) does not apply to a pair, and
+// gemm_narrow_sm80_one_tile_taken reports a matrix launched alone. Returns
+// false having done nothing where the pair does not apply (other formats,
+// token counts or x, arguments gemm_narrow_sm80_supports refuses,
+// VOLTAD_NARROW_PAIR=0 in the environment, for comparisons:
+// gemm_narrow_sm80_pair_enabled); then launch each.
+bool gemm_narrow_sm80_pair_enabled();
 bool launch_gemm_narrow_sm80_pair(const GemmArgs& a, const GemmArgs& b, const GemmScratch& scratch,
                                   cudaStream_t stream);
 

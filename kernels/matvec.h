@@ -82,6 +82,11 @@ struct MatvecArgs {
 // the choice (comparisons).
 int matvec_slices(const MatvecArgs& a, int rows_per_warp);
 
+// Aborts with a message naming the matrix where `args` break launch_matvec's
+// contract (batch, weights' alignment, columns, slices, y, x or xq); the
+// launchers call it.
+void check_matvec_args(const MatvecArgs& args);
+
 // Dispatches on the weight format. Batches above kMatvecMaxBatch are run in
 // chunks of 8 rows of x (the weights are then read once per chunk).
 void launch_matvec(const MatvecArgs& args, cudaStream_t stream);
@@ -98,10 +103,11 @@ bool matvec_stream_enabled();
 // Two batch-1 products of the same quantized x in one launch of the
 // streaming kernels: a Q4_K (Int4K256) matrix `a` and a Q6_K (Int6K256)
 // matrix `b` of as many columns (a Q4_K_M layer's q|k beside its attn_v),
-// each with the grid's share of its bytes. Returns false having done
+// each with a share of the grid by its bytes. Returns false having done
 // nothing where the pair does not apply (other formats or batches, a
 // matrix the bulk kernel takes, VOLTAD_MATVEC_STREAM=0, or
 // VOLTAD_MATVEC_PAIR=0 in the environment: comparisons); then launch each.
+// Arguments that break launch_matvec's contract abort (check_matvec_args).
 bool launch_matvec_pair(const MatvecArgs& a, const MatvecArgs& b, cudaStream_t stream);
 bool matvec_pair_enabled();
 // Batch 1, Int4K256 (Q4_K) or Int4Sym32 (Q4_0) of 4,096 columns and at

@@ -126,10 +126,9 @@ int matvec_slices(const MatvecArgs& a, int rows_per_warp) {
   return row_groups < int64_t(16) * device_sm_count() ? 2 : 1;
 }
 
-void launch_matvec(const MatvecArgs& args, cudaStream_t stream) {
+void check_matvec_args(const MatvecArgs& args) {
   const PackedLayout& l = args.w.layout;
   if (args.batch < 1) matvec_misuse("batch must be >= 1", args);
-  if (l.rows == 0) return;
   if (args.w.data == nullptr || reinterpret_cast<uintptr_t>(args.w.data) % 256 != 0)
     matvec_misuse("weights must be a 256-byte aligned device allocation", args);
   if (l.cols % packed_block_elems(l.format) != 0) matvec_misuse("cols not a block multiple", args);
@@ -143,6 +142,13 @@ void launch_matvec(const MatvecArgs& args, cudaStream_t stream) {
   } else if (args.x == nullptr || args.ldx < l.cols) {
     matvec_misuse("float weights need x with ldx >= cols", args);
   }
+}
+
+void launch_matvec(const MatvecArgs& args, cudaStream_t stream) {
+  const PackedLayout& l = args.w.layout;
+  if (args.batch < 1) matvec_misuse("batch must be >= 1", args);
+  if (l.rows == 0) return;
+  check_matvec_args(args);
   // Slices of at most kMatvecMaxBatch activation rows.
   for (int b0 = 0; b0 < args.batch; b0 += kMatvecMaxBatch) {
     MatvecArgs a = args;

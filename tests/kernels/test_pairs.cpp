@@ -13,6 +13,7 @@
 
 #include "engine/weight_repack.h"
 #include "kernels/gemm_sm80.h"
+#include "kernels/kernel_set.h"
 #include "kernels/matvec.h"
 #include "tests/kernels/gpu_test_util.h"
 #include "tests/kernels/random_weights.h"
@@ -61,7 +62,7 @@ double relative_gap(const std::vector<float>& x, const std::vector<float>& y) {
 // for bit, whatever share of the grid each matrix gets. Shapes:
 // Llama-3-8B's (5,120 and 1,024 rows of 4,096), blocks that walk several
 // row groups, few rows, and each slice count forced. Other formats, a
-// batch of 2 and a matrix the bulk kernel takes are not paired.
+// batch of 2, different x and a matrix the bulk kernel takes are not paired.
 TEST_CASE("batch-1 matvec pair: a Q4_K and a Q6_K product in one launch") {
   struct Case {
     int64_t rows_a, rows_b, cols;
@@ -98,7 +99,11 @@ TEST_CASE("batch-1 matvec pair: a Q4_K and a Q6_K product in one launch") {
     a.y = d_ya.get(), a.ldy = c.rows_a, a.accumulate = true;  // residual add
     b.y = d_yb.get(), b.ldy = c.rows_b, b.bias = d_bias.get();
     const bool paired = kernels::launch_matvec_pair(a, b, nullptr);
-    CHECK(paired == kernels::matvec_pair_enabled());
+    CHECK(paired == (kernels::matvec_pair_enabled() && kernels::matvec_stream_enabled()));
+    if (!paired) {
+      MESSAGE("VOLTAD_MATVEC_PAIR=0 or VOLTAD_MATVEC_STREAM=0: nothing paired to check");
+      continue;
+    }
     const std::vector<float> pair_a = d_ya.download(), pair_b = d_yb.download();
     d_ya.upload(init_a);
     d_yb.upload(init_b);
@@ -115,8 +120,9 @@ TEST_CASE("batch-1 matvec pair: a Q4_K and a Q6_K product in one launch") {
     CHECK(pair_a[0] != y0a[0]);
     CHECK(pair_b[0] != 0.0f);
   }
-  // Not paired: the formats the other way round or both Q4_K, batch 2,
-  // x of different matrices.
+  // Not paired (nothing launched: no weights behind these): the formats
+  // the other way round or both Q4_K, batch 2, x of different matrices,
+  // and under `auto` on sm_90 a q|k the bulk-copy kernel takes.
   kernels::MatvecArgs p, q;
   int8_t xq8 = 0;
   float scale = 0.0f;
@@ -137,6 +143,16 @@ TEST_CASE("batch-1 matvec pair: a Q4_K and a Q6_K product in one launch") {
   int8_t other = 0;
   q.xq.q = &other;
   CHECK_FALSE(kernels::launch_matvec_pair(p, q, nullptr));
+  q.xq.q = &xq8;
+  const kernels::KernelSetScope scope(kernels::KernelSet::Auto);
+  const int64_t bulk_rows = kernels::matvec_bulk_min_rows(PackedFormat::Int4K256);
+  if (bulk_rows > 0) {
+    p.w.layout = kernels::make_packed_layout(PackedFormat::Int4K256, bulk_rows, 4096);
+    REQUIRE(kernels::matvec_bulk_applies(p));
+    CHECK_FALSE(kernels::launch_matvec_pair(p, q, nullptr));
+  } else {
+    MESSAGE("no bulk-copy kernel here (sm_90 under auto): its case not run");
+  }
 }
 
 // The narrow GEMMs' pair (8x2 blocks for both): where each matrix alone
@@ -199,6 +215,13 @@ TEST_CASE("gemm narrow sm80 pair: a Q4_K and a Q6_K product in one launch") {
       gs.holds_x = d_x.get();
       d_ya.upload(init_a);
     };
+    // Q6_K's 8-warp blocks need 96-128 KiB of shared memory a block: not on
+    // sm_86/89/120's 99 KiB.
+    if (!kernels::gemm_narrow_sm80_pair_enabled() || !kernels::gemm_narrow_sm80_supports(a, gs) ||
+        !kernels::gemm_narrow_sm80_supports(b, gs)) {
+      MESSAGE("the narrow GEMM takes not both here, or VOLTAD_NARROW_PAIR=0: skipped");
+      return;
+    }
     fill_scratch();
     REQUIRE(kernels::launch_gemm_narrow_sm80_pair(a, b, gs, nullptr));
     CUDA_CHECK(cudaDeviceSynchronize());
