@@ -10,8 +10,11 @@
 # Needs what scripts/device-bench.sh needs (.deps, .tok), which builds the
 # tools and writes the models:
 #   bash scripts/device-ab.sh [--models llama3-8b:q4_k_m] [--batches 1,8,32] [--ctx 512]
-#        [--kernels auto] [--reps 2] [--steps 128] [--tests REGEX]
+#        [--kernels auto] [--reps 2] [--steps 128] [--prompt 16] [--tests REGEX]
 #        -- base VOLTAD_ROPE_IN_ATTENTION=0 ...
+# --prompt N: the prefill each run times first (voltad-bench -p; 16 by
+# default, which keeps runs short); with N > 16 the medians add the
+# prefill's tok/s (pre=), so a prefill A/B is --prompt 512 --steps 4.
 # --tests REGEX also builds and runs those GPU tests (scripts/device-test.sh
 # --tests=REGEX) while the bench builds, and runs no A/B if they fail: a
 # change's tests and its A/B in one device call.
@@ -36,6 +39,7 @@ ctx=512
 kernels=auto
 reps=2
 steps=128
+prompt=16
 tests=""
 before=""
 while (($#)); do
@@ -46,10 +50,11 @@ while (($#)); do
     --kernels) kernels=$2; shift 2 ;;
     --reps) reps=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
+    --prompt) prompt=$2; shift 2 ;;
     --tests) tests=$2; shift 2 ;;
     --before) before=$2; shift 2 ;;
     --) shift; break ;;
-    *) echo "usage: $0 [--models M,...] [--batches B,...] [--ctx N] [--kernels K] [--reps N] [--steps N] [--tests REGEX] [--before DIR] -- VARIANT..." >&2
+    *) echo "usage: $0 [--models M,...] [--batches B,...] [--ctx N] [--kernels K] [--reps N] [--steps N] [--prompt N] [--tests REGEX] [--before DIR] -- VARIANT..." >&2
        exit 64 ;;
   esac
 done
@@ -130,7 +135,7 @@ for spec in ${models//,/ }; do
         fi
       done
       json=$work/ab-${spec//:/-}-${v//[^A-Za-z0-9_=.-]/_}-$rep.json
-      if ! env "${env_args[@]}" "$run_bench" -m "$model" -p 16 -n "$steps" -b "$batches" --ctx "$ctx" \
+      if ! env "${env_args[@]}" "$run_bench" -m "$model" -p "$prompt" -n "$steps" -b "$batches" --ctx "$ctx" \
         --kernels "$kernels" "${bench_args[@]}" --json >"$json"; then
         echo "device-ab: $spec under '$v' (run $rep) failed; left out" >&2
         continue
@@ -140,18 +145,21 @@ for spec in ${models//,/ }; do
   done
 done
 
-printf '%s\n' "${rows[@]}" | python3 -c '
-import json, statistics, sys
+printf '%s\n' "${rows[@]}" | PROMPT=$prompt python3 -c '
+import json, os, statistics, sys
+with_prefill = int(os.environ["PROMPT"]) > 16
+label = lambda b: b if b == "pre" else f"b{b}"
 runs = {}
 for line in sys.stdin:
     spec, variant, path = line.rstrip("\n").split("\t")
     d = json.load(open(path))
     tps = {r["batch"]: r["tokens_per_second"] for r in d["decode"]}
+    if with_prefill:
+        tps["pre"] = d["prefill"]["tokens_per_second"]
     runs.setdefault((spec, variant), []).append(tps)
-    print(f"{spec:20} {variant:40} " + " ".join(f"b{b}={t:.1f}" for b, t in sorted(tps.items())))
+    print(f"{spec:20} {variant:40} " + " ".join(f"{label(b)}={t:.1f}" for b, t in tps.items()))
 print("== median per variant (tok/s)")
 for (spec, variant), rs in runs.items():
-    batches = sorted(rs[0])
     print(f"{spec:20} {variant:40} " +
-          " ".join(f"b{b}={statistics.median(r[b] for r in rs):.1f}" for b in batches))
+          " ".join(f"{label(b)}={statistics.median(r[b] for r in rs):.1f}" for b in rs[0]))
 '
