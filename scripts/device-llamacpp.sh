@@ -8,7 +8,7 @@
 #     what a CUDA build of the benchmarks does not need (other backends'
 #     sources, models, docs) and packs it as build-llamacpp/src.tar.xz
 #     (~6 MB), to carry to the GPU machine.
-#   bash scripts/device-llamacpp.sh [--build-only] [--models SHAPE:TYPE,...] [--arch 90]
+#   bash scripts/device-llamacpp.sh [--build-only] [--deadline S] [--models SHAPE:TYPE,...] [--arch 90]
 #     (on the GPU machine; carry .deps, .tok and build-llamacpp/src.tar.xz)
 #     builds llama.cpp's llama-bench and llama-batched-bench there (CUDA,
 #     flash attention, CUDA graphs: its release defaults) and voltad's tools
@@ -23,7 +23,9 @@
 #     The raw outputs go, as one tar file, to $OUT or build-device/out; a
 #     table is printed last. --build-only stops after the builds (a first
 #     call when the machine's time per call is short: the builds stay in
-#     build-llamacpp/ and build-bench/ for the next call).
+#     build-llamacpp/ and build-bench/ for the next call). --deadline S starts
+#     no model's runs after S seconds (~80 s a model), so that a call with a
+#     time limit ends with the models it did run measured and packed.
 # The llama.cpp sources are only run, never compiled into voltad.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -55,12 +57,14 @@ fi
 models="llama3-8b:q4_k_m,llama3-8b:q4_0,qwen3-8b:q4_k_m"
 arch=90
 build_only=0
+deadline=0
 while (($#)); do
   case $1 in
     --models) models=$2; shift 2 ;;
     --arch) arch=$2; shift 2 ;;
     --build-only) build_only=1; shift ;;
-    *) echo "usage: $0 --prepare | [--build-only] [--models SHAPE:TYPE,...] [--arch NN]" >&2; exit 64 ;;
+    --deadline) deadline=$2; shift 2 ;;
+    *) echo "usage: $0 --prepare | [--build-only] [--deadline S] [--models SHAPE:TYPE,...] [--arch NN]" >&2; exit 64 ;;
   esac
 done
 [[ -f $dir/src.tar.xz ]] || { echo "device-llamacpp: no $dir/src.tar.xz: run $0 --prepare here and carry it" >&2; exit 1; }
@@ -102,25 +106,8 @@ echo "device-llamacpp: built llama-bench and llama-batched-bench ($(grep -c '\.c
 results=$dir/results
 rm -f "$results"/*
 trap 'tar -C "$results" -cf "$out/llamacpp.tar" .' EXIT
-lb=$dir/build/bin
-for spec in ${models//,/ }; do
-  shape=${spec%%:*} type=${spec##*:}
-  file=/tmp/voltad-models/$shape-$type.gguf
-  name=$shape-$type
-  "$lb/llama-bench" -m "$file" -ngl 99 -fa 1 -p 512 -n 0 -r 3 -o json >"$results/$name-llama-pp512.json" 2>"$results/$name-llama-pp512.log" \
-    || tail -5 "$results/$name-llama-pp512.log"
-  "$lb/llama-bench" -m "$file" -ngl 99 -fa 1 -p 0 -n 64 -d 512 -r 3 -o json >"$results/$name-llama-tg64-d512.json" 2>"$results/$name-llama-tg64-d512.log" \
-    || tail -5 "$results/$name-llama-tg64-d512.log"
-  "$lb/llama-batched-bench" -m "$file" -ngl 99 -fa on -c 19968 -b 2048 -ub 512 -npp 512 -ntg 64 -npl 1,8,32 \
-    --output-format jsonl >"$results/$name-llama-batched.jsonl" 2>"$results/$name-llama-batched.log" \
-    || tail -5 "$results/$name-llama-batched.log"
-  for kernels in auto portable; do
-    "$build/bin/voltad-bench" -m "$file" -p 512 -n 64 -b 1,8,32 --ctx 512 --kernels "$kernels" --json \
-      >"$results/$name-voltad-$kernels.json" 2>"$results/$name-voltad-$kernels.log" \
-      || tail -5 "$results/$name-voltad-$kernels.log"
-  done
-done
-python3 - "$results" ${models//,/ } <<'PY'
+table() {
+  python3 - "$results" "$@" <<'PY'
 import json, os, sys
 results, specs = sys.argv[1], sys.argv[2:]
 def load(path):
@@ -160,3 +147,29 @@ for spec in specs:
         print(f"| {spec} | voltad {kernels} | {fmt(d['prefill']['tokens_per_second'])} | {fmt(dec.get(1))} "
               f"| {fmt(dec.get(8))} | {fmt(dec.get(32))} |")
 PY
+}
+lb=$dir/build/bin
+for spec in ${models//,/ }; do
+  shape=${spec%%:*} type=${spec##*:}
+  file=/tmp/voltad-models/$shape-$type.gguf
+  name=$shape-$type
+  if ((deadline && SECONDS > deadline)); then
+    echo "device-llamacpp: past --deadline $deadline s ($SECONDS s): $spec and the rest not run"
+    break
+  fi
+  "$lb/llama-bench" -m "$file" -ngl 99 -fa 1 -p 512 -n 0 -r 3 -o json >"$results/$name-llama-pp512.json" 2>"$results/$name-llama-pp512.log" \
+    || tail -5 "$results/$name-llama-pp512.log"
+  "$lb/llama-bench" -m "$file" -ngl 99 -fa 1 -p 0 -n 64 -d 512 -r 3 -o json >"$results/$name-llama-tg64-d512.json" 2>"$results/$name-llama-tg64-d512.log" \
+    || tail -5 "$results/$name-llama-tg64-d512.log"
+  "$lb/llama-batched-bench" -m "$file" -ngl 99 -fa on -c 19968 -b 2048 -ub 512 -npp 512 -ntg 64 -npl 1,8,32 \
+    --output-format jsonl >"$results/$name-llama-batched.jsonl" 2>"$results/$name-llama-batched.log" \
+    || tail -5 "$results/$name-llama-batched.log"
+  for kernels in auto portable; do
+    "$build/bin/voltad-bench" -m "$file" -p 512 -n 64 -b 1,8,32 --ctx 512 --kernels "$kernels" --json \
+      >"$results/$name-voltad-$kernels.json" 2>"$results/$name-voltad-$kernels.log" \
+      || tail -5 "$results/$name-voltad-$kernels.log"
+  done
+  table "$spec" | tail -3  # as it comes: a call cut short still shows what it measured
+done
+echo "== voltad (commit ${VOLTAD_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}) and llama.cpp ($pkg $pkg_version), tok/s; raw output: $out/llamacpp.tar"
+table ${models//,/ }
