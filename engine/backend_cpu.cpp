@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include "engine/cpu_clones.h"
 #include "engine/dequantize.h"
 
 namespace voltad {
@@ -18,17 +19,20 @@ std::vector<float> decode_vector(const GgufTensor* t) {
   return dequantize_tensor(*t);
 }
 
-float dot(const float* a, const float* b, int64_t n) {
-  float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+// Sixteen partial sums, lane k taking the elements k mod 16: two vectors of
+// 8 in the AVX2 clone (cpu_clones.h), four of 4 in the baseline; a loop
+// whose lanes are independent vectorizes without reordering any one sum.
+VOLTAD_CPU_CLONES float dot(const float* a, const float* b, int64_t n) {
+  constexpr int kLanes = 16;
+  float acc[kLanes] = {};
   int64_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    s0 += a[i] * b[i];
-    s1 += a[i + 1] * b[i + 1];
-    s2 += a[i + 2] * b[i + 2];
-    s3 += a[i + 3] * b[i + 3];
-  }
-  for (; i < n; ++i) s0 += a[i] * b[i];
-  return (s0 + s1) + (s2 + s3);
+  for (; i + kLanes <= n; i += kLanes)
+    for (int k = 0; k < kLanes; ++k) acc[k] += a[i + k] * b[i + k];
+  float tail = 0;
+  for (; i < n; ++i) tail += a[i] * b[i];
+  for (int width = kLanes / 2; width > 0; width /= 2)
+    for (int k = 0; k < width; ++k) acc[k] += acc[k + width];
+  return acc[0] + tail;
 }
 
 float silu(float x) { return x / (1.0f + std::exp(-x)); }

@@ -3,6 +3,7 @@
 #include <bit>
 #include <cstring>
 
+#include "engine/cpu_clones.h"
 #include "engine/gguf_file.h"
 #include "engine/result.h"
 
@@ -12,7 +13,7 @@ namespace {
 static_assert(std::endian::native == std::endian::little,
               "GGUF blocks are little-endian; a big-endian host needs byte swaps here");
 
-float load_fp16(const uint8_t* p) {
+VOLTAD_CPU_INLINE float load_fp16(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
   return fp16_to_fp32(h);
@@ -20,20 +21,27 @@ float load_fp16(const uint8_t* p) {
 
 // Arithmetic below follows the order ggml's reference decoders use (scale
 // products first, then times the quant, then the min), so results are
-// bit-identical to ggml's and to the gguf Python package's.
+// bit-identical to ggml's and to the gguf Python package's. The pointers are
+// __restrict: a store through float* could otherwise change the bytes read
+// (char types alias everything), and the loops would not vectorize. Every
+// product that a sum follows is exact in a float (an fp16 scale's 11-bit
+// mantissa times a 6-bit scale and a quant of at most 5 bits), so the
+// x86-64-v3 clone (cpu_clones.h), which may fuse a product and its sum
+// into one FMA, gives the same bits.
 
 // F32: plain little-endian floats.
-void decode_f32(const uint8_t* src, float* dst, int64_t n) {
+VOLTAD_CPU_INLINE void decode_f32(const uint8_t* __restrict src, float* __restrict dst, int64_t n) {
   std::memcpy(dst, src, static_cast<size_t>(n) * 4);
 }
 
 // F16: IEEE half floats.
-void decode_f16(const uint8_t* src, float* dst, int64_t n) {
+VOLTAD_CPU_INLINE void decode_f16(const uint8_t* __restrict src, float* __restrict dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = load_fp16(src + 2 * i);
 }
 
 // BF16: the top 16 bits of a float.
-void decode_bf16(const uint8_t* src, float* dst, int64_t n) {
+VOLTAD_CPU_INLINE void decode_bf16(const uint8_t* __restrict src, float* __restrict dst,
+                                   int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     uint16_t h;
     std::memcpy(&h, src + 2 * i, 2);
@@ -44,7 +52,8 @@ void decode_bf16(const uint8_t* src, float* dst, int64_t n) {
 // Q8_0, 34 bytes per 32 values:
 //   [0..2)   d   fp16 scale
 //   [2..34)  qs  int8 quants;  value[i] = d * qs[i]
-void decode_q8_0(const uint8_t* src, float* dst, int64_t n) {
+VOLTAD_CPU_INLINE void decode_q8_0(const uint8_t* __restrict src, float* __restrict dst,
+                                   int64_t n) {
   for (int64_t b = 0; b < n / 32; ++b, src += 34, dst += 32) {
     const float d = load_fp16(src);
     const int8_t* qs = reinterpret_cast<const int8_t*>(src + 2);
@@ -56,14 +65,15 @@ void decode_q8_0(const uint8_t* src, float* dst, int64_t n) {
 //   [0..2)   d   fp16 scale
 //   [2..18)  qs  nibbles: byte j holds value j (low nibble) and value j+16
 //                (high nibble);  value = d * (q - 8)
-void decode_q4_0(const uint8_t* src, float* dst, int64_t n) {
+VOLTAD_CPU_INLINE void decode_q4_0(const uint8_t* __restrict src, float* __restrict dst,
+                                   int64_t n) {
   for (int64_t b = 0; b < n / 32; ++b, src += 18, dst += 32) {
     const float d = load_fp16(src);
     const uint8_t* qs = src + 2;
-    for (int j = 0; j < 16; ++j) {
-      dst[j] = ((qs[j] & 0x0f) - 8) * d;
-      dst[j + 16] = ((qs[j] >> 4) - 8) * d;
-    }
+    // Two loops, one store stream each: they vectorize (one loop storing
+    // to j and j + 16 does not).
+    for (int j = 0; j < 16; ++j) dst[j] = ((qs[j] & 0x0f) - 8) * d;
+    for (int j = 0; j < 16; ++j) dst[j + 16] = ((qs[j] >> 4) - 8) * d;
   }
 }
 
@@ -71,20 +81,19 @@ void decode_q4_0(const uint8_t* src, float* dst, int64_t n) {
 //   [0..2)   d   fp16 scale
 //   [2..4)   m   fp16 min
 //   [4..20)  qs  nibbles as in Q4_0;  value = d * q + m
-void decode_q4_1(const uint8_t* src, float* dst, int64_t n) {
+VOLTAD_CPU_INLINE void decode_q4_1(const uint8_t* __restrict src, float* __restrict dst,
+                                   int64_t n) {
   for (int64_t b = 0; b < n / 32; ++b, src += 20, dst += 32) {
     const float d = load_fp16(src);
     const float m = load_fp16(src + 2);
     const uint8_t* qs = src + 4;
-    for (int j = 0; j < 16; ++j) {
-      dst[j] = (qs[j] & 0x0f) * d + m;
-      dst[j + 16] = (qs[j] >> 4) * d + m;
-    }
+    for (int j = 0; j < 16; ++j) dst[j] = (qs[j] & 0x0f) * d + m;
+    for (int j = 0; j < 16; ++j) dst[j + 16] = (qs[j] >> 4) * d + m;
   }
 }
 
 // The fifth bit of a Q5_0/Q5_1 value: bit i of the 32-bit word qh.
-int fifth_bit(uint32_t qh, int i) {
+VOLTAD_CPU_INLINE int fifth_bit(uint32_t qh, int i) {
   return static_cast<int>((qh >> i) & 1u) << 4;
 }
 
@@ -92,16 +101,15 @@ int fifth_bit(uint32_t qh, int i) {
 //   [0..2)   d   fp16 scale
 //   [2..6)   qh  u32, bit i = high bit of value i
 //   [6..22)  qs  low nibbles as in Q4_0;  value = d * (q - 16)
-void decode_q5_0(const uint8_t* src, float* dst, int64_t n) {
+VOLTAD_CPU_INLINE void decode_q5_0(const uint8_t* __restrict src, float* __restrict dst,
+                                   int64_t n) {
   for (int64_t b = 0; b < n / 32; ++b, src += 22, dst += 32) {
     const float d = load_fp16(src);
     uint32_t qh;
     std::memcpy(&qh, src + 2, 4);
     const uint8_t* qs = src + 6;
-    for (int j = 0; j < 16; ++j) {
-      dst[j] = (((qs[j] & 0x0f) | fifth_bit(qh, j)) - 16) * d;
-      dst[j + 16] = (((qs[j] >> 4) | fifth_bit(qh, j + 16)) - 16) * d;
-    }
+    for (int j = 0; j < 16; ++j) dst[j] = (((qs[j] & 0x0f) | fifth_bit(qh, j)) - 16) * d;
+    for (int j = 0; j < 16; ++j) dst[j + 16] = (((qs[j] >> 4) | fifth_bit(qh, j + 16)) - 16) * d;
   }
 }
 
@@ -110,17 +118,16 @@ void decode_q5_0(const uint8_t* src, float* dst, int64_t n) {
 //   [2..4)   m   fp16 min
 //   [4..8)   qh  u32, bit i = high bit of value i
 //   [8..24)  qs  low nibbles as in Q4_0;  value = d * q + m
-void decode_q5_1(const uint8_t* src, float* dst, int64_t n) {
+VOLTAD_CPU_INLINE void decode_q5_1(const uint8_t* __restrict src, float* __restrict dst,
+                                   int64_t n) {
   for (int64_t b = 0; b < n / 32; ++b, src += 24, dst += 32) {
     const float d = load_fp16(src);
     const float m = load_fp16(src + 2);
     uint32_t qh;
     std::memcpy(&qh, src + 4, 4);
     const uint8_t* qs = src + 8;
-    for (int j = 0; j < 16; ++j) {
-      dst[j] = ((qs[j] & 0x0f) | fifth_bit(qh, j)) * d + m;
-      dst[j + 16] = ((qs[j] >> 4) | fifth_bit(qh, j + 16)) * d + m;
-    }
+    for (int j = 0; j < 16; ++j) dst[j] = ((qs[j] & 0x0f) | fifth_bit(qh, j)) * d + m;
+    for (int j = 0; j < 16; ++j) dst[j + 16] = ((qs[j] >> 4) | fifth_bit(qh, j + 16)) * d + m;
   }
 }
 
@@ -130,7 +137,7 @@ void decode_q5_1(const uint8_t* src, float* dst, int64_t n) {
 //   sub-blocks 4-7: scale = (s[j+4] & 15) | (s[j-4] >> 6) << 4,
 //                   min   = (s[j+4] >> 4) | (s[j]   >> 6) << 4
 // (the top two bits of the first 8 bytes carry the high bits of 4-7).
-void k_scale_min(int j, const uint8_t* s, int& scale, int& min) {
+VOLTAD_CPU_INLINE void k_scale_min(int j, const uint8_t* s, int& scale, int& min) {
   if (j < 4) {
     scale = s[j] & 63;
     min = s[j + 4] & 63;
@@ -147,7 +154,8 @@ void k_scale_min(int j, const uint8_t* s, int& scale, int& min) {
 //   [16..144)  qs      nibbles: each 32-byte chunk c holds sub-block 2c in its
 //                      low nibbles and sub-block 2c+1 in its high nibbles
 //   value = (d * scale) * q - (dmin * min)
-void decode_q4_k(const uint8_t* src, float* dst, int64_t n) {
+VOLTAD_CPU_INLINE void decode_q4_k(const uint8_t* __restrict src, float* __restrict dst,
+                                   int64_t n) {
   for (int64_t b = 0; b < n / 256; ++b, src += 144) {
     const float d = load_fp16(src);
     const float dmin = load_fp16(src + 2);
@@ -172,7 +180,8 @@ void decode_q4_k(const uint8_t* src, float* dst, int64_t n) {
 //   [16..48)   qh      fifth bits: bit s of qh[l] belongs to value l of sub-block s
 //   [48..176)  qs      low nibbles laid out as in Q4_K
 //   value = (d * scale) * (q + 16*high) - (dmin * min)
-void decode_q5_k(const uint8_t* src, float* dst, int64_t n) {
+VOLTAD_CPU_INLINE void decode_q5_k(const uint8_t* __restrict src, float* __restrict dst,
+                                   int64_t n) {
   for (int64_t b = 0; b < n / 256; ++b, src += 176) {
     const float d = load_fp16(src);
     const float dmin = load_fp16(src + 2);
@@ -205,23 +214,27 @@ void decode_q5_k(const uint8_t* src, float* dst, int64_t n) {
 //   l:    ql[l] low  | qh[l] bits 0-1      l+64: ql[l] high    | qh[l] bits 4-5
 //   l+32: ql[l+32] low | qh[l] bits 2-3    l+96: ql[l+32] high | qh[l] bits 6-7
 //   value = (d * scale) * (q - 32)
-void decode_q6_k(const uint8_t* src, float* dst, int64_t n) {
+VOLTAD_CPU_INLINE void decode_q6_k(const uint8_t* __restrict src, float* __restrict dst,
+                                   int64_t n) {
   for (int64_t b = 0; b < n / 256; ++b, src += 210) {
     const uint8_t* ql = src;
     const uint8_t* qh = src + 128;
     const int8_t* sc = reinterpret_cast<const int8_t*>(src + 192);
     const float d = load_fp16(src + 208);
     for (int half = 0; half < 2; ++half, ql += 64, qh += 32, sc += 8, dst += 128) {
-      for (int l = 0; l < 32; ++l) {
-        const int s = l / 16;
-        const int q0 = ((ql[l] & 0x0f) | (((qh[l] >> 0) & 3) << 4)) - 32;
-        const int q1 = ((ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 3) << 4)) - 32;
-        const int q2 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-        const int q3 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-        dst[l] = d * sc[s] * q0;
-        dst[l + 32] = d * sc[s + 2] * q1;
-        dst[l + 64] = d * sc[s + 4] * q2;
-        dst[l + 96] = d * sc[s + 6] * q3;
+      // A loop per output run of 16 (one scale, one store stream): they
+      // vectorize.
+      for (int s = 0; s < 2; ++s) {
+        const int l0 = 16 * s;
+        const float d0 = d * sc[s], d1 = d * sc[s + 2], d2 = d * sc[s + 4], d3 = d * sc[s + 6];
+        for (int l = l0; l < l0 + 16; ++l)
+          dst[l] = d0 * (((ql[l] & 0x0f) | (((qh[l] >> 0) & 3) << 4)) - 32);
+        for (int l = l0; l < l0 + 16; ++l)
+          dst[l + 32] = d1 * (((ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 3) << 4)) - 32);
+        for (int l = l0; l < l0 + 16; ++l)
+          dst[l + 64] = d2 * (((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+        for (int l = l0; l < l0 + 16; ++l)
+          dst[l + 96] = d3 * (((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
       }
     }
   }
@@ -236,7 +249,7 @@ uint64_t ggml_row_bytes(GgmlType type, int64_t n) {
   return static_cast<uint64_t>(n) / info->block_elems * info->block_bytes;
 }
 
-void dequantize_row(GgmlType type, const uint8_t* src, float* dst, int64_t n) {
+VOLTAD_CPU_CLONES void dequantize_row(GgmlType type, const uint8_t* src, float* dst, int64_t n) {
   const GgmlTypeInfo* info = ggml_type_info(type);
   VOLTAD_CHECK(info != nullptr && info->supported);
   VOLTAD_CHECK(n >= 0 && n % info->block_elems == 0);

@@ -83,25 +83,6 @@ std::string supported_ggml_type_names() {
   return names;
 }
 
-// IEEE binary16: 1 sign bit, 5 exponent bits (bias 15), 10 mantissa bits.
-float fp16_to_fp32(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exponent = (h >> 10) & 0x1fu;
-  const uint32_t mantissa = h & 0x3ffu;
-  if (exponent == 0) {
-    // Zero or subnormal: mantissa * 2^-24, exact in a float.
-    const float magnitude = std::ldexp(static_cast<float>(mantissa), -24);
-    return sign ? -magnitude : magnitude;
-  }
-  uint32_t bits;
-  if (exponent == 31) {
-    bits = sign | 0x7f800000u | (mantissa << 13);  // inf or NaN (payload kept)
-  } else {
-    bits = sign | ((exponent + 127 - 15) << 23) | (mantissa << 13);
-  }
-  return std::bit_cast<float>(bits);
-}
-
 uint16_t fp32_to_fp16(float f) {
   uint32_t bits = std::bit_cast<uint32_t>(f);
   const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);

@@ -6,6 +6,8 @@
 // one value. The ids are fixed by the file format; gaps are ids ggml retired.
 #pragma once
 
+#include <bit>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -74,8 +76,26 @@ inline std::string ggml_type_name(GgmlType type) {
 std::string supported_ggml_type_names();
 
 // IEEE half <-> float. fp32_to_fp16 rounds to nearest even, overflows to inf
-// and keeps NaN a NaN.
-float fp16_to_fp32(uint16_t h);
+// and keeps NaN a NaN. fp16_to_fp32 is inline: the CPU backend's decoders
+// call it once a block of 32 values (a call each was 6% of a decode step).
+// IEEE binary16: 1 sign bit, 5 exponent bits (bias 15), 10 mantissa bits.
+inline float fp16_to_fp32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1fu;
+  const uint32_t mantissa = h & 0x3ffu;
+  if (exponent == 0) {
+    // Zero or subnormal: mantissa * 2^-24, exact in a float.
+    const float magnitude = std::ldexp(static_cast<float>(mantissa), -24);
+    return sign ? -magnitude : magnitude;
+  }
+  uint32_t bits;
+  if (exponent == 31) {
+    bits = sign | 0x7f800000u | (mantissa << 13);  // inf or NaN (payload kept)
+  } else {
+    bits = sign | ((exponent + 127 - 15) << 23) | (mantissa << 13);
+  }
+  return std::bit_cast<float>(bits);
+}
 uint16_t fp32_to_fp16(float f);
 
 // bfloat16 is the top half of a float: exact.

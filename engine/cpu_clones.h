@@ -1,0 +1,15 @@
+#pragma once
+
+// VOLTAD_CPU_CLONES on a function: GCC builds it twice on x86-64, for the
+// baseline and for x86-64-v3 (AVX2, FMA, F16C: Haswell and later), and the
+// loader picks one for the CPU it runs on (an ifunc). The CPU backend's
+// inner loops (decoding a row, the dot products) vectorize 8 floats wide in
+// the second. Elsewhere it is nothing.
+// VOLTAD_CPU_INLINE: a helper always inlined into its caller, so that each
+// clone gets its own copy, compiled for the clone's target.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define VOLTAD_CPU_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define VOLTAD_CPU_CLONES
+#endif
+#define VOLTAD_CPU_INLINE [[gnu::always_inline]] inline
