@@ -24,6 +24,21 @@ static void run_piece(const std::function<void(int64_t, int64_t)>& fn, int64_t n
   if (begin < end) fn(begin, end);
 }
 
+// Polls `done` until it holds or kSpin has passed; true if it holds.
+template <typename Done>
+static bool spin_until(Done done, std::chrono::microseconds limit) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    for (int i = 0; i < 64; ++i) {
+      if (done()) return true;
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    }
+    if (std::chrono::steady_clock::now() >= end) return done();
+  }
+}
+
 void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
   if (n_threads_ == 1 || n == 1) return fn(0, n);
@@ -31,33 +46,45 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     std::lock_guard<std::mutex> lock(mu_);
     job_ = &fn;
     job_n_ = n;
-    pending_ = n_threads_ - 1;
-    ++generation_;
+    pending_.store(n_threads_ - 1, std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_release);
   }
   start_cv_.notify_all();
   run_piece(fn, n, 0, n_threads_);
-  std::unique_lock<std::mutex> lock(mu_);
-  done_cv_.wait(lock, [this] { return pending_ == 0; });
+  auto all_done = [this] { return pending_.load(std::memory_order_acquire) == 0; };
+  if (!spin_until(all_done, kSpin)) {
+    std::unique_lock<std::mutex> lock(mu_);
+    done_cv_.wait(lock, all_done);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
   job_ = nullptr;
 }
 
 void ThreadPool::worker(int index) {
   uint64_t seen = 0;
+  auto has_news = [&] {
+    return stop_.load(std::memory_order_acquire) ||
+           generation_.load(std::memory_order_acquire) != seen;
+  };
   for (;;) {
     const std::function<void(int64_t, int64_t)>* job;
     int64_t n;
-    {
+    if (!spin_until(has_news, kSpin)) {
       std::unique_lock<std::mutex> lock(mu_);
-      start_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      start_cv_.wait(lock, has_news);
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
       if (stop_) return;
-      seen = generation_;
+      seen = generation_.load(std::memory_order_relaxed);
       job = job_;
       n = job_n_;
     }
     run_piece(*job, n, index, n_threads_);
-    {
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      // Under the lock: the caller, between its check and its wait, holds it.
       std::lock_guard<std::mutex> lock(mu_);
-      if (--pending_ == 0) done_cv_.notify_one();
+      done_cv_.notify_one();
     }
   }
 }

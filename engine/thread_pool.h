@@ -1,8 +1,14 @@
 // A fixed set of worker threads for data-parallel loops (the CPU backend's
 // matrix products and attention). parallel_for blocks until every index is
 // done; it is called from one thread at a time (the engine thread).
+// A decode step makes hundreds of short calls (a small model's product
+// takes ~0.1 ms), so waking a sleeping thread for each cost as much as the
+// work: the threads spin for up to kSpin after a call before they sleep,
+// and the caller spins for its workers before it does.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -28,6 +34,9 @@ class ThreadPool {
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
 
  private:
+  // How long a thread polls before it sleeps on a condition variable.
+  static constexpr std::chrono::microseconds kSpin{200};
+
   void worker(int index);
 
   int n_threads_;
@@ -36,9 +45,12 @@ class ThreadPool {
   std::condition_variable start_cv_, done_cv_;
   const std::function<void(int64_t, int64_t)>* job_ = nullptr;
   int64_t job_n_ = 0;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
-  bool stop_ = false;
+  // Written under mu_, read by polling threads without it: generation_
+  // is stored after job_ and job_n_ (release), so a thread that sees the
+  // new generation sees the job.
+  std::atomic<uint64_t> generation_ = 0;
+  std::atomic<int> pending_ = 0;
+  std::atomic<bool> stop_ = false;
 };
 
 }  // namespace voltad

@@ -1,0 +1,85 @@
+// ThreadPool: every index exactly once, in contiguous disjoint pieces, over
+// many calls in a row (the workers polling between them) and over calls far
+// apart (the workers asleep between them); pools made and dropped at once.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "engine/thread_pool.h"
+
+using voltad::ThreadPool;
+
+namespace {
+
+// Runs one parallel_for over n and returns the number of indices not
+// visited exactly once plus the pieces that were empty or overlapped.
+int faults_of_one_call(ThreadPool& pool, int64_t n) {
+  std::vector<std::atomic<int>> visits(static_cast<size_t>(n));
+  std::mutex mu;
+  std::vector<std::pair<int64_t, int64_t>> pieces;
+  pool.parallel_for(n, [&](int64_t begin, int64_t end) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      pieces.emplace_back(begin, end);
+    }
+    for (int64_t i = begin; i < end; ++i) visits[size_t(i)].fetch_add(1);
+  });
+  int faults = 0;
+  for (auto& v : visits) faults += v.load() != 1;
+  for (auto [begin, end] : pieces) faults += !(0 <= begin && begin < end && end <= n);
+  return faults;
+}
+
+}  // namespace
+
+TEST_CASE("every index once, call after call, for pool sizes 1 to 8") {
+  for (int threads : {1, 2, 3, 8}) {
+    ThreadPool pool(threads);
+    CHECK(pool.size() == threads);
+    int faults = 0;
+    for (int call = 0; call < 2000; ++call) {
+      const int64_t n =
+          int64_t(1) + (call * 37) % 257;  // 1 to 257: fewer and more than the threads
+      faults += faults_of_one_call(pool, n);
+    }
+    CHECK_MESSAGE(faults == 0, threads << " threads");
+  }
+}
+
+TEST_CASE("calls far apart: the threads sleep between them and still take part") {
+  ThreadPool pool(3);
+  for (int call = 0; call < 5; ++call) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // past the polling time
+    std::atomic<int> distinct_threads{0};
+    std::mutex mu;
+    std::vector<std::thread::id> seen;
+    int faults = 0;
+    std::vector<std::atomic<int>> visits(300);
+    pool.parallel_for(300, [&](int64_t begin, int64_t end) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        bool fresh = true;
+        for (auto id : seen) fresh = fresh && id != std::this_thread::get_id();
+        if (fresh) seen.push_back(std::this_thread::get_id()), ++distinct_threads;
+      }
+      for (int64_t i = begin; i < end; ++i) visits[size_t(i)].fetch_add(1);
+    });
+    for (auto& v : visits) faults += v.load() != 1;
+    CHECK(faults == 0);
+    CHECK(distinct_threads.load() == 3);  // three pieces of 100, one a thread
+  }
+}
+
+TEST_CASE("pools made and dropped, idle or just after a call, do not hang") {
+  for (int i = 0; i < 200; ++i) {
+    auto pool = std::make_unique<ThreadPool>(1 + i % 4);
+    if (i % 2) CHECK(faults_of_one_call(*pool, 10) == 0);
+    pool.reset();
+  }
+}
