@@ -8,7 +8,7 @@
 #     what a CUDA build of the benchmarks does not need (other backends'
 #     sources, models, docs) and packs it as build-llamacpp/src.tar.xz
 #     (~6 MB), to carry to the GPU machine.
-#   bash scripts/device-llamacpp.sh [--build-only] [--deadline S] [--models SHAPE:TYPE,...] [--arch 90]
+#   bash scripts/device-llamacpp.sh [--build-only] [--deadline S] [--ctx N] [--models SHAPE:TYPE,...] [--arch 90]
 #     (on the GPU machine; carry .deps, .tok and build-llamacpp/src.tar.xz)
 #     builds llama.cpp's llama-bench and llama-batched-bench there (CUDA,
 #     flash attention, CUDA graphs: its release defaults) and voltad's tools
@@ -20,6 +20,8 @@
 #       - aggregate decode of 1, 8 and 32 sequences of 512 tokens:
 #         llama-batched-bench -npp 512 -ntg 64 -npl 1,8,32 against
 #         voltad-bench -b 1,8,32.
+#     --ctx N (512 by default) sets the context the decodes start from
+#     (-d N, -npp N; voltad-bench --ctx N); prefill stays 512 tokens.
 #     The raw outputs go, as one tar file, to $OUT or build-device/out; a
 #     table is printed last. --build-only stops after the builds (a first
 #     call when the machine's time per call is short: the builds stay in
@@ -58,13 +60,15 @@ models="llama3-8b:q4_k_m,llama3-8b:q4_0,qwen3-8b:q4_k_m"
 arch=90
 build_only=0
 deadline=0
+ctx=512
 while (($#)); do
   case $1 in
     --models) models=$2; shift 2 ;;
     --arch) arch=$2; shift 2 ;;
     --build-only) build_only=1; shift ;;
     --deadline) deadline=$2; shift 2 ;;
-    *) echo "usage: $0 --prepare | [--build-only] [--deadline S] [--models SHAPE:TYPE,...] [--arch NN]" >&2; exit 64 ;;
+    --ctx) ctx=$2; shift 2 ;;
+    *) echo "usage: $0 --prepare | [--build-only] [--deadline S] [--ctx N] [--models SHAPE:TYPE,...] [--arch NN]" >&2; exit 64 ;;
   esac
 done
 [[ -f $dir/src.tar.xz ]] || { echo "device-llamacpp: no $dir/src.tar.xz: run $0 --prepare here and carry it" >&2; exit 1; }
@@ -107,9 +111,9 @@ results=$dir/results
 rm -f "$results"/*
 trap 'tar -C "$results" -cf "$out/llamacpp.tar" .' EXIT
 table() {
-  python3 - "$results" "$@" <<'PY'
+  python3 - "$results" "$ctx" "$@" <<'PY'
 import json, os, sys
-results, specs = sys.argv[1], sys.argv[2:]
+results, ctx, specs = sys.argv[1], sys.argv[2], sys.argv[3:]
 def load(path):
     try:
         with open(path) as f:
@@ -128,12 +132,12 @@ def jsonl(path):
         pass
     return rows
 fmt = lambda v: f"{v:,.1f}" if isinstance(v, (int, float)) else "-"
-print("| model | engine | prefill 512 | b1 after 512 | b8 aggregate | b32 aggregate |")
+print(f"| model | engine | prefill 512 | b1 after {ctx} | b8 aggregate | b32 aggregate |")
 print("| --- | --- | --- | --- | --- | --- |")
 for spec in specs:
     name = spec.replace(":", "-")
     pp = load(f"{results}/{name}-llama-pp512.json") or []
-    tg = load(f"{results}/{name}-llama-tg64-d512.json") or []
+    tg = load(f"{results}/{name}-llama-tg64-d{ctx}.json") or []
     batched = {r.get("pl"): r.get("speed_tg") for r in jsonl(f"{results}/{name}-llama-batched.jsonl")}
     pp_ts = pp[0]["avg_ts"] if pp else None
     tg_ts = tg[0]["avg_ts"] if tg else None
@@ -159,13 +163,13 @@ for spec in ${models//,/ }; do
   fi
   "$lb/llama-bench" -m "$file" -ngl 99 -fa 1 -p 512 -n 0 -r 3 -o json >"$results/$name-llama-pp512.json" 2>"$results/$name-llama-pp512.log" \
     || tail -5 "$results/$name-llama-pp512.log"
-  "$lb/llama-bench" -m "$file" -ngl 99 -fa 1 -p 0 -n 64 -d 512 -r 3 -o json >"$results/$name-llama-tg64-d512.json" 2>"$results/$name-llama-tg64-d512.log" \
-    || tail -5 "$results/$name-llama-tg64-d512.log"
-  "$lb/llama-batched-bench" -m "$file" -ngl 99 -fa on -c 19968 -b 2048 -ub 512 -npp 512 -ntg 64 -npl 1,8,32 \
+  "$lb/llama-bench" -m "$file" -ngl 99 -fa 1 -p 0 -n 64 -d "$ctx" -r 3 -o json >"$results/$name-llama-tg64-d$ctx.json" 2>"$results/$name-llama-tg64-d$ctx.log" \
+    || tail -5 "$results/$name-llama-tg64-d$ctx.log"
+  "$lb/llama-batched-bench" -m "$file" -ngl 99 -fa on -c $((32 * (ctx + 64) + 1536)) -b 2048 -ub 512 -npp "$ctx" -ntg 64 -npl 1,8,32 \
     --output-format jsonl >"$results/$name-llama-batched.jsonl" 2>"$results/$name-llama-batched.log" \
     || tail -5 "$results/$name-llama-batched.log"
   for kernels in auto portable; do
-    "$build/bin/voltad-bench" -m "$file" -p 512 -n 64 -b 1,8,32 --ctx 512 --kernels "$kernels" --json \
+    "$build/bin/voltad-bench" -m "$file" -p 512 -n 64 -b 1,8,32 --ctx "$ctx" --kernels "$kernels" --json \
       >"$results/$name-voltad-$kernels.json" 2>"$results/$name-voltad-$kernels.log" \
       || tail -5 "$results/$name-voltad-$kernels.log"
   done
