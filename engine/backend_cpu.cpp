@@ -21,7 +21,9 @@ std::vector<float> decode_vector(const GgufTensor* t) {
 
 // Sixteen partial sums, lane k taking the elements k mod 16: two vectors of
 // 8 in the AVX2 clone (cpu_clones.h), four of 4 in the baseline; a loop
-// whose lanes are independent vectorizes without reordering any one sum.
+// whose lanes are independent vectorizes without reordering any one sum,
+// and with no fused multiply-adds (engine/CMakeLists.txt) both clones give
+// the same bits.
 VOLTAD_CPU_CLONES float dot(const float* a, const float* b, int64_t n) {
   constexpr int kLanes = 16;
   float acc[kLanes] = {};

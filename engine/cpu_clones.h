@@ -1,5 +1,7 @@
 #pragma once
 
+#include <cstddef>  // defines __GLIBC__ where glibc is the C library
+
 // VOLTAD_CPU_CLONES on a function: GCC builds it twice on x86-64, for the
 // baseline and for x86-64-v3 (AVX2, FMA, F16C: Haswell and later), and the
 // loader picks one for the CPU it runs on (an ifunc). The CPU backend's
@@ -7,7 +9,11 @@
 // the second. Elsewhere it is nothing.
 // VOLTAD_CPU_INLINE: a helper always inlined into its caller, so that each
 // clone gets its own copy, compiled for the clone's target.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// Only where it can pay and work: GCC on x86-64 with glibc (ifuncs), in a
+// build for the baseline (a -march=native build has AVX2 everywhere already,
+// and the clones would replace its wider code with x86-64-v3's).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__GLIBC__) && \
+    !defined(__AVX2__)
 #define VOLTAD_CPU_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define VOLTAD_CPU_CLONES

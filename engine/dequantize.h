@@ -21,6 +21,8 @@ uint64_t ggml_row_bytes(GgmlType type, int64_t n);
 // Decodes n values (a multiple of the block size) from src into dst.
 // `type` must be supported (ggml_type_info(type)->supported); both are
 // VOLTAD_CHECKed, because callers validate types when they bind weights.
+// n values of one row from src to dst; src and dst must not overlap (the
+// decoders read and write them as __restrict pointers).
 void dequantize_row(GgmlType type, const uint8_t* src, float* dst, int64_t n);
 
 // Rows [first_row, first_row + n_rows) of a tensor, each ne[0] floats, into

@@ -105,8 +105,4 @@ uint16_t fp32_to_fp16(float f) {
   return sign | static_cast<uint16_t>((bits - ((127u - 15u) << 23)) >> 13);
 }
 
-float bf16_to_fp32(uint16_t h) {
-  return std::bit_cast<float>(static_cast<uint32_t>(h) << 16);
-}
-
 }  // namespace voltad

@@ -19,9 +19,15 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
-static void run_piece(const std::function<void(int64_t, int64_t)>& fn, int64_t n, int index, int parts) {
-  int64_t begin = n * index / parts, end = n * (index + 1) / parts;
-  if (begin < end) fn(begin, end);
+void ThreadPool::run_piece(const std::function<void(int64_t, int64_t)>& fn, int64_t n, int index) {
+  int64_t begin = n * index / n_threads_, end = n * (index + 1) / n_threads_;
+  if (begin >= end) return;
+  try {
+    fn(begin, end);
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!error_) error_ = std::current_exception();
+  }
 }
 
 // Polls `done` until it holds or kSpin has passed; true if it holds.
@@ -50,14 +56,19 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     generation_.fetch_add(1, std::memory_order_release);
   }
   start_cv_.notify_all();
-  run_piece(fn, n, 0, n_threads_);
+  run_piece(fn, n, 0);
   auto all_done = [this] { return pending_.load(std::memory_order_acquire) == 0; };
   if (!spin_until(all_done, kSpin)) {
     std::unique_lock<std::mutex> lock(mu_);
     done_cv_.wait(lock, all_done);
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  job_ = nullptr;
+  std::exception_ptr error;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    job_ = nullptr;
+    std::swap(error, error_);
+  }
+  if (error) std::rethrow_exception(error);
 }
 
 void ThreadPool::worker(int index) {
@@ -80,7 +91,7 @@ void ThreadPool::worker(int index) {
       job = job_;
       n = job_n_;
     }
-    run_piece(*job, n, index, n_threads_);
+    run_piece(*job, n, index);
     if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       // Under the lock: the caller, between its check and its wait, holds it.
       std::lock_guard<std::mutex> lock(mu_);

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -30,7 +31,8 @@ class ThreadPool {
   int size() const { return n_threads_; }
 
   // Calls fn(begin, end) on disjoint ranges covering [0, n), split into
-  // about `size()` contiguous pieces.
+  // about `size()` contiguous pieces. If fn throws (std::bad_alloc, say),
+  // every piece still ends before parallel_for rethrows the first exception.
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
 
  private:
@@ -38,6 +40,8 @@ class ThreadPool {
   static constexpr std::chrono::microseconds kSpin{200};
 
   void worker(int index);
+  // Piece `index` of n (of size() pieces); an exception is kept in error_.
+  void run_piece(const std::function<void(int64_t, int64_t)>& fn, int64_t n, int index);
 
   int n_threads_;
   std::vector<std::thread> workers_;
@@ -45,6 +49,7 @@ class ThreadPool {
   std::condition_variable start_cv_, done_cv_;
   const std::function<void(int64_t, int64_t)>* job_ = nullptr;
   int64_t job_n_ = 0;
+  std::exception_ptr error_;  // the job's first exception (under mu_)
   // Written under mu_, read by polling threads without it: generation_
   // is stored after job_ and job_n_ (release), so a thread that sees the
   // new generation sees the job.

@@ -1,12 +1,15 @@
 // ThreadPool: every index exactly once, in contiguous disjoint pieces, over
 // many calls in a row (the workers polling between them) and over calls far
-// apart (the workers asleep between them); pools made and dropped at once.
+// apart (the workers asleep between them); pools made and dropped, busy or
+// asleep; an exception in a piece reaches the caller after every piece ends.
 #include <doctest/doctest.h>
 
 #include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -38,7 +41,7 @@ int faults_of_one_call(ThreadPool& pool, int64_t n) {
 
 }  // namespace
 
-TEST_CASE("every index once, call after call, for pool sizes 1 to 8") {
+TEST_CASE("every index once, call after call, for pools of 1, 2, 3 and 8 threads") {
   for (int threads : {1, 2, 3, 8}) {
     ThreadPool pool(threads);
     CHECK(pool.size() == threads);
@@ -80,6 +83,28 @@ TEST_CASE("pools made and dropped, idle or just after a call, do not hang") {
   for (int i = 0; i < 200; ++i) {
     auto pool = std::make_unique<ThreadPool>(1 + i % 4);
     if (i % 2) CHECK(faults_of_one_call(*pool, 10) == 0);
+    // Some pools are dropped with their threads asleep (past the polling).
+    if (i % 3 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     pool.reset();
   }
+}
+
+TEST_CASE("an exception in any piece reaches the caller once every piece has ended") {
+  ThreadPool pool(4);
+  for (int thrower = 0; thrower < 4; ++thrower) {  // the caller's piece (0) and each worker's
+    std::atomic<int> ended{0};
+    bool caught = false;
+    try {
+      pool.parallel_for(4, [&](int64_t begin, int64_t) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(begin == 3 ? 2 : 0));
+        ended.fetch_add(1);
+        if (begin == thrower) throw std::runtime_error("piece " + std::to_string(begin));
+      });
+    } catch (const std::runtime_error& e) {
+      caught = std::string(e.what()) == "piece " + std::to_string(thrower);
+    }
+    CHECK_MESSAGE(caught, "thrower " << thrower);
+    CHECK(ended.load() == 4);  // the slowest piece (3) had ended before the rethrow
+  }
+  CHECK(faults_of_one_call(pool, 100) == 0);  // and the pool still works
 }
