@@ -103,13 +103,26 @@ bool matvec_stream_enabled();
 // Two batch-1 products of the same quantized x in one launch of the
 // streaming kernels: a Q4_K (Int4K256) matrix `a` and a Q6_K (Int6K256)
 // matrix `b` of as many columns (a Q4_K_M layer's q|k beside its attn_v),
-// each with a share of the grid by its bytes. Returns false having done
+// each with a share of the grid (matvec_pair_split, below). Returns false having done
 // nothing where the pair does not apply (other formats or batches, a
 // matrix the bulk kernel takes, VOLTAD_MATVEC_STREAM=0, or
 // VOLTAD_MATVEC_PAIR=0 in the environment: comparisons); then launch each.
 // Arguments that break launch_matvec's contract abort (check_matvec_args).
 bool launch_matvec_pair(const MatvecArgs& a, const MatvecArgs& b, cudaStream_t stream);
 bool matvec_pair_enabled();
+// How launch_matvec_pair splits a wave of `wave` blocks (>= 2) between
+// a's groups_a row groups of group_bytes_a bytes each (every array of the
+// format) and b's: each matrix at least one block and at most one a row
+// group, so that the busiest block reads the fewest bytes; among splits
+// that tie, the nearest to the blocks in proportion to the bytes. (The
+// first rule, blocks in proportion to the quants and scales bytes, gave
+// Llama-3-8B's Q6_K v 88 blocks of up to 3 groups where q|k's take 2; this
+// one 128 of 2: batch 1 +1.0-1.1%, docs/PERFORMANCE.md run 37.)
+struct MatvecPairSplit {
+  int64_t blocks_a = 0, blocks_b = 0;
+};
+MatvecPairSplit matvec_pair_split(int64_t groups_a, int64_t group_bytes_a, int64_t groups_b,
+                                  int64_t group_bytes_b, int64_t wave);
 // Batch 1, Int4K256 (Q4_K) or Int4Sym32 (Q4_0) of 4,096 columns and at
 // least 4 row groups of 8 rows a block (the big products: gate|up), under
 // programmatic launch (`auto` on sm_90+): the bulk-copy kernel

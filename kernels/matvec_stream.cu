@@ -163,12 +163,13 @@ void launch_stream_sliced(const MatvecArgs& a, cudaStream_t stream) {
     launch_stream<C, R, 1>(a, stream);
 }
 
-// The pair's grid: one wave of the pair kernel, shared in proportion to
-// each matrix's quants and scales bytes (each at least one block and at
-// most one a row group). That leaves out Q6_K's high bits and super-block
-// scales, so v gets ~30% fewer blocks than its whole bytes would give; so
-// measured (docs/PERFORMANCE.md run 34). A split that evens the blocks'
-// bytes (row groups included) is not tried yet.
+// Bytes a row of every array of the layout.
+int64_t row_bytes(const PackedLayout& l) {
+  return l.quant_row_bytes + l.high_row_bytes + l.scale_row_bytes + l.super_row_bytes;
+}
+
+// The pair's grid: one wave of the pair kernel, split by
+// matvec_pair_split (the busiest block's bytes).
 template <class CA, int RA, int SA, class CB, int RB, int SB>
 void launch_pair(const MatvecArgs& a, const MatvecArgs& b, cudaStream_t stream) {
   auto kernel = kernel_matvec_stream_pair<CA, RA, SA, CB, RB, SB>;
@@ -183,15 +184,10 @@ void launch_pair(const MatvecArgs& a, const MatvecArgs& b, cudaStream_t stream) 
   const int64_t groups_a = (a.w.layout.rows + kRowsA - 1) / kRowsA;
   const int64_t groups_b = (b.w.layout.rows + kRowsB - 1) / kRowsB;
   const int64_t wave = std::max<int64_t>(2, int64_t(per_sm) * device_sm_count());
-  const double bytes_a =
-      double(a.w.layout.rows) * double(a.w.layout.quant_row_bytes + a.w.layout.scale_row_bytes);
-  const double bytes_b =
-      double(b.w.layout.rows) * double(b.w.layout.quant_row_bytes + b.w.layout.scale_row_bytes);
-  int64_t blocks_b = std::llround(double(wave) * bytes_b / (bytes_a + bytes_b));
-  blocks_b = std::clamp<int64_t>(blocks_b, 1, std::min(groups_b, wave - 1));
-  const int64_t blocks_a = std::min(groups_a, wave - blocks_b);
-  launch_kernel(kernel, unsigned(blocks_a + blocks_b), kMatvecWarpsPerBlock * 32, 0, stream, a,
-                groups_a, int(blocks_a), b, groups_b);
+  const MatvecPairSplit split = matvec_pair_split(groups_a, kRowsA * row_bytes(a.w.layout),
+                                                  groups_b, kRowsB * row_bytes(b.w.layout), wave);
+  launch_kernel(kernel, unsigned(split.blocks_a + split.blocks_b), kMatvecWarpsPerBlock * 32, 0,
+                stream, a, groups_a, int(split.blocks_a), b, groups_b);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -211,6 +207,30 @@ void launch_pair_q4k_q6k(const MatvecArgs& a, const MatvecArgs& b, cudaStream_t 
 }
 
 }  // namespace
+
+MatvecPairSplit matvec_pair_split(int64_t groups_a, int64_t group_bytes_a, int64_t groups_b,
+                                  int64_t group_bytes_b, int64_t wave) {
+  const int64_t most_b = std::max<int64_t>(1, std::min(groups_b, wave - 1));
+  // The blocks b would take in proportion to the matrices' bytes.
+  const double even =
+      double(wave) * double(groups_b) * double(group_bytes_b) /
+      (double(groups_a) * double(group_bytes_a) + double(groups_b) * double(group_bytes_b));
+  MatvecPairSplit best{};
+  int64_t best_bytes = 0;
+  double best_off = 0;
+  for (int64_t nb = 1; nb <= most_b; ++nb) {
+    const int64_t na = std::max<int64_t>(1, std::min(groups_a, wave - nb));
+    const int64_t busiest = std::max((groups_a + na - 1) / na * group_bytes_a,
+                                     (groups_b + nb - 1) / nb * group_bytes_b);
+    const double off = std::fabs(double(nb) - even);
+    if (nb == 1 || busiest < best_bytes || (busiest == best_bytes && off < best_off)) {
+      best = {na, nb};
+      best_bytes = busiest;
+      best_off = off;
+    }
+  }
+  return best;
+}
 
 bool matvec_pair_enabled() {
   static const bool on = [] {

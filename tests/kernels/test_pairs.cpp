@@ -162,6 +162,52 @@ TEST_CASE("batch-1 matvec pair: a Q4_K and a Q6_K product in one launch") {
 // their scale. x converted by the pair, or (holds_x) already in the
 // scratch as a norm leaves it. Not paired: other formats or token counts,
 // different x.
+// The pair's split of a wave (host arithmetic). Llama-3-8B's and Qwen3-8B's
+// q|k (640 groups of 8 Q4_K rows, 2,304 bytes a row) and v (256 groups of
+// 4 Q6_K rows, 3,360 bytes) on the H200's wave of 528: every block at
+// most 2 groups, v 128 blocks (the first rule gave it 88, some of 3
+// groups: 40,320 bytes). Then the limits: a matrix of one group, a wave
+// of 2, a that needs fewer blocks than the wave leaves it.
+TEST_CASE("matvec pair split: the busiest block reads the fewest bytes") {
+  auto busiest = [](const kernels::MatvecPairSplit& s, int64_t ga, int64_t ba, int64_t gb,
+                    int64_t bb) {
+    return std::max((ga + s.blocks_a - 1) / s.blocks_a * ba,
+                    (gb + s.blocks_b - 1) / s.blocks_b * bb);
+  };
+  const kernels::MatvecPairSplit llama =
+      kernels::matvec_pair_split(640, 8 * 2304, 256, 4 * 3360, 528);
+  CHECK(llama.blocks_b == 128);
+  CHECK(llama.blocks_a == 400);
+  CHECK(busiest(llama, 640, 8 * 2304, 256, 4 * 3360) == 2 * 8 * 2304);
+  CHECK(busiest({440, 88}, 640, 8 * 2304, 256, 4 * 3360) == 3 * 4 * 3360);
+  // No split of the wave does better, and each side's blocks are in range.
+  struct Case {
+    int64_t ga, ba, gb, bb, wave;
+  };
+  for (const Case& c :
+       {Case{640, 18432, 256, 13440, 528}, Case{1, 100, 1, 100, 2}, Case{5, 100, 300, 10, 64},
+        Case{300, 10, 5, 100, 64}, Case{7, 1000, 9, 10, 1000}, Case{4000, 50, 3, 5000, 80}}) {
+    CAPTURE(c.ga);
+    CAPTURE(c.gb);
+    CAPTURE(c.wave);
+    const kernels::MatvecPairSplit s = kernels::matvec_pair_split(c.ga, c.ba, c.gb, c.bb, c.wave);
+    CHECK(s.blocks_b >= 1);
+    CHECK(s.blocks_b <= std::min(c.gb, c.wave - 1));
+    CHECK(s.blocks_a >= 1);
+    CHECK(s.blocks_a <= c.ga);
+    CHECK(s.blocks_a + s.blocks_b <= c.wave);
+    const int64_t best = busiest(s, c.ga, c.ba, c.gb, c.bb);
+    for (int64_t nb = 1; nb <= std::min(c.gb, c.wave - 1); ++nb) {
+      const int64_t na = std::min(c.ga, c.wave - nb);
+      CHECK(busiest({na, nb}, c.ga, c.ba, c.gb, c.bb) >= best);
+    }
+  }
+  // a of few groups: b takes what a leaves of the wave, up to its groups.
+  const kernels::MatvecPairSplit few = kernels::matvec_pair_split(7, 1000, 9, 10, 1000);
+  CHECK(few.blocks_a == 7);
+  CHECK(few.blocks_b >= 1);
+}
+
 TEST_CASE("gemm narrow sm80 pair: a Q4_K and a Q6_K product in one launch") {
   int device = 0, sms = 0, major = 0;
   CUDA_CHECK(cudaGetDevice(&device));
