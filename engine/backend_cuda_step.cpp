@@ -185,7 +185,7 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
     // the join is an ordinary graph edge, so the attention cannot start
     // before v has completed. Not per batch size: with the fork kept in the
     // graphs of 9-32 tokens only, batch 1 and 8 ran as slowly as with it
-    // everywhere (docs/PERFORMANCE.md run 33). The side stream only where
+    // everywhere (docs/PERFORMANCE-RUNS-31-33.md run 33). The side stream only where
     // neither reader writes what both read (the dp4a matvecs read xq; the
     // narrow GEMM the x the norm wrote).
     //

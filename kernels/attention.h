@@ -28,7 +28,7 @@ constexpr int kAttentionMinSplitTokens = 16;
 // 4,096-position plan, 12 pieces against 33 gave +2.4% end to end at 1,024
 // positions, +0.8% at 2,048 and +0.7-1.5% at 4,096; 16 gave -0.6 to +0.8%,
 // 8 -0.9%; batch 8 (4 pieces) unchanged (Llama-3-8B Q4_K_M, H200,
-// docs/PERFORMANCE.md run 33). Below ~768 positions a token uses 64-position
+// docs/PERFORMANCE-RUNS-31-33.md run 33). Below ~768 positions a token uses 64-position
 // pieces (the least piece), so 12 leaves them as they were.
 // AttentionArgs::max_splits (VOLTAD_ATTENTION_MAX_SPLITS) can only lower it.
 constexpr int kAttentionMmaMaxPieces = 12;

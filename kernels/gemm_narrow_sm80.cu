@@ -199,7 +199,7 @@ SharedEnv shared_env() {
 }
 
 // The shared-x blocks a launch of F at NT token tiles takes: the rule, as
-// measured on the H200 (docs/PERFORMANCE.md run 31), is Wide where it fits
+// measured on the H200 (docs/PERFORMANCE-RUNS-31-33.md run 31), is Wide where it fits
 // (Qwen3-8B's gate|up: 6 row warps, 128 blocks), else Pair (Llama-3-8B's:
 // Wide would need 7 row warps, whose 14-warp blocks are held to 128
 // registers and spill) for Q4_K and Q6_K at 25-32 tokens; Pair for Q4_0 at
