@@ -155,13 +155,6 @@ TEST_CASE("batch-1 matvec pair: a Q4_K and a Q6_K product in one launch") {
   }
 }
 
-// The narrow GEMMs' pair (8x2 blocks for both): where each matrix alone
-// also takes 8-warp blocks (more row blocks than SMs) the sums meet in the
-// same order, so the bits are equal; where it takes 16 warps (Llama-3-8B's
-// v: 32 row blocks) the order differs and the outputs agree to ~1e-6 of
-// their scale. x converted by the pair, or (holds_x) already in the
-// scratch as a norm leaves it. Not paired: other formats or token counts,
-// different x.
 // The pair's split of a wave (host arithmetic). Llama-3-8B's and Qwen3-8B's
 // q|k (640 groups of 8 Q4_K rows, 2,304 bytes a row) and v (256 groups of
 // 4 Q6_K rows, 3,360 bytes) on the H200's wave of 528: every block at
@@ -179,6 +172,7 @@ TEST_CASE("matvec pair split: the busiest block reads the fewest bytes") {
   CHECK(llama.blocks_b == 128);
   CHECK(llama.blocks_a == 400);
   CHECK(busiest(llama, 640, 8 * 2304, 256, 4 * 3360) == 2 * 8 * 2304);
+  // (The first rule's split, for the record: v's busiest block 40,320 bytes.)
   CHECK(busiest({440, 88}, 640, 8 * 2304, 256, 4 * 3360) == 3 * 4 * 3360);
   // No split of the wave does better, and each side's blocks are in range.
   struct Case {
@@ -202,12 +196,23 @@ TEST_CASE("matvec pair split: the busiest block reads the fewest bytes") {
       CHECK(busiest({na, nb}, c.ga, c.ba, c.gb, c.bb) >= best);
     }
   }
-  // a of few groups: b takes what a leaves of the wave, up to its groups.
+  // a of few groups, b's groups light: every split of b ties on a's
+  // busiest block, and the tie goes to the proportional split (12.7
+  // blocks, so all 9 of b's groups get one).
   const kernels::MatvecPairSplit few = kernels::matvec_pair_split(7, 1000, 9, 10, 1000);
   CHECK(few.blocks_a == 7);
-  CHECK(few.blocks_b >= 1);
+  CHECK(few.blocks_b == 9);
+  // b's groups nearly weightless: the proportional split is below one block.
+  CHECK(kernels::matvec_pair_split(7, 1000000, 9, 1, 1000).blocks_b == 1);
 }
 
+// The narrow GEMMs' pair (8x2 blocks for both): where each matrix alone
+// also takes 8-warp blocks (more row blocks than SMs) the sums meet in the
+// same order, so the bits are equal; where it takes 16 warps (Llama-3-8B's
+// v: 32 row blocks) the order differs and the outputs agree to ~1e-6 of
+// their scale. x converted by the pair, or (holds_x) already in the
+// scratch as a norm leaves it. Not paired: other formats or token counts,
+// different x.
 TEST_CASE("gemm narrow sm80 pair: a Q4_K and a Q6_K product in one launch") {
   int device = 0, sms = 0, major = 0;
   CUDA_CHECK(cudaGetDevice(&device));
