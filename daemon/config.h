@@ -66,7 +66,8 @@ struct ServerSection {
     v(socket_group, "socket_group", std::string(),
       "Group that owns the socket file; empty: the daemon's own group.");
     v(allow_users, "allow_users", StringList{},
-      "Users (names or uids) allowed to use the API, besides root and allow_groups.");
+      "Users (names or uids) allowed to use the API, besides root, the daemon's own user and "
+      "allow_groups.");
     v(allow_groups, "allow_groups", StringList{},
       "Groups (names or gids) whose members may use the API; empty: the socket's group.");
     v(admin_groups, "admin_groups", StringList{},
@@ -99,8 +100,9 @@ struct ServerSection {
       "cannot be reached is a warning, not a failure.",
       one_of({"auto", "system", "user", "off"}));
     v(instance, "instance", std::string(),
-      "Instance name when one daemon runs per GPU (voltad@gpu0.service): the D-Bus name becomes "
-      "org.voltad.Daemon1.NAME. Empty: the single instance.",
+      "Instance name when one daemon runs per GPU (voltad@0.service reads /etc/voltad/gpu0.yaml, "
+      "which sets instance: gpu0): the D-Bus name becomes org.voltad.Daemon1.NAME. Empty: the "
+      "single instance.",
       custom("empty, or letters, digits and _ not starting with a digit (gpu0)",
              check_instance_name));
   }

@@ -202,6 +202,8 @@ std::optional<ApiError> parse_stop(const Fields& f, std::vector<std::string>& ou
   const Json* v = f.find("stop");
   if (!v) return std::nullopt;
   if (v->is_string()) {
+    if (v->get<std::string>().size() > 1024)
+      return bad_request("'stop' strings are at most 1024 bytes", "stop");
     if (!v->get<std::string>().empty()) out.push_back(v->get<std::string>());
     return std::nullopt;
   }

@@ -157,6 +157,30 @@ TEST_CASE("every wrong type or value is a 400 naming its field") {
   }
 }
 
+// At most 16 stop strings of at most 1,024 bytes each, whether `stop` is
+// one string or a list (docs/API.md).
+TEST_CASE("stop strings: their number and length are limited, alone or in a list") {
+  auto body = [](const std::string& stop) {
+    return R"({"messages":[{"role":"user","content":"x"}],"stop":)" + stop + "}";
+  };
+  const std::string fits(1024, 'a'), over(1025, 'a');
+  CHECK(chat_ok(body('"' + fits + '"')).stop == std::vector<std::string>{fits});
+  CHECK(chat_ok(body("[\"" + fits + "\"]")).stop == std::vector<std::string>{fits});
+  for (const std::string& stop : {'"' + over + '"', "[\"x\",\"" + over + "\"]"}) {
+    const ApiError e = chat_error(body(stop));
+    CHECK(e.status == 400);
+    CHECK(e.param == "stop");
+    CHECK(e.message.find("1024 bytes") != std::string::npos);
+  }
+  std::string sixteen = "[", seventeen;
+  for (int i = 0; i < 16; ++i)
+    sixteen += std::string(i ? "," : "") + "\"s" + std::to_string(i) + "\"";
+  seventeen = sixteen + ",\"s16\"]";
+  sixteen += "]";
+  CHECK(chat_ok(body(sixteen)).stop.size() == 16);
+  CHECK(chat_error(body(seventeen)).param == "stop");
+}
+
 TEST_CASE("bodies that are not JSON objects") {
   CHECK(chat_error("{").code == "invalid_json");
   CHECK(chat_error("").code == "invalid_json");
