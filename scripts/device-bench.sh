@@ -36,12 +36,7 @@ build=$root/build-bench
 json_dir=$build/json
 rm -rf "$json_dir"
 mkdir -p "$out" "$build" "$json_dir" /tmp/voltad-models /tmp/voltad-tok
-tar -C /tmp/voltad-tok -xJf .tok/tok.tar.xz
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DVOLTAD_CUDA=ON \
-  -DCMAKE_CUDA_ARCHITECTURES="$arch" -DVOLTAD_DAEMON=OFF -DVOLTAD_TESTS=OFF \
-  -DCMAKE_PREFIX_PATH="$root/.deps" >"$build/bench-configure.log" 2>&1 || { tail -20 "$build/bench-configure.log"; exit 1; }
-bash scripts/device-fresh-sources.sh "$build" >"$build/bench-build.log"
-ninja -C "$build" voltad-bench voltad-mkmodel >>"$build/bench-build.log" 2>&1 || { tail -30 "$build/bench-build.log"; exit 1; }
+bash scripts/device-build-bench.sh "$build" "$arch"
 # The device copy of the tree may carry a stale .git: the caller can name the commit.
 commit=${VOLTAD_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 # The JSON of every run that finished, also when a later one fails.

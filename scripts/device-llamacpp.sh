@@ -91,12 +91,7 @@ llama_build=$!
 # voltad's tools, as the headline runs build them.
 build=$root/build-bench
 mkdir -p "$build"
-tar -C /tmp/voltad-tok -xJf .tok/tok.tar.xz
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DVOLTAD_CUDA=ON \
-  -DCMAKE_CUDA_ARCHITECTURES="$arch" -DVOLTAD_DAEMON=OFF -DVOLTAD_TESTS=OFF \
-  -DCMAKE_PREFIX_PATH="$root/.deps" >"$build/bench-configure.log" 2>&1 || { tail -20 "$build/bench-configure.log"; exit 1; }
-bash scripts/device-fresh-sources.sh "$build" >"$build/bench-build.log"
-ninja -C "$build" voltad-bench voltad-mkmodel >>"$build/bench-build.log" 2>&1 || { tail -30 "$build/bench-build.log"; exit 1; }
+bash scripts/device-build-bench.sh "$build" "$arch"
 for spec in ${models//,/ }; do
   shape=${spec%%:*} type=${spec##*:}
   case $shape in qwen*) tok=qwen3 ;; *) tok=llama3 ;; esac
