@@ -155,10 +155,14 @@ inline PackedLayout make_packed_layout(PackedFormat format, int64_t rows, int64_
   return l;
 }
 
+// Bytes of one row, every array of the format.
+inline uint64_t packed_row_bytes(const PackedLayout& l) {
+  return uint64_t(l.quant_row_bytes + l.high_row_bytes + l.scale_row_bytes + l.super_row_bytes);
+}
+
 // Bytes a decode step reads from this matrix: everything but the padding.
 inline uint64_t packed_payload_bytes(const PackedLayout& l) {
-  return uint64_t(l.rows) *
-         uint64_t(l.quant_row_bytes + l.high_row_bytes + l.scale_row_bytes + l.super_row_bytes);
+  return uint64_t(l.rows) * packed_row_bytes(l);
 }
 
 // A packed matrix on the device: the layout plus the base pointer of its

@@ -163,11 +163,6 @@ void launch_stream_sliced(const MatvecArgs& a, cudaStream_t stream) {
     launch_stream<C, R, 1>(a, stream);
 }
 
-// Bytes a row of every array of the layout.
-int64_t row_bytes(const PackedLayout& l) {
-  return l.quant_row_bytes + l.high_row_bytes + l.scale_row_bytes + l.super_row_bytes;
-}
-
 // The pair's grid: one wave of the pair kernel, split by
 // matvec_pair_split (the busiest block's bytes).
 template <class CA, int RA, int SA, class CB, int RB, int SB>
@@ -184,8 +179,9 @@ void launch_pair(const MatvecArgs& a, const MatvecArgs& b, cudaStream_t stream) 
   const int64_t groups_a = (a.w.layout.rows + kRowsA - 1) / kRowsA;
   const int64_t groups_b = (b.w.layout.rows + kRowsB - 1) / kRowsB;
   const int64_t wave = std::max<int64_t>(2, int64_t(per_sm) * device_sm_count());
-  const MatvecPairSplit split = matvec_pair_split(groups_a, kRowsA * row_bytes(a.w.layout),
-                                                  groups_b, kRowsB * row_bytes(b.w.layout), wave);
+  const MatvecPairSplit split = matvec_pair_split(
+      groups_a, kRowsA * int64_t(packed_row_bytes(a.w.layout)), groups_b,
+      kRowsB * int64_t(packed_row_bytes(b.w.layout)), wave);
   launch_kernel(kernel, unsigned(split.blocks_a + split.blocks_b), kMatvecWarpsPerBlock * 32, 0,
                 stream, a, groups_a, int(split.blocks_a), b, groups_b);
   CUDA_CHECK(cudaGetLastError());
