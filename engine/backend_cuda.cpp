@@ -228,6 +228,12 @@ Status CudaBackend::Impl::allocate_workspace() {
   xq.scales = reinterpret_cast<float*>(take(ws.quantized_x_scales,
                                             kernels::quantized_activation_scale_bytes(int(T), int64_t(widest)),
                                             "activation scales"));
+  if (T >= 3) {
+    xq_norm.q = xq.q + kernels::quantized_activation_q_row(int64_t(widest));
+    xq_norm.scales = xq.scales + kernels::quantized_activation_scale_row(int64_t(widest));
+    xq_norm.sumsq = xq.scales + 2 * kernels::quantized_activation_scale_row(int64_t(widest));
+    xq_norm.eps = c.rms_eps;
+  }
   selected = reinterpret_cast<float*>(take(ws.selected, S * size_t(c.dim) * f, "final activations"));
   logits = reinterpret_cast<float*>(take(ws.logits, S * size_t(c.n_vocab) * f, "logits"));
   const size_t candidate_ints = 2 * S * size_t(kMaxCandidates);  // ids, then logits
@@ -360,6 +366,12 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(std::shared_ptr<const M
     impl->qkv_side = std::string(v) == "0" ? 0 : std::string(v) == "1" ? 1 : -1;
     if (impl->qkv_side < 0)
       std::fprintf(stderr, "voltad: VOLTAD_QKV_SIDE=%s is neither 0 nor 1; the rule decides\n", v);
+  }
+  if (const char* v = std::getenv("VOLTAD_NORM_UNITS")) {
+    impl->norm_units = std::string(v) == "0" ? 0 : std::string(v) == "1" ? 1 : -1;
+    if (impl->norm_units < 0)
+      std::fprintf(stderr, "voltad: VOLTAD_NORM_UNITS=%s is neither 0 nor 1; the rule decides\n",
+                   v);
   }
   if (const char* v = std::getenv("VOLTAD_QKV_REVERSE")) {
     impl->qkv_reverse = std::string(v) == "0" ? 0 : std::string(v) == "1" ? 1 : -1;

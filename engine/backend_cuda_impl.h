@@ -105,6 +105,11 @@ struct CudaBackend::Impl {
   int64_t ld_gate_up() const { return 2 * model->config.ffn_dim; }
   size_t partial_floats = 0;
   kernels::QuantizedActivations xq;
+  // A one-token step's next RMSNorm input, made by o and down as they write
+  // the residual row (kernels::launch_matvec_norm_units): rows 1 and 2 of
+  // xq's buffers, which such a step leaves unused; null q where the
+  // workspace holds fewer than 3 token rows (the norms are then launched).
+  kernels::QuantizedActivations xq_norm;
   kernels::GemmScratch gemm_scratch;  // aliases xq.q (allocate_workspace)
   int gemm_min_tokens = kernels::kGemmMinTokens;  // GEMMs from here, else dp4a matvecs
   // Decode graphs run the head norms, RoPE and the KV write inside the
@@ -127,6 +132,11 @@ struct CudaBackend::Impl {
   // launches are plain, not programmatic; enqueue_step), 0 never, 1 always
   // (VOLTAD_QKV_SIDE=0|1, for comparisons).
   int qkv_side = -1;
+  // Whether a one-token step's o and down make the next RMSNorm
+  // (kernels::launch_matvec_norm_units; enqueue_step): -1 the rule (Q4_K
+  // products, and Q4_0 ones under plain launches), 0 never, 1 wherever the
+  // kernel applies (VOLTAD_NORM_UNITS=0|1, for comparisons).
+  int norm_units = -1;
   // Separate q|k|v stacks launched one after the other (neither paired nor
   // on the side stream): the last first (v before q|k) where both are
   // narrow GEMMs of 9-32 tokens under programmatic launch (-1, the rule),

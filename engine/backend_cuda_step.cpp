@@ -1,6 +1,9 @@
 // The kernels of one step of the CUDA backend, on its stream: what a decode
 // graph captures (enqueue_step), and the attention between the projections.
 // State in engine/backend_cuda_impl.h.
+#include <cstdlib>
+#include <string>
+
 #include "engine/backend_cuda_impl.h"
 
 namespace voltad {
@@ -105,6 +108,9 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
     g.accumulate = accumulate;
     return g;
   };
+  // The quantized x the matvecs read: xq, or xq_norm where o or down made
+  // the norm (below).
+  kernels::QuantizedActivations x_in = xq;
   auto matvec_args = [&](const kernels::PackedMatrixView& w, const float* xin, int64_t ldx,
                          int rows, float* y, int64_t ldy, const float* bias, bool accumulate) {
     kernels::MatvecArgs a;
@@ -112,7 +118,7 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
     a.batch = rows;
     a.x = xin;
     a.ldx = ldx;
-    a.xq = xq;
+    a.xq = x_in;
     a.y = y;
     a.ldy = ldy;
     a.bias = bias;
@@ -164,6 +170,46 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
       scratch_holds = xn;
   };
 
+  // At one token, o and down make the next RMSNorm's input as they write
+  // the residual row, each block for its own 32 rows
+  // (kernels::launch_matvec_norm_units): the readers take g * h and its
+  // sums of squares (xq_norm) and scale their sums by 1 / rms themselves,
+  // and the norm's launch is left out. Only where every matrix that reads
+  // it takes quantized x (not F16 / F32 weights, which read xn), and for
+  // the products of the rule in product_with_norm.
+  const bool units = quantized && n == 1 && xq_norm.q != nullptr && !omit.norms && norm_units != 0;
+  auto unscaled_readers = [&](const std::vector<ProjectionStack>& readers) {
+    for (const ProjectionStack& p : readers)
+      if (p.w.layout.format == kernels::PackedFormat::F16 ||
+          p.w.layout.format == kernels::PackedFormat::F32)
+        return false;
+    return units && !readers.empty();
+  };
+  // The product that writes h, making `weight`'s norm for `readers` where it
+  // can; false: it ran as a plain matvec (or was omitted), and the norm is
+  // still to launch.
+  // VOLTAD_NORM_UNITS_AT=ffn|attn: only that norm (comparisons).
+  static const std::string units_at = [] {
+    const char* v = std::getenv("VOLTAD_NORM_UNITS_AT");
+    return std::string(v ? v : "");
+  }();
+  auto product_with_norm = [&](bool skip, const kernels::PackedMatrixView& w, const float* xin,
+                               int64_t ldx, const float* weight,
+                               const std::vector<ProjectionStack>* readers, const char* which) {
+    // The rule: Q4_K products (auto b1 +1.0-1.1%, portable +2.0-2.3%),
+    // Q4_0 under plain launches (portable +3.4%; auto -0.4%, where its
+    // plain kernel is the dp4a one); docs/PERFORMANCE.md run 38.
+    const bool rule = w.layout.format == kernels::PackedFormat::Int4K256 ||
+                      (w.layout.format == kernels::PackedFormat::Int4Sym32 && !programmatic);
+    const bool at = units_at.empty() || units_at == which;
+    if (!skip && at && (rule || norm_units == 1) && readers && unscaled_readers(*readers) &&
+        kernels::launch_matvec_norm_units(matvec_args(w, xin, ldx, n, x, dim, nullptr, true),
+                                          weight, xq_norm, st))
+      return true;
+    matvec(skip, w, xin, ldx, n, x, dim, nullptr, true);  // residual add fused
+    return false;
+  };
+
   // A decode graph's step (every token its sequence's only one) runs the
   // head norms, RoPE and the KV write inside the attention: one to three
   // launches a layer fewer.
@@ -173,9 +219,15 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
 
   kernels::launch_embedding_gather(token_embd, d_tokens, n, x, dim, st);
   const auto ordering = c.rope_style == RopeStyle::Neox ? kernels::RopeOrdering::NeoX : kernels::RopeOrdering::Normal;
+  bool attn_norm_made = false;  // by the previous layer's down
   for (size_t li = 0; li < layers.size(); ++li) {
     const Impl::Layer& l = layers[li];
-    norm(l.attn_norm, l.qkv);
+    if (attn_norm_made) {
+      scratch_holds = nullptr;
+      x_in = xq_norm;
+    } else {
+      norm(l.attn_norm, l.qkv);
+    }
     // q, k and v of a token side by side in one row of ldqkv. Where they are
     // separate stacks (a Q6_K attn_v beside Q4_K q|k) and launches are
     // plain, the later ones run on a second stream beside the first: alone,
@@ -248,6 +300,7 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
         matvec(false, p.w, xn, dim, n, q + p.column, ldqkv, p.bias, false);
       }
     }
+    x_in = xq;
     if (c.qk_norm && !rope_in) {
       kernels::launch_head_rmsnorm(q, ldqkv, n, int(c.n_heads), int(c.head_dim), l.q_norm,
                                    c.rms_eps, st);
@@ -278,12 +331,16 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
                                              : attention(l, 0, n, max_position, attn_out, true, rope_in);
     if (quantized && !attn_written) kernels::launch_quantize_activations(attn, qd, n, qd, xq, st);
     scratch_holds = attn_out.kind == AttnOut::NarrowX && attn_written ? attn : nullptr;
-    matvec(omit.wo, l.wo, attn, qd, n, x, dim, nullptr, true);  // residual add fused
-
-    norm(l.ffn_norm, l.gate_up);
+    if (product_with_norm(omit.wo, l.wo, attn, qd, l.ffn_norm, &l.gate_up, "ffn")) {
+      scratch_holds = nullptr;
+      x_in = xq_norm;
+    } else {
+      norm(l.ffn_norm, l.gate_up);
+    }
     // gate and up side by side in one row of ldgu; SwiGLU's output over gate.
     for (const ProjectionStack& p : l.gate_up)
       matvec(omit.gate_up, p.w, xn, dim, n, gate + p.column, ldgu, nullptr, false);
+    x_in = xq;
     scratch_holds = nullptr;
     if (omit.swiglu) {
     } else if (quantized) {
@@ -297,7 +354,10 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
     } else {
       kernels::launch_swiglu(gate, ldgu, up, ldgu, gate, ldgu, n, ffn, st);
     }
-    matvec(omit.down, l.w_down, gate, ldgu, n, x, dim, nullptr, true);
+    const Impl::Layer* next = li + 1 < layers.size() ? &layers[li + 1] : nullptr;
+    attn_norm_made =
+        product_with_norm(omit.down, l.w_down, gate, ldgu, next ? next->attn_norm : nullptr,
+                          next ? &next->qkv : nullptr, "attn");
   }
 
   scratch_holds = nullptr;  // the final norm's quantization takes the scratch's bytes (xq)

@@ -229,16 +229,16 @@ __device__ __forceinline__ void matvec_store(float (&acc)[R][B], int64_t row0, i
 // group adds the S partial sums in slice order (the same bits every run).
 // Every warp of the block must call it: it synchronizes the block. kAgain:
 // the block calls it again (a kernel that walks several row groups), so it
-// synchronizes once more before it returns.
-template <int R, int B, int S, bool kAgain = false>
+// synchronizes once more before it returns. W: the block's warps.
+template <int R, int B, int S, bool kAgain = false, int W = kMatvecWarpsPerBlock>
 __device__ __forceinline__ void matvec_store_sliced(float (&acc)[R][B], int64_t row0, int64_t rows,
                                                     float* y, int64_t ldy, const float* bias,
                                                     bool accumulate) {
   if constexpr (S == 1) {
     matvec_store<R, B>(acc, row0, rows, y, ldy, bias, accumulate);
   } else {
-    static_assert(kMatvecWarpsPerBlock % S == 0 && R * B <= 32, "slices or outputs per warp");
-    __shared__ float part[kMatvecWarpsPerBlock][R * B];
+    static_assert(W % S == 0 && R * B <= 32, "slices or outputs per warp");
+    __shared__ float part[W][R * B];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
     for (int r = 0; r < R; ++r)

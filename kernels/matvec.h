@@ -37,6 +37,14 @@ constexpr int kActivationRecordFloats = 4;  // {d1, d2, sum_x, 0}: one float4
 struct QuantizedActivations {
   int8_t* q = nullptr;      // (batch, cols/32, 2, 32): q1 and q2 of each block
   float* scales = nullptr;  // (batch, cols/32, 4)
+  // Batch 1 only. When set, the blocks hold g * h, an RMSNorm's input h
+  // times its weights g, not yet divided by rms(h), and sumsq the sums of
+  // h^2 over each block of 32 (cols/32 floats): a batch-1 matvec that reads
+  // them multiplies its sums by rsqrt(sum(sumsq) / cols + eps), summed in a
+  // fixed order, so the norm is made where h is written
+  // (launch_matvec_norm_units) without a launch of its own.
+  float* sumsq = nullptr;
+  float eps = 0.0f;
 };
 
 // Bytes of device memory QuantizedActivations needs for batch x cols.
@@ -136,5 +144,24 @@ bool matvec_bulk_applies(const MatvecArgs& args);
 // none (another format, `portable`, no sm_90).
 int64_t matvec_bulk_min_rows(PackedFormat format);
 bool launch_matvec_bulk(const MatvecArgs& args, cudaStream_t stream);
+
+// A batch-1 product that writes a residual row h (args.accumulate: h =
+// y + W x) and makes the next RMSNorm's input for the matvecs that read it:
+// norm.q and norm.scales get g * h quantized (g: `weight`, one a row),
+// norm.sumsq the sums of h^2 of each 32 rows, and norm.eps is the readers'
+// (QuantizedActivations::sumsq). Each block of the streaming kernel owns
+// whole units of 32 rows, so it quantizes its own rows after storing them,
+// with no count across blocks (the counters cost more than the launch they
+// saved: docs/KERNEL-NOTES.md run 35). y's bits are launch_matvec_stream's;
+// the blocks are launch_quantize_activations' of g * h (fp32 products).
+// Returns false having done nothing where it does not apply: a batch other
+// than 1, a format other than Q4_K and Q4_0 (Int4K256, Int4Sym32; Q6_K
+// only with VOLTAD_NORM_UNITS_Q6K=1, a comparison: slower), rows not a
+// multiple of 32, no accumulate, an x that is itself a norm's, or
+// VOLTAD_MATVEC_STREAM=0.
+bool launch_matvec_norm_units(const MatvecArgs& args, const float* weight,
+                              QuantizedActivations norm, cudaStream_t stream);
+// The same conditions, without launching.
+bool matvec_norm_units_apply(const MatvecArgs& args);
 
 }  // namespace voltad::kernels

@@ -234,7 +234,13 @@ __global__ void __launch_bounds__(kThreads) kernel_matvec_bulk(MatvecArgs a, int
   const int t = threadIdx.x, c = t % kChunks, phase = t / kChunks;
   const int j = c & 7;  // the chunk's Q4_K sub-block (Q4_0: unused)
   wait_for_previous_kernel();
-  const ChunkX x = load_chunk_x(a.xq, c);
+  ChunkX x = load_chunk_x(a.xq, c);
+  if (a.xq.sumsq) {  // x's norm factor: the record scales every term of a dot
+    const float f = activation_norm_scale(a.xq, kCols);
+    x.rec.x *= f;
+    x.rec.y *= f;
+    x.rec.z *= f;
+  }
   for (int k = 0; k < mine; ++k) {
     const int s = k % kStages;
     if (threadIdx.x == 0) bulk_stamp(k, 2);

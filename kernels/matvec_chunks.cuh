@@ -76,6 +76,36 @@ __device__ __forceinline__ ChunkX load_chunk_x(const QuantizedActivations& xq, i
   return x;
 }
 
+// The factor a batch-1 matvec multiplies its row sums by where x holds an
+// RMSNorm's input not yet divided by its rms (QuantizedActivations::sumsq):
+// rsqrt(sum / cols + eps), the sums of the 32-value units added in a fixed
+// order (lane l takes units l, l + 32, ..., then the butterfly), so every
+// warp of every reader gets the same bits. 1 where sumsq is null. Every
+// lane of the warp calls it, after the wait: the kernel before wrote sumsq.
+__device__ __forceinline__ float activation_norm_scale(const QuantizedActivations& xq,
+                                                       int64_t cols) {
+  if (xq.sumsq == nullptr) return 1.0f;
+  const int lane = threadIdx.x & 31;
+  const int units = int(cols / kActivationBlock);
+  float s = 0.0f;
+#pragma unroll 4
+  for (int u = lane; u < units; u += 32) s += xq.sumsq[u];
+  return rsqrtf(warp_sum(s) / float(cols) + xq.eps);
+}
+
+// acc *= activation_norm_scale where x holds a norm's input (batch 1:
+// check_matvec_args refuses sumsq at other batches).
+template <int R, int B>
+__device__ __forceinline__ void scale_by_norm(float (&acc)[R][B], const QuantizedActivations& xq,
+                                              int64_t cols) {
+  if (xq.sumsq == nullptr) return;
+  const float f = activation_norm_scale(xq, cols);
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int b = 0; b < B; ++b) acc[r][b] *= f;
+}
+
 // d + the dot product of four words of weight bytes with four of x bytes.
 __device__ __forceinline__ int dp4a_4(const uint32_t (&w)[4], const uint4& x, int d) {
   d = __dp4a(int(w[0]), int(x.x), d);

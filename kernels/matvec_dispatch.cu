@@ -139,6 +139,8 @@ void check_matvec_args(const MatvecArgs& args) {
   if (is_quantized(l.format)) {
     if (args.xq.q == nullptr || args.xq.scales == nullptr)
       matvec_misuse("quantized weights need quantized activations (xq)", args);
+    if (args.xq.sumsq && args.batch != 1)
+      matvec_misuse("a norm's unscaled x (xq.sumsq) is read at batch 1 only", args);
   } else if (args.x == nullptr || args.ldx < l.cols) {
     matvec_misuse("float weights need x with ldx >= cols", args);
   }

@@ -140,6 +140,7 @@ __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_int4(
   }
   wait_for_previous_kernel();  // lanes past the last chunk: no wait yet
   release_next_kernel();
+  scale_by_norm(acc, a.xq, l.cols);
   matvec_store_sliced<R, B, S>(acc, row0, l.rows, a.y, a.ldy, a.bias, a.accumulate);
 }
 

@@ -14,6 +14,7 @@
 #include "kernels/device_common.cuh"
 #include "kernels/launch.cuh"
 #include "kernels/matvec.h"
+#include "kernels/matvec_chunks.cuh"
 
 namespace voltad::kernels {
 
@@ -126,6 +127,7 @@ __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_int8(
   }
   wait_for_previous_kernel();  // lanes past the last chunk: no wait yet
   release_next_kernel();
+  scale_by_norm(acc, a.xq, l.cols);
   matvec_store<R, B>(acc, row0, l.rows, a.y, a.ldy, a.bias, a.accumulate);
 }
 
@@ -245,6 +247,7 @@ __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32) kernel_matvec_int6(
   }
   wait_for_previous_kernel();  // lanes past the last chunk: no wait yet
   release_next_kernel();
+  scale_by_norm(acc, a.xq, l.cols);
   matvec_store_sliced<R, B, S>(acc, row0, l.rows, a.y, a.ldy, a.bias, a.accumulate);
 }
 

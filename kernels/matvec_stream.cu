@@ -23,6 +23,7 @@
 #include "kernels/launch.cuh"
 #include "kernels/matvec.h"
 #include "kernels/matvec_chunks.cuh"
+#include "kernels/quantize_warp.cuh"
 
 namespace voltad::kernels {
 
@@ -44,17 +45,21 @@ __device__ __forceinline__ void stream_load(typename C::Raw (&buf)[R], const Pac
 // i < steps; two register sets take turns (loads into one while the other
 // is decoded), so no step copies registers.
 // block and blocks: this block's place among the blocks that share the
-// matrix (blockIdx.x and gridDim.x, or a part of a pair's grid).
-template <class C, int R, int S>
+// matrix (blockIdx.x and gridDim.x, or a part of a pair's grid). W: the
+// block's warps; row_base: the row where group 0 starts (a unit of
+// launch_matvec_norm_units).
+template <class C, int R, int S, int W = kMatvecWarpsPerBlock>
 __device__ __forceinline__ void matvec_stream_blocks(const MatvecArgs& a, int64_t groups,
-                                                     int64_t block, int64_t blocks) {
+                                                     int64_t block, int64_t blocks,
+                                                     int64_t row_base = 0) {
   const PackedLayout& l = a.w.layout;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, slice = warp % S;
-  constexpr int64_t kBlockRows = int64_t(R) * (kMatvecWarpsPerBlock / S);
+  constexpr int64_t kBlockRows = int64_t(R) * (W / S);
   const int chunks = int(l.cols / 32);
   const int first = lane + 32 * slice, stride = 32 * S;
   const int steps = (chunks + stride - 1) / stride;  // per row group, the same for every warp
-  const int64_t warp_row = (warp / S) * R;
+  const int64_t warp_row = row_base + (warp / S) * R;
+  __shared__ float norm_scale[W];  // x's norm factor (QuantizedActivations::sumsq)
 
   // The step being decoded (g, i) and the one being loaded (lg, li); the
   // loaded group's rows, computed once a group.
@@ -86,8 +91,13 @@ __device__ __forceinline__ void matvec_stream_blocks(const MatvecArgs& a, int64_
     }
     if (++i == steps) {
       if (g + blocks >= groups) release_next_kernel();  // the block's last rows
-      matvec_store_sliced<R, 1, S, true>(acc, g * kBlockRows + warp_row, l.rows, a.y, a.ldy, a.bias,
-                                         a.accumulate);
+      if (a.xq.sumsq) {
+        const float f = norm_scale[warp];
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[r][0] *= f;
+      }
+      matvec_store_sliced<R, 1, S, true, W>(acc, g * kBlockRows + warp_row, l.rows, a.y, a.ldy,
+                                            a.bias, a.accumulate);
 #pragma unroll
       for (int r = 0; r < R; ++r) acc[r][0] = 0.0f;
       i = 0;
@@ -100,6 +110,11 @@ __device__ __forceinline__ void matvec_stream_blocks(const MatvecArgs& a, int64_
                     first + li * stride < chunks);
   advance();
   wait_for_previous_kernel();  // the first weights are on their way
+  if (a.xq.sumsq) {            // x's norm factor, in the warp's slot (not a register of the loop)
+    const float f = activation_norm_scale(a.xq, l.cols);
+    if (lane == 0) norm_scale[warp] = f;
+    __syncwarp();
+  }
   // Each turn loads the step after the one it decodes. Issuing both sets'
   // loads before the wait was no better for Q4_K_M and 3% slower for Q4_0
   // streamed the same way (docs/PERFORMANCE.md, run 21).
@@ -135,6 +150,35 @@ __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32)
     matvec_stream_blocks<CA, RA, SA>(a, groups_a, blockIdx.x, blocks_a);
   else
     matvec_stream_blocks<CB, RB, SB>(b, groups_b, blockIdx.x - blocks_a, gridDim.x - blocks_a);
+}
+
+// launch_matvec_norm_units: W warps a block, whose row groups of R * W / S
+// rows tile units of 32 rows; block b takes units b, b + gridDim.x, ....
+// After a unit's last row group is stored (and the block has met), warp 0
+// reads the unit's 32 rows of h back (this block wrote them), quantizes
+// g * h as the unit's block of the readers' x and writes the unit's sum of
+// h^2. The successor is released at each unit's last group, as a block of
+// the plain kernel is at its last; it reads these only after its wait,
+// which returns when this grid, epilogues included, has completed.
+template <class C, int R, int S, int W>
+__global__ void __launch_bounds__(W * 32)
+    kernel_matvec_norm_units(MatvecArgs a, const float* __restrict__ weight,
+                             QuantizedActivations norm, int64_t units) {
+  constexpr int64_t kGroupRows = int64_t(R) * (W / S);
+  static_assert(kActivationBlock % kGroupRows == 0, "row groups tile a unit");
+  constexpr int64_t kUnitGroups = kActivationBlock / kGroupRows;
+  const int lane = threadIdx.x & 31;
+  for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
+    matvec_stream_blocks<C, R, S, W>(a, kUnitGroups, 0, 1, u * kActivationBlock);
+    __syncthreads();  // every row of the unit stored (S = 1 stores without a barrier)
+    if (threadIdx.x < 32) {
+      const int64_t row = u * kActivationBlock + lane;
+      const float h = a.y[row];
+      const float ss = warp_sum(h * h);
+      quantize_block_warp(__fmul_rn(h, weight[row]), norm, 0, a.w.layout.rows, u);
+      if (lane == 0) norm.sumsq[u] = ss;
+    }
+  }
 }
 
 namespace {
@@ -247,6 +291,75 @@ bool launch_matvec_pair(const MatvecArgs& a, const MatvecArgs& b, cudaStream_t s
   check_matvec_args(a);
   check_matvec_args(b);
   launch_pair_q4k_q6k(a, b, stream);
+  return true;
+}
+
+namespace {
+
+// Blocks of 16 warps: 32 rows a group for Q4_K and Q4_0 (4 rows a warp, 2
+// warps a row group), two groups of 16 for Q6_K (2 rows a warp). An SM
+// then holds as many of the unit kernel's warps as of the plain Q4_K one's
+// (4 blocks of 4 at 128 registers), walking as many rows. The plain Q6_K
+// kernel (62 registers) holds 8 blocks of 4 warps an SM; its units (78
+// registers, one block of 16 an SM; 32 warps spill) made down 6 us a layer
+// slower on the H200, so Q6_K takes them only on request
+// (VOLTAD_NORM_UNITS_Q6K=1; docs/PERFORMANCE.md run 38).
+constexpr int kUnitWarps = 16;
+
+template <class C, int R, int S, int W = kUnitWarps>
+void launch_units(const MatvecArgs& a, const float* weight, QuantizedActivations norm,
+                  cudaStream_t stream) {
+  auto kernel = kernel_matvec_norm_units<C, R, S, W>;
+  static const int per_sm = [&] {
+    int blocks = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, W * 32, 0));
+    return std::max(blocks, 1);
+  }();
+  const int64_t units = a.w.layout.rows / kActivationBlock;
+  const int64_t grid = std::min<int64_t>(units, int64_t(per_sm) * device_sm_count());
+  launch_kernel(kernel, unsigned(grid), W * 32, 0, stream, a, weight, norm, units);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+bool env_flag(const char* name, bool fallback) {
+  const char* v = std::getenv(name);
+  return v && v[0] ? v[0] != '0' : fallback;
+}
+
+}  // namespace
+
+bool matvec_norm_units_apply(const MatvecArgs& a) {
+  static const bool q6k = env_flag("VOLTAD_NORM_UNITS_Q6K", false);
+  const PackedLayout& l = a.w.layout;
+  const bool format = l.format == PackedFormat::Int4K256 || l.format == PackedFormat::Int4Sym32 ||
+                      (q6k && l.format == PackedFormat::Int6K256);
+  return matvec_stream_enabled() && format && a.batch == 1 && a.accumulate && a.xq.q != nullptr &&
+         a.xq.sumsq == nullptr && l.rows > 0 && l.rows % kActivationBlock == 0;
+}
+
+bool launch_matvec_norm_units(const MatvecArgs& a, const float* weight, QuantizedActivations norm,
+                              cudaStream_t stream) {
+  if (!matvec_norm_units_apply(a)) return false;
+  check_matvec_args(a);
+  if (weight == nullptr || norm.q == nullptr || norm.scales == nullptr || norm.sumsq == nullptr ||
+      norm.q == a.xq.q || norm.scales == a.xq.scales) {
+    std::fprintf(stderr,
+                 "launch_matvec_norm_units: needs the norm's weights and an output (q, scales, "
+                 "sumsq) apart from the product's own x (%lld rows)\n",
+                 (long long)a.w.layout.rows);
+    std::abort();
+  }
+  switch (a.w.layout.format) {
+    case PackedFormat::Int4K256:
+      launch_units<Int4Chunk<PackedFormat::Int4K256>, 4, 2>(a, weight, norm, stream);
+      break;
+    case PackedFormat::Int4Sym32:
+      launch_units<Int4Chunk<PackedFormat::Int4Sym32>, 4, 2>(a, weight, norm, stream);
+      break;
+    default:  // Int6K256 (matvec_norm_units_apply)
+      launch_units<Int6Chunk, 2, 2>(a, weight, norm, stream);
+      break;
+  }
   return true;
 }
 

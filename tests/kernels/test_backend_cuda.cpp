@@ -88,6 +88,10 @@ std::vector<float> to_float(const std::vector<double>& v) { return std::vector<f
 //   layer 2: q Q6_K, k v Q4_0, gate up F16   -> [q] [k v], one gate|up stack
 //   layer 3: q Q4_0, k Q8_0, v Q4_0, gate Q8_0, up Q4_0
 //                                            -> three matrices, gate and up apart
+// attn_output and ffn_down are Q4_K and Q6_K in layers 0 and 1, Q6_K and
+// Q4_K in layer 2 and Q8_0 in layer 3, so that at one token o and down make
+// the next norm (kernels::launch_matvec_norm_units) for every kind of
+// reader, except layer 2's o, whose F16 gate|up reads fp32 x, and layer 3's.
 // Random valid blocks, with scales bounded per type so that the weights stay
 // below about 1 and the activations finite. A q|k|v or gate|up column out of
 // place shows as errors of order 1, far above the 5e-2 of the arithmetic.
@@ -109,6 +113,11 @@ std::shared_ptr<const Model> mixed_type_model() {
   const char* names[] = {"attn_q", "attn_k", "attn_v", "ffn_gate", "ffn_up"};
   for (int64_t layer = 0; layer < spec.n_layers; ++layer)
     for (const char* n : names)
+      spec.omit.insert("blk." + std::to_string(layer) + "." + n + ".weight");
+  // attn_output, ffn_down of layers 0-2 (layer 3 keeps the spec's Q8_0).
+  const std::array<G, 2> products[] = {{G::Q4_K, G::Q6_K}, {G::Q4_K, G::Q6_K}, {G::Q6_K, G::Q4_K}};
+  for (int64_t layer = 0; layer < 3; ++layer)
+    for (const char* n : {"attn_output", "ffn_down"})
       spec.omit.insert("blk." + std::to_string(layer) + "." + n + ".weight");
   GgufWriter w = test::tiny_model_writer(spec);
   auto max_exponent = [](GgmlType t) {  // fp16 scales up to 2^(e - 14)
@@ -135,6 +144,15 @@ std::shared_ptr<const Model> mixed_type_model() {
           "blk." + std::to_string(layer) + "." + names[i] + ".weight", t, {dim, rows[i]},
           test::random_valid_tensor(t, int64_t(rows[i]), int64_t(dim), rng, max_exponent(t)));
     }
+  for (int64_t layer = 0; layer < 3; ++layer) {
+    const std::string b = "blk." + std::to_string(layer) + ".";
+    const auto [o, down] = products[layer];
+    w.add_tensor(b + "attn_output.weight", o, {q, dim},
+                 test::random_valid_tensor(o, int64_t(dim), int64_t(q), rng, max_exponent(o)));
+    w.add_tensor(
+        b + "ffn_down.weight", down, {ffn, dim},
+        test::random_valid_tensor(down, int64_t(dim), int64_t(ffn), rng, max_exponent(down)));
+  }
   auto file = GgufFile::from_bytes(w.to_bytes(), "mixed-types.gguf");
   REQUIRE_MESSAGE(file.ok(), (file.ok() ? "" : file.error().message));
   auto model = load_model(std::move(file).value());
