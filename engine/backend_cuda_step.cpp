@@ -185,14 +185,14 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
         return false;
     return units && !readers.empty();
   };
-  // The product that writes h, making `weight`'s norm for `readers` where it
-  // can; false: it ran as a plain matvec (or was omitted), and the norm is
-  // still to launch.
   // VOLTAD_NORM_UNITS_AT=ffn|attn: only that norm (comparisons).
   static const std::string units_at = [] {
     const char* v = std::getenv("VOLTAD_NORM_UNITS_AT");
     return std::string(v ? v : "");
   }();
+  // The product that writes h, making `weight`'s norm for `readers` where it
+  // can; false: it ran as a plain matvec (or was omitted), and the norm is
+  // still to launch.
   auto product_with_norm = [&](bool skip, const kernels::PackedMatrixView& w, const float* xin,
                                int64_t ldx, const float* weight,
                                const std::vector<ProjectionStack>* readers, const char* which) {
