@@ -57,7 +57,7 @@ bool CudaBackend::Impl::attention(const Layer& layer, int first, int n_tokens, i
       a.rope.eps = c.rms_eps;
     }
     // The combine in pass 1's last block (kernels/attention.h) from 8
-    // tokens a launch: measured on the H200 (docs/PERFORMANCE.md, run 14),
+    // tokens a launch: measured on the H200 (docs/PERFORMANCE-RUNS-13-17.md, run 14),
     // b8 and b32 +1%, but batch 1 -5%: there one block per KV head does the
     // work of 4 combine blocks at the end of the attention. The counters
     // hold S tokens; longer runs of prompt tokens take the two launches.
@@ -247,7 +247,7 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
     // (kernels::launch_matvec_pair; auto b1 +1.0-1.2%), at 2-8 tokens the
     // sm_80 narrow GEMMs (kernels::launch_gemm_narrow_sm80_pair; b8
     // +1.1-1.8%). Beside the side stream of plain launches (portable) the
-    // batch-1 pair was 0.2% slower, so those keep it (docs/PERFORMANCE.md
+    // batch-1 pair was 0.2% slower, so those keep it (docs/PERFORMANCE-RUNS-34-37.md
     // run 34).
     kernels::GemmScratch qkv_scratch = gemm_scratch;
     qkv_scratch.holds_x = scratch_holds;
@@ -291,7 +291,7 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
       // launch, v goes first, and q|k's blocks, released at v's wait, load
       // their first weights while it runs: b16 +0.5% and +1.2%, b32 +0.5%
       // and +0.8% (Llama-3-8B, Qwen3-8B Q4_K_M); b8 (before its pair) -0.6%
-      // and -0.3% (docs/PERFORMANCE.md run 34). Prefill's GEMMs keep the
+      // and -0.3% (docs/PERFORMANCE-RUNS-34-37.md run 34). Prefill's GEMMs keep the
       // order: they release nothing early.
       const bool reverse =
           qkv_reverse >= 0 ? qkv_reverse == 1 : programmatic && n > 8 && both_narrow();

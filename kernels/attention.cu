@@ -62,7 +62,7 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
 // thread's element of every piece (registers, kAttentionMaxSplits of them);
 // then the block reduces m and l and every thread sums its element over the
 // pieces (~2 us a layer less at batch 1 than loading the elements after the
-// reductions, docs/PERFORMANCE.md run 15). The sums go in the same order as
+// reductions, docs/PERFORMANCE-RUNS-13-17.md run 15). The sums go in the same order as
 // before, so the bits are unchanged.
 __global__ void kernel_attention_combine(AttentionArgs a, int splits) {
   __shared__ float weight[kAttentionMaxSplits];  // exp(m_s - max m) of each piece

@@ -532,7 +532,7 @@ decltype(auto) with_head_dim(int head_dim, Fn&& fn) {
 // smallest of 1, 2, 4, 8 that holds `group` query heads a KV head. Pass 1
 // keeps q and the sums of G heads in registers: sized for 8 heads always,
 // Llama-3-8B's 4 took 220 registers a thread, 2 blocks an SM, and so half
-// the pieces a wave holds at batch 8 (docs/PERFORMANCE.md run 16).
+// the pieces a wave holds at batch 8 (docs/PERFORMANCE-RUNS-13-17.md run 16).
 template <class Fn>
 decltype(auto) with_head_dim_group(int head_dim, int group, Fn&& fn) {
   return with_head_dim(head_dim, [&](auto hd) {

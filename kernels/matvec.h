@@ -125,7 +125,7 @@ bool matvec_pair_enabled();
 // that tie, the nearest to the blocks in proportion to the bytes. (The
 // first rule, blocks in proportion to the quants and scales bytes, gave
 // Llama-3-8B's Q6_K v 88 blocks of up to 3 groups where q|k's take 2; this
-// one 128 of 2: batch 1 +1.0-1.1%, docs/PERFORMANCE.md run 37.)
+// one 128 of 2: batch 1 +1.0-1.1%, docs/PERFORMANCE-RUNS-34-37.md run 37.)
 struct MatvecPairSplit {
   int64_t blocks_a = 0, blocks_b = 0;
 };
@@ -152,7 +152,7 @@ bool launch_matvec_bulk(const MatvecArgs& args, cudaStream_t stream);
 // (QuantizedActivations::sumsq). Each block of the streaming kernel owns
 // whole units of 32 rows, so it quantizes its own rows after storing them,
 // with no count across blocks (the counters cost more than the launch they
-// saved: docs/KERNEL-NOTES.md run 35). y's bits are launch_matvec_stream's;
+// saved: docs/KERNEL-NOTES-RUNS-25-35.md run 35). y's bits are launch_matvec_stream's;
 // the blocks are launch_quantize_activations' of g * h (fp32 products).
 // Returns false having done nothing where it does not apply: a batch other
 // than 1, a format other than Q4_K and Q4_0 (Int4K256, Int4Sym32; Q6_K

@@ -149,7 +149,7 @@ struct Int4Chunk {
   // Rows row0 + r of a stream kernel's step (stream_load), as pointers to
   // the first one's arrays and 32-bit offsets from them, in place of 64-bit
   // row arithmetic at every load: fewer instructions on the load path, 3.5%
-  // less time alone (docs/PERFORMANCE.md, run 22). Rows past the end read
+  // less time alone (docs/PERFORMANCE-RUNS-21-22.md, run 22). Rows past the end read
   // the last row. The offsets fit an int for r <= 3 (the kernel's 4 rows a
   // warp) at launch_matvec's limit of 2^30 columns: 3 * 2^29 + 16 * 2^25
   // < 2^31, with nothing to spare; more rows a warp or wider rows need
@@ -219,7 +219,7 @@ struct Int6Chunk {
   // The stream kernel's loads (stream_load) from row0 + r, clamped to the
   // last row, as load() above: Int4Chunk's array pointers took that kernel
   // from 72 registers to 92 here (one warp a row group; 62 to 80 at two),
-  // and measured slower (docs/PERFORMANCE.md, run 22).
+  // and measured slower (docs/PERFORMANCE-RUNS-21-22.md, run 22).
   struct Rows {};
   static __device__ __forceinline__ Rows rows_at(const PackedMatrixView&, int64_t) { return {}; }
   static __device__ __forceinline__ Raw load(const PackedMatrixView& m, const Rows&, int64_t row0,

@@ -19,7 +19,7 @@
 // first weight loads, and asks L2 for the next ones' lines, before it waits
 // for the kernel that wrote x: those bytes stream while the norm, SwiGLU or
 // attention before it finishes. After the main loop the successor may be
-// scheduled. Batch 1 +5% (docs/PERFORMANCE.md, run 15).
+// scheduled. Batch 1 +5% (docs/PERFORMANCE-RUNS-13-17.md, run 15).
 #include "kernels/cuda_check.h"
 #include "kernels/device_common.cuh"
 #include "kernels/launch.cuh"
@@ -155,7 +155,7 @@ void launch_int4(const MatvecArgs& a, cudaStream_t stream) {
 
 // Matrices of few rows leave the SMs short of loads in flight: 1 or 2 warps
 // per row group (MatvecArgs::slices), where it measured faster (H200,
-// docs/PERFORMANCE.md run 17): batch 1 for every Int4 format, batch 2 for
+// docs/PERFORMANCE-RUNS-13-17.md run 17): batch 1 for every Int4 format, batch 2 for
 // Q4_0/Q4_1 (Q4_K at batch 2 was 1% slower sliced).
 template <PackedFormat F, int R, int B, int U>
 void launch_int4_sliced(const MatvecArgs& a, cudaStream_t stream) {
@@ -175,7 +175,7 @@ void launch_int4_format(const MatvecArgs& a, cudaStream_t stream) {
       // from L1 for every row; more rows per warp share each x load. 4 rows
       // a warp, sliced where rows are few, for every Int4 format: Q4_0 had
       // 2 rows and 2 chunks in flight (docs/KERNEL-NOTES-MATVEC-RUNS-1-4.md, run 4), which
-      // measured 429 tok/s against 478 (docs/PERFORMANCE.md run 17).
+      // measured 429 tok/s against 478 (docs/PERFORMANCE-RUNS-13-17.md run 17).
       launch_int4_sliced<F, 4, 1, 1>(a, stream);
       break;
     case 2:

@@ -117,7 +117,7 @@ __device__ __forceinline__ void matvec_stream_blocks(const MatvecArgs& a, int64_
   }
   // Each turn loads the step after the one it decodes. Issuing both sets'
   // loads before the wait was no better for Q4_K_M and 3% slower for Q4_0
-  // streamed the same way (docs/PERFORMANCE.md, run 21).
+  // streamed the same way (docs/PERFORMANCE-RUNS-21-22.md, run 21).
   for (;;) {
     if (lg < groups)
       stream_load<C, R>(buf1, a.w, lrows, lg * kBlockRows + warp_row, first + li * stride,

@@ -43,7 +43,7 @@ __global__ void kernel_rmsnorm(float* x, const float* delta, int64_t ldx, const 
 // warps, rows) so that each warp quantizes one block of 32 values: one block
 // per row was 4 blocks a warp, a chain of ~80 shuffles (~4 us a norm at
 // batch 1 on the H200, measured by leaving it out of the decode graph,
-// docs/PERFORMANCE.md run 15). Every block sums the squares of the whole row
+// docs/PERFORMANCE-RUNS-13-17.md run 15). Every block sums the squares of the whole row
 // itself (the row is a few KB, in L2), in the order kernel_rmsnorm sums them
 // (thread t takes t, t + threads, ...; threads_for(dim) threads), so the
 // bytes equal launch_rmsnorm's. The warp then writes its block to `out` and

@@ -92,7 +92,7 @@ using namespace voltad::kernels;
 // 256 bytes of headers, where the packed layout has it read 512 bytes from
 // each of 4 rows a row apart. The same bytes in all, the same loop
 // (Int4Chunk's dot); the values are not meaningful. Rows a multiple of 4,
-// columns of 1,024. The question (PERFORMANCE.md run 22): does the access
+// columns of 1,024. The question (PERFORMANCE-RUNS-21-22.md run 22): does the access
 // pattern hold Q4_K at ~69% of the copy bandwidth where Q6_K reaches 81%?
 // (A named namespace: kernels are instantiated on the type.)
 struct Int4KTiledProbe {
