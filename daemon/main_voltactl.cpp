@@ -23,7 +23,8 @@ constexpr const char* kUsage =
     "file\n"
     "  drain | resume                                                  stop / start taking new "
     "requests\n"
-    "  plan                                                            not available yet\n"
+    "  plan [--json]                                                   the VRAM plan made at "
+    "start, and the card now\n"
     "The socket is --socket, else $VOLTAD_SOCKET, else the daemon's default (%s).\n";
 }
 
@@ -67,12 +68,7 @@ int main(int argc, char** argv) {
   if (cmd == "bench") return voltad::ctl::cmd_bench(client, args);
   if (cmd == "reload" || cmd == "drain" || cmd == "resume")
     return voltad::ctl::cmd_admin(client, cmd, args);
-  if (cmd == "plan") {
-    std::fprintf(stderr,
-                 "voltactl plan: not available yet: voltad has no placement/memory plan endpoint "
-                 "in this build\n");
-    return voltad::kExitUnavailable;
-  }
+  if (cmd == "plan") return voltad::ctl::cmd_plan(client, args);
   std::fprintf(stderr, "voltactl: unknown command '%s'\n", cmd.c_str());
   std::fprintf(stderr, kUsage, socket.c_str());
   return voltad::kExitUsage;

@@ -188,6 +188,7 @@ json vram_plan_json(const VramPlan& p) {
         {"step_indices", w.step_indices},
         {"attention_partials", w.attention_partials},
         {"attention_arrivals", w.attention_arrivals},
+        {"gemm_split", w.gemm_split},
         {"total", w.total()}}},
       {"kv_pool",
        {{"bytes_per_token", p.kv.bytes_per_token},

@@ -50,6 +50,12 @@ struct ServedModel {
   int32_t max_context = 0;
   uint64_t kv_cache_bytes = 0;
   uint64_t device_memory_bytes = 0;  // weights + KV cache + workspace on the GPU; 0 on the CPU
+  // The VRAM plan the daemon made at start (GET /plan, voltactl plan): its
+  // table (engine/vram_plan.h vram_plan_text), its JSON (voltad --plan
+  // --json's) and what measured the card; all "" on the CPU backend.
+  std::string vram_plan_text;
+  std::string vram_plan_json;
+  std::string vram_measured_with;
 };
 
 // The placement applied at start (daemon/placement_startup.h), as /health,

@@ -253,6 +253,24 @@ HttpResponse detokenize(const Call& c) {
   return c.json(200, {{"prompt", m->tokenizer->decode(r.tokens)}});
 }
 
+// GET /plan: the VRAM plan the daemon made at start, and the card now.
+HttpResponse vram_plan(const Call& c) {
+  const ServedModel* m = c.ctx.loaded();
+  if (!m) return c.error(not_ready(c.ctx));
+  if (m->vram_plan_json.empty())
+    return c.error(not_found("the " + m->backend +
+                                 " backend holds no VRAM plan (only the CUDA backend plans the "
+                                 "card); `voltad --plan --assume-vram BYTES` shows what a card "
+                                 "would hold",
+                             "no_vram_plan"));
+  Json body = {{"plan", Json::parse(m->vram_plan_json, nullptr, false)},
+               {"text", m->vram_plan_text},
+               {"measured_with", m->vram_measured_with}};
+  if (const VramMonitor* v = c.ctx.vram.load(std::memory_order_acquire))
+    body["vram"] = vram_health_json(v->status());
+  return c.json(200, body);
+}
+
 HttpResponse method_not_allowed(const Call& c, const char* allow) {
   ApiError e;
   e.status = 405;
@@ -286,11 +304,13 @@ RouteOutcome route_request(ServerContext& ctx, const HttpRequest& req, const Pee
                                                      : CompletionRequest::Kind::Text,
                       std::move(notify));
   }
-  if (path == "/health" || path == "/metrics" || path == "/v1/models") {
+  if (path == "/health" || path == "/metrics" || path == "/v1/models" || path == "/plan") {
     if (!get)
       out.response = method_not_allowed(c, "GET");
     else if (path == "/health")
       out.response = health(c);
+    else if (path == "/plan")
+      out.response = vram_plan(c);
     else if (path == "/metrics")
       out.response =
           make_response(200, "text/plain; version=0.0.4; charset=utf-8",
@@ -328,7 +348,7 @@ RouteOutcome route_request(ServerContext& ctx, const HttpRequest& req, const Pee
   out.response = c.error(
       not_found("no route " + std::string(req.method_string()) + " " + path +
                 "; this server has /v1/chat/completions, /v1/completions, /v1/models, /tokenize, "
-                "/detokenize, /health and /metrics"));
+                "/detokenize, /health, /metrics and /plan"));
   return out;
 }
 

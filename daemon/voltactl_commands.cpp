@@ -47,6 +47,19 @@ bool parse_options(const char* command, const Args& args, const std::vector<Opti
   return true;
 }
 
+std::string vram_line(const nlohmann::json& g) {
+  auto gib = [&](const char* key) { return g.value(key, 0.0) / double(1 << 30); };
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "%.2f of %.2f GiB in use by all processes (%s); degraded above %.2f GiB, ready "
+                "again below %.2f GiB%s",
+                gib("card_used_bytes"), gib("card_total_bytes"),
+                g.value("source", std::string("?")).c_str(), gib("degraded_above_bytes"),
+                gib("ready_below_bytes"),
+                g.value("degraded", false) ? ": DEGRADED, new requests get 503" : "");
+  return line;
+}
+
 namespace {
 
 int report(const Result<ApiResponse>& r) {
@@ -329,18 +342,8 @@ int cmd_status(const ApiClient& client, const Args& args) {
     std::printf("  kv cache    %d of %d blocks used, %.1f MiB in all\n", used, total,
                 v("voltad_kv_cache_bytes") / (1 << 20));
   }
-  if (h.contains("vram") && h["vram"].is_object()) {
-    // The VRAM guard's view: the whole card, every process included.
-    const Json& g = h["vram"];
-    auto gib = [&](const char* key) { return g.value(key, 0.0) / double(1 << 30); };
-    std::printf(
-        "  gpu memory  %.2f of %.2f GiB in use by all processes (%s); degraded above %.2f GiB,"
-        " ready again below %.2f GiB%s\n",
-        gib("card_used_bytes"), gib("card_total_bytes"),
-        g.value("source", std::string("?")).c_str(), gib("degraded_above_bytes"),
-        gib("ready_below_bytes"),
-        g.value("degraded", false) ? ": DEGRADED, new requests get 503" : "");
-  }
+  if (h.contains("vram") && h["vram"].is_object())
+    std::printf("  gpu memory  %s\n", vram_line(h["vram"]).c_str());
   std::printf("  served      %.0f prompt tokens, %.0f generated tokens, %.0f connections\n",
               v("voltad_prompt_tokens_total"), v("voltad_generated_tokens_total"),
               v("voltad_connections_total{result=\"accepted\"}"));

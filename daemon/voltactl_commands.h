@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "daemon/voltactl_client.h"
 #include "engine/whole_number.h"
 
@@ -19,6 +21,12 @@ int cmd_models(const ApiClient& client, const Args& args);
 int cmd_bench(const ApiClient& client, const Args& args);  // voltactl_bench.cpp
 // reload | drain | resume (voltactl_admin.cpp): administrators only.
 int cmd_admin(const ApiClient& client, const std::string& action, const Args& args);
+// plan [--json] (voltactl_plan.cpp): the VRAM plan the daemon made at start.
+int cmd_plan(const ApiClient& client, const Args& args);
+
+// The VRAM guard's view of the card (/health's and /plan's "vram"), one
+// line: every process's use, and where the daemon turns degraded.
+std::string vram_line(const nlohmann::json& vram);
 
 // "--name VALUE" option parsing shared by the commands: false (and a message
 // on stderr) for an unknown option or a missing value.

@@ -11,6 +11,7 @@
 #include "engine/model.h"
 #include "engine/vram_plan.h"
 #include "engine/weight_repack.h"
+#include "tests/engine/plan_shapes.h"
 #include "tests/engine/test_gguf_support.h"
 
 using namespace voltad;
@@ -21,10 +22,7 @@ constexpr uint64_t MiB = 1ull << 20, GiB = 1ull << 30;
 
 // Card totals as nvidia-smi reports them (MiB).
 DeviceMemory card(const char* name, uint64_t mib) {
-  DeviceMemory d;
-  d.name = name;
-  d.total_bytes = mib * MiB;
-  return d;
+  return test::plan_card(name, mib);
 }
 const DeviceMemory kV100_16 = card("V100 16 GB", 16160);
 const DeviceMemory kV100_32 = card("V100 32 GB", 32510);
@@ -32,17 +30,7 @@ const DeviceMemory kH200 = card("H200", 143771);
 
 ModelConfig shape(int64_t dim, int64_t layers, int64_t heads, int64_t kv_heads, int64_t ffn,
                   int64_t vocab) {
-  ModelConfig c{};
-  c.arch = Arch::Llama;
-  c.dim = dim;
-  c.n_layers = layers;
-  c.n_heads = heads;
-  c.n_kv_heads = kv_heads;
-  c.head_dim = 128;
-  c.ffn_dim = ffn;
-  c.n_vocab = vocab;
-  c.context_length = 8192;
-  return c;
+  return test::plan_shape(dim, layers, heads, kv_heads, ffn, vocab);
 }
 const ModelConfig kLlama3_8b = shape(4096, 32, 32, 8, 14336, 128256);
 const ModelConfig kQwen3_32b = shape(5120, 64, 64, 8, 25600, 151936);

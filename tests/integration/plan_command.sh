@@ -45,6 +45,8 @@ check "json: pool tokens = blocks x 16" jqt '.kv_pool.tokens == .kv_pool.blocks 
 check "json: the pool is capped at 16 sequences of 4096" jqt '.kv_pool.blocks == 16 * 256' "$json"
 check "json: the workspace row is the workspace total" \
   jqt '(.components[] | select(.name == "workspace") | .bytes) == .workspace.total' "$json"
+check "json: the workspace's buffers add up to its total" \
+  jqt '([.workspace | to_entries[] | select(.key != "total") | .value] | add) == .workspace.total' "$json"
 check "json: model path" test "$(jq -r .model.path <<<"$json")" = "$model"
 
 # Others' usage counts against the budget.

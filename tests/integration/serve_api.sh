@@ -136,8 +136,17 @@ echo "/exit" >&7
 exec 7>&-
 wait "$chat_pid"
 check "  ...and chat goes on, then leaves on /exit (exit 0)" test $? -eq 0
-"$bin/voltactl" plan >/dev/null 2>&1
-check "voltactl plan: not available, non-zero" test $? -ne 0
+# The CPU backend plans no card: /plan says so (404 no_vram_plan), and so
+# does voltactl plan (exit 1), naming the offline plan instead.
+r=$(api /plan)
+check "GET /plan on the CPU backend: 404 no_vram_plan" test "$(status "$r")" = 404
+check "  ...with the code and the way to an offline plan" \
+  py 'j["error"]["code"]=="no_vram_plan" and "voltad --plan" in j["error"]["message"]' <<<"$(body "$r")"
+out=$("$bin/voltactl" plan 2>&1); rc=$?
+check "voltactl plan on the CPU backend: exit 1, says there is no VRAM plan" \
+  test "$rc" -eq 1 -a -n "$(grep "holds no VRAM plan" <<<"$out")"
+"$bin/voltactl" plan --bogus >/dev/null 2>&1
+check "voltactl plan --bogus: usage error 64" test $? -eq 64
 "$bin/voltactl" --socket "$tmp/none.sock" status >/dev/null 2>"$tmp/err"
 check "voltactl on a missing socket: clear error" grep -q "is voltad running" "$tmp/err"
 
