@@ -103,5 +103,52 @@ check "bad config: exit 78" test $? -eq 78
 "$bin/voltad" --plan --help | grep -q -- "--assume-used"
 check "--plan --help lists the flags" test $? -eq 0
 
+# voltactl plan against a daemon's answer (GET /plan, as the CUDA backend's
+# daemon gives it; the daemon's side is tests/daemon/test_server_plan.cpp):
+# a stand-in server on a Unix socket answers this plan, then 503.
+cat >"$tmp/answer.py" <<'PY'
+import http.server, json, os, socketserver, sys
+sock, plan_file, text_file = sys.argv[1:4]
+answers = [(200, {"plan": json.load(open(plan_file)), "text": open(text_file).read(),
+                  "measured_with": "nvml, before and after voltad's context",
+                  "vram": {"card_used_bytes": 3 << 30, "card_total_bytes": 4 << 30,
+                           "source": "nvml", "degraded_above_bytes": 3865470566,
+                           "ready_below_bytes": 3650722201, "degraded": False}})] * 2 + \
+          [(503, {"error": {"message": "the model is still loading; retry shortly",
+                            "type": "server_error", "code": "unavailable"}})]
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        status, body = answers.pop(0) if self.path == "/plan" else (404, {})
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+    def log_message(self, *a): pass
+    def address_string(self): return "local"
+class S(socketserver.UnixStreamServer):
+    pass
+srv = S(sock, H)
+for _ in range(3): srv.handle_request()
+PY
+"$bin/voltad" --plan --model "$model" --assume-vram 4GiB >"$tmp/plan.txt"
+jq . <<<"$json" >"$tmp/plan.json"
+python3 "$tmp/answer.py" "$tmp/ctl.sock" "$tmp/plan.json" "$tmp/plan.txt" &
+server=$!
+for _ in $(seq 50); do [[ -S $tmp/ctl.sock ]] && break; sleep 0.1; done
+out=$("$bin/voltactl" --socket "$tmp/ctl.sock" plan 2>&1); rc=$?
+check "voltactl plan: exit 0" test "$rc" -eq 0
+check "voltactl plan: says what measured the card" grep -q "the card measured by nvml" <<<"$out"
+check "voltactl plan: the daemon's table" grep -q "^Fits: yes.$" <<<"$out"
+check "voltactl plan: the card now" grep -q "^now: 3.00 of 4.00 GiB in use by all processes (nvml)" <<<"$out"
+out=$("$bin/voltactl" --socket "$tmp/ctl.sock" plan --json 2>&1); rc=$?
+check "voltactl plan --json: exit 0, the plan as the daemon sent it" \
+  test "$rc" -eq 0 -a "$(jq .plan.planned_bytes <<<"$out")" = "$(jq .planned_bytes <<<"$json")"
+out=$("$bin/voltactl" --socket "$tmp/ctl.sock" plan 2>&1); rc=$?
+check "voltactl plan while loading: exit 69 with the daemon's reason" \
+  test "$rc" -eq 69 -a -n "$(grep "still loading" <<<"$out")"
+wait "$server"
+
 echo "plan_command: $fails failure(s)"
 exit $((fails > 0))
