@@ -54,8 +54,6 @@ struct Engine {
   std::unique_ptr<Scheduler> scheduler;
   ServedModel served;
   std::string plan_text;              // the VRAM plan at start (CUDA); "" on the CPU
-  std::string plan_json;              // the same as JSON (voltad --plan --json's)
-  std::string plan_measured_with;     // what measured the card (NVML, the CUDA runtime)
   std::unique_ptr<VramMonitor> vram;  // the VRAM guard; none on the CPU backend
 };
 
@@ -129,8 +127,9 @@ std::optional<Failure> load_engine(const config::Config& cfg, const std::string&
                                                   " (voltad does not fall back to the CPU)"};
     if (!vram->plan.fits) return Failure{kExitVramBudget, vram_refusal_text(vram.value())};
     e.plan_text = vram_plan_text(vram->plan);
-    e.plan_json = plan::vram_plan_json(vram->plan).dump();
-    e.plan_measured_with = vram->measured_with;
+    e.served.vram_plan_text = e.plan_text;  // for GET /plan
+    e.served.vram_plan_json = plan::vram_plan_json(vram->plan).dump();
+    e.served.vram_measured_with = vram->measured_with;
     spdlog::info("VRAM plan (measured with {}):\n{}", vram->measured_with, e.plan_text);
     options.kv_blocks = int32_t(vram->plan.kv.blocks);
     auto backend = CudaBackend::create(e.model, options);
@@ -184,9 +183,6 @@ std::optional<Failure> load_engine(const config::Config& cfg, const std::string&
     s.add_bos = e.tokenizer->data().add_bos;
   s.scheduler = e.scheduler.get();
   s.max_context = e.scheduler->max_context();
-  s.vram_plan_text = e.plan_text;
-  s.vram_plan_json = e.plan_json;
-  s.vram_measured_with = e.plan_measured_with;
 
   // The VRAM guard samples from now on: a card already past the budget
   // makes the daemon come up degraded rather than ready. The CUDA backend
