@@ -73,7 +73,12 @@ void Histogram::render(const std::string& name, std::string& out) const {
     std::string le = i < bounds_.size() ? number(bounds_[i]) : "+Inf";
     out += base + "_bucket{" + labels + "le=\"" + le + "\"} " + std::to_string(cumulative) + '\n';
   }
-  std::string suffix_labels = labels.empty() ? "" : "{" + labels.substr(0, labels.size() - 1) + "}";
+  std::string suffix_labels;  // labels without the trailing comma, braced
+  if (!labels.empty()) {
+    suffix_labels = "{";
+    suffix_labels.append(labels, 0, labels.size() - 1);
+    suffix_labels += '}';
+  }
   out += base + "_sum" + suffix_labels + ' ' + number(sum_) + '\n';
   out += base + "_count" + suffix_labels + ' ' + std::to_string(count_) + '\n';
 }

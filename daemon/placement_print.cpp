@@ -26,6 +26,14 @@ std::string gib(uint64_t bytes) {
   return buf;
 }
 
+// "#3": a GPU's index as the plans print it. (Built by appending: GCC 12
+// warns, falsely, on "#" + std::to_string(i) in a Release build.)
+std::string gpu_number(int index) {
+  std::string s = "#";
+  s += std::to_string(index);
+  return s;
+}
+
 std::string gpu_model(const Gpu& g) {
   return g.model.empty() ? "NVIDIA " + hex4(g.pci.vendor_id) + ":" + hex4(g.pci.device_id)
                          : g.model;
@@ -97,7 +105,7 @@ std::string machine_text(const Topology& t) {
   else
     out += "  NVIDIA GPUs, in PCI bus order:\n";
   for (auto& g : t.gpus) {
-    std::string index = "#" + std::to_string(g.index);
+    std::string index = gpu_number(g.index);
     index.resize(std::max<size_t>(index.size(), 4), ' ');
     out += "    " + index + g.pci.bus_id + "  " + gpu_model(g) + "  " +
            (g.uuid.empty() ? std::string("UUID unknown") : g.uuid) + "  " + nodes_word(g.nodes);
@@ -124,7 +132,7 @@ std::string plan_text(const PlacementPlan& p) {
       (p.for_this_system ? ":\n" : " (another machine's topology: nothing can be bound):\n");
   if (p.gpu)
     field(out, "GPU",
-          {"#" + std::to_string(p.gpu->index) + " " + p.gpu->pci.bus_id + " " + gpu_model(*p.gpu) +
+          {gpu_number(p.gpu->index) + " " + p.gpu->pci.bus_id + " " + gpu_model(*p.gpu) +
                (p.gpu->uuid.empty() ? "" : ", " + p.gpu->uuid),
            "(" + p.gpu_choice + ")"});
   else
