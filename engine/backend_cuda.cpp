@@ -350,6 +350,8 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(std::shared_ptr<const M
   if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&impl->side, cudaStreamNonBlocking);
   if (e == cudaSuccess) e = cudaEventCreateWithFlags(&impl->fork_event, cudaEventDisableTiming);
   if (e == cudaSuccess) e = cudaEventCreateWithFlags(&impl->join_event, cudaEventDisableTiming);
+  if (e == cudaSuccess && options.time_steps) e = cudaEventCreate(&impl->step_begin);
+  if (e == cudaSuccess && options.time_steps) e = cudaEventCreate(&impl->step_end);
   if (e != cudaSuccess) return cuda_error("creating a CUDA stream on " + impl->device_name, e);
   VOLTAD_TRY(impl->load_weights());
   VOLTAD_TRY(impl->allocate_workspace());
@@ -449,6 +451,9 @@ std::string CudaBackend::kernels_in_use() const {
   return "auto: " + (variants.empty() ? std::string("portable") : variants);
 }
 uint64_t CudaBackend::decode_weight_bytes() const { return impl_->decode_bytes; }
+double CudaBackend::last_step_device_seconds() const {
+  return impl_->last_step_device_s;
+}
 
 // Every kind of step once, at creation: a prompt chunk of max_batch_tokens
 // tokens (the GEMM path), then decode steps of 1..max_sequences sequences
@@ -565,6 +570,7 @@ Status CudaBackend::step(std::span<const BatchChunk> chunks, ForwardOutput& out)
     return make_error("logits for " + std::to_string(n_out) + " tokens requested; at most max_sequences (" +
                       std::to_string(S) + ") per step");
   cudaStream_t st = m.stream;
+  if (m.step_begin) CUDA_CHECK(cudaEventRecord(m.step_begin, st));
   CUDA_CHECK(cudaMemcpyAsync(m.d_ints, m.h_ints, m.h_ints_count * sizeof(int32_t), cudaMemcpyHostToDevice, st));
   out.n_vocab = c.n_vocab;
   const bool decode = n == int(chunks.size()) && n_out == n;
@@ -595,8 +601,14 @@ Status CudaBackend::step(std::span<const BatchChunk> chunks, ForwardOutput& out)
   if (n_full > 0)
     CUDA_CHECK(cudaMemcpyAsync(m.h_logits, m.logits, size_t(n_full) * vocab * sizeof(float),
                                cudaMemcpyDeviceToHost, st));
+  if (m.step_end) CUDA_CHECK(cudaEventRecord(m.step_end, st));
   cudaError_t e = cudaStreamSynchronize(st);
   if (e != cudaSuccess) return cuda_error("the forward step failed on " + m.device_name, e);
+  if (m.step_end) {
+    float ms = 0.0f;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, m.step_begin, m.step_end));
+    m.last_step_device_s = double(ms) * 1e-3;
+  }
   std::vector<float> full(m.h_logits, m.h_logits + size_t(n_full) * vocab);
   if (candidate_k_of(chunks) > 0 && k == 0) {
     // The vocabulary is beyond the GPU top-k's limits: choose on the host.

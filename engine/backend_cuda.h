@@ -51,6 +51,11 @@ struct CudaBackendOptions {
   // engine itself stays free of NUMA libraries.
   std::function<void*(size_t bytes)> host_allocate;
   std::function<void(void* data)> host_release;
+  // Events around each step's device work (voltad-bench --device-time):
+  // last_step_device_seconds() then says how long the stream took from the
+  // upload of the step's indices to its last copy back, so that the rest
+  // of forward()'s time, the host's, shows. Off: no events recorded.
+  bool time_steps = false;
 };
 
 // Device memory the backend holds, by component.
@@ -85,6 +90,9 @@ class CudaBackend final : public Backend {
   // Bytes of weights one decode step reads: every matrix and vector except
   // the embedding table (unless it doubles as the output matrix).
   uint64_t decode_weight_bytes() const;
+  // With options.time_steps, the last step's device time (seconds, from the
+  // event before its upload to the one after its last copy back); else -1.
+  double last_step_device_seconds() const;
 
  private:
   Status warm_up();  // every kind of step once, at creation (backend_cuda.cpp)

@@ -67,6 +67,9 @@ struct CudaBackend::Impl {
   // back: a layer's separate v projection runs beside q|k (enqueue_step).
   cudaStream_t side = nullptr;
   cudaEvent_t fork_event = nullptr, join_event = nullptr;
+  // options.time_steps: a step's first and last events, and what they measured.
+  cudaEvent_t step_begin = nullptr, step_end = nullptr;
+  double last_step_device_s = -1.0;
   std::string device_name;
   CudaMemoryUse memory;
   std::vector<void*> allocations;
@@ -178,6 +181,8 @@ struct CudaBackend::Impl {
     if (side) cudaStreamDestroy(side);
     if (fork_event) cudaEventDestroy(fork_event);
     if (join_event) cudaEventDestroy(join_event);
+    if (step_begin) cudaEventDestroy(step_begin);
+    if (step_end) cudaEventDestroy(step_end);
     if (stream) cudaStreamDestroy(stream);
   }
 

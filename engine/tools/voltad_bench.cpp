@@ -29,8 +29,9 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: voltad-bench -m MODEL.gguf [-p 512] [-n 128] [-b 1,2,4,8,16] [--ctx 512] [--repeat 3]\n"
-    "                    [--kv fp16|int8] [--kernels auto|portable] [--no-graphs] [--top-k K] [--json]\n"
-    "                    [--max-context N]\n"
+    "                    [--kv fp16|int8] [--kernels auto|portable] [--no-graphs] [--top-k K] "
+    "[--json]\n"
+    "                    [--max-context N] [--device-time]\n"
     "                    [--omit norms,rope,attention,swiglu,matvecs|qkv,wo,gate_up,down,output]\n"
     "  --kernels: auto (per-architecture variants where the card has them, the\n"
     "             default) or portable (only what a V100 runs)\n"
@@ -43,7 +44,10 @@ constexpr const char* kUsage =
     "  --omit:    timing only: every step leaves these kernels out, so the time\n"
     "             they cost inside the decode graph shows as the difference from\n"
     "             a run without --omit; the outputs are meaningless (matvecs:\n"
-    "             all five kinds of matrix product, qkv to output)\n";
+    "             all five kinds of matrix product, qkv to output)\n"
+    "  --device-time: events around each decode step's device work; the rows\n"
+    "             add its median device time and the rest of the step's\n"
+    "             (the host's: preparing, launching, waking from the sync)\n";
 constexpr const char* kOmitKinds[] = {"norms", "rope", "attention", "swiglu", "matvecs",
                                       "qkv",   "wo",   "gate_up",   "down",   "output"};
 
@@ -88,7 +92,7 @@ int main(int argc, char** argv) {
   std::string model_path;
   int prompt = 512, steps = 128, ctx = 512, repeat = 3, top_k = 1, max_context = 0;
   std::vector<int> batches = {1, 2, 4, 8, 16};
-  bool json = false, kv_int8 = false, graphs = true;
+  bool json = false, kv_int8 = false, graphs = true, device_time = false;
   std::string kernel_set = "auto", omit_list;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -112,6 +116,8 @@ int main(int argc, char** argv) {
     else if (a == "--max-context") { if (!count(max_context, 16, 1 << 20)) return 64; }
     else if (a == "--json") json = true;
     else if (a == "--no-graphs") graphs = false;
+    else if (a == "--device-time")
+      device_time = true;
     else if (a == "--top-k") { if (!count(top_k, 0, 64)) return 64; }
     else if (a == "--omit") {
       omit_list = next();
@@ -152,7 +158,8 @@ int main(int argc, char** argv) {
                         max_context, needed),
            64;
 #ifndef VOLTAD_HAVE_CUDA
-  (void)json, (void)kv_int8, (void)top_k, (void)graphs, (void)prompt, (void)steps, (void)ctx, (void)repeat;
+  (void)json, (void)kv_int8, (void)top_k, (void)graphs, (void)prompt, (void)steps, (void)ctx,
+      (void)repeat, (void)device_time;
   std::fprintf(stderr, "voltad-bench: this build has no CUDA backend (configure with -DVOLTAD_CUDA=ON)\n");
   return 69;
 #else
@@ -174,6 +181,7 @@ int main(int argc, char** argv) {
   o.max_batch_tokens = std::max(prompt, max_b);
   o.kv_int8 = kv_int8;
   o.use_graphs = graphs;
+  o.time_steps = device_time;
   o.kernels = *kernels::parse_kernel_set(kernel_set);
   {
     std::stringstream in(omit_list);
@@ -232,6 +240,9 @@ int main(int argc, char** argv) {
   struct Row {
     int batch;
     double step_s, tps_seq, tps_total, bytes, gbps, efficiency;
+    // --device-time: the medians of the steps' device time and of the rest
+    // of each step's (the host's).
+    double device_s = -1.0, host_s = -1.0;
   };
   std::vector<Row> rows;
   // K and V per token: fp16 values, or int8 values plus an fp16 scale per head.
@@ -241,7 +252,7 @@ int main(int argc, char** argv) {
     std::vector<int32_t> next(static_cast<size_t>(batch));
     for (int s = 0; s < batch; ++s)
       if (!b.kv_pool().reserve(s, ctx + steps + 1)) return std::fprintf(stderr, "voltad-bench: KV pool too small\n"), 1;
-    std::vector<double> times;
+    std::vector<double> times, device_times, host_times;
     const int warmup = 3;
     for (int i = 0; i < steps + warmup; ++i) {
       std::vector<BatchChunk> chunks(static_cast<size_t>(batch));
@@ -256,12 +267,22 @@ int main(int argc, char** argv) {
       auto st = b.forward(chunks, out);
       double dt = std::chrono::duration<double>(clock::now() - t0).count();
       if (!st) return std::fprintf(stderr, "voltad-bench: %s\n", st.error().message.c_str()), 1;
-      if (i >= warmup) times.push_back(dt);
+      if (i >= warmup) {
+        times.push_back(dt);
+        if (device_time) {
+          device_times.push_back(b.last_step_device_seconds());
+          host_times.push_back(dt - device_times.back());
+        }
+      }
     }
     for (int s = 0; s < batch; ++s) b.kv_pool().release(s);
     Row r;
     r.batch = batch;
     r.step_s = median(times);
+    if (device_time) {
+      r.device_s = median(device_times);
+      r.host_s = median(host_times);
+    }
     r.tps_seq = 1.0 / r.step_s;
     r.tps_total = batch / r.step_s;
     r.bytes = double(b.decode_weight_bytes()) + batch * kv_bytes_per_token * (ctx + 1);
@@ -290,10 +311,15 @@ int main(int argc, char** argv) {
                 prefill_tps, ctx);
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
-      std::printf("    {\"batch\": %d, \"step_ms\": %.4f, \"tokens_per_second_per_sequence\": %.1f, "
-                  "\"tokens_per_second\": %.1f, \"bytes_per_step\": %.0f, \"gbps\": %.1f, \"efficiency\": %.3f}%s\n",
-                  r.batch, r.step_s * 1e3, r.tps_seq, r.tps_total, r.bytes, r.gbps, r.efficiency,
-                  i + 1 < rows.size() ? "," : "");
+      std::printf(
+          "    {\"batch\": %d, \"step_ms\": %.4f, \"tokens_per_second_per_sequence\": %.1f, "
+          "\"tokens_per_second\": %.1f, \"bytes_per_step\": %.0f, \"gbps\": %.1f, \"efficiency\": "
+          "%.3f",
+          r.batch, r.step_s * 1e3, r.tps_seq, r.tps_total, r.bytes, r.gbps, r.efficiency);
+      if (r.device_s >= 0)
+        std::printf(", \"device_step_ms\": %.4f, \"host_ms\": %.4f", r.device_s * 1e3,
+                    r.host_s * 1e3);
+      std::printf("}%s\n", i + 1 < rows.size() ? "," : "");
     }
     std::printf("  ]\n}\n");
   } else {
@@ -309,10 +335,14 @@ int main(int argc, char** argv) {
     if (o.omit.any()) std::printf("omitted     %s (timing only: outputs meaningless)\n", omit_list.c_str());
     std::printf("decode      context %d, %d steps (median); engine made for %d positions\n", ctx,
                 steps, max_context);
-    std::printf("  batch   step ms   tok/s/seq   tok/s total   MB/step    GB/s   efficiency\n");
-    for (const Row& r : rows)
-      std::printf("  %5d  %8.3f  %10.1f  %12.1f  %8.1f  %6.0f   %.3f\n", r.batch, r.step_s * 1e3, r.tps_seq, r.tps_total,
-                  r.bytes / 1e6, r.gbps, r.efficiency);
+    std::printf("  batch   step ms   tok/s/seq   tok/s total   MB/step    GB/s   efficiency%s\n",
+                device_time ? "   device ms   host us" : "");
+    for (const Row& r : rows) {
+      std::printf("  %5d  %8.3f  %10.1f  %12.1f  %8.1f  %6.0f   %.3f", r.batch, r.step_s * 1e3,
+                  r.tps_seq, r.tps_total, r.bytes / 1e6, r.gbps, r.efficiency);
+      if (r.device_s >= 0) std::printf("   %9.3f  %8.1f", r.device_s * 1e3, r.host_s * 1e6);
+      std::printf("\n");
+    }
   }
   return 0;
 #endif
