@@ -73,7 +73,9 @@ void Histogram::render(const std::string& name, std::string& out) const {
     std::string le = i < bounds_.size() ? number(bounds_[i]) : "+Inf";
     out += base + "_bucket{" + labels + "le=\"" + le + "\"} " + std::to_string(cumulative) + '\n';
   }
-  std::string suffix_labels;  // labels without the trailing comma, braced
+  // labels without the trailing comma, braced; appended, as GCC 12 warns
+  // falsely (-Wrestrict) on "{" + std::string&& in a Release build.
+  std::string suffix_labels;
   if (!labels.empty()) {
     suffix_labels = "{";
     suffix_labels.append(labels, 0, labels.size() - 1);

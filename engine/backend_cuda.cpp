@@ -350,9 +350,12 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(std::shared_ptr<const M
   if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&impl->side, cudaStreamNonBlocking);
   if (e == cudaSuccess) e = cudaEventCreateWithFlags(&impl->fork_event, cudaEventDisableTiming);
   if (e == cudaSuccess) e = cudaEventCreateWithFlags(&impl->join_event, cudaEventDisableTiming);
-  if (e == cudaSuccess && options.time_steps) e = cudaEventCreate(&impl->step_begin);
-  if (e == cudaSuccess && options.time_steps) e = cudaEventCreate(&impl->step_end);
-  if (e != cudaSuccess) return cuda_error("creating a CUDA stream on " + impl->device_name, e);
+  if (e == cudaSuccess && options.time_steps)
+    e = cudaEventCreateWithFlags(&impl->step_begin, cudaEventDefault);
+  if (e == cudaSuccess && options.time_steps)
+    e = cudaEventCreateWithFlags(&impl->step_end, cudaEventDefault);
+  if (e != cudaSuccess)
+    return cuda_error("creating the CUDA streams and events on " + impl->device_name, e);
   VOLTAD_TRY(impl->load_weights());
   VOLTAD_TRY(impl->allocate_workspace());
   impl->gemm_min_tokens = impl->choose_gemm_min_tokens();
@@ -386,6 +389,7 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(std::shared_ptr<const M
     for (int n = 1; n <= options.max_sequences; ++n) VOLTAD_TRY(impl->capture_decode_graph(n));
   std::unique_ptr<CudaBackend> backend(new CudaBackend(std::move(impl)));
   VOLTAD_TRY(backend->warm_up());
+  backend->impl_->last_step_device_s = -1.0;  // no step of the caller's yet
   return backend;
 }
 
@@ -513,6 +517,7 @@ Status CudaBackend::forward(std::span<const BatchChunk> chunks, ForwardOutput& o
 
 Status CudaBackend::step(std::span<const BatchChunk> chunks, ForwardOutput& out) {
   Impl& m = *impl_;
+  m.last_step_device_s = -1.0;  // until this step's events say otherwise
   // The calling thread's current device may not be the one this backend
   // lives on (a backend made on one thread and stepped on another).
   if (cudaError_t e = cudaSetDevice(m.options.device); e != cudaSuccess)
@@ -604,11 +609,10 @@ Status CudaBackend::step(std::span<const BatchChunk> chunks, ForwardOutput& out)
   if (m.step_end) CUDA_CHECK(cudaEventRecord(m.step_end, st));
   cudaError_t e = cudaStreamSynchronize(st);
   if (e != cudaSuccess) return cuda_error("the forward step failed on " + m.device_name, e);
-  if (m.step_end) {
-    float ms = 0.0f;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, m.step_begin, m.step_end));
+  // Timing only: a failure to read the events leaves the step unmeasured.
+  if (float ms = 0.0f;
+      m.step_end && cudaEventElapsedTime(&ms, m.step_begin, m.step_end) == cudaSuccess)
     m.last_step_device_s = double(ms) * 1e-3;
-  }
   std::vector<float> full(m.h_logits, m.h_logits + size_t(n_full) * vocab);
   if (candidate_k_of(chunks) > 0 && k == 0) {
     // The vocabulary is beyond the GPU top-k's limits: choose on the host.

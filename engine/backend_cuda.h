@@ -53,8 +53,10 @@ struct CudaBackendOptions {
   std::function<void(void* data)> host_release;
   // Events around each step's device work (voltad-bench --device-time):
   // last_step_device_seconds() then says how long the stream took from the
-  // upload of the step's indices to its last copy back, so that the rest
-  // of forward()'s time, the host's, shows. Off: no events recorded.
+  // event before the upload of the step's indices to the one after its last
+  // copy back. What the host spends enqueuing after the first event (the
+  // graph's or the kernels' launches) falls inside that span, so the rest
+  // of forward()'s time is a lower bound of the host's. Off: no events.
   bool time_steps = false;
 };
 
@@ -90,8 +92,10 @@ class CudaBackend final : public Backend {
   // Bytes of weights one decode step reads: every matrix and vector except
   // the embedding table (unless it doubles as the output matrix).
   uint64_t decode_weight_bytes() const;
-  // With options.time_steps, the last step's device time (seconds, from the
-  // event before its upload to the one after its last copy back); else -1.
+  // With options.time_steps, the last forward() step's device time
+  // (seconds, from the event before its upload to the one after its last
+  // copy back); -1 without the option, before the first step, and after a
+  // step that failed.
   double last_step_device_seconds() const;
 
  private:

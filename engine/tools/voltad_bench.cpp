@@ -46,8 +46,9 @@ constexpr const char* kUsage =
     "             a run without --omit; the outputs are meaningless (matvecs:\n"
     "             all five kinds of matrix product, qkv to output)\n"
     "  --device-time: events around each decode step's device work; the rows\n"
-    "             add its median device time and the rest of the step's\n"
-    "             (the host's: preparing, launching, waking from the sync)\n";
+    "             add the median device time and the median of the rest, the\n"
+    "             host's time outside the events (preparing the step, waking\n"
+    "             from its sync; launches after the first event count as device)\n";
 constexpr const char* kOmitKinds[] = {"norms", "rope", "attention", "swiglu", "matvecs",
                                       "qkv",   "wo",   "gate_up",   "down",   "output"};
 
@@ -297,7 +298,8 @@ int main(int argc, char** argv) {
                 b.device_name().c_str(), bandwidth.value() / 1e9);
     std::printf("  \"top_k\": %d,\n  \"kernels\": \"%s\",\n", top_k, b.kernels_in_use().c_str());
     if (o.omit.any()) std::printf("  \"omitted_kernels_timing_only\": \"%s\",\n", omit_list.c_str());
-    std::printf("  \"max_context\": %d,\n", max_context);
+    std::printf("  \"max_context\": %d,\n  \"device_time\": %s,\n", max_context,
+                device_time ? "true" : "false");
     std::printf("  \"kv_cache_type\": \"%s\",\n  \"cuda_graphs\": %s,\n  \"load_seconds\": %.2f,\n  \"weights_bytes\": %llu,\n  \"decode_weight_bytes\": %llu,\n", kv_int8 ? "int8" : "fp16", graphs ? "true" : "false", load_s,
                 (unsigned long long)mem.weights, (unsigned long long)b.decode_weight_bytes());
     std::printf("  \"gguf_tensor_bytes\": %llu,\n  \"workspace_bytes\": %llu,\n  \"kv_cache_bytes\": %llu,\n",
@@ -338,8 +340,11 @@ int main(int argc, char** argv) {
     std::printf("  batch   step ms   tok/s/seq   tok/s total   MB/step    GB/s   efficiency%s\n",
                 device_time ? "   device ms   host us" : "");
     for (const Row& r : rows) {
-      std::printf("  %5d  %8.3f  %10.1f  %12.1f  %8.1f  %6.0f   %.3f", r.batch, r.step_s * 1e3,
-                  r.tps_seq, r.tps_total, r.bytes / 1e6, r.gbps, r.efficiency);
+      // With the device columns, efficiency as wide as its heading.
+      std::printf(r.device_s >= 0 ? "  %5d  %8.3f  %10.1f  %12.1f  %8.1f  %6.0f   %-10.3f"
+                                  : "  %5d  %8.3f  %10.1f  %12.1f  %8.1f  %6.0f   %.3f",
+                  r.batch, r.step_s * 1e3, r.tps_seq, r.tps_total, r.bytes / 1e6, r.gbps,
+                  r.efficiency);
       if (r.device_s >= 0) std::printf("   %9.3f  %8.1f", r.device_s * 1e3, r.host_s * 1e6);
       std::printf("\n");
     }

@@ -1,7 +1,8 @@
 // CudaBackendOptions::time_steps (voltad-bench --device-time): each step's
 // device time from events, which must be positive and within the step's
 // wall time, for a prompt chunk (launched kernels) and a decode step (the
-// graph); and nothing measured without the option.
+// graph); -1 before the caller's first step (not the warm-up's), after a
+// step that failed, and without the option.
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -56,6 +57,7 @@ double step(CudaBackend& b, const std::vector<int32_t>& tokens, int32_t start) {
 
 TEST_CASE("time_steps: a step's device time is measured, and lies within its wall time") {
   auto b = make(true);
+  CHECK(b->last_step_device_seconds() == -1.0);
   const std::vector<int32_t> prompt = {1, 5, 9, 2, 7, 3, 4, 8};
   const double prompt_wall = step(*b, prompt, 0);
   const double prompt_device = b->last_step_device_seconds();
@@ -65,6 +67,16 @@ TEST_CASE("time_steps: a step's device time is measured, and lies within its wal
   const double decode_device = b->last_step_device_seconds();
   CHECK(decode_device > 0.0);
   CHECK(decode_device <= decode_wall);
+
+  // A step the backend refuses (more tokens than max_batch_tokens) has no
+  // device time, and does not keep the one before.
+  std::vector<int32_t> too_many(33, 1);
+  BatchChunk chunk;
+  chunk.seq_id = 1;
+  chunk.tokens = too_many;
+  ForwardOutput out;
+  CHECK_FALSE(b->forward(std::span<const BatchChunk>(&chunk, 1), out).ok());
+  CHECK(b->last_step_device_seconds() == -1.0);
 }
 
 TEST_CASE("without time_steps nothing is measured") {
