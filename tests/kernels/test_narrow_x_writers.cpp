@@ -1,0 +1,227 @@
+// The kernels that make a matrix product's x (RMSNorm, SwiGLU, the
+// attention's combine) and also write it in the narrow sm_80 GEMM's layout,
+// so that the GEMM skips its conversion launch (GemmScratch::holds_x): the
+// GEMM must then give what it gives converting the plain x itself.
+#include <doctest/doctest.h>
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "engine/weight_repack.h"
+#include "kernels/activation.h"
+#include "kernels/attention.h"
+#include "kernels/gemm_sm80.h"
+#include "kernels/norm.h"
+#include "tests/kernels/gpu_test_util.h"
+#include "tests/kernels/random_weights.h"
+
+using namespace voltad;
+using namespace voltad::test;
+
+namespace {
+
+bool device_is_sm80_plus() {
+  int device = 0, major = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  return major >= 8;
+}
+
+// A kernel that makes x and can also write it in the narrow sm_80 GEMM's
+// layout, both ways: plain(out) writes fp32 x (n rows of cols, stride cols);
+// narrow(out, scratch) writes it too, plus the GEMM's x into the scratch. A
+// GEMM told that the scratch holds x (GemmScratch::holds_x; the fp32 x is
+// zeroed first, so a GEMM that converted it after all would see zeros) must
+// give the result of a GEMM that converts the plain x itself: bit-identical
+// for Q4_0 and Q6_K, within 1e-5 for Q4_K (its x sums may be added in
+// another order).
+template <class Plain, class Narrow>
+void check_narrow_x(int n, int64_t cols, Plain plain, Narrow narrow) {
+  std::mt19937& rng = test_rng();
+  const int64_t rows = 300;
+  for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
+    CAPTURE(ggml_type_name(type));
+    const std::vector<uint8_t> gguf = random_valid_tensor(type, rows, cols, rng, 15);
+    auto packed = repack_matrix(type, gguf.data(), rows, cols);
+    REQUIRE(packed.ok());
+    DeviceBuffer<uint8_t> d_w(packed->bytes);
+    DeviceBuffer<float> out_a(size_t(n * cols)), out_b(size_t(n * cols));
+    DeviceBuffer<float> y_a(size_t(n * rows)), y_b(size_t(n * rows));
+    const size_t bytes = kernels::gemm_narrow_sm80_scratch_bytes(n, cols);
+    DeviceBuffer<uint8_t> s_a(bytes), s_b(bytes);
+    CUDA_CHECK(cudaMemset(s_a.get(), 0xFF, bytes));
+    CUDA_CHECK(cudaMemset(s_b.get(), 0xFF, bytes));
+    kernels::GemmArgs g;
+    g.w = {packed->layout, d_w.get()};
+    g.ldx = cols;
+    g.n = n;
+    g.ldy = rows;
+    plain(out_a.get());
+    g.x = out_a.get();
+    g.y = y_a.get();
+    const kernels::GemmScratch sa{s_a.get(), bytes};
+    REQUIRE(kernels::gemm_narrow_sm80_supports(g, sa));
+    kernels::launch_gemm_narrow_sm80(g, sa, nullptr);
+    REQUIRE(narrow(out_b.get(), s_b.get()));
+    CHECK(same_bits(out_a.download(), out_b.download()));
+    CUDA_CHECK(cudaMemset(out_b.get(), 0, out_b.size() * sizeof(float)));
+    g.x = out_b.get();
+    g.y = y_b.get();
+    kernels::GemmScratch sb{s_b.get(), bytes};
+    sb.holds_x = out_b.get();
+    kernels::launch_gemm_narrow_sm80(g, sb, nullptr);
+    // The fp16 x of the n rows is the same bytes (16 words per row and chunk).
+    const std::vector<uint8_t> ba = s_a.download(), bb = s_b.download();
+    const int n8 = (n + 7) / 8 * 8;
+    int differ = 0;
+    for (int64_t c = 0; c < cols / 32; ++c)
+      for (int t = 0; t < n; ++t)
+        differ +=
+            std::memcmp(ba.data() + (c * n8 + t) * 64, bb.data() + (c * n8 + t) * 64, 64) != 0;
+    CHECK(differ == 0);
+    const std::vector<float> ra = y_a.download(), rb = y_b.download();
+    double worst = 0.0, scale = 1e-30;
+    for (size_t i = 0; i < ra.size(); ++i) {
+      worst = std::max(worst, std::fabs(double(ra[i]) - double(rb[i])));
+      scale = std::max(scale, std::fabs(double(ra[i])));
+    }
+    if (type == GgmlType::Q4_K)
+      CHECK(worst <= 1e-5 * scale);
+    else
+      CHECK(worst == 0.0);
+  }
+}
+
+bool narrow_sm80_device() {
+  if (device_is_sm80_plus() && kernels::gemm_sm80_available()) return true;
+  MESSAGE("not an sm_80+ device with the variant built: skipped");
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("RMSNorm writes the narrow sm80 GEMM's x: the GEMM skips its conversion, same result") {
+  if (!narrow_sm80_device()) return;
+  const int64_t cols = 1024;
+  for (int n : {1, 6, 13, 32}) {
+    CAPTURE(n);
+    DeviceBuffer<float> d_x(random_floats(size_t(n * cols))), d_nw(random_floats(size_t(cols)));
+    check_narrow_x(
+        n, cols,
+        [&](float* out) {
+          kernels::launch_rmsnorm(d_x.get(), cols, d_nw.get(), out, cols, n, int(cols), 1e-5f,
+                                  nullptr);
+        },
+        [&](float* out, void* scratch) {
+          return kernels::launch_rmsnorm_narrow_x(d_x.get(), cols, d_nw.get(), out, cols, n,
+                                                  int(cols), 1e-5f, scratch, nullptr);
+        });
+  }
+}
+
+TEST_CASE("SwiGLU writes the narrow sm80 GEMM's x: the GEMM skips its conversion, same result") {
+  if (!narrow_sm80_device()) return;
+  const int64_t cols = 1024, ld = 2 * cols + 32;  // gate and up side by side, as in the backend
+  for (int n : {1, 7, 16, 29}) {
+    CAPTURE(n);
+    DeviceBuffer<float> d_gu(random_floats(size_t(n * ld)));
+    // In place over a copy of gate, as the backend does (its output is gate).
+    auto run = [&](float* out, void* scratch) {
+      CUDA_CHECK(cudaMemcpy2D(out, size_t(cols) * 4, d_gu.get(), size_t(ld) * 4, size_t(cols) * 4,
+                              size_t(n), cudaMemcpyDeviceToDevice));
+      if (!scratch) {
+        kernels::launch_swiglu(out, cols, d_gu.get() + cols, ld, out, cols, n, int(cols), nullptr);
+        return true;
+      }
+      kernels::launch_swiglu_narrow_x(out, cols, d_gu.get() + cols, ld, out, cols, n, int(cols),
+                                      scratch, nullptr);
+      return true;
+    };
+    check_narrow_x(
+        n, cols, [&](float* out) { run(out, nullptr); },
+        [&](float* out, void* scratch) { return run(out, scratch); });
+  }
+}
+
+TEST_CASE("the attention combine writes the narrow sm80 GEMM's x: the GEMM skips its conversion") {
+  if (!narrow_sm80_device()) return;
+  const int n_heads = 8, n_kv_heads = 2, head_dim = 128, blocks_per_seq = 40;
+  const int kv_dim = n_kv_heads * head_dim, q_dim = n_heads * head_dim;
+  const size_t cache_elems = size_t(blocks_per_seq) * 16 * size_t(kv_dim);
+  std::vector<uint16_t> kh(cache_elems), vh(cache_elems);
+  for (size_t i = 0; i < cache_elems; ++i) {
+    const __half k = __float2half_rn(float(int(i * 7919 % 2001) - 1000) / 1000.0f);
+    const __half v = __float2half_rn(float(int(i * 104729 % 2001) - 1000) / 1000.0f);
+    std::memcpy(&kh[i], &k, 2);
+    std::memcpy(&vh[i], &v, 2);
+  }
+  std::vector<int32_t> tables(static_cast<size_t>(blocks_per_seq));
+  for (int i = 0; i < blocks_per_seq; ++i) tables[size_t(i)] = (i * 37) % blocks_per_seq;
+  DeviceBuffer<uint16_t> d_k(kh), d_v(vh);
+  DeviceBuffer<int32_t> d_tables(tables);
+  for (int n : {3, 9}) {
+    CAPTURE(n);
+    std::vector<int32_t> pos, tt;
+    for (int t = 0; t < n; ++t) pos.push_back(50 + 61 * t), tt.push_back(0);
+    DeviceBuffer<int32_t> d_pos(pos), d_tt(tt);
+    DeviceBuffer<float> d_q(random_floats(size_t(n * q_dim)));
+    const int max_position = pos.back();
+    DeviceBuffer<float> parts(
+        kernels::attention_partial_floats(n, n_heads, head_dim, max_position));
+    kernels::AttentionArgs a;
+    a.q = d_q.get();
+    a.ldq = q_dim;
+    a.ldo = q_dim;
+    a.cache = {d_k.get(), d_v.get()};
+    a.positions = d_pos.get();
+    a.token_tables = d_tt.get();
+    a.block_tables = d_tables.get();
+    a.table_stride = blocks_per_seq;
+    a.n_tokens = n;
+    a.n_heads = n_heads;
+    a.n_kv_heads = n_kv_heads;
+    a.head_dim = head_dim;
+    a.max_position = max_position;
+    a.scale = 0.088f;
+    a.partials = parts.get();
+    // The pieces per token depend on the launch's token count (one wave);
+    // fixed here, so that one launch and two give the same sums.
+    a.max_splits = 8;
+    // Both ways of combining the pieces: a second launch, and the last block
+    // of pass 1 (AttentionArgs::arrivals), which writes the same outputs.
+    DeviceBuffer<uint32_t> arrivals(std::vector<uint32_t>(size_t(n) * size_t(n_kv_heads), 0u));
+    for (bool in_pass1 : {false, true}) {
+      CAPTURE(in_pass1);
+      a.arrivals = in_pass1 ? arrivals.get() : nullptr;
+      check_narrow_x(
+          n, q_dim,
+          [&](float* out) {
+            a.out = out;
+            a.narrow_x = nullptr;
+            kernels::launch_attention(a, nullptr);
+          },
+          [&](float* out, void* scratch) {
+            // Two launches of the rows, as the backend's token groups: the
+            // second writes its rows from narrow_row0.
+            const int first = n / 2;
+            kernels::AttentionArgs b = a;
+            b.narrow_x = static_cast<uint32_t*>(scratch);
+            b.narrow_n8 = (n + 7) / 8 * 8;
+            b.n_tokens = first;
+            b.out = out;
+            if (first > 0) kernels::launch_attention(b, nullptr);
+            b.n_tokens = n - first;
+            b.narrow_row0 = first;
+            b.q = a.q + int64_t(first) * q_dim;
+            b.positions = a.positions + first;
+            b.token_tables = a.token_tables + first;
+            b.out = out + int64_t(first) * q_dim;
+            kernels::launch_attention(b, nullptr);
+            return true;
+          });
+    }
+  }
+}
