@@ -142,6 +142,10 @@ int attention_launch_least_piece(const AttentionArgs& a) {
   return attention_mma_applies(a) ? attention_mma_least_piece(a) : a.least_piece;
 }
 
+int attention_launch_warps(const AttentionArgs& a) {
+  return attention_mma_applies(a) ? attention_mma_warps(a) : kAttentionWarps;
+}
+
 int attention_launch_pieces(const AttentionArgs& a) {
   if (attention_mma_applies(a)) return attention_mma_pieces(a);
   const int group = a.n_kv_heads > 0 ? a.n_heads / a.n_kv_heads : 1;

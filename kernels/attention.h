@@ -154,5 +154,9 @@ int attention_launch_least_piece(const AttentionArgs& args);
 // attention_splits(max_position), at most max_splits, and no more than keep
 // the grid (n_tokens x n_kv_heads x pieces) within one wave of the device.
 int attention_launch_pieces(const AttentionArgs& args);
+// The warps of a pass-1 block launch_attention uses for `args` (tests): 4,
+// or 8 on the tensor cores where 2+ tokens' grid of 8-warp blocks fits one
+// wave and each warp gets two cache blocks of the longest piece or more.
+int attention_launch_warps(const AttentionArgs& args);
 
 }  // namespace voltad::kernels

@@ -78,7 +78,7 @@ __device__ __forceinline__ void combine_pieces(const AttentionArgs& a, int t, in
   const int pos = a.positions[t];
   const int used = pieces_used(pos, splits, a.least_piece);
   const float* parts = a.partials + (int64_t(t) * a.n_heads + int64_t(kvh) * group) * splits * kStride;
-  for (int g = warp; g < group; g += kAttentionWarps) {
+  for (int g = warp; g < group; g += int(blockDim.x) / 32) {
     const float* head = parts + int64_t(g) * splits * kStride;
     float m[2], l[2];
 #pragma unroll
@@ -217,21 +217,19 @@ __device__ __forceinline__ void rope_items(const AttentionArgs& a, const Reader&
 // block's `group` heads are in sm_m, sm_l and sm_acc. Merges them, writes
 // the piece's partial, and with AttentionArgs::arrivals the block that
 // counts last combines the pieces of its (token, KV head).
-template <int HD, int G>
+template <int HD, int G, int W = kAttentionWarps>
 __device__ __forceinline__ void finish_piece(const AttentionArgs& a, int t, int kvh, int split,
-                                             int group,
-                                             const float (&sm_m)[kAttentionWarps][G],
-                                             const float (&sm_l)[kAttentionWarps][G],
-                                             float (&sm_acc)[kAttentionWarps][G][HD]) {
+                                             int group, const float (&sm_m)[W][G],
+                                             const float (&sm_l)[W][G], float (&sm_acc)[W][G][HD]) {
   __syncthreads();
   const int splits = gridDim.z;
   // Threads spread over (group head, element) pairs to finish the merge.
   for (int i = threadIdx.x; i < group * HD; i += blockDim.x) {
     const int g = i / HD, e = i % HD;
     float mm = -INFINITY;
-    for (int w = 0; w < kAttentionWarps; ++w) mm = fmaxf(mm, sm_m[w][g]);
+    for (int w = 0; w < W; ++w) mm = fmaxf(mm, sm_m[w][g]);
     float ll = 0.0f, aa = 0.0f;
-    for (int w = 0; w < kAttentionWarps; ++w) {
+    for (int w = 0; w < W; ++w) {
       const float c = sm_m[w][g] == -INFINITY ? 0.0f : __expf(sm_m[w][g] - mm);
       ll += sm_l[w][g] * c;
       aa += sm_acc[w][g][e] * c;

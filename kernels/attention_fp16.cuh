@@ -69,5 +69,6 @@ void launch_attention_mma(const AttentionArgs& args, const Fp16KvReader& cache,
                           cudaStream_t stream);
 int attention_mma_pieces(const AttentionArgs& args);
 int attention_mma_least_piece(const AttentionArgs& args);
+int attention_mma_warps(const AttentionArgs& args);
 
 }  // namespace voltad::kernels

@@ -26,6 +26,10 @@
 // different banks.
 #include <cuda_fp16.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
 #include "kernels/attention.h"
 #include "kernels/attention_common.cuh"
 #include "kernels/attention_fp16.cuh"
@@ -48,17 +52,17 @@ using sm80::mma_16816;
 constexpr int kMmaGroup = kAttentionMaxGroup;
 inline constexpr float kRescaleSlack = 8.0f;  // natural-log units: weights up to e^8 ~ 2981
 
-// Shared memory of a block whose warps' rings have S stages (mma_plan).
-template <int HD, int S>
+// Shared memory of a block of W warps whose rings have S stages (mma_plan).
+template <int HD, int S, int W>
 struct MmaSmem {
   static_assert(HD == 64 || HD == 128, "head_dim 64 or 128");
   static constexpr int kChunks = HD / 8;                      // 16-byte chunks a row
   static constexpr int kTileBytes = kKvBlockTokens * HD * 2;  // a block's K (or V) rows
   static constexpr int kStageBytes = 2 * kTileBytes;          // K then V
   static constexpr int kWarpBytes = S * kStageBytes;
-  static constexpr int kRingBytes = kAttentionWarps * kWarpBytes;
+  static constexpr int kRingBytes = W * kWarpBytes;
   // After the loop the ring holds the warps' merge (finish_piece).
-  static constexpr int kMergeBytes = int(sizeof(float)) * kAttentionWarps * kMmaGroup * (2 + HD);
+  static constexpr int kMergeBytes = int(sizeof(float)) * W * kMmaGroup * (2 + HD);
   static constexpr int kBytes = kRingBytes > kMergeBytes ? kRingBytes : kMergeBytes;
   // Chunk c of row r within a tile.
   __device__ static int offset(int r, int c) { return r * (HD * 2) + ((c ^ (r & 7)) << 4); }
@@ -76,11 +80,11 @@ __device__ __forceinline__ void split_half2(float x0, float x1, uint32_t& hi, ui
 // No minimum of blocks an SM in the bounds: ptxas then takes 166-168
 // registers at head_dim 128 (3 blocks an SM fit by registers; shared memory
 // decides), where a minimum of 1 gave 182 (2 blocks).
-template <int HD, int S, bool kRope>
-__global__ void __launch_bounds__(kAttentionWarps * 32)
+template <int HD, int S, bool kRope, int W>
+__global__ void __launch_bounds__(W * 32)
     kernel_attention_mma(AttentionArgs a, Fp16KvReader cache) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  using L = MmaSmem<HD, S>;
+  using L = MmaSmem<HD, S, W>;
   constexpr int KSTEPS = HD / 16, NT = HD / 8;
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ float rope_sin[kRope ? HD / 2 : 1], rope_cos[kRope ? HD / 2 : 1];
@@ -98,7 +102,7 @@ __global__ void __launch_bounds__(kAttentionWarps * 32)
   const int32_t* table = a.block_tables + int64_t(a.token_tables[t]) * a.table_stride;
   // This warp's blocks: warp, warp + 4, ... of the piece's.
   const int blocks = end > begin ? (end - begin + kKvBlockTokens - 1) / kKvBlockTokens : 0;
-  const int mine = blocks > warp ? (blocks - warp + kAttentionWarps - 1) / kAttentionWarps : 0;
+  const int mine = blocks > warp ? (blocks - warp + W - 1) / W : 0;
   uint8_t* ring = smem + warp * L::kWarpBytes;
   // The cache block of each of the warp's blocks, lane i holding the
   // (32k + i)-th, read 32 at a time (the first before the wait, also
@@ -108,7 +112,7 @@ __global__ void __launch_bounds__(kAttentionWarps * 32)
   int block_of = 0;
   auto fetch_blocks = [&](int n0) {
     const int n = n0 + lane;
-    block_of = n < mine ? my_table[n * kAttentionWarps] : 0;
+    block_of = n < mine ? my_table[n * W] : 0;
   };
   // A lane copies chunk c of rows r0, r0 + kRowStep, ... of each block.
   constexpr int kRowStep = 32 / L::kChunks;
@@ -122,7 +126,7 @@ __global__ void __launch_bounds__(kAttentionWarps * 32)
     if (n < mine) {
       if (n % 32 == 0 && n > 0) fetch_blocks(n);
       const int blk = __shfl_sync(0xffffffffu, block_of, n % 32);
-      const int p0 = begin + (warp + n * kAttentionWarps) * kKvBlockTokens;
+      const int p0 = begin + (warp + n * W) * kKvBlockTokens;
       const __half* k = cache.k + (int64_t(blk) * kKvBlockTokens * kv_dim + lane_at);
       uint8_t* stage = ring + (n % S) * L::kStageBytes;
 #pragma unroll
@@ -155,8 +159,7 @@ __global__ void __launch_bounds__(kAttentionWarps * 32)
     // piece that holds it reads it back.
     if (begin <= pos) {  // the same for the whole block
       __syncthreads();   // the angles
-      rope_items<HD>(a, cache, t, kvh, group, pos < end, kAttentionWarps, rope_sin, rope_cos,
-                     q_ready);
+      rope_items<HD>(a, cache, t, kvh, group, pos < end, W, rope_sin, rope_cos, q_ready);
       __syncthreads();  // q_ready, and the own row's stores
     }
   }
@@ -195,8 +198,8 @@ __global__ void __launch_bounds__(kAttentionWarps * 32)
     copy_wait<S - 1>();
     __syncwarp();
     uint8_t* stage = ring + (n % S) * L::kStageBytes;
-    const int p0 = begin + (warp + n * kAttentionWarps) * kKvBlockTokens;
-    if (early && n < S && pos < end && warp + n * kAttentionWarps == own_block) {
+    const int p0 = begin + (warp + n * W) * kKvBlockTokens;
+    if (early && n < S && pos < end && warp + n * W == own_block) {
       // The own row, written after its block was loaded (by the kernel
       // before, or by this block: kRope): again, through L2.
       const int r = pos - p0;
@@ -212,14 +215,16 @@ __global__ void __launch_bounds__(kAttentionWarps * 32)
     }
     // S: n8 tiles of positions 0-7 and 8-15; each k step's ldmatrix gives
     // both tiles' B (K's rows as stored: position, then element).
-    float s[2][4] = {};
+    // The even and odd k steps sum apart: two chains of KSTEPS / 2 MMAs,
+    // each waiting on the last, instead of one of KSTEPS.
+    float s[2][2][4] = {};
 #pragma unroll
     for (int ks = 0; ks < KSTEPS; ++ks) {
       const int mi = lane >> 3;
       uint32_t b[4];
       load_matrices_x4<false>(b, stage + L::offset((lane & 7) + 8 * (mi >> 1), 2 * ks + (mi & 1)));
-      mma_16816(s[0], qa[ks], b[0], b[1]);
-      mma_16816(s[1], qa[ks], b[2], b[3]);
+      mma_16816(s[ks & 1][0], qa[ks], b[0], b[1]);
+      mma_16816(s[ks & 1][1], qa[ks], b[2], b[3]);
     }
     // Lane (g, t) holds positions 8j + 2t + i (j, i = 0, 1) of head g.
     float p[2][2];
@@ -228,7 +233,7 @@ __global__ void __launch_bounds__(kAttentionWarps * 32)
     for (int j = 0; j < 2; ++j)
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        const float x = s[j][i] + s[j][2 + i];
+        const float x = (s[0][j][i] + s[0][j][2 + i]) + (s[1][j][i] + s[1][j][2 + i]);
         p[j][i] = p0 + 8 * j + 2 * tq + i < end ? x : -INFINITY;
         top = fmaxf(top, p[j][i]);
       }
@@ -281,10 +286,9 @@ __global__ void __launch_bounds__(kAttentionWarps * 32)
 
   // The warps' results into the ring's memory (every warp is done with its
   // ring after the barrier), then the portable kernel's end.
-  auto& sm_m = *reinterpret_cast<float(*)[kAttentionWarps][kMmaGroup]>(smem);
-  auto& sm_l = *reinterpret_cast<float(*)[kAttentionWarps][kMmaGroup]>(smem + sizeof(sm_m));
-  auto& sm_acc =
-      *reinterpret_cast<float(*)[kAttentionWarps][kMmaGroup][HD]>(smem + 2 * sizeof(sm_m));
+  auto& sm_m = *reinterpret_cast<float(*)[W][kMmaGroup]>(smem);
+  auto& sm_l = *reinterpret_cast<float(*)[W][kMmaGroup]>(smem + sizeof(sm_m));
+  auto& sm_acc = *reinterpret_cast<float(*)[W][kMmaGroup][HD]>(smem + 2 * sizeof(sm_m));
   __syncthreads();
   if (g < group) {
     if (tq == 0) sm_m[warp][g] = m, sm_l[warp][g] = l;
@@ -294,60 +298,89 @@ __global__ void __launch_bounds__(kAttentionWarps * 32)
       sm_acc[warp][g][8 * nt + 2 * tq + 1] = acc[nt][1] + acc[nt][3];
     }
   }
-  finish_piece<HD, kMmaGroup>(a, t, kvh, split, group, sm_m, sm_l, sm_acc);
+  finish_piece<HD, kMmaGroup, W>(a, t, kvh, split, group, sm_m, sm_l, sm_acc);
 #endif
 }
 
-template <int HD, int S, bool kRope>
+template <int HD, int S, bool kRope, int W>
 int mma_wave_blocks() {
   static const int blocks = [] {
-    auto kernel = kernel_attention_mma<HD, S, kRope>;
+    auto kernel = kernel_attention_mma<HD, S, kRope, W>;
     // Above 48 KB of dynamic shared memory a kernel must opt in (once).
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    MmaSmem<HD, S>::kBytes));
+                                    MmaSmem<HD, S, W>::kBytes));
     int per_sm = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kAttentionWarps * 32,
-                                                             MmaSmem<HD, S>::kBytes));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, W * 32,
+                                                             MmaSmem<HD, S, W>::kBytes));
     return device_sm_count() * std::max(per_sm, 1);
   }();
   return blocks;
 }
 
-// The most stages a warp's ring may have on this device (2 or 3; 0: the
-// kernel does not run here). Read once: one process serves one GPU. The
-// kernel needs an sm_80+ device, this binary's code for it built for
-// sm_80+ (else its body is empty), and room for the ring (3 stages: 96 KB
-// a block, which an sm_86's 99 KB cannot hold beside the static arrays).
-int mma_max_stages() {
-  static const int stages = [] {
+// The shared memory a block may opt into on this device, less the kernel's
+// largest static arrays (kRope); 0 where the kernel does not run here. Read
+// once: one process serves one GPU. The kernel needs an sm_80+ device and
+// this binary's code for it built for sm_80+ (else its body is empty).
+int mma_room() {
+  static const int room = [] {
     int dev = 0, major = 0, smem = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     cudaFuncAttributes attr{};
-    if (cudaFuncGetAttributes(&attr, kernel_attention_mma<128, 3, true>) != cudaSuccess) {
+    if (cudaFuncGetAttributes(&attr, kernel_attention_mma<128, 3, true, kAttentionWarps>) !=
+        cudaSuccess) {
       (void)cudaGetLastError();
       return 0;
     }
     if (major < 8 || attr.ptxVersion < 80 || attr.binaryVersion < 80) return 0;
-    const int fixed = int(attr.sharedSizeBytes);  // the largest static arrays (kRope)
-    return MmaSmem<128, 3>::kBytes + fixed <= smem   ? 3
-           : MmaSmem<128, 2>::kBytes + fixed <= smem ? 2
-                                                     : 0;
+    return std::max(0, smem - int(attr.sharedSizeBytes));
   }();
-  return stages;
+  return room;
 }
 
-// A launch: the stages of each warp's ring, the pieces per token and the
-// fewest positions a piece holds (AttentionArgs::least_piece).
+// The most stages a 4-warp block's rings may have on this device (2 or 3;
+// 0: the kernel does not run here): 3 stages are 96 KB a block, which an
+// sm_86's 99 KB cannot hold beside the static arrays.
+int mma_max_stages() {
+  const int room = mma_room();
+  return MmaSmem<128, 3, kAttentionWarps>::kBytes <= room   ? 3
+         : MmaSmem<128, 2, kAttentionWarps>::kBytes <= room ? 2
+                                                            : 0;
+}
+
+// Blocks of kWideWarps warps (2-stage rings: 128 KB a block at head_dim
+// 128, one block an SM on an H200) for the same pieces: each warp walks
+// half as many of its piece's cache blocks, so the chain of a warp's
+// blocks (wait, S = Q K^T, the softmax, O += P V, each step waiting on the
+// last; one warp a scheduler) is half as long. Where 2+ tokens' grid of
+// them fits one wave and the longest piece gives each of the 8 warps two
+// cache blocks or more. H200, Llama-3-8B Q4_K_M at 512 positions
+// (docs/PERFORMANCE.md run 41): 8 sequences +1.0-1.2%, 16 +4.0% (one piece
+// a token: the wave holds 128 such blocks), Qwen3-8B +1.0% and +3.0%;
+// batch 32 (two waves of them) lost in bench_attention, 30.6 us against
+// 24.8, and 3-stage rings (192 KB) gained less (+0.7%, +1.0%).
+// VOLTAD_ATTENTION_WIDE=0 keeps 4 warps (a measurement switch).
+constexpr int kWideWarps = 8;
+bool wide_allowed() {
+  static const bool allowed = [] {
+    const char* v = std::getenv("VOLTAD_ATTENTION_WIDE");
+    return !(v && std::string(v) == "0");
+  }();
+  return allowed;
+}
+
+// A launch: the warps of a block, the stages of each warp's ring, the
+// pieces per token and the fewest positions a piece holds
+// (AttentionArgs::least_piece).
 struct MmaPlan {
-  int stages, pieces, least;
+  int warps, stages, pieces, least;
 };
 
 // Pieces: as many as one wave of the kernel's blocks holds
 // (attention_pieces_in_wave), at most kAttentionMmaMaxPieces (attention.h),
-// and no more than give each warp a cache block (64 positions a piece): at
-// batch 1 and 512 positions (H200,
+// and no more than give each of 4 warps a cache block (64 positions a
+// piece): at batch 1 and 512 positions (H200,
 // kernels/dev/bench_attention.cu), 8 pieces of 64 took 6.8 us where 33 of
 // 16, most warps idle, took 8.1. Least: no piece of a token shorter than
 // 64 positions, 256 from 4 tokens on (AttentionArgs::least_piece), also
@@ -369,13 +402,26 @@ MmaPlan mma_plan(const AttentionArgs& a) {
   constexpr int kWarpBlock = kAttentionWarps * kKvBlockTokens;
   const int shortest = a.n_tokens >= 4 ? 4 * kWarpBlock : kWarpBlock;
   const int most = std::min(kAttentionMmaMaxPieces, std::max(1, (a.max_position + 1) / shortest));
+  if (a.n_tokens >= 2 && wide_allowed() && MmaSmem<HD, 2, kWideWarps>::kBytes <= mma_room()) {
+    const int wave = mma_wave_blocks<HD, 2, kRope, kWideWarps>();
+    const int n = std::min(most, attention_pieces_in_wave(a, wave));
+    if (int64_t(a.n_tokens) * a.n_kv_heads * n <= wave &&
+        split_tokens(a.max_position, n) >= 2 * kWideWarps * kKvBlockTokens)
+      return {kWideWarps, 2, n, shortest};
+  }
   // 3 stages only where 2 blocks of them fit an SM (the H200's 228 KB,
   // not an A100's 164 KB, where 3 stages would leave 4 warps an SM).
-  if (mma_max_stages() >= 3 && mma_wave_blocks<HD, 3, kRope>() >= 2 * device_sm_count()) {
-    const int n = std::min(most, attention_pieces_in_wave(a, mma_wave_blocks<HD, 3, kRope>()));
-    if (split_tokens(a.max_position, n) >= 2 * kWarpBlock) return {3, n, shortest};  // the longest piece
+  if (mma_max_stages() >= 3 &&
+      mma_wave_blocks<HD, 3, kRope, kAttentionWarps>() >= 2 * device_sm_count()) {
+    const int n = std::min(
+        most, attention_pieces_in_wave(a, mma_wave_blocks<HD, 3, kRope, kAttentionWarps>()));
+    if (split_tokens(a.max_position, n) >= 2 * kWarpBlock)  // the longest piece
+      return {kAttentionWarps, 3, n, shortest};
   }
-  return {2, std::min(most, attention_pieces_in_wave(a, mma_wave_blocks<HD, 2, kRope>())), shortest};
+  return {
+      kAttentionWarps, 2,
+      std::min(most, attention_pieces_in_wave(a, mma_wave_blocks<HD, 2, kRope, kAttentionWarps>())),
+      shortest};
 }
 
 // Calls fn(std::integral_constant<int, HD>, std::bool_constant<kRope>).
@@ -391,6 +437,7 @@ decltype(auto) with_mma_instance(const AttentionArgs& a, Fn&& fn) {
 }  // namespace attention80
 
 using attention80::kernel_attention_mma;
+using attention80::kWideWarps;
 using attention80::mma_max_stages;
 using attention80::mma_plan;
 using attention80::MmaPlan;
@@ -404,6 +451,12 @@ bool attention_mma_applies(const AttentionArgs& a) {
 int attention_mma_pieces(const AttentionArgs& a) {
   return with_mma_instance(a, [&](auto hd, auto rope) {
     return mma_plan<decltype(hd)::value, decltype(rope)::value>(a).pieces;
+  });
+}
+
+int attention_mma_warps(const AttentionArgs& a) {
+  return with_mma_instance(a, [&](auto hd, auto rope) {
+    return mma_plan<decltype(hd)::value, decltype(rope)::value>(a).warps;
   });
 }
 
@@ -424,12 +477,15 @@ void launch_attention_mma(const AttentionArgs& args, const Fp16KvReader& cache,
     const MmaPlan plan = mma_plan<HD, kRope>(a);
     a.least_piece = plan.least;
     const dim3 grid(unsigned(a.n_tokens), unsigned(a.n_kv_heads), unsigned(plan.pieces));
-    if (plan.stages == 3)
-      launch_kernel(kernel_attention_mma<HD, 3, kRope>, grid, kAttentionWarps * 32,
-                    MmaSmem<HD, 3>::kBytes, stream, a, cache);
+    if (plan.warps == kWideWarps)
+      launch_kernel(kernel_attention_mma<HD, 2, kRope, kWideWarps>, grid, kWideWarps * 32,
+                    MmaSmem<HD, 2, kWideWarps>::kBytes, stream, a, cache);
+    else if (plan.stages == 3)
+      launch_kernel(kernel_attention_mma<HD, 3, kRope, kAttentionWarps>, grid, kAttentionWarps * 32,
+                    MmaSmem<HD, 3, kAttentionWarps>::kBytes, stream, a, cache);
     else
-      launch_kernel(kernel_attention_mma<HD, 2, kRope>, grid, kAttentionWarps * 32,
-                    MmaSmem<HD, 2>::kBytes, stream, a, cache);
+      launch_kernel(kernel_attention_mma<HD, 2, kRope, kAttentionWarps>, grid, kAttentionWarps * 32,
+                    MmaSmem<HD, 2, kAttentionWarps>::kBytes, stream, a, cache);
     return plan.pieces;
   });
   CUDA_CHECK(cudaGetLastError());

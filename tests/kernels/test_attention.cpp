@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <numeric>
 
 #include <cuda_fp16.h>
@@ -294,6 +295,41 @@ TEST_CASE("batched decode: the pieces stop at one wave of blocks") {
     if (sms >= 64) CHECK(kernels::attention_launch_pieces(a) == kernels::kAttentionMmaMaxPieces);
     CHECK(kernels::attention_launch_pieces(a) <= kernels::kAttentionMmaMaxPieces);
   }
+}
+
+// From 2 tokens on, where the grid fits one wave of 8-warp blocks (128 KB
+// of rings each at head_dim 128) and each warp gets two cache blocks of the
+// longest piece, pass 1 runs 8 warps a block (attention_launch_warps);
+// exact like the 4-warp blocks, also where a token's positions leave warps
+// without a block, and at head_dim 64.
+TEST_CASE("batched decode on 8-warp blocks") {
+  kernels::AttentionArgs a = llama3_tensor_core_plan(639);
+  CHECK(kernels::attention_launch_warps(a) == 4);  // no tokens yet: nothing changes the plan
+  if (kernels::gemm_sm80_available() && kernels::attention_mma_applies(a)) {
+    int device = 0, sms = 0, optin = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    a.n_tokens = 1;  // one token keeps 4 warps
+    CHECK(kernels::attention_launch_warps(a) == 4);
+    a.n_tokens = 64;  // 512 blocks of one piece: more than a wave below 512 SMs
+    if (sms < 512) CHECK(kernels::attention_launch_warps(a) == 4);
+    a.n_tokens = 8;  // 64 blocks a piece; a piece of 640 positions is 5 blocks a warp
+    const bool wide_device = optin >= 136 * 1024 && sms >= 64;
+    if (wide_device && !std::getenv("VOLTAD_ATTENTION_WIDE")) {
+      CHECK(kernels::attention_launch_warps(a) == 8);
+      a.n_tokens = 16;
+      CHECK(kernels::attention_launch_warps(a) == (sms >= 128 ? 8 : 4));
+      a.max_position = 127;  // pieces of 128 positions: one block a warp
+      a.n_tokens = 8;
+      CHECK(kernels::attention_launch_warps(a) == 4);
+    }
+  }
+  check_attention({32, 8, 128}, {639, 600, 37, 300, 420, 0, 64, 255}, {1, 1, 1, 1, 1, 1, 1, 1});
+  std::vector<int> cached, one;
+  for (int s = 0; s < 16; ++s) cached.push_back((s * 211) % 700), one.push_back(1);
+  check_attention({32, 8, 128}, cached, one, 0, 0.02f);            // 16 tokens, growing scores
+  check_attention({9, 3, 64}, {900, 17, 640, 300}, {1, 1, 1, 1});  // SmolLM2's heads, 4 tokens
 }
 
 // A decode graph is planned for max_context positions; its tokens hold
