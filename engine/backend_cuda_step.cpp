@@ -198,7 +198,7 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
                                const std::vector<ProjectionStack>* readers, const char* which) {
     // The rule: Q4_K products (auto b1 +1.0-1.1%, portable +2.0-2.3%),
     // Q4_0 under plain launches (portable +3.4%; auto -0.4%, where its
-    // plain kernel is the dp4a one); docs/PERFORMANCE.md run 38.
+    // plain kernel is the dp4a one); docs/PERFORMANCE-RUNS-38-39.md run 38.
     const bool rule = w.layout.format == kernels::PackedFormat::Int4K256 ||
                       (w.layout.format == kernels::PackedFormat::Int4Sym32 && !programmatic);
     const bool at = units_at.empty() || units_at == which;

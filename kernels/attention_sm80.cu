@@ -215,16 +215,14 @@ __global__ void __launch_bounds__(W * 32)
     }
     // S: n8 tiles of positions 0-7 and 8-15; each k step's ldmatrix gives
     // both tiles' B (K's rows as stored: position, then element).
-    // The even and odd k steps sum apart: two chains of KSTEPS / 2 MMAs,
-    // each waiting on the last, instead of one of KSTEPS.
-    float s[2][2][4] = {};
+    float s[2][4] = {};
 #pragma unroll
     for (int ks = 0; ks < KSTEPS; ++ks) {
       const int mi = lane >> 3;
       uint32_t b[4];
       load_matrices_x4<false>(b, stage + L::offset((lane & 7) + 8 * (mi >> 1), 2 * ks + (mi & 1)));
-      mma_16816(s[ks & 1][0], qa[ks], b[0], b[1]);
-      mma_16816(s[ks & 1][1], qa[ks], b[2], b[3]);
+      mma_16816(s[0], qa[ks], b[0], b[1]);
+      mma_16816(s[1], qa[ks], b[2], b[3]);
     }
     // Lane (g, t) holds positions 8j + 2t + i (j, i = 0, 1) of head g.
     float p[2][2];
@@ -233,7 +231,7 @@ __global__ void __launch_bounds__(W * 32)
     for (int j = 0; j < 2; ++j)
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        const float x = (s[0][j][i] + s[0][j][2 + i]) + (s[1][j][i] + s[1][j][2 + i]);
+        const float x = s[j][i] + s[j][2 + i];
         p[j][i] = p0 + 8 * j + 2 * tq + i < end ? x : -INFINITY;
         top = fmaxf(top, p[j][i]);
       }
@@ -353,13 +351,17 @@ int mma_max_stages() {
 // 128, one block an SM on an H200) for the same pieces: each warp walks
 // half as many of its piece's cache blocks, so the chain of a warp's
 // blocks (wait, S = Q K^T, the softmax, O += P V, each step waiting on the
-// last; one warp a scheduler) is half as long. Where 2+ tokens' grid of
-// them fits one wave and the longest piece gives each of the 8 warps two
-// cache blocks or more. H200, Llama-3-8B Q4_K_M at 512 positions
-// (docs/PERFORMANCE.md run 41): 8 sequences +1.0-1.2%, 16 +4.0% (one piece
-// a token: the wave holds 128 such blocks), Qwen3-8B +1.0% and +3.0%;
-// batch 32 (two waves of them) lost in bench_attention, 30.6 us against
-// 24.8, and 3-stage rings (192 KB) gained less (+0.7%, +1.0%).
+// last; with 4 warps, one a scheduler, ~8 cycles an instruction in Nsight
+// Compute) is half as long. Where 2+ tokens' grid of them fits one wave
+// and the longest piece gives each of the 8 warps two cache blocks or
+// more. H200 at 512 positions (docs/PERFORMANCE.md run 41): Llama-3-8B
+// Q4_K_M 8 sequences +1.0-1.2%, 16 +4.0% (one piece a token: the wave
+// holds its 128 blocks), Qwen3-8B +1.0% and +3.0%; no change at 4,096
+// positions. Not taken: batch 32 (two waves of them; 30.6 us against 24.8
+// in kernels/dev/bench_attention.cu), 3-stage rings (192 KB: +0.7% and
+// +1.0%), one piece at 8 sequences (+0.4%, against +1.0% for two), and
+// the S products' even and odd k steps summed apart (two MMA chains of 4:
+// -0.2% at 8 sequences).
 // VOLTAD_ATTENTION_WIDE=0 keeps 4 warps (a measurement switch).
 constexpr int kWideWarps = 8;
 bool wide_allowed() {

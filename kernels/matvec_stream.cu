@@ -303,7 +303,7 @@ namespace {
 // kernel (62 registers) holds 8 blocks of 4 warps an SM; its units (78
 // registers, one block of 16 an SM; 32 warps spill) made down 6 us a layer
 // slower on the H200, so Q6_K takes them only on request
-// (VOLTAD_NORM_UNITS_Q6K=1; docs/PERFORMANCE.md run 38).
+// (VOLTAD_NORM_UNITS_Q6K=1; docs/PERFORMANCE-RUNS-38-39.md run 38).
 constexpr int kUnitWarps = 16;
 
 template <class C, int R, int S, int W = kUnitWarps>
