@@ -100,7 +100,7 @@ __global__ void __launch_bounds__(W * 32)
   const int end = min(pos + 1, begin + per);
   const int kv_dim = a.n_kv_heads * HD;
   const int32_t* table = a.block_tables + int64_t(a.token_tables[t]) * a.table_stride;
-  // This warp's blocks: warp, warp + 4, ... of the piece's.
+  // This warp's blocks: warp, warp + W, ... of the piece's.
   const int blocks = end > begin ? (end - begin + kKvBlockTokens - 1) / kKvBlockTokens : 0;
   const int mine = blocks > warp ? (blocks - warp + W - 1) / W : 0;
   uint8_t* ring = smem + warp * L::kWarpBytes;
@@ -349,19 +349,23 @@ int mma_max_stages() {
 
 // Blocks of kWideWarps warps (2-stage rings: 128 KB a block at head_dim
 // 128, one block an SM on an H200) for the same pieces: each warp walks
-// half as many of its piece's cache blocks, so the chain of a warp's
-// blocks (wait, S = Q K^T, the softmax, O += P V, each step waiting on the
-// last; with 4 warps, one a scheduler, ~8 cycles an instruction in Nsight
-// Compute) is half as long. Where 2+ tokens' grid of them fits one wave
-// and the longest piece gives each of the 8 warps two cache blocks or
-// more. H200 at 512 positions (docs/PERFORMANCE.md run 41): Llama-3-8B
-// Q4_K_M 8 sequences +1.0-1.2%, 16 +4.0% (one piece a token: the wave
-// holds its 128 blocks), Qwen3-8B +1.0% and +3.0%; no change at 4,096
-// positions. Not taken: batch 32 (two waves of them; 30.6 us against 24.8
-// in kernels/dev/bench_attention.cu), 3-stage rings (192 KB: +0.7% and
-// +1.0%), one piece at 8 sequences (+0.4%, against +1.0% for two), and
-// the S products' even and odd k steps summed apart (two MMA chains of 4:
-// -0.2% at 8 sequences).
+// half as many of its piece's cache blocks (the longest warp of a
+// 17-block piece 3 instead of 5), and that chain of a warp's blocks
+// (wait, S = Q K^T, the softmax, O += P V, each step waiting on the last;
+// with 4 warps, one a scheduler, ~8 cycles an instruction in Nsight
+// Compute) sets the kernel's time. Where 2+ tokens' grid of them fits one
+// wave and the longest piece gives each of the 8 warps two cache blocks
+// or more. Measured on the H200 only, at head_dim 128 and 512 positions
+// (docs/PERFORMANCE.md run 41): Llama-3-8B Q4_K_M 8 sequences +1.0-1.2%,
+// 16 +4.0% (one piece a token there: the wave holds its 128 blocks),
+// Qwen3-8B +1.0% and +3.0%; no change at 4,096 positions. Elsewhere the
+// rule is untried: an A100 (108 SMs) takes one piece a token at batch 8,
+// and head_dim 64 (64 KB a block) qualifies on more devices. Not taken:
+// batch 32 (two waves of them; 30.6 us against 24.8 in
+// kernels/dev/bench_attention.cu), 3-stage rings (192 KB: +0.7% and
+// +1.0%), 12 warps (-0.6% against 8), one piece at 8 sequences (+0.4%,
+// against +1.0% for two), and the S products' even and odd k steps summed
+// apart (two MMA chains of 4: -0.2% at 8 sequences).
 // VOLTAD_ATTENTION_WIDE=0 keeps 4 warps (a measurement switch).
 constexpr int kWideWarps = 8;
 bool wide_allowed() {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <numeric>
+#include <string>
 
 #include <cuda_fp16.h>
 
@@ -303,8 +304,19 @@ TEST_CASE("batched decode: the pieces stop at one wave of blocks") {
 // exact like the 4-warp blocks, also where a token's positions leave warps
 // without a block, and at head_dim 64.
 TEST_CASE("batched decode on 8-warp blocks") {
+  const char* wide = std::getenv("VOLTAD_ATTENTION_WIDE");
+  const bool allowed = !(wide && std::string(wide) == "0");
   kernels::AttentionArgs a = llama3_tensor_core_plan(639);
-  CHECK(kernels::attention_launch_warps(a) == 4);  // no tokens yet: nothing changes the plan
+  // The cases below: Llama-3-8B's heads at 8 tokens up to 640 positions,
+  // at 16 tokens up to 700, and SmolLM2's (head_dim 64) at 4 tokens up to
+  // 901; each expects 8 warps on a device that holds their grid in one
+  // wave of 8-warp blocks (one an SM at head_dim 128: 136 KB of opt-in
+  // shared memory and 64 SMs for 8 tokens, 128 for 16).
+  std::vector<int> cached16, one16;
+  for (int s = 0; s < 16; ++s) cached16.push_back((s * 211) % 700), one16.push_back(1);
+  const std::vector<int> cached8 = {639, 600, 37, 300, 420, 0, 64, 255};
+  const std::vector<int> one8(8, 1);
+  const std::vector<int> cached_64 = {900, 17, 640, 300}, one4(4, 1);
   if (kernels::gemm_sm80_available() && kernels::attention_mma_applies(a)) {
     int device = 0, sms = 0, optin = 0;
     CUDA_CHECK(cudaGetDevice(&device));
@@ -314,22 +326,29 @@ TEST_CASE("batched decode on 8-warp blocks") {
     CHECK(kernels::attention_launch_warps(a) == 4);
     a.n_tokens = 64;  // 512 blocks of one piece: more than a wave below 512 SMs
     if (sms < 512) CHECK(kernels::attention_launch_warps(a) == 4);
-    a.n_tokens = 8;  // 64 blocks a piece; a piece of 640 positions is 5 blocks a warp
+    a.max_position = 127;  // pieces of 128 positions: one cache block a warp
+    a.n_tokens = 8;
+    CHECK(kernels::attention_launch_warps(a) == 4);
     const bool wide_device = optin >= 136 * 1024 && sms >= 64;
-    if (wide_device && !std::getenv("VOLTAD_ATTENTION_WIDE")) {
+    if (allowed && wide_device) {
+      // 8 tokens at 640 positions: 2 pieces of 320 (20 cache blocks, at
+      // most 3 a warp), 128 blocks.
+      a.max_position = 639;
       CHECK(kernels::attention_launch_warps(a) == 8);
-      a.n_tokens = 16;
+      a.n_tokens = 16;  // one piece a token where 128 blocks fit the wave
+      a.max_position = *std::max_element(cached16.begin(), cached16.end());
       CHECK(kernels::attention_launch_warps(a) == (sms >= 128 ? 8 : 4));
-      a.max_position = 127;  // pieces of 128 positions: one block a warp
-      a.n_tokens = 8;
-      CHECK(kernels::attention_launch_warps(a) == 4);
+      kernels::AttentionArgs smol = a;
+      smol.n_heads = 9, smol.n_kv_heads = 3, smol.head_dim = 64, smol.n_tokens = 4;
+      smol.max_position = 900;
+      CHECK(kernels::attention_launch_warps(smol) == 8);
     }
   }
-  check_attention({32, 8, 128}, {639, 600, 37, 300, 420, 0, 64, 255}, {1, 1, 1, 1, 1, 1, 1, 1});
-  std::vector<int> cached, one;
-  for (int s = 0; s < 16; ++s) cached.push_back((s * 211) % 700), one.push_back(1);
-  check_attention({32, 8, 128}, cached, one, 0, 0.02f);            // 16 tokens, growing scores
-  check_attention({9, 3, 64}, {900, 17, 640, 300}, {1, 1, 1, 1});  // SmolLM2's heads, 4 tokens
+  // Exact on them (and on 4 warps elsewhere), also where a token's
+  // positions leave warps without a block.
+  check_attention({32, 8, 128}, cached8, one8);
+  check_attention({32, 8, 128}, cached16, one16, 0, 0.02f);  // growing scores
+  check_attention({9, 3, 64}, cached_64, one4);
 }
 
 // A decode graph is planned for max_context positions; its tokens hold
