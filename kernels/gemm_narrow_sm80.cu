@@ -529,6 +529,7 @@ int gemm_narrow_sm80_splits_taken(const GemmArgs& a, const GemmScratch& scratch)
 NarrowOneTile gemm_narrow_sm80_one_tile_taken(const GemmArgs& a) {
   if (a.n < 1 || a.n > 8) return NarrowOneTile::Default;
   if (gemm_narrow_sm80_shared_x_taken(a) != NarrowSharedX::Never) return NarrowOneTile::Default;
+  if (gemm_narrow_sm80_bulk_taken(a)) return NarrowOneTile::Default;
   switch (a.w.layout.format) {
     case PackedFormat::Int4Sym32:
       return narrow80::one_tile_taken<PackedFormat::Int4Sym32>(a);
@@ -589,6 +590,7 @@ void launch_gemm_narrow_sm80(const GemmArgs& a, const GemmScratch& scratch, cuda
   auto* xp = static_cast<uint32_t*>(scratch.data);
   if (scratch.holds_x != a.x)  // else written by its producer (kernels/narrow_x.cuh)
     narrow80::launch_x_to_fragments(a, xp, stream);
+  if (launch_narrow_bulk_sm90(a, xp, stream)) return;
   switch (a.w.layout.format) {
     case PackedFormat::Int4Sym32:
       return narrow80::launch_format<PackedFormat::Int4Sym32>(a, xp, scratch, stream);

@@ -96,7 +96,8 @@ enum class NarrowOneTile { Default, W8B2, W8B3 };
 void gemm_narrow_sm80_set_one_tile(NarrowOneTile shape);
 // The blocks launch_gemm_narrow_sm80 would take for `args` on this device:
 // W8B2 or W8B3 for 8-warp blocks at 1-8 tokens (Int6K256: always W8B2),
-// Default where it takes 16 warps, shared-x blocks or more than 8 tokens.
+// Default where it takes 16 warps, shared-x blocks, the streaming blocks
+// (gemm_narrow_sm80_bulk_taken) or more than 8 tokens.
 NarrowOneTile gemm_narrow_sm80_one_tile_taken(const GemmArgs& args);
 // Blocks that split k. Where 8-warp blocks (built for two an SM, and two
 // fit) would not outnumber the SMs, one block an SM leaves half its warps'
@@ -138,6 +139,21 @@ void gemm_narrow_sm80_set_shared_x(NarrowSharedX how);
 // The blocks launch_gemm_narrow_sm80(args, ...) takes here: Pair, Wide or
 // Never.
 NarrowSharedX gemm_narrow_sm80_shared_x_taken(const GemmArgs& args);
+// Streaming blocks fed by bulk copies (sm_90, kernels/narrow_bulk_sm90.cu):
+// Q4_K (Int4K256) rows of 4,096 columns at 1-8 tokens, one wave of blocks
+// that each walk row groups of 16 with a producer warp keeping a ring of
+// whole-row stages in flight. Rule: where every block of the wave gets 4 or
+// more row groups (a Q4_K_M layer's gate|up on the H200); Never / Always
+// (tests: wherever the shape and device allow); VOLTAD_NARROW_BULK=0 keeps
+// the rule from taking them (comparisons).
+enum class NarrowBulk { Rule, Never, Always };
+void gemm_narrow_sm80_set_bulk(NarrowBulk how);
+// Whether launch_gemm_narrow_sm80(args, ...) takes the streaming blocks here.
+bool gemm_narrow_sm80_bulk_taken(const GemmArgs& args);
+// Launches them with x already in the narrow layout at xp, if they take
+// `args` (else returns false having done nothing): launch_gemm_narrow_sm80's
+// own step.
+bool launch_narrow_bulk_sm90(const GemmArgs& args, const uint32_t* xp, cudaStream_t stream);
 void launch_gemm_narrow_sm80(const GemmArgs& args, const GemmScratch& scratch, cudaStream_t stream);
 // Two products of the same x in one launch at 1-8 tokens: a Q4_K
 // (Int4K256) `a` and a Q6_K (Int6K256) `b` of as many columns (a Q4_K_M

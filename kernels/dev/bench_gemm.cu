@@ -24,13 +24,15 @@
 #endif
 
 #include "kernels/attention.cu"
-#include "kernels/dev/bench_timing.cuh"
 #include "kernels/attention_prefill.cu"
+#include "kernels/dev/bench_timing.cuh"
 #include "kernels/gemm_narrow.cu"
 #include "kernels/gemm_narrow_sm80.cu"
 #include "kernels/gemm_sm80.cu"
 #include "kernels/gemm_wmma.cu"
 #include "kernels/launch.cu"
+#include "kernels/narrow_bulk_sm90.cu"
+#include "kernels/narrow_x_sm80.cu"
 #include "kernels/topk.cu"
 
 namespace bench {

@@ -29,11 +29,14 @@
 #include "kernels/gemm_sm80.cu"
 #include "kernels/gemm_wmma.cu"
 #include "kernels/launch.cu"
+#include "kernels/matvec_bulk_sm90.cu"
 #include "kernels/matvec_dispatch.cu"
 #include "kernels/matvec_float.cu"
 #include "kernels/matvec_int4.cu"
 #include "kernels/matvec_int8.cu"
 #include "kernels/matvec_stream.cu"
+#include "kernels/narrow_bulk_sm90.cu"
+#include "kernels/narrow_x_sm80.cu"
 
 namespace bench {
 
@@ -340,6 +343,49 @@ void batched_decode(const Pool& pool, double copy_gbs) {
   CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
+// gate|up of Llama-3-8B (28672 rows) and Qwen3-8B (24576) at 1-8 tokens
+// under `auto`: the narrow GEMM's 32-row blocks against its streaming
+// blocks (narrow_bulk_sm90.cu), x already in the narrow layout (no
+// conversion launch), back-to-back launches over pool copies.
+void narrow_blocks_vs_bulk(const Pool& pool, double copy_gbs) {
+  const KernelSetScope auto_set(KernelSet::Auto);
+  Activations act(4096, 28672, 8);
+  GemmScratch scratch;
+  scratch.bytes = gemm_narrow_sm80_scratch_bytes(8, 4096);
+  CUDA_CHECK(cudaMalloc(&scratch.data, scratch.bytes));
+  CUDA_CHECK(cudaMemset(scratch.data, 0, scratch.bytes));
+  scratch.holds_x = act.x;
+  std::printf("\n== narrow GEMM at 1-8 tokens: 32-row blocks against streaming blocks ==\n");
+  for (int64_t rows : {int64_t(28672), int64_t(24576)}) {
+    const PackedLayout l = make_packed_layout(PackedFormat::Int4K256, rows, 4096);
+    const auto copies = copies_of(pool, l);
+    const double bytes = double(packed_payload_bytes(l));
+    for (int n : {1, 2, 4, 8}) {
+      for (NarrowBulk how : {NarrowBulk::Never, NarrowBulk::Always}) {
+        gemm_narrow_sm80_set_bulk(how);
+        const int count = int(copies.size()), iters = std::max(count, 64);
+        const float ms = time_ms([&] {
+          for (int i = 0; i < iters; ++i) {
+            GemmArgs g;
+            g.w = copies[size_t(i % count)];
+            g.x = act.x;
+            g.ldx = 4096;
+            g.n = n;
+            g.y = act.y;
+            g.ldy = 28672;
+            launch_gemm_narrow_sm80(g, scratch, nullptr);
+          }
+        });
+        report("Q4_K " + std::to_string(rows) + "x4096 n" + std::to_string(n) +
+                   (how == NarrowBulk::Always ? " streaming" : " 32-row"),
+               bytes, ms / float(iters), copy_gbs);
+      }
+    }
+  }
+  gemm_narrow_sm80_set_bulk(NarrowBulk::Rule);
+  CUDA_CHECK(cudaFree(scratch.data));
+}
+
 // Each matrix of a Q4_K_M layer, 3 launches at 1, 8 and 32 tokens through
 // the sm_80 narrow GEMM: a short run for Nsight Compute to profile.
 void profile_narrow80(const Pool& pool) {
@@ -378,7 +424,8 @@ void profile_narrow80(const Pool& pool) {
 
 // Arguments: none, every section; `batched`, only the batched decode;
 // `profile-narrow80`, each matrix of a Q4_K_M layer 3 times at 1, 8 and 32
-// tokens through the sm_80 narrow GEMM and nothing else (for Nsight Compute).
+// tokens through the sm_80 narrow GEMM and nothing else (for Nsight Compute);
+// `narrow-bulk`, gate|up at 1-8 tokens in the narrow GEMM's two block shapes.
 int main(int argc, char** argv) {
   using namespace bench;
   const std::string mode = argc > 1 ? argv[1] : "";
@@ -404,6 +451,10 @@ int main(int argc, char** argv) {
   Pool pool;
   if (mode == "profile-narrow80") {
     profile_narrow80(pool);
+    return 0;
+  }
+  if (mode == "narrow-bulk") {
+    narrow_blocks_vs_bulk(pool, copy_gbs);
     return 0;
   }
   if (mode == "batched") {

@@ -647,6 +647,76 @@ TEST_CASE("gemm narrow sm80 with warps that share x: as taken, and against the r
   }
 }
 
+// The streaming blocks fed by bulk copies (sm_90 under `auto`;
+// kernels/narrow_bulk_sm90.cu): Q4_K rows of 4,096 columns at 1-8 tokens.
+// Where the rule takes them (4+ row groups of 16 for every block of one
+// wave: one block an SM) and where not; then forced on row counts that
+// leave most blocks without a group, give every block one or two (the ring
+// of 3 stages not yet wrapped) and five with a last group of 7 rows (it
+// wraps), against the reference, once twice for the same bits.
+struct BulkScope {
+  explicit BulkScope(kernels::NarrowBulk how) { kernels::gemm_narrow_sm80_set_bulk(how); }
+  ~BulkScope() { kernels::gemm_narrow_sm80_set_bulk(kernels::NarrowBulk::Rule); }
+};
+
+TEST_CASE("gemm narrow sm80 streaming blocks (sm_90, auto): as taken, and against the reference") {
+  const kernels::KernelSetScope auto_set(kernels::KernelSet::Auto);
+  if (!device_is_sm80_plus() || !kernels::gemm_sm80_available() ||
+      !kernels::programmatic_launch_supported()) {
+    MESSAGE("no sm_90 code or device: the streaming blocks do not apply");
+    return;
+  }
+  const int64_t s = sm_count_and_shared_memory().first;
+  using kernels::NarrowBulk;
+  using kernels::PackedFormat;
+  auto taken = [&](PackedFormat f, int64_t rows, int64_t cols, int n) {
+    kernels::GemmArgs a;
+    a.w.layout.format = f;
+    a.w.layout.rows = rows;
+    a.w.layout.cols = cols;
+    a.w.layout.quant_row_bytes = cols / 2;
+    a.w.layout.scale_row_bytes = cols / 256 * 16;
+    a.n = n;
+    return kernels::gemm_narrow_sm80_bulk_taken(a);
+  };
+  // (VOLTAD_NARROW_BULK=0, if set, keeps the rule from taking them: leave it
+  // unset here.)
+  for (int n : {1, 2, 8}) CHECK(taken(PackedFormat::Int4K256, 64 * s, 4096, n));
+  CHECK(taken(PackedFormat::Int4K256, 28672, 4096, 8) == (28672 >= 64 * s));
+  CHECK_FALSE(taken(PackedFormat::Int4K256, 64 * s - 16, 4096, 8));  // a group short
+  CHECK_FALSE(taken(PackedFormat::Int4K256, 64 * s, 4096, 9));
+  CHECK_FALSE(taken(PackedFormat::Int4K256, 64 * s, 2048, 8));
+  CHECK_FALSE(taken(PackedFormat::Int6K256, 64 * s, 4096, 8));
+  CHECK_FALSE(taken(PackedFormat::Int4Sym32, 64 * s, 4096, 8));
+  {
+    const BulkScope never(NarrowBulk::Never);
+    CHECK_FALSE(taken(PackedFormat::Int4K256, 64 * s, 4096, 8));
+  }
+  {
+    const BulkScope always(NarrowBulk::Always);
+    CHECK(taken(PackedFormat::Int4K256, 67, 4096, 8));
+    CHECK_FALSE(taken(PackedFormat::Int4K256, 67, 4096, 9));
+    const kernels::KernelSetScope portable(kernels::KernelSet::Portable);
+    CHECK_FALSE(taken(PackedFormat::Int4K256, 64 * s, 4096, 8));  // plain launches: no
+  }
+  {
+    // The rule's own pick, against the reference.
+    REQUIRE(taken(PackedFormat::Int4K256, 64 * s + 7, 4096, 8));
+    run_case(GgmlType::Q4_K,
+             {64 * s + 7, 4096, 8, GemmTile::Auto, true, true, true, Path::Narrow80});
+  }
+  const BulkScope always(NarrowBulk::Always);
+  int i = 0;
+  for (int64_t rows : {int64_t(67), 16 * s - 3, 32 * s, 80 * s - 9}) {
+    for (int n : {1, 2, 5, 8}) {
+      Case c{rows, 4096, n, GemmTile::Auto, i % 2 == 0, i % 3 != 1, i % 4 != 3, Path::Narrow80};
+      c.twice = i == 5;
+      run_case(GgmlType::Q4_K, c);
+      ++i;
+    }
+  }
+}
+
 TEST_CASE("gemm: a prefill-sized case (512 tokens) with the automatic tile") {
   run_case(GgmlType::Q4_K, {300, 4096, 512, GemmTile::Auto, true, true, true});
   run_case(GgmlType::Q6_K, {1000, 512, 300, GemmTile::Auto, false, false, true});
