@@ -484,6 +484,7 @@ void gemm_narrow_sm80_set_shared_x(NarrowSharedX how) {
 
 NarrowSharedX gemm_narrow_sm80_shared_x_taken(const GemmArgs& a) {
   if (a.n < 1 || a.n > narrow80::kMaxTokens) return NarrowSharedX::Never;
+  if (gemm_narrow_sm80_bulk_taken(a)) return NarrowSharedX::Never;
   switch (a.w.layout.format) {
     case PackedFormat::Int4Sym32:
       return narrow80::shared_x_at<PackedFormat::Int4Sym32>(a);

@@ -137,15 +137,16 @@ int gemm_narrow_sm80_splits_taken(const GemmArgs& args, const GemmScratch& scrat
 enum class NarrowSharedX { Rule, Never, Pair, Wide };
 void gemm_narrow_sm80_set_shared_x(NarrowSharedX how);
 // The blocks launch_gemm_narrow_sm80(args, ...) takes here: Pair, Wide or
-// Never.
+// Never (also where it takes the streaming blocks, below).
 NarrowSharedX gemm_narrow_sm80_shared_x_taken(const GemmArgs& args);
 // Streaming blocks fed by bulk copies (sm_90, kernels/narrow_bulk_sm90.cu):
-// Q4_K (Int4K256) rows of 4,096 columns at 1-8 tokens, one wave of blocks
-// that each walk row groups of 16 with a producer warp keeping a ring of
-// whole-row stages in flight. Rule: where every block of the wave gets 4 or
-// more row groups (a Q4_K_M layer's gate|up on the H200); Never / Always
-// (tests: wherever the shape and device allow); VOLTAD_NARROW_BULK=0 keeps
-// the rule from taking them (comparisons).
+// Q4_K (Int4K256) and Q4_0 (Int4Sym32) rows of 4,096 columns at 1-8
+// tokens, one wave of blocks that each walk row groups of 16 with a
+// producer warp keeping a ring of whole-row stages in flight. Rule: where
+// every block of the wave gets 4 or more row groups (a layer's gate|up on
+// the H200), ahead of the shared-x blocks; Never / Always (tests: wherever
+// the shape and device allow); VOLTAD_NARROW_BULK=0 keeps the rule from
+// taking them, =q4k from taking Q4_0 (comparisons).
 enum class NarrowBulk { Rule, Never, Always };
 void gemm_narrow_sm80_set_bulk(NarrowBulk how);
 // Whether launch_gemm_narrow_sm80(args, ...) takes the streaming blocks here.

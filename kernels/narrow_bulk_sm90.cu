@@ -1,6 +1,6 @@
 // The narrow GEMM's streaming blocks on sm_90 (bulk copies and mbarriers):
-// batched decode of 2-8 tokens on Q4_K (Int4K256) rows of 4,096 columns,
-// in a matrix of many rows (a Q4_K_M layer's gate|up). Part of
+// batched decode of 1-8 tokens on Q4_K (Int4K256) and Q4_0 (Int4Sym32)
+// rows of 4,096 columns, in a matrix of many rows (a layer's gate|up). Part of
 // launch_gemm_narrow_sm80 (kernels/gemm_sm80.h), which takes it where
 // narrow_bulk_taken says so, after x is in the narrow GEMM's layout
 // (kernels/narrow_x.cuh).
@@ -32,6 +32,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <string>
 
 #include "kernels/bulk_sm90.cuh"
 #include "kernels/cuda_check.h"
@@ -54,6 +55,7 @@ using bulk::barrier_wait;
 using bulk::copy_bulk;
 using bulk::fence_proxy_async;
 using narrow80::byte_as_half2;
+using narrow80::decode_q4_0;
 using narrow80::decode_sc_q;
 using narrow80::half2_as_u32;
 using narrow80::k256_d;
@@ -83,8 +85,13 @@ constexpr int64_t kMinGroupsPerBlock = 4;
 static_assert(kChunks == 8 * kConsumerWarps, "a super-block a consumer warp");
 static_assert(kStageBytes % 128 == 0, "stages 128-byte aligned");
 
+// F: Int4K256 (Q4_K) or Int4Sym32 (Q4_0), whose rows have as many bytes
+// (a chunk's 16 bytes of nibbles; 16 header bytes a super-block, or an
+// fp16 d a chunk).
+template <PackedFormat F>
 __global__ void __launch_bounds__(kThreads, 1)
     kernel_narrow_bulk(GemmArgs a, const uint32_t* xp, int64_t groups) {
+  constexpr bool kQ4K = F == PackedFormat::Int4K256;
   extern __shared__ __align__(128) uint8_t smem[];
   const PackedLayout& l = a.w.layout;
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * kStageBytes);
@@ -140,9 +147,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint4 xb[8];
 #pragma unroll
   for (int cc = 0; cc < 8; ++cc) xb[cc] = load_activation(xw + (c0 + cc) * kN8 * 4);
-  const uint32_t* xs = xp + kN8 * kChunks * 16;
-  const uint32_t bs0 = load_activation(xs + (c0 + t) * kN8 + g);
-  const uint32_t bs1 = load_activation(xs + (c0 + t + 4) * kN8 + g);
+  const uint32_t* xs = xp + kN8 * kChunks * 16;  // (Q4_K only)
+  const uint32_t bs0 = kQ4K ? load_activation(xs + (c0 + t) * kN8 + g) : 0u;
+  const uint32_t bs1 = kQ4K ? load_activation(xs + (c0 + t + 4) * kN8 + g) : 0u;
 
   for (int k = 0; k < mine; ++k) {
     const int s = k % kStages;
@@ -157,42 +164,63 @@ __global__ void __launch_bounds__(kThreads, 1)
       wa[cc] = *reinterpret_cast<const uint32_t*>(q + g * kQuantLd + (c0 + cc) * 16 + 4 * t);
       wb[cc] = *reinterpret_cast<const uint32_t*>(q + (g + 8) * kQuantLd + (c0 + cc) * 16 + 4 * t);
     }
+    // (Q4_0: the 8 chunks' fp16 d.)
     const uint4 ha = *reinterpret_cast<const uint4*>(hdr + g * kHeaderLd + warp * 16);
     const uint4 hb = *reinterpret_cast<const uint4*>(hdr + (g + 8) * kHeaderLd + warp * 16);
     // The stage's bytes are in registers: its slot goes back to the producer.
     __syncwarp();
     if (lane == 0) barrier_arrive(&empty[s]);
 
-    float sq[4];  // sum over the super-block of (sc*q) . x
-#pragma unroll
-    for (int cc = 0; cc < 8; ++cc) {
-      const bool upper = cc >= 4;
-      uint32_t lo[4], hi[4];
-      decode_sc_q<true>(wa[cc], byte_as_half2(k256_six_bits(ha, upper, false), cc & 3), lo);
-      decode_sc_q<true>(wb[cc], byte_as_half2(k256_six_bits(hb, upper, false), cc & 3), hi);
-      const uint32_t a0[4] = {lo[0], hi[0], lo[1], hi[1]};
-      const uint32_t a1[4] = {lo[2], hi[2], lo[3], hi[3]};
-      if (cc == 0)
-        mma_16816_first(sq, a0, xb[cc].x, xb[cc].y);
-      else
-        mma_16816(sq, a0, xb[cc].x, xb[cc].y);
-      mma_16816(sq, a1, xb[cc].z, xb[cc].w);
-    }
-    // The mins: A row r, k = 2c + {0, 1} holds (mn of chunk c, same), lane
-    // t chunks t (k 2t, 2t+1) and t + 4 (k 2t+8, 2t+9); B the chunks' x sums.
-    const uint32_t amin[4] = {half2_as_u32(byte_as_half2(k256_six_bits(ha, false, true), t)),
-                              half2_as_u32(byte_as_half2(k256_six_bits(hb, false, true), t)),
-                              half2_as_u32(byte_as_half2(k256_six_bits(ha, true, true), t)),
-                              half2_as_u32(byte_as_half2(k256_six_bits(hb, true, true), t))};
-    float sm[4];
-    mma_16816_first(sm, amin, bs0, bs1);
-    const float d[2] = {k256_d(ha, false), k256_d(hb, false)};
-    // -M, times 64 for the x sums' scale (kNarrowXSumScale): exact.
-    const float nm[2] = {-k256_d(ha, true) / kNarrowXSumScale,
-                         -k256_d(hb, true) / kNarrowXSumScale};
     float part[4];  // e 0, 1: row g, tokens 2t, 2t + 1; 2, 3: row g + 8
+    if constexpr (!kQ4K) {
+      // Q4_0: d*(q - 8) in FP16 (decode_q4_0: the portable decoder's
+      // values), the MMAs' sum as it is.
+      const auto* da = reinterpret_cast<const uint8_t*>(&ha);
+      const auto* db = reinterpret_cast<const uint8_t*>(&hb);
 #pragma unroll
-    for (int e = 0; e < 4; ++e) part[e] = fmaf(d[e >> 1], sq[e], nm[e >> 1] * sm[e]);
+      for (int cc = 0; cc < 8; ++cc) {
+        uint32_t lo[4], hi[4];
+        decode_q4_0(wa[cc], da, cc, lo);
+        decode_q4_0(wb[cc], db, cc, hi);
+        const uint32_t a0[4] = {lo[0], hi[0], lo[1], hi[1]};
+        const uint32_t a1[4] = {lo[2], hi[2], lo[3], hi[3]};
+        if (cc == 0)
+          mma_16816_first(part, a0, xb[cc].x, xb[cc].y);
+        else
+          mma_16816(part, a0, xb[cc].x, xb[cc].y);
+        mma_16816(part, a1, xb[cc].z, xb[cc].w);
+      }
+    } else {
+      float sq[4];  // sum over the super-block of (sc*q) . x
+#pragma unroll
+      for (int cc = 0; cc < 8; ++cc) {
+        const bool upper = cc >= 4;
+        uint32_t lo[4], hi[4];
+        decode_sc_q<true>(wa[cc], byte_as_half2(k256_six_bits(ha, upper, false), cc & 3), lo);
+        decode_sc_q<true>(wb[cc], byte_as_half2(k256_six_bits(hb, upper, false), cc & 3), hi);
+        const uint32_t a0[4] = {lo[0], hi[0], lo[1], hi[1]};
+        const uint32_t a1[4] = {lo[2], hi[2], lo[3], hi[3]};
+        if (cc == 0)
+          mma_16816_first(sq, a0, xb[cc].x, xb[cc].y);
+        else
+          mma_16816(sq, a0, xb[cc].x, xb[cc].y);
+        mma_16816(sq, a1, xb[cc].z, xb[cc].w);
+      }
+      // The mins: A row r, k = 2c + {0, 1} holds (mn of chunk c, same), lane
+      // t chunks t (k 2t, 2t+1) and t + 4 (k 2t+8, 2t+9); B the chunks' x sums.
+      const uint32_t amin[4] = {half2_as_u32(byte_as_half2(k256_six_bits(ha, false, true), t)),
+                                half2_as_u32(byte_as_half2(k256_six_bits(hb, false, true), t)),
+                                half2_as_u32(byte_as_half2(k256_six_bits(ha, true, true), t)),
+                                half2_as_u32(byte_as_half2(k256_six_bits(hb, true, true), t))};
+      float sm[4];
+      mma_16816_first(sm, amin, bs0, bs1);
+      const float d[2] = {k256_d(ha, false), k256_d(hb, false)};
+      // -M, times 64 for the x sums' scale (kNarrowXSumScale): exact.
+      const float nm[2] = {-k256_d(ha, true) / kNarrowXSumScale,
+                           -k256_d(hb, true) / kNarrowXSumScale};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) part[e] = fmaf(d[e >> 1], sq[e], nm[e >> 1] * sm[e]);
+    }
     // red[warp][row][token]; stages alternate between two of them, so one
     // barrier a stage is enough: stage k's are read before the barrier of
     // stage k + 1, which every writer of stage k + 2 passes first.
@@ -218,13 +246,14 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 // Blocks an SM (read once: one process serves one GPU).
+template <PackedFormat F>
 int blocks_per_sm() {
   static const int per_sm = [] {
-    CUDA_CHECK(cudaFuncSetAttribute(kernel_narrow_bulk, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    kSmem));
+    CUDA_CHECK(cudaFuncSetAttribute(kernel_narrow_bulk<F>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
     int blocks = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel_narrow_bulk, kThreads,
-                                                             kSmem));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel_narrow_bulk<F>,
+                                                             kThreads, kSmem));
     return blocks;
   }();
   return per_sm;
@@ -232,12 +261,16 @@ int blocks_per_sm() {
 
 std::atomic<NarrowBulk> g_bulk{NarrowBulk::Rule};
 
-bool disabled_by_env() {
-  static const bool off = [] {
+// VOLTAD_NARROW_BULK (comparisons): 0, none by the rule; q4k, Q4_K only.
+enum class EnvBulk { All, Q4K, Off };
+EnvBulk env_bulk() {
+  static const EnvBulk e = [] {
     const char* v = std::getenv("VOLTAD_NARROW_BULK");
-    return v && v[0] == '0';
+    if (v && v[0] == '0') return EnvBulk::Off;
+    if (v && std::string(v) == "q4k") return EnvBulk::Q4K;
+    return EnvBulk::All;
   }();
-  return off;
+  return e;
 }
 
 // Whether the streaming blocks take `a` (the shape they are built for, on a
@@ -245,14 +278,18 @@ bool disabled_by_env() {
 // row groups for every block of the wave).
 bool takes(const GemmArgs& a) {
   const NarrowBulk how = g_bulk.load(std::memory_order_relaxed);
-  if (how == NarrowBulk::Never || (how == NarrowBulk::Rule && disabled_by_env())) return false;
   const PackedLayout& l = a.w.layout;
-  if (a.n < 1 || a.n > kN8 || l.format != PackedFormat::Int4K256 || l.cols != kCols || l.rows < 1 ||
+  const bool q4k = l.format == PackedFormat::Int4K256, q4_0 = l.format == PackedFormat::Int4Sym32;
+  const EnvBulk env = how == NarrowBulk::Rule ? env_bulk() : EnvBulk::All;
+  if (how == NarrowBulk::Never || env == EnvBulk::Off || (env == EnvBulk::Q4K && !q4k))
+    return false;
+  if (a.n < 1 || a.n > kN8 || !(q4k || q4_0) || l.cols != kCols || l.rows < 1 ||
       l.quant_row_bytes != kQuantRow || l.scale_row_bytes != kHeaderRow ||
       reinterpret_cast<uintptr_t>(a.w.data) % 16 != 0 || l.quants_offset % 16 != 0 ||
       l.scales_offset % 16 != 0 || !programmatic_launch_enabled())
     return false;
-  const int per_sm = blocks_per_sm();
+  const int per_sm =
+      q4k ? blocks_per_sm<PackedFormat::Int4K256>() : blocks_per_sm<PackedFormat::Int4Sym32>();
   if (per_sm < 1) return false;
   const int64_t groups = (l.rows + kRows - 1) / kRows;
   return how == NarrowBulk::Always ||
@@ -273,9 +310,12 @@ bool launch_narrow_bulk_sm90(const GemmArgs& a, const uint32_t* xp, cudaStream_t
   namespace nb = narrow_bulk;
   if (!nb::takes(a)) return false;
   const int64_t groups = (a.w.layout.rows + nb::kRows - 1) / nb::kRows;
-  const int64_t grid = std::min<int64_t>(groups, int64_t(nb::blocks_per_sm()) * device_sm_count());
-  launch_kernel(nb::kernel_narrow_bulk, unsigned(grid), nb::kThreads, size_t(nb::kSmem), stream, a,
-                xp, groups);
+  constexpr PackedFormat kQ4K = PackedFormat::Int4K256, kQ4_0 = PackedFormat::Int4Sym32;
+  const bool q4k = a.w.layout.format == kQ4K;
+  const int per_sm = q4k ? nb::blocks_per_sm<kQ4K>() : nb::blocks_per_sm<kQ4_0>();
+  const int64_t grid = std::min<int64_t>(groups, int64_t(per_sm) * device_sm_count());
+  launch_kernel(q4k ? nb::kernel_narrow_bulk<kQ4K> : nb::kernel_narrow_bulk<kQ4_0>, unsigned(grid),
+                nb::kThreads, size_t(nb::kSmem), stream, a, xp, groups);
   CUDA_CHECK(cudaGetLastError());
   return true;
 }

@@ -648,7 +648,8 @@ TEST_CASE("gemm narrow sm80 with warps that share x: as taken, and against the r
 }
 
 // The streaming blocks fed by bulk copies (sm_90 under `auto`;
-// kernels/narrow_bulk_sm90.cu): Q4_K rows of 4,096 columns at 1-8 tokens.
+// kernels/narrow_bulk_sm90.cu): Q4_K and Q4_0 rows of 4,096 columns at 1-8
+// tokens.
 // Where the rule takes them (4+ row groups of 16 for every block of one
 // wave: one block an SM) and where not; then forced on row counts that
 // leave most blocks without a group, give every block one or two (the ring
@@ -687,7 +688,18 @@ TEST_CASE("gemm narrow sm80 streaming blocks (sm_90, auto): as taken, and agains
   CHECK_FALSE(taken(PackedFormat::Int4K256, 64 * s, 4096, 9));
   CHECK_FALSE(taken(PackedFormat::Int4K256, 64 * s, 2048, 8));
   CHECK_FALSE(taken(PackedFormat::Int6K256, 64 * s, 4096, 8));
-  CHECK_FALSE(taken(PackedFormat::Int4Sym32, 64 * s, 4096, 8));
+  CHECK(taken(PackedFormat::Int4Sym32, 64 * s, 4096, 8));  // its scales: as many bytes
+  {
+    // Ahead of the shared-x blocks the rule would take for Q4_0 otherwise.
+    kernels::GemmArgs a;
+    a.w.layout.format = PackedFormat::Int4Sym32;
+    a.w.layout.rows = 64 * s;
+    a.w.layout.cols = 4096;
+    a.w.layout.quant_row_bytes = 2048;
+    a.w.layout.scale_row_bytes = 256;
+    a.n = 8;
+    CHECK(kernels::gemm_narrow_sm80_shared_x_taken(a) == kernels::NarrowSharedX::Never);
+  }
   {
     const BulkScope never(NarrowBulk::Never);
     CHECK_FALSE(taken(PackedFormat::Int4K256, 64 * s, 4096, 8));
@@ -704,14 +716,17 @@ TEST_CASE("gemm narrow sm80 streaming blocks (sm_90, auto): as taken, and agains
     REQUIRE(taken(PackedFormat::Int4K256, 64 * s + 7, 4096, 8));
     run_case(GgmlType::Q4_K,
              {64 * s + 7, 4096, 8, GemmTile::Auto, true, true, true, Path::Narrow80});
+    REQUIRE(taken(PackedFormat::Int4Sym32, 64 * s + 7, 4096, 5));
+    run_case(GgmlType::Q4_0,
+             {64 * s + 7, 4096, 5, GemmTile::Auto, false, true, true, Path::Narrow80});
   }
   const BulkScope always(NarrowBulk::Always);
   int i = 0;
   for (int64_t rows : {int64_t(67), 16 * s - 3, 32 * s, 80 * s - 9}) {
     for (int n : {1, 2, 5, 8}) {
       Case c{rows, 4096, n, GemmTile::Auto, i % 2 == 0, i % 3 != 1, i % 4 != 3, Path::Narrow80};
-      c.twice = i == 5;
-      run_case(GgmlType::Q4_K, c);
+      c.twice = i == 5 || i == 21;
+      for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q4_0}) run_case(type, c);
       ++i;
     }
   }
