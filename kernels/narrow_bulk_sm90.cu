@@ -1,9 +1,9 @@
 // The narrow GEMM's streaming blocks on sm_90 (bulk copies and mbarriers):
 // batched decode of 1-8 tokens on Q4_K (Int4K256) and Q4_0 (Int4Sym32)
-// rows of 4,096 columns, in a matrix of many rows (a layer's gate|up). Part of
-// launch_gemm_narrow_sm80 (kernels/gemm_sm80.h), which takes it where
-// narrow_bulk_taken says so, after x is in the narrow GEMM's layout
-// (kernels/narrow_x.cuh).
+// rows of 4,096 columns, in a matrix of many rows (a layer's gate|up).
+// Part of launch_gemm_narrow_sm80 (kernels/gemm_sm80.h), which takes it
+// where gemm_narrow_sm80_bulk_taken says so, after x is in the narrow
+// GEMM's layout (kernels/narrow_x.cuh).
 //
 // Why: the 32-row blocks of kernels/gemm_narrow_sm80.cu split k over 8
 // warps, so each warp of a 4,096-column product copies only 4 stages, its
@@ -20,14 +20,20 @@
 //   - consumer warp w takes super-block w (chunks 8w..8w+7) of every
 //     stage; token g's x fragments of those chunks and their x sums are in
 //     its registers for the whole kernel, read once after the wait;
-//   - the decode and the MMAs are the 32-row kernel's (decode_sc_q,
-//     narrow_sm80.cuh): sc*q exact in FP16 summed over the super-block in
-//     FP32, then D*(sc*q . x) - 64*M*(mn . xsum) once per row and token;
+//   - the decode and the MMAs are the 32-row kernel's (narrow_sm80.cuh):
+//     Q4_K's sc*q exact in FP16 summed over the super-block in FP32, then
+//     D*(sc*q . x) - 64*M*(mn . xsum) once per row and token; Q4_0's
+//     d*(q - 8) in FP16;
 //   - each warp's 16 x 8 sums meet in shared memory (two stages' worth,
 //     alternating, so one barrier a stage) and one thread an output adds
 //     the 16 warps' in warp order: the same bits every run.
 // Bits differ from the 32-row kernel's (another order of FP32 sums); both
 // are held to the same reference (tests/kernels/test_gemm.cpp).
+// Measured on the H200 (docs/PERFORMANCE.md run 42): Llama-3-8B's gate|up
+// at 8 tokens alone in 25.2 us against 33.1 (2.6 TB/s); batch 8 +14.2%
+// end to end (Q4_K_M), +2.7% (Q4_0, against its shared-x blocks). Rows
+// longer than 4,096 columns, 9-16 tokens and a producer inside a consumer
+// warp were slower (branch next/narrow-bulk-general; KERNEL-NOTES.md).
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
