@@ -76,4 +76,24 @@ __device__ __forceinline__ void copy_bulk(void* dst, const void* src, uint32_t b
 #endif
 }
 
+// A ring's barriers, set up by thread 0 before the block meets: full[d]
+// waits for the producer's one arrival and its bytes, empty[d] for each
+// consumer warp's release.
+__device__ __forceinline__ void init_ring(uint64_t* full, uint64_t* empty, int stages,
+                                          int consumer_warps) {
+  if (threadIdx.x == 0) {
+    for (int d = 0; d < stages; ++d) {
+      barrier_init(&full[d], 1);
+      barrier_init(&empty[d], consumer_warps);
+    }
+    barrier_init_fence();
+  }
+  __syncthreads();
+}
+
+// How many of `groups` row groups this block walks (b, b + gridDim.x, ...).
+__device__ __forceinline__ int groups_of_block(int64_t groups) {
+  return int((groups - blockIdx.x + gridDim.x - 1) / gridDim.x);
+}
+
 }  // namespace voltad::kernels::bulk

@@ -136,15 +136,8 @@ __global__ void __launch_bounds__(kThreads) kernel_matvec_bulk(MatvecArgs a, int
   uint64_t* empty = full + kStages;
   float* part = reinterpret_cast<float*>(empty + kStages);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  if (threadIdx.x == 0) {
-    for (int d = 0; d < kStages; ++d) {
-      barrier_init(&full[d], 1);
-      barrier_init(&empty[d], kConsumerWarps);
-    }
-    barrier_init_fence();
-  }
-  __syncthreads();
-  const int mine = int((groups - blockIdx.x + gridDim.x - 1) / gridDim.x);  // this block's groups
+  init_ring(full, empty, kStages, kConsumerWarps);
+  const int mine = groups_of_block(groups);
   if (warp == kConsumerWarps) {
     if (lane != 0) return;
     for (int k = 0; k < mine; ++k) {

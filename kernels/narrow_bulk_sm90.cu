@@ -55,11 +55,11 @@ namespace narrow_bulk {
 
 using bulk::barrier_arrive;
 using bulk::barrier_expect;
-using bulk::barrier_init;
-using bulk::barrier_init_fence;
 using bulk::barrier_wait;
 using bulk::copy_bulk;
 using bulk::fence_proxy_async;
+using bulk::groups_of_block;
+using bulk::init_ring;
 using narrow80::byte_as_half2;
 using narrow80::decode_q4_0;
 using narrow80::decode_sc_q;
@@ -91,6 +91,20 @@ constexpr int64_t kMinGroupsPerBlock = 4;
 static_assert(kChunks == 8 * kConsumerWarps, "a super-block a consumer warp");
 static_assert(kStageBytes % 128 == 0, "stages 128-byte aligned");
 
+// One chunk's two MMAs (values 0-15, 16-31) into c: lo and hi, the decoded
+// pairs of rows g and g + 8 (A); x, token g's B fragments of the chunk.
+// first: c starts from zero.
+__device__ __forceinline__ void mma_chunk(float (&c)[4], const uint32_t (&lo)[4],
+                                          const uint32_t (&hi)[4], const uint4& x, bool first) {
+  const uint32_t a0[4] = {lo[0], hi[0], lo[1], hi[1]};
+  const uint32_t a1[4] = {lo[2], hi[2], lo[3], hi[3]};
+  if (first)
+    mma_16816_first(c, a0, x.x, x.y);
+  else
+    mma_16816(c, a0, x.x, x.y);
+  mma_16816(c, a1, x.z, x.w);
+}
+
 // F: Int4K256 (Q4_K) or Int4Sym32 (Q4_0), whose rows have as many bytes
 // (a chunk's 16 bytes of nibbles; 16 header bytes a super-block, or an
 // fp16 d a chunk).
@@ -104,15 +118,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t* empty = full + kStages;
   float* red = reinterpret_cast<float*>(empty + kStages);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  if (threadIdx.x == 0) {
-    for (int d = 0; d < kStages; ++d) {
-      barrier_init(&full[d], 1);
-      barrier_init(&empty[d], kConsumerWarps);
-    }
-    barrier_init_fence();
-  }
-  __syncthreads();
-  const int mine = int((groups - blockIdx.x + gridDim.x - 1) / gridDim.x);  // this block's groups
+  init_ring(full, empty, kStages, kConsumerWarps);
+  const int mine = groups_of_block(groups);
   auto first_row = [&](int k) { return (blockIdx.x + int64_t(k) * gridDim.x) * kRows; };
 
   if (warp == kConsumerWarps) {
@@ -188,13 +195,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         uint32_t lo[4], hi[4];
         decode_q4_0(wa[cc], da, cc, lo);
         decode_q4_0(wb[cc], db, cc, hi);
-        const uint32_t a0[4] = {lo[0], hi[0], lo[1], hi[1]};
-        const uint32_t a1[4] = {lo[2], hi[2], lo[3], hi[3]};
-        if (cc == 0)
-          mma_16816_first(part, a0, xb[cc].x, xb[cc].y);
-        else
-          mma_16816(part, a0, xb[cc].x, xb[cc].y);
-        mma_16816(part, a1, xb[cc].z, xb[cc].w);
+        mma_chunk(part, lo, hi, xb[cc], cc == 0);
       }
     } else {
       float sq[4];  // sum over the super-block of (sc*q) . x
@@ -204,13 +205,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         uint32_t lo[4], hi[4];
         decode_sc_q<true>(wa[cc], byte_as_half2(k256_six_bits(ha, upper, false), cc & 3), lo);
         decode_sc_q<true>(wb[cc], byte_as_half2(k256_six_bits(hb, upper, false), cc & 3), hi);
-        const uint32_t a0[4] = {lo[0], hi[0], lo[1], hi[1]};
-        const uint32_t a1[4] = {lo[2], hi[2], lo[3], hi[3]};
-        if (cc == 0)
-          mma_16816_first(sq, a0, xb[cc].x, xb[cc].y);
-        else
-          mma_16816(sq, a0, xb[cc].x, xb[cc].y);
-        mma_16816(sq, a1, xb[cc].z, xb[cc].w);
+        mma_chunk(sq, lo, hi, xb[cc], cc == 0);
       }
       // The mins: A row r, k = 2c + {0, 1} holds (mn of chunk c, same), lane
       // t chunks t (k 2t, 2t+1) and t + 4 (k 2t+8, 2t+9); B the chunks' x sums.
