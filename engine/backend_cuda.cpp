@@ -451,6 +451,18 @@ std::string CudaBackend::kernels_in_use() const {
       }
   }
   if (bulk) variants += variants.empty() ? "sm90-bulk" : " + sm90-bulk";
+  // The narrow GEMM's streaming blocks where they take gate|up at 8 tokens.
+  bool narrow_bulk = false;
+  if (impl_->gemm_min_tokens <= 8 && !impl_->layers.empty()) {
+    const kernels::KernelSetScope scope(impl_->options.kernels);
+    for (const auto& p : impl_->layers[0].gate_up) {
+      kernels::GemmArgs g;
+      g.w = p.w;
+      g.n = 8;
+      narrow_bulk = narrow_bulk || kernels::gemm_narrow_sm80_bulk_taken(g);
+    }
+  }
+  if (narrow_bulk) variants += " + sm90-narrow-bulk";
   if (kernels::programmatic_launch_supported()) variants += variants.empty() ? "pdl" : " + pdl";
   return "auto: " + (variants.empty() ? std::string("portable") : variants);
 }

@@ -85,7 +85,9 @@ class CudaBackend final : public Backend {
   // "sm80-narrow", the sm_80+ narrow GEMM for decode steps of a few tokens,
   // where it takes every matrix of the model; "sm80-attention", the
   // attention's pass 1 on the tensor cores, fp16 cache and head_dim 64 or
-  // 128; "sm90-bulk", the batch-1 gate|up fed by bulk copies; "pdl",
+  // 128; "sm90-bulk", the batch-1 gate|up fed by bulk copies;
+  // "sm90-narrow-bulk", the narrow GEMM's streaming blocks for gate|up at
+  // 1-8 tokens (kernels/narrow_bulk_sm90.cu); "pdl",
   // programmatic dependent launch on sm_90+); "auto: portable" when
   // it has none (a V100, or a build without sm_80+ code).
   std::string kernels_in_use() const;

@@ -44,6 +44,9 @@
 //     order (NarrowSplit, kernels/narrow_blocks_sm80.cuh).
 // Formats: Int4Sym32 (Q4_0), Int4K256 (Q4_K), Int6K256 (Q6_K): the ones of
 // the Q4_0 and Q4_K_M models; others go to the portable kernels.
+// On sm_90, gate|up-sized Q4_K and Q4_0 products at 1-8 tokens go to the
+// streaming blocks instead (kernels/narrow_bulk_sm90.cu), once x is in
+// scratch (launch_gemm_narrow_sm80).
 #include <cuda_fp16.h>
 
 #include <atomic>

@@ -151,6 +151,9 @@ enum class NarrowBulk { Rule, Never, Always };
 void gemm_narrow_sm80_set_bulk(NarrowBulk how);
 // Whether launch_gemm_narrow_sm80(args, ...) takes the streaming blocks here.
 bool gemm_narrow_sm80_bulk_taken(const GemmArgs& args);
+// The shared memory a block of them needs: devices that give a block less
+// (an sm_120 card) take none.
+size_t gemm_narrow_sm80_bulk_smem_bytes();
 // Launches them with x already in the narrow layout at xp, if they take
 // `args` (else returns false having done nothing): launch_gemm_narrow_sm80's
 // own step.

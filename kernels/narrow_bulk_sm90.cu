@@ -8,7 +8,8 @@
 // Why: the 32-row blocks of kernels/gemm_narrow_sm80.cu split k over 8
 // warps, so each warp of a 4,096-column product copies only 4 stages, its
 // whole ring at once, and waits one DRAM round trip per block; gate|up at 8
-// tokens ran at ~2.1 TB/s in the step (docs/PERFORMANCE.md run 39), where
+// tokens ran at ~2.1 TB/s in the step (docs/PERFORMANCE-RUNS-38-39.md run
+// 39), where
 // the batch-1 matvec fed by bulk copies streams the same bytes at 3.4
 // (kernels/matvec_bulk_sm90.cu). Here, as there, one wave of blocks each
 // walks many row groups, and a producer warp keeps a ring of whole-row
@@ -250,6 +251,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 template <PackedFormat F>
 int blocks_per_sm() {
   static const int per_sm = [] {
+    // A device whose blocks get less shared memory (an sm_120 card: ~99 KB)
+    // runs none: the 32-row blocks take those matrices.
+    if (size_t(kSmem) > size_t(sm80::device().max_smem)) return 0;
     CUDA_CHECK(cudaFuncSetAttribute(kernel_narrow_bulk<F>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
     int blocks = 0;
@@ -301,6 +305,10 @@ bool takes(const GemmArgs& a) {
 
 void gemm_narrow_sm80_set_bulk(NarrowBulk how) {
   narrow_bulk::g_bulk.store(how, std::memory_order_relaxed);
+}
+
+size_t gemm_narrow_sm80_bulk_smem_bytes() {
+  return size_t(narrow_bulk::kSmem);
 }
 
 bool gemm_narrow_sm80_bulk_taken(const GemmArgs& a) {

@@ -652,9 +652,12 @@ TEST_CASE("gemm narrow sm80 with warps that share x: as taken, and against the r
 // tokens.
 // Where the rule takes them (4+ row groups of 16 for every block of one
 // wave: one block an SM) and where not; then forced on row counts that
-// leave most blocks without a group, give every block one or two (the ring
-// of 3 stages not yet wrapped) and five with a last group of 7 rows (it
-// wraps), against the reference, once twice for the same bits.
+// give 5 blocks one group each (67 rows: the rest of the wave has none),
+// every block one or two (the ring of 3 stages not yet wrapped), five with
+// a last group of 7 rows (it wraps once) and eight with a last group of 11
+// (twice: every barrier phase back to its first parity), against the
+// reference, twice for the same bits in two cases. A device whose blocks
+// get less shared memory than they need (an sm_120 card) takes none.
 struct BulkScope {
   explicit BulkScope(kernels::NarrowBulk how) { kernels::gemm_narrow_sm80_set_bulk(how); }
   ~BulkScope() { kernels::gemm_narrow_sm80_set_bulk(kernels::NarrowBulk::Rule); }
@@ -680,8 +683,17 @@ TEST_CASE("gemm narrow sm80 streaming blocks (sm_90, auto): as taken, and agains
     a.n = n;
     return kernels::gemm_narrow_sm80_bulk_taken(a);
   };
-  // (VOLTAD_NARROW_BULK=0, if set, keeps the rule from taking them: leave it
-  // unset here.)
+  // (VOLTAD_NARROW_BULK=0 or q4k, if set, keeps the rule from taking some:
+  // leave it unset here.)
+  int device = 0, optin = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (size_t(optin) < kernels::gemm_narrow_sm80_bulk_smem_bytes()) {
+    const BulkScope always(NarrowBulk::Always);
+    CHECK_FALSE(taken(PackedFormat::Int4K256, 64 * s, 4096, 8));
+    MESSAGE("the streaming blocks do not fit this device's shared memory: none taken");
+    return;
+  }
   for (int n : {1, 2, 8}) CHECK(taken(PackedFormat::Int4K256, 64 * s, 4096, n));
   CHECK(taken(PackedFormat::Int4K256, 28672, 4096, 8) == (28672 >= 64 * s));
   CHECK_FALSE(taken(PackedFormat::Int4K256, 64 * s - 16, 4096, 8));  // a group short
@@ -725,11 +737,14 @@ TEST_CASE("gemm narrow sm80 streaming blocks (sm_90, auto): as taken, and agains
   for (int64_t rows : {int64_t(67), 16 * s - 3, 32 * s, 80 * s - 9}) {
     for (int n : {1, 2, 5, 8}) {
       Case c{rows, 4096, n, GemmTile::Auto, i % 2 == 0, i % 3 != 1, i % 4 != 3, Path::Narrow80};
-      c.twice = i == 5 || i == 21;
+      c.twice = i == 5 || i == 13;
       for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q4_0}) run_case(type, c);
       ++i;
     }
   }
+  for (int n : {3, 8})
+    for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q4_0})
+      run_case(type, {128 * s - 5, 4096, n, GemmTile::Auto, n == 8, n == 3, true, Path::Narrow80});
 }
 
 TEST_CASE("gemm: a prefill-sized case (512 tokens) with the automatic tile") {
