@@ -6,8 +6,10 @@
 // the binary holds sm_90 code for the device.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
+#include "kernels/cuda_check.h"
 #include "kernels/sm80_common.cuh"
 
 namespace voltad::kernels::bulk {
@@ -94,6 +96,18 @@ __device__ __forceinline__ void init_ring(uint64_t* full, uint64_t* empty, int s
 // How many of `groups` row groups this block walks (b, b + gridDim.x, ...).
 __device__ __forceinline__ int groups_of_block(int64_t groups) {
   return int((groups - blockIdx.x + gridDim.x - 1) / gridDim.x);
+}
+
+// Host: blocks an SM of `kernel` with `threads` threads and `smem` bytes of
+// dynamic shared memory, 0 where the device gives a block less than that
+// (an sm_120 card: ~99 KB), after opting the kernel in to that much.
+template <class Kernel>
+int blocks_per_sm_with(Kernel kernel, int threads, int smem) {
+  if (size_t(smem) > size_t(sm80::device().max_smem)) return 0;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  int blocks = 0;
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem));
+  return blocks;
 }
 
 }  // namespace voltad::kernels::bulk

@@ -218,14 +218,7 @@ __global__ void __launch_bounds__(kThreads) kernel_matvec_bulk(MatvecArgs a, int
 // groups for every block of its wave.
 template <class C>
 int blocks_per_sm() {
-  static const int per_sm = [] {
-    CUDA_CHECK(cudaFuncSetAttribute(kernel_matvec_bulk<C>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-    int blocks = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel_matvec_bulk<C>,
-                                                             kThreads, kSmem));
-    return blocks;
-  }();
+  static const int per_sm = blocks_per_sm_with(kernel_matvec_bulk<C>, kThreads, kSmem);
   return per_sm;
 }
 template <class C>

@@ -250,17 +250,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 // Blocks an SM (read once: one process serves one GPU).
 template <PackedFormat F>
 int blocks_per_sm() {
-  static const int per_sm = [] {
-    // A device whose blocks get less shared memory (an sm_120 card: ~99 KB)
-    // runs none: the 32-row blocks take those matrices.
-    if (size_t(kSmem) > size_t(sm80::device().max_smem)) return 0;
-    CUDA_CHECK(cudaFuncSetAttribute(kernel_narrow_bulk<F>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-    int blocks = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel_narrow_bulk<F>,
-                                                             kThreads, kSmem));
-    return blocks;
-  }();
+  // (0 where a block's shared memory does not fit: the 32-row blocks take
+  // those matrices.)
+  static const int per_sm = bulk::blocks_per_sm_with(kernel_narrow_bulk<F>, kThreads, kSmem);
   return per_sm;
 }
 
