@@ -297,17 +297,27 @@ Status CudaBackend::Impl::allocate_workspace() {
 
 // kGemmMinTokensNarrowSm80 with `auto` where the sm_80 narrow GEMM takes every
 // matrix of a decode step (faster than the matvecs from there: KERNEL-NOTES).
-// VOLTAD_GEMM_MIN_TOKENS=N (2..8) in the environment moves that threshold
-// (comparisons; read once; 9 and up is the portable set's kGemmMinTokens).
+// Elsewhere (`portable`, and `auto` on cards without it, the V100) the
+// portable narrow GEMM from kGemmMinTokens. VOLTAD_GEMM_MIN_TOKENS=N (2..9)
+// in the environment moves either threshold (comparisons; read once; 9 is
+// the dp4a matvecs up to 8 tokens).
 int CudaBackend::Impl::choose_gemm_min_tokens() const {
   static const int from_env = [] {
     const char* v = std::getenv("VOLTAD_GEMM_MIN_TOKENS");
     const int n = v ? std::atoi(v) : 0;
-    return n >= 2 && n < kernels::kGemmMinTokens ? n : 0;
+    return n >= 2 && n <= kernels::kMatvecMaxBatch + 1 ? n : 0;
   }();
-  if (options.kernels != kernels::KernelSet::Auto) return kernels::kGemmMinTokens;
+  if (from_env) return from_env;
+  return narrow_sm80_takes_all() ? kernels::kGemmMinTokensNarrowSm80 : kernels::kGemmMinTokens;
+}
+
+// Whether `auto` runs the sm_80 narrow GEMM for every matrix of a decode step
+// of kMatvecMaxBatch tokens (false under `portable` and on the V100).
+bool CudaBackend::Impl::narrow_sm80_takes_all() const {
+  if (options.kernels != kernels::KernelSet::Auto) return false;
   auto takes = [&](const kernels::PackedMatrixView& w) {
-    return kernels::gemm_narrow_sm80_supports({.w = w, .n = kernels::kGemmMinTokens - 1}, gemm_scratch);
+    return kernels::gemm_narrow_sm80_supports({.w = w, .n = kernels::kMatvecMaxBatch},
+                                              gemm_scratch);
   };
   bool all = takes(output);
   for (const Layer& l : layers) {
@@ -315,8 +325,7 @@ int CudaBackend::Impl::choose_gemm_min_tokens() const {
     for (const ProjectionStack& p : l.gate_up) all = all && takes(p.w);
     all = all && takes(l.wo) && takes(l.w_down);
   }
-  if (!all) return kernels::kGemmMinTokens;
-  return from_env ? from_env : kernels::kGemmMinTokensNarrowSm80;
+  return all;
 }
 
 bool CudaBackend::Impl::choose_rope_in_attention() const {
@@ -429,7 +438,7 @@ std::string CudaBackend::kernels_in_use() const {
   if (impl_->options.kernels == kernels::KernelSet::Portable) return "portable";
   std::string variants;
   if (kernels::gemm_sm80_available()) variants += "sm80-gemm";
-  if (impl_->gemm_min_tokens < kernels::kGemmMinTokens) variants += " + sm80-narrow";
+  if (impl_->narrow_sm80_takes_all()) variants += " + sm80-narrow";
   kernels::AttentionArgs attention;  // what the decode steps' attention gets
   attention.tensor_cores = impl_->attention_mma && !impl_->options.kv_int8;
   attention.head_dim = int(impl_->model->config.head_dim);

@@ -260,6 +260,7 @@ struct CudaBackend::Impl {
   Status load_weight_tensors();  // into the arena load_weights sets up
   Status allocate_workspace();
   int choose_gemm_min_tokens() const;
+  bool narrow_sm80_takes_all() const;
   bool choose_rope_in_attention() const;
   bool choose_attention_mma() const;
   // The decode graph for n sequences (n tokens, n logits rows), into

@@ -13,8 +13,9 @@
 // streams the weights once per 16 tokens with many loads in flight; the
 // prefill tiles are bound by memory latency per k-stage there (~54 us for
 // 4096x4096 Q4_K at n = 24..32 on the H200, narrow 33-35 us). Below
-// kGemmMinTokens the dp4a matvecs (kernels/matvec.h) are as fast or faster
-// on the H200 (docs/KERNEL-NOTES.md, "Narrow GEMM").
+// kGemmMinTokens the dp4a matvecs (kernels/matvec.h) are faster: their
+// work grows with the tokens (two dp4a passes a token), the narrow tile's
+// does not below 16 (docs/PERFORMANCE.md run 43).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -25,7 +26,7 @@
 
 namespace voltad::kernels {
 
-constexpr int kGemmMinTokens = 9;         // below this, launch_matvec is as fast (H200)
+constexpr int kGemmMinTokens = 7;         // below this, launch_matvec is faster (H200, portable)
 constexpr int kGemmNarrowMaxTokens = 32;  // up to this, launch_gemm picks the narrow kernel
 
 struct GemmArgs {

@@ -5,6 +5,7 @@
 # steps. Run after scripts/device-bench.sh has built build-bench/ and
 # written the model:
 #   bash scripts/device-profile.sh [--model /tmp/voltad-models/llama3-8b-q4_k_m.gguf] [--steps 4] [--batch 1]
+#                                  [--kernels auto|portable]
 #                                  [--ctx 512]
 # Prints two tables (share, us, launches, us a launch, kernel): the totals
 # over every launch of the run (voltad-bench's two 1-token prefills, its 3
@@ -29,6 +30,7 @@ model=/tmp/voltad-models/llama3-8b-q4_k_m.gguf
 steps=4
 batch=1
 ctx=512
+kernel_set=auto
 stalls=""
 skip=200
 count=8
@@ -38,6 +40,7 @@ while (($#)); do
     --steps) steps=$2; shift 2 ;;
     --batch) batch=$2; shift 2 ;;
     --ctx) ctx=$2; shift 2 ;;
+    --kernels) kernel_set=$2; shift 2 ;;
     --stalls) stalls=$2; shift 2 ;;
     --skip) skip=$2; shift 2 ;;
     --count) count=$2; shift 2 ;;
@@ -54,7 +57,7 @@ if [[ -n $stalls ]]; then
     --section SpeedOfLight --section SchedulerStats --section WarpStateStats --section SourceCounters \
     --section Occupancy --section LaunchStats \
     --import-source no -f -o "$out/stalls" \
-    build-bench/bin/voltad-bench -m "$model" -p 1 -n "$steps" -b "$batch" --ctx "$ctx" --repeat 1 --no-graphs \
+    build-bench/bin/voltad-bench -m "$model" -p 1 -n "$steps" -b "$batch" --ctx "$ctx" --repeat 1 --no-graphs --kernels "$kernel_set" \
     >"$out/stalls-ncu.log" 2>&1 || { tail -20 "$out/stalls-ncu.log"; exit 1; }
   "$ncu" -i "$out/stalls.ncu-rep" --page details --csv >"$out/stalls-details.csv"
   python3 - "$out/stalls-details.csv" <<'PY'
@@ -80,7 +83,7 @@ fi
 # out.
 csv=$out/profile-decode-b$batch.csv
 "$ncu" --clock-control none --csv --metrics gpu__time_duration.sum \
-  build-bench/bin/voltad-bench -m "$model" -p 1 -n "$steps" -b "$batch" --ctx "$ctx" --repeat 1 --no-graphs \
+  build-bench/bin/voltad-bench -m "$model" -p 1 -n "$steps" -b "$batch" --ctx "$ctx" --repeat 1 --no-graphs --kernels "$kernel_set" \
   >"$csv" 2>"$out/profile-ncu.log" || { tail -20 "$out/profile-ncu.log"; exit 1; }
 python3 - "$csv" "$steps" <<'PY'
 import csv, sys, collections, re
