@@ -65,13 +65,14 @@ constexpr int depth_for() {
 // instruction touches 8 rows' 64 contiguous bytes, where lane = row
 // touched 32 rows (32 cache lines a load). Nsight Compute on the H200 had
 // the kernel bound by the L1 (85-88% busy, DRAM 11-16%) at 16 tokens.
-// The rest of a chunk (scales, Q6_K's top bits) is still read by the lane
-// of its row, one stage ahead; Q4_K's header (one per 8 chunks) once a
-// stage.
+// The rest of a chunk (scales) is still read by the lane of its row, one
+// stage ahead; Q4_K's header (one per 8 chunks) once a stage. Q6_K's
+// nibbles staged too lost 3.1-3.4% at 8-32 tokens end to end: its
+// decode's registers spilled in the chunk loop (docs/PERFORMANCE.md run 43).
 template <PackedFormat F>
 constexpr bool staged_quants() {
   return F == PackedFormat::Int4Sym32 || F == PackedFormat::Int4Affine32 ||
-         F == PackedFormat::Int4K256 || F == PackedFormat::Int6K256;
+         F == PackedFormat::Int4K256;
 }
 constexpr int kStageChunks = 4;
 constexpr int kStageRowBytes = kStageChunks * 16;
@@ -89,7 +90,6 @@ __device__ __forceinline__ int stage_offset(int r, int j) {
 // and no Q4_K header (read once a stage); the other reads as GlobalMemory.
 struct SideMemory {
   static __device__ __forceinline__ uint4 u128(const uint8_t*) { return make_uint4(0, 0, 0, 0); }
-  static __device__ __forceinline__ uint2 u64(const uint8_t* p) { return load_weights_8(p); }
   static __device__ __forceinline__ uint4 u128i(const uint8_t*, int64_t) {
     return make_uint4(0, 0, 0, 0);
   }
