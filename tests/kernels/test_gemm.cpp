@@ -294,10 +294,10 @@ double run_case(GgmlType type, const Case& c, std::vector<float>* out = nullptr,
       wides[i] = wide_sum + extra;
       largests[i] = largest;
       exacts[i] = exact + extra;
-      // Plus one fp16 ulp of the largest product: the reference rounds the
-      // affine formats' d*q + m to fp32 and then to fp16, the kernel once
-      // from the exact value, and the two differ by an ulp now and then
-      // (Q5_1's single fp16 rounding is modelled: half_weights_row).
+      // Plus one fp16 ulp of the largest product: a margin kept from when
+      // the reference rounded the affine formats' d*q + m to fp32 and then
+      // to fp16 (now once from the exact value, as the kernels do:
+      // half_weights_row).
       atol[i] = 1e-4 * (mag + std::fabs(extra)) + largest / 1024.0 + 1e-30;
       if (exact_mag > 0)
         worst_vs_fp32 =
