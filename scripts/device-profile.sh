@@ -44,7 +44,7 @@ while (($#)); do
     --stalls) stalls=$2; shift 2 ;;
     --skip) skip=$2; shift 2 ;;
     --count) count=$2; shift 2 ;;
-    *) echo "usage: $0 [--model FILE] [--steps N] [--batch N] [--ctx N] [--stalls REGEX [--skip N] [--count N]]" >&2
+    *) echo "usage: $0 [--model FILE] [--steps N] [--batch N] [--ctx N] [--kernels auto|portable] [--stalls REGEX [--skip N] [--count N]]" >&2
        exit 64 ;;
   esac
 done
