@@ -356,7 +356,7 @@ int mma_max_stages() {
 // Compute) sets the kernel's time. Where 2+ tokens' grid of them fits one
 // wave and the longest piece gives each of the 8 warps two cache blocks
 // or more. Measured on the H200 only, at head_dim 128 and 512 positions
-// (docs/PERFORMANCE.md run 41): Llama-3-8B Q4_K_M 8 sequences +1.0-1.2%,
+// (docs/PERFORMANCE-RUNS-41.md): Llama-3-8B Q4_K_M 8 sequences +1.0-1.2%,
 // 16 +4.0% (one piece a token there: the wave holds its 128 blocks),
 // Qwen3-8B +1.0% and +3.0%; no change at 4,096 positions. Elsewhere the
 // rule is untried: an A100 (108 SMs) takes one piece a token at batch 8,
