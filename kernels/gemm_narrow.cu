@@ -1,5 +1,6 @@
 // The narrow GEMM: batched decode (2..32 tokens) on FP16 tensor cores
-// through wmma m16n16k16 (sm_70+). Contract in gemm_wmma.h (GemmTile::N16);
+// through wmma m16n16k16, or m8n32k16 for 8 tokens or fewer (sm_70+).
+// Contract in gemm_wmma.h (GemmTile::N16);
 // measurements in docs/KERNEL-NOTES.md ("Narrow GEMM").
 //
 // At a few tokens a GEMM is a matvec: the weights must stream at the
@@ -7,15 +8,19 @@
 // tiles do the opposite (one 64-value stage of loads in flight per block,
 // few blocks): a 4096-row matrix gives the 32x64 tile 64 blocks, and each
 // waits on memory once per stage. Here:
-//   - a block owns 32 weight rows (one per lane) and 16 tokens, and splits
+//   - a block owns 32 weight rows (one per lane) and 16 tokens (8 where
+//     a launch has 8 or fewer: no padding tokens' x, one MMA a k step,
+//     and room in the registers: Q4_K's 48-56 bytes of spills gone; b8
+//     +15% Q4_K_M, +11% Q4_0 under `portable`, run 44), and splits
 //     k over its warps (16 where the blocks fit the SMs once over, else 8,
 //     two blocks per SM), so even a 4096-row matrix keeps ~16 warps per SM
 //     streaming;
 //   - each lane keeps kDepth chunks (32 values, 16+ bytes each) of its row
 //     in flight, refilling a slot as soon as it is decoded;
 //   - a warp decodes one chunk per lane into its own shared tile (32 rows x
-//     32 k), stages the matching 32 k of x (16 tokens, loaded two chunks
-//     ahead) as FP16 beside it, and runs 2 x 2 wmma; no block-wide barrier
+//     32 k), stages the matching 32 k of x (the block's tokens, loaded two
+//     chunks ahead) as FP16 beside it, and runs 2 x 2 wmma (2 x 1 at 8
+//     tokens); no block-wide barrier
 //     until the end;
 //   - the warps' partial sums meet in shared memory, are added in warp
 //     order (deterministic), and go out with the bias and the residual add.
@@ -23,6 +28,8 @@
 // so both see the same FP16 weights; x is rounded to FP16 as there.
 #include <cuda_fp16.h>
 #include <mma.h>
+
+#include <cstdlib>
 
 #include "kernels/cuda_check.h"
 #include "kernels/device_common.cuh"
@@ -37,12 +44,12 @@ namespace {
 namespace wmma = nvcuda::wmma;
 using namespace gemm_decode;
 
-constexpr int kNarrowTokens = 16;              // one wmma fragment of tokens per block
+constexpr int kNarrowTokens = 16;  // tokens a block: one wmma fragment (or kNarrowTokens8)
+constexpr int kNarrowTokens8 = 8;  // at 8 tokens or fewer: m8n32k16 fragments
 constexpr int kNarrowRows = 32;                // weight rows per block: one per lane
 constexpr int kNarrowLd = 32 + 8;              // shared row stride in halves (80 bytes:
                                                // 8 lanes' 16-byte stores hit distinct banks)
 constexpr int kNarrowRedLd = kNarrowRows + 4;  // fp32 partial sums, floats per row
-constexpr int kXPerLane = kNarrowTokens / 4;   // float4 of x per lane per chunk
 
 // Chunks per lane in flight: ~64 bytes of weights per lane within 128
 // registers (two 8-warp blocks share an SM). Even, so that x's two slots
@@ -101,25 +108,29 @@ struct SideMemory {
   }
 };
 
-template <PackedFormat F, int W>
+// T: the block's tokens (kNarrowTokens, or kNarrowTokens8 for 8 or fewer).
+template <PackedFormat F, int W, int T>
 struct NarrowShape {
-  static constexpr size_t kTileBytes =
-      size_t(W) * (kNarrowRows + kNarrowTokens) * kNarrowLd * sizeof(__half);
+  static constexpr size_t kTileBytes = size_t(W) * (kNarrowRows + T) * kNarrowLd * sizeof(__half);
   static constexpr size_t kPipeBytes =
       kTileBytes + (staged_quants<F>() ? size_t(W) * kStageWarpBytes : 0);
-  static constexpr size_t kRedBytes = size_t(W) * kNarrowTokens * kNarrowRedLd * sizeof(float);
+  static constexpr size_t kRedBytes = size_t(W) * T * kNarrowRedLd * sizeof(float);
   static constexpr size_t kSmemBytes = kPipeBytes > kRedBytes ? kPipeBytes : kRedBytes;
   static_assert(kSmemBytes <= 96 * 1024, "fits the V100's shared memory");
 };
 
 // W warps split k. Block (blockIdx.x, blockIdx.y) computes tokens
-// 16*x .. 16*x+15 for rows 32*y .. 32*y+31: the blocks of one row range are
+// T*x .. T*x+T-1 for rows 32*y .. 32*y+31: the blocks of one row range are
 // consecutive, so they run side by side and all but the first mostly find
-// the weights in L2.
-template <PackedFormat F, int W>
+// the weights in L2. T = 16: 2 x 2 m16n16k16 MMAs a chunk; T = 8 (a
+// launch of 8 tokens or fewer): 2 m8n32k16, half the x and no padding
+// tokens.
+template <PackedFormat F, int W, int T>
 __global__ void __launch_bounds__(W * 32, 16 / W) kernel_gemm_narrow(GemmArgs a, bool x_vec) {
   wait_for_previous_kernel();
-  using S = NarrowShape<F, W>;
+  using S = NarrowShape<F, W, T>;
+  static_assert(T == kNarrowTokens || T == kNarrowTokens8, "16 or 8 tokens a block");
+  constexpr int kXPerLane = T / 4;  // float4 of x per lane per chunk
   constexpr bool kStaged = staged_quants<F>();
   constexpr int kDepth = kStaged ? kStageChunks : depth_for<F>();
   extern __shared__ __align__(128) unsigned char smem[];
@@ -127,7 +138,7 @@ __global__ void __launch_bounds__(W * 32, 16 / W) kernel_gemm_narrow(GemmArgs a,
   const int64_t rows = a.w.layout.rows, cols = a.w.layout.cols;
   const int64_t chunks = (cols + 31) / 32;
   const int64_t r0 = int64_t(blockIdx.y) * kNarrowRows;
-  const int t0 = int(blockIdx.x) * kNarrowTokens;
+  const int t0 = int(blockIdx.x) * T;
 
   // This warp's chunks: an equal share of the row, in order (whole stages
   // where the quants are staged: a stage then lies in one Q4_K header's 8).
@@ -138,7 +149,7 @@ __global__ void __launch_bounds__(W * 32, 16 / W) kernel_gemm_narrow(GemmArgs a,
   const bool row_ok = r0 + lane < rows;
   const RowPointers wrow = row_pointers(a.w, row_ok ? r0 + lane : 0);
 
-  __half* sw = reinterpret_cast<__half*>(smem) + warp * (kNarrowRows + kNarrowTokens) * kNarrowLd;
+  __half* sw = reinterpret_cast<__half*>(smem) + warp * (kNarrowRows + T) * kNarrowLd;
   __half* sx = sw + kNarrowRows * kNarrowLd;
 
   // x: lane reads 4 floats (k = xk..xk+3 of the chunk) of tokens
@@ -192,9 +203,12 @@ __global__ void __launch_bounds__(W * 32, 16 / W) kernel_gemm_narrow(GemmArgs a,
     }
   };
 
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2];
-  wmma::fill_fragment(acc[0], 0.0f);
-  wmma::fill_fragment(acc[1], 0.0f);
+  // The accumulators: tokens x rows, two 16 x 16 or one 8 x 32.
+  constexpr int kM = T == kNarrowTokens ? 16 : 8, kN = T == kNarrowTokens ? 16 : 32;
+  constexpr int kFrags = kNarrowRows / kN;
+  wmma::fragment<wmma::accumulator, kM, kN, 16, float> acc[kFrags];
+#pragma unroll
+  for (int j = 0; j < kFrags; ++j) wmma::fill_fragment(acc[j], 0.0f);
 
   // Weights kDepth chunks ahead, x two (x comes from L2, the weights from
   // DRAM); slot d of each ring holds the chunks c with (c - c_begin) % depth == d.
@@ -245,13 +259,14 @@ __global__ void __launch_bounds__(W * 32, 16 / W) kernel_gemm_narrow(GemmArgs a,
       __syncwarp();
 #pragma unroll
       for (int kk = 0; kk < 2; ++kk) {
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> b0, b1;
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> xa;
-        wmma::load_matrix_sync(b0, sw + kk * 16, kNarrowLd);
-        wmma::load_matrix_sync(b1, sw + 16 * kNarrowLd + kk * 16, kNarrowLd);
+        wmma::fragment<wmma::matrix_a, kM, kN, 16, __half, wmma::row_major> xa;
         wmma::load_matrix_sync(xa, sx + kk * 16, kNarrowLd);
-        wmma::mma_sync(acc[0], xa, b0, acc[0]);
-        wmma::mma_sync(acc[1], xa, b1, acc[1]);
+#pragma unroll
+        for (int j = 0; j < kFrags; ++j) {
+          wmma::fragment<wmma::matrix_b, kM, kN, 16, __half, wmma::col_major> b;
+          wmma::load_matrix_sync(b, sw + j * kN * kNarrowLd + kk * 16, kNarrowLd);
+          wmma::mma_sync(acc[j], xa, b, acc[j]);
+        }
       }
       __syncwarp();  // the tiles are rewritten for the next chunk
     }
@@ -261,18 +276,18 @@ __global__ void __launch_bounds__(W * 32, 16 / W) kernel_gemm_narrow(GemmArgs a,
   __syncthreads();                              // every warp is done with its pipeline tiles
   float* red = reinterpret_cast<float*>(smem);  // [warp][token][kNarrowRedLd]
 #pragma unroll
-  for (int j = 0; j < 2; ++j)
-    wmma::store_matrix_sync(red + warp * kNarrowTokens * kNarrowRedLd + j * 16, acc[j],
-                            kNarrowRedLd, wmma::mem_row_major);
+  for (int j = 0; j < kFrags; ++j)
+    wmma::store_matrix_sync(red + warp * T * kNarrowRedLd + j * kN, acc[j], kNarrowRedLd,
+                            wmma::mem_row_major);
   __syncthreads();
-  for (int o = threadIdx.x; o < kNarrowTokens * kNarrowRows; o += W * 32) {
+  for (int o = threadIdx.x; o < T * kNarrowRows; o += W * 32) {
     const int tm = o / kNarrowRows, rn = o % kNarrowRows;
     const int t = t0 + tm;
     const int64_t row = r0 + rn;
     if (t >= a.n || row >= rows) continue;
     float v = 0.0f;
 #pragma unroll
-    for (int w = 0; w < W; ++w) v += red[(w * kNarrowTokens + tm) * kNarrowRedLd + rn];
+    for (int w = 0; w < W; ++w) v += red[(w * T + tm) * kNarrowRedLd + rn];
     if (a.bias) v += a.bias[row];
     float* dst = a.y + int64_t(t) * a.ldy + row;
     if (a.accumulate) v += *dst;
@@ -280,10 +295,10 @@ __global__ void __launch_bounds__(W * 32, 16 / W) kernel_gemm_narrow(GemmArgs a,
   }
 }
 
-template <PackedFormat F, int W>
+template <PackedFormat F, int W, int T>
 void launch_narrow(const GemmArgs& a, dim3 grid, cudaStream_t stream) {
-  using S = NarrowShape<F, W>;
-  auto kernel = kernel_gemm_narrow<F, W>;
+  using S = NarrowShape<F, W, T>;
+  auto kernel = kernel_gemm_narrow<F, W, T>;
   // Above 48 KB of dynamic shared memory a kernel must opt in (once).
   static const bool opted_in = [&] {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -299,14 +314,32 @@ void launch_narrow(const GemmArgs& a, dim3 grid, cudaStream_t stream) {
 // 16 warps per block where the blocks fit the SMs once over (a 4096-row
 // matrix on the H200: 128 blocks), else 8 (two per SM): either way about
 // 16 warps per SM stream weights.
-template <PackedFormat F>
-void launch_narrow_format(const GemmArgs& a, int sms, cudaStream_t stream) {
-  const dim3 grid(unsigned((a.n + kNarrowTokens - 1) / kNarrowTokens),
+template <PackedFormat F, int T>
+void launch_narrow_tokens(const GemmArgs& a, int sms, cudaStream_t stream) {
+  const dim3 grid(unsigned((a.n + T - 1) / T),
                   unsigned((a.w.layout.rows + kNarrowRows - 1) / kNarrowRows));
   if (int64_t(grid.x) * grid.y <= sms)
-    launch_narrow<F, 16>(a, grid, stream);
+    launch_narrow<F, 16, T>(a, grid, stream);
   else
-    launch_narrow<F, 8>(a, grid, stream);
+    launch_narrow<F, 8, T>(a, grid, stream);
+}
+
+// Blocks of 8 tokens for launches of 8 or fewer (VOLTAD_NARROW_TOKENS8=0
+// in the environment: 16 always; comparisons).
+bool narrow_tokens8() {
+  static const bool on = [] {
+    const char* v = std::getenv("VOLTAD_NARROW_TOKENS8");
+    return !(v && v[0] == '0');
+  }();
+  return on;
+}
+
+template <PackedFormat F>
+void launch_narrow_format(const GemmArgs& a, int sms, cudaStream_t stream) {
+  if (a.n <= kNarrowTokens8 && narrow_tokens8())
+    launch_narrow_tokens<F, kNarrowTokens8>(a, sms, stream);
+  else
+    launch_narrow_tokens<F, kNarrowTokens>(a, sms, stream);
 }
 
 }  // namespace

@@ -15,7 +15,10 @@
 // 4096x4096 Q4_K at n = 24..32 on the H200, narrow 33-35 us). Below
 // kGemmMinTokens the dp4a matvecs (kernels/matvec.h) are faster: their
 // work grows with the tokens (two dp4a passes a token), the narrow tile's
-// does not below 16 (docs/PERFORMANCE.md run 43).
+// does not below its 8 or 16 tokens. With 8-token blocks the narrow GEMM
+// won from 5 tokens on the H200 (`portable`, Llama-3-8B Q4_K_M b5 +2.6%,
+// b6 +9.6%; Q4_0 +12.5%, +27.5%; docs/PERFORMANCE.md run 44; 7 with
+// 16-token blocks, run 43).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -26,7 +29,7 @@
 
 namespace voltad::kernels {
 
-constexpr int kGemmMinTokens = 7;         // below this, launch_matvec is faster (H200, portable)
+constexpr int kGemmMinTokens = 5;         // below this, launch_matvec is faster (H200, portable)
 constexpr int kGemmNarrowMaxTokens = 32;  // up to this, launch_gemm picks the narrow kernel
 
 struct GemmArgs {
