@@ -30,7 +30,7 @@
 //     the 16 warps' in warp order: the same bits every run.
 // Bits differ from the 32-row kernel's (another order of FP32 sums); both
 // are held to the same reference (tests/kernels/test_gemm.cpp).
-// Measured on the H200 (docs/PERFORMANCE.md run 42): Llama-3-8B's gate|up
+// Measured on the H200 (docs/PERFORMANCE-RUNS-42.md): Llama-3-8B's gate|up
 // at 8 tokens alone in 25.2 us against 33.1 (2.6 TB/s); batch 8 +14.2%
 // end to end (Q4_K_M), +2.7% (Q4_0, against its shared-x blocks). Rows
 // longer than 4,096 columns, 9-16 tokens and a producer inside a consumer
