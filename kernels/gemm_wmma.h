@@ -54,9 +54,10 @@ enum class GemmTile : uint8_t {
                  // shared memory allows (sm_80+), one on the V100. Measured
                  // +10-15% for Q4_0/Q6_K/Q8_0 at 14336x4096, worse for Q4_K
                  // (spills) and F16: Auto does not pick it.
-  N16,           // narrow (kernels/gemm_narrow.cu): 16 tokens x 32 rows per
-                 // block, k split over its warps, the weights streamed with
-                 // several chunks in flight per lane: batched decode
+  N16,           // narrow (kernels/gemm_narrow.cu): 16 tokens (8 where n <= 8)
+                 // x 32 rows per block, k split over its warps, the weights
+                 // streamed with several chunks in flight per lane: batched
+                 // decode
 };
 
 inline const char* gemm_tile_name(GemmTile t) {
