@@ -70,10 +70,6 @@ __device__ __forceinline__ uint32_t half2_as_u32(__half2 h) {
 __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
   return half2_as_u32(__floats2half2_rn(lo, hi));
 }
-// Exact for 0 <= i < 2^23: the integer in a float's mantissa, minus 2^23.
-__device__ __forceinline__ float small_uint_to_float(uint32_t i) {
-  return __uint_as_float(0x4B000000u | i) - 8388608.0f;
-}
 __device__ __forceinline__ float half_bits_to_float(uint32_t bits16) {
   return __half2float(__ushort_as_half((unsigned short)(bits16 & 0xFFFF)));
 }
@@ -159,11 +155,6 @@ __device__ __forceinline__ void int8_to_half2(const uint4 (&q)[2], uint32_t flip
   }
 }
 
-// Per value in fp32: w = fma(a, v, b), v an exact small integer.
-__device__ __forceinline__ uint32_t affine_pair(float a, float b, uint32_t v0, uint32_t v1) {
-  return pack_half2(fmaf(a, small_uint_to_float(v0), b), fmaf(a, small_uint_to_float(v1), b));
-}
-
 template <>
 struct Chunk<PackedFormat::Int4Sym32> {
   uint4 q;
@@ -211,6 +202,27 @@ __device__ __forceinline__ void k256_affine(const uint4& hdr, int64_t c, float& 
   b = -half_bits_to_float(hdr.x >> 16) * float(mn);
 }
 
+// The bits of w under kMask (within bits 0-22), in place, as an fp32:
+// OR'd into the mantissa of 2^23 (one LOP3), 2^23 taken off (exact). A
+// nibble at bits 4j..4j+3 comes out as q * 2^(4j); a byte at 8j.., as
+// u * 2^(8j). Scaling the factor by 2^(-4j) (or 2^(-8j)) instead gives
+// the very products fmaf(a, q, b) gives, with no shift to move the bits.
+template <uint32_t kMask>
+__device__ __forceinline__ float bits_in_place(uint32_t w) {
+  static_assert(kMask < (1u << 23), "within the mantissa");
+  return __uint_as_float(mask_or<kMask, 0x4B000000u>(w)) - 8388608.0f;
+}
+
+// The four bytes of u as fmaf(a, byte, b): bytes 0 and 1 as one half2,
+// 2 and 3 as the next; bytes 1 and 3 read in place, scaled by a * 2^-8.
+__device__ __forceinline__ void affine_bytes(uint32_t u, float a, float b, uint32_t* out) {
+  const float a8 = a * 0x1p-8f;
+  const uint32_t hi = u >> 16;
+  out[0] = pack_half2(fmaf(a, bits_in_place<0xFFu>(u), b), fmaf(a8, bits_in_place<0xFF00u>(u), b));
+  out[1] =
+      pack_half2(fmaf(a, bits_in_place<0xFFu>(hi), b), fmaf(a8, bits_in_place<0xFF00u>(hi), b));
+}
+
 template <>
 struct Chunk<PackedFormat::Int4K256> {
   uint4 q, hdr;
@@ -220,17 +232,27 @@ struct Chunk<PackedFormat::Int4K256> {
     hdr = M::u128i(r.scales, (c >> 3));
   }
   __device__ void zero() { q = hdr = make_uint4(0, 0, 0, 0); }
+  // Nibble j of word t (bits 4j..4j+3) is value 4t + j/2 (j even) or
+  // 16 + 4t + j/2 (j odd). Nibbles 0-4 are read in place, 5-7 from w >> 20
+  // (at 0-2); a[j] = a * 2^(-4j) undoes the place, so each weight is
+  // fmaf(a, q, b) exactly as before, for one LOP3 instead of a shift and
+  // two.
   __device__ void decode(int64_t c, uint32_t (&h)[16]) const {
     float a, b;
     k256_affine(hdr, c, a, b);
+    const float a1 = a * 0x1p-4f, a2 = a * 0x1p-8f, a3 = a * 0x1p-12f, a4 = a * 0x1p-16f;
     const uint32_t words[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
     for (int t = 0; t < 4; ++t) {
-      const uint32_t w = words[t];
-      h[2 * t] = affine_pair(a, b, w & 0xF, (w >> 8) & 0xF);
-      h[2 * t + 1] = affine_pair(a, b, (w >> 16) & 0xF, (w >> 24) & 0xF);
-      h[8 + 2 * t] = affine_pair(a, b, (w >> 4) & 0xF, (w >> 12) & 0xF);
-      h[8 + 2 * t + 1] = affine_pair(a, b, (w >> 20) & 0xF, w >> 28);
+      const uint32_t w = words[t], hi = w >> 20;
+      h[2 * t] =
+          pack_half2(fmaf(a, bits_in_place<0xFu>(w), b), fmaf(a2, bits_in_place<0xF00u>(w), b));
+      h[2 * t + 1] = pack_half2(fmaf(a4, bits_in_place<0xF0000u>(w), b),
+                                fmaf(a1, bits_in_place<0xF0u>(hi), b));
+      h[8 + 2 * t] =
+          pack_half2(fmaf(a1, bits_in_place<0xF0u>(w), b), fmaf(a3, bits_in_place<0xF000u>(w), b));
+      h[8 + 2 * t + 1] =
+          pack_half2(fmaf(a, bits_in_place<0xFu>(hi), b), fmaf(a2, bits_in_place<0xF00u>(hi), b));
     }
   }
 };
@@ -260,12 +282,7 @@ struct Chunk<PackedFormat::Int6K256> {
   template <int t>
   __device__ __forceinline__ void half_word(uint32_t nib, uint32_t cr, float a,
                                             uint32_t* out) const {
-    const uint32_t u = int6_assemble<t>(nib, cr) ^ 0x80808080u;
-    const float b = -128.0f * a;
-    out[0] = pack_half2(fmaf(a, small_uint_to_float(u & 0xFF), b),
-                        fmaf(a, small_uint_to_float((u >> 8) & 0xFF), b));
-    out[1] = pack_half2(fmaf(a, small_uint_to_float((u >> 16) & 0xFF), b),
-                        fmaf(a, small_uint_to_float(u >> 24), b));
+    affine_bytes(int6_assemble<t>(nib, cr) ^ 0x80808080u, a, -128.0f * a, out);
   }
   __device__ void decode(int64_t, uint32_t (&h)[16]) const {
     const float dd = half_bits_to_float(d) * 0.25f;
@@ -343,10 +360,7 @@ struct Chunk<PackedFormat::Int8K256> {
     for (int p = 0; p < 2; ++p) {
       const uint32_t words[4] = {q[p].x, q[p].y, q[p].z, q[p].w};
 #pragma unroll
-      for (int t = 0; t < 4; ++t) {
-        h[8 * p + 2 * t] = affine_pair(a, b, words[t] & 0xFF, (words[t] >> 8) & 0xFF);
-        h[8 * p + 2 * t + 1] = affine_pair(a, b, (words[t] >> 16) & 0xFF, words[t] >> 24);
-      }
+      for (int t = 0; t < 4; ++t) affine_bytes(words[t], a, b, h + 8 * p + 2 * t);
     }
   }
 };

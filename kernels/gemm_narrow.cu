@@ -125,7 +125,14 @@ struct NarrowShape {
 // the weights in L2. T = 16: 2 x 2 m16n16k16 MMAs a chunk; T = 8 (a
 // launch of 8 tokens or fewer): 2 m8n32k16, half the x and no padding
 // tokens.
-template <PackedFormat F, int W, int T>
+//
+// kWholeX: x's rows are 16-byte aligned and `cols` is whole chunks (every
+// model's products): x comes as one float4 load a token a chunk with no
+// checks, lanes past the last token reading the last one's. Any lane's
+// sums past the last row or token are never written, so nothing is zeroed
+// for them, and loads past a warp's last chunk are skipped (never
+// decoded): the chunk loop keeps only the checks that end it.
+template <PackedFormat F, int W, int T, bool kWholeX>
 __global__ void __launch_bounds__(W * 32, 16 / W) kernel_gemm_narrow(GemmArgs a, bool x_vec) {
   wait_for_previous_kernel();
   using S = NarrowShape<F, W, T>;
@@ -136,18 +143,18 @@ __global__ void __launch_bounds__(W * 32, 16 / W) kernel_gemm_narrow(GemmArgs a,
   extern __shared__ __align__(128) unsigned char smem[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t rows = a.w.layout.rows, cols = a.w.layout.cols;
-  const int64_t chunks = (cols + 31) / 32;
+  // Chunks of a row: ints (a row of 2^31 chunks would be 2^36 values).
+  const int chunks = int((cols + 31) / 32);
   const int64_t r0 = int64_t(blockIdx.y) * kNarrowRows;
   const int t0 = int(blockIdx.x) * T;
 
   // This warp's chunks: an equal share of the row, in order (whole stages
   // where the quants are staged: a stage then lies in one Q4_K header's 8).
-  int64_t share = (chunks + W - 1) / W;
+  int share = (chunks + W - 1) / W;
   if (kStaged) share = (share + kStageChunks - 1) / kStageChunks * kStageChunks;
-  const int64_t c_begin = warp * share < chunks ? warp * share : chunks;
-  const int64_t c_end = c_begin + share < chunks ? c_begin + share : chunks;
-  const bool row_ok = r0 + lane < rows;
-  const RowPointers wrow = row_pointers(a.w, row_ok ? r0 + lane : 0);
+  const int c_begin = warp * share < chunks ? warp * share : chunks;
+  const int c_end = c_begin + share < chunks ? c_begin + share : chunks;
+  const RowPointers wrow = row_pointers(a.w, r0 + lane < rows ? r0 + lane : rows - 1);
 
   __half* sw = reinterpret_cast<__half*>(smem) + warp * (kNarrowRows + T) * kNarrowLd;
   __half* sx = sw + kNarrowRows * kNarrowLd;
@@ -155,28 +162,47 @@ __global__ void __launch_bounds__(W * 32, 16 / W) kernel_gemm_narrow(GemmArgs a,
   // x: lane reads 4 floats (k = xk..xk+3 of the chunk) of tokens
   // xt, xt + 4, ...: 8 lanes cover a token's 128 contiguous bytes.
   const int xt = lane >> 3, xk = (lane & 7) * 4;
-  auto load_x = [&](float4(&v)[kXPerLane], int64_t c) {
-    const int64_t k = c * 32 + xk;
+  // kWholeX: each token's x at k = xk, past the last token the last one's.
+  const float* xrow[kWholeX ? kXPerLane : 1];
+  if constexpr (kWholeX) {
 #pragma unroll
     for (int j = 0; j < kXPerLane; ++j) {
       const int t = t0 + xt + 4 * j;
-      v[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      if (t >= a.n || c >= c_end) continue;
-      const float* p = a.x + int64_t(t) * a.ldx + k;
-      if (x_vec && k + 4 <= cols) {
-        v[j] = load_activation(reinterpret_cast<const float4*>(p));
-      } else {
-        v[j].x = k < cols ? p[0] : 0.0f;
-        v[j].y = k + 1 < cols ? p[1] : 0.0f;
-        v[j].z = k + 2 < cols ? p[2] : 0.0f;
-        v[j].w = k + 3 < cols ? p[3] : 0.0f;
+      xrow[j] = a.x + int64_t(t < a.n ? t : a.n - 1) * a.ldx + xk;
+    }
+  }
+  // Loads for a chunk past the warp's last are skipped: never used.
+  auto load_x = [&](float4(&v)[kXPerLane], int c) {
+    if (c >= c_end) return;
+    if constexpr (kWholeX) {
+#pragma unroll
+      for (int j = 0; j < kXPerLane; ++j)
+        v[j] = load_activation(reinterpret_cast<const float4*>(xrow[j] + 32 * c));
+    } else {
+      // Zeros past the last token and past `cols` (the weights there are
+      // zeros, and 0 * x must not meet an infinite x).
+      const int64_t k = int64_t(c) * 32 + xk;
+#pragma unroll
+      for (int j = 0; j < kXPerLane; ++j) {
+        const int t = t0 + xt + 4 * j;
+        v[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (t >= a.n) continue;
+        const float* p = a.x + int64_t(t) * a.ldx + k;
+        if (x_vec && k + 4 <= cols) {
+          v[j] = load_activation(reinterpret_cast<const float4*>(p));
+        } else {
+          v[j].x = k < cols ? p[0] : 0.0f;
+          v[j].y = k + 1 < cols ? p[1] : 0.0f;
+          v[j].z = k + 2 < cols ? p[2] : 0.0f;
+          v[j].w = k + 3 < cols ? p[3] : 0.0f;
+        }
       }
     }
   };
-  auto load_w = [&](Chunk<F>& ch, int64_t c) {
-    if (!(row_ok && c < c_end))
-      ch.zero();
-    else if constexpr (kStaged)
+  // A lane past the last row reads the last row: its sums are never written.
+  auto load_w = [&](Chunk<F>& ch, int c) {
+    if (c >= c_end) return;
+    if constexpr (kStaged)
       ch.template load<SideMemory>(wrow, c);
     else
       ch.template load<GlobalMemory>(wrow, c);
@@ -187,19 +213,22 @@ __global__ void __launch_bounds__(W * 32, 16 / W) kernel_gemm_narrow(GemmArgs a,
   const int prow = lane >> 2, pj = lane & 3;
   const uint8_t* qrow =
       a.w.data + a.w.layout.quants_offset + (r0 + prow) * a.w.layout.quant_row_bytes;
-  uint4 piece[kStaged ? 4 : 1];
+  unsigned pieces_in_rows = 0;  // bit i: row 8i + prow is a row of the matrix
+#pragma unroll
+  for (int i = 0; i < 4; ++i) pieces_in_rows |= unsigned(r0 + 8 * i + prow < rows) << i;
+  uint4 piece[kStaged ? 4 : 1] = {};
   uint4 hdr_next = make_uint4(0, 0, 0, 0), hdr = hdr_next;
-  auto load_stage = [&](int64_t cs) {
+  // Pieces past the last row or the warp's last chunk are not loaded (a
+  // row's pieces are only read by that row's lane).
+  auto load_stage = [&](int cs) {
     if constexpr (kStaged) {
-      const int64_t c = cs + pj;
+      if (cs >= c_end) return;
+      const int c = cs + pj;
 #pragma unroll
       for (int i = 0; i < 4; ++i)
-        piece[i] = r0 + 8 * i + prow < rows && c < c_end
-                       ? load_weights_16(qrow + 8 * i * a.w.layout.quant_row_bytes + 16 * c)
-                       : make_uint4(0, 0, 0, 0);
-      if (F == PackedFormat::Int4K256)
-        hdr_next = row_ok && cs < c_end ? GlobalMemory::u128i(wrow.scales, cs >> 3)
-                                        : make_uint4(0, 0, 0, 0);
+        if ((pieces_in_rows >> i & 1) && c < c_end)
+          piece[i] = load_weights_16(qrow + 8 * i * a.w.layout.quant_row_bytes + 16 * c);
+      if (F == PackedFormat::Int4K256) hdr_next = GlobalMemory::u128i(wrow.scales, cs >> 3);
     }
   };
 
@@ -220,7 +249,7 @@ __global__ void __launch_bounds__(W * 32, 16 / W) kernel_gemm_narrow(GemmArgs a,
   load_x(xv[0], c_begin);
   load_x(xv[1], c_begin + 1);
 
-  for (int64_t c0 = c_begin; c0 < c_end; c0 += kDepth) {
+  for (int c0 = c_begin; c0 < c_end; c0 += kDepth) {
     if constexpr (kStaged) {
       // The stage's quants into shared memory (the last stage's reads were
       // before the chunk loop's final __syncwarp), then the next stage's loads.
@@ -233,7 +262,7 @@ __global__ void __launch_bounds__(W * 32, 16 / W) kernel_gemm_narrow(GemmArgs a,
     }
 #pragma unroll
     for (int d = 0; d < kDepth; ++d) {
-      const int64_t c = c0 + d;
+      const int c = c0 + d;
       if (c >= c_end) break;  // the same for every lane of the warp
       uint32_t h[16];
       if constexpr (kStaged) {
@@ -295,10 +324,10 @@ __global__ void __launch_bounds__(W * 32, 16 / W) kernel_gemm_narrow(GemmArgs a,
   }
 }
 
-template <PackedFormat F, int W, int T>
-void launch_narrow(const GemmArgs& a, dim3 grid, cudaStream_t stream) {
+template <PackedFormat F, int W, int T, bool kWholeX>
+void launch_narrow_x(const GemmArgs& a, dim3 grid, bool x_vec, cudaStream_t stream) {
   using S = NarrowShape<F, W, T>;
-  auto kernel = kernel_gemm_narrow<F, W, T>;
+  auto kernel = kernel_gemm_narrow<F, W, T, kWholeX>;
   // Above 48 KB of dynamic shared memory a kernel must opt in (once).
   static const bool opted_in = [&] {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -306,9 +335,17 @@ void launch_narrow(const GemmArgs& a, dim3 grid, cudaStream_t stream) {
     return true;
   }();
   (void)opted_in;
-  const bool x_vec = a.ldx % 4 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
   launch_kernel(kernel, grid, W * 32, S::kSmemBytes, stream, a, x_vec);
   CUDA_CHECK(cudaGetLastError());
+}
+
+template <PackedFormat F, int W, int T>
+void launch_narrow(const GemmArgs& a, dim3 grid, cudaStream_t stream) {
+  const bool x_vec = a.ldx % 4 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
+  if (x_vec && a.w.layout.cols % 32 == 0)
+    launch_narrow_x<F, W, T, true>(a, grid, x_vec, stream);
+  else
+    launch_narrow_x<F, W, T, false>(a, grid, x_vec, stream);
 }
 
 // 16 warps per block where the blocks fit the SMs once over (a 4096-row
