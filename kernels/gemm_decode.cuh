@@ -5,12 +5,20 @@
 // them as 16 half2 words in natural k order. Layouts: docs/FORMAT.md and
 // kernels/matvec_format.h.
 //
-// Decoding to FP16 rounds each weight exactly once from its exact value:
-//   Int4Sym32/Int8Sym32: q (exact in fp16 via the 1024+q bit trick) times d
-//     in one fp16 multiply; Int4Affine32/Int8Affine32: one fp16 fma q*d+m.
-//   K256 formats: a = D*sc and b = -M*mn are exact in fp32 but not in fp16,
-//     so w = fma(a, q, b) in fp32 (exact) and one rounding to fp16.
-// Both GEMMs decode with this code, so they see bit-identical FP16 weights.
+// Decoding to FP16: q is exact in fp16 (the 1024+q bit trick, 1024 taken
+// off exactly), then
+//   Int4Sym32/Int8Sym32: times d in one fp16 multiply; Int4Affine32/
+//     Int8Affine32: one fp16 fma q*d+m: each weight rounded once from its
+//     exact value.
+//   K256 formats: a = D*sc and b = -M*mn (Q6_K: a = d*sc/4, b = 0) are
+//     exact in fp32 but not in fp16: w = fma(a_h, q, b_h) in fp16 with a_h
+//     and b_h the fp16 roundings of a and b, one rounding more each than
+//     the exact value's, |w - exact| <= 2^-12 (|a q| + |b|) + 2^-11 |w|
+//     (against a/2 of quantization error). An fp32 fma cost 3.5
+//     instructions a weight to this path's ~1.5 (run 45 in
+//     docs/PERFORMANCE.md); tests/kernels/test_gemm.cpp's reference
+//     rounds the same way.
+// Every GEMM decodes with this code, so they see bit-identical FP16 weights.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -202,27 +210,6 @@ __device__ __forceinline__ void k256_affine(const uint4& hdr, int64_t c, float& 
   b = -half_bits_to_float(hdr.x >> 16) * float(mn);
 }
 
-// The bits of w under kMask (within bits 0-22), in place, as an fp32:
-// OR'd into the mantissa of 2^23 (one LOP3), 2^23 taken off (exact). A
-// nibble at bits 4j..4j+3 comes out as q * 2^(4j); a byte at 8j.., as
-// u * 2^(8j). Scaling the factor by 2^(-4j) (or 2^(-8j)) instead gives
-// the very products fmaf(a, q, b) gives, with no shift to move the bits.
-template <uint32_t kMask>
-__device__ __forceinline__ float bits_in_place(uint32_t w) {
-  static_assert(kMask < (1u << 23), "within the mantissa");
-  return __uint_as_float(mask_or<kMask, 0x4B000000u>(w)) - 8388608.0f;
-}
-
-// The four bytes of u as fmaf(a, byte, b): bytes 0 and 1 as one half2,
-// 2 and 3 as the next; bytes 1 and 3 read in place, scaled by a * 2^-8.
-__device__ __forceinline__ void affine_bytes(uint32_t u, float a, float b, uint32_t* out) {
-  const float a8 = a * 0x1p-8f;
-  const uint32_t hi = u >> 16;
-  out[0] = pack_half2(fmaf(a, bits_in_place<0xFFu>(u), b), fmaf(a8, bits_in_place<0xFF00u>(u), b));
-  out[1] =
-      pack_half2(fmaf(a, bits_in_place<0xFFu>(hi), b), fmaf(a8, bits_in_place<0xFF00u>(hi), b));
-}
-
 template <>
 struct Chunk<PackedFormat::Int4K256> {
   uint4 q, hdr;
@@ -232,28 +219,14 @@ struct Chunk<PackedFormat::Int4K256> {
     hdr = M::u128i(r.scales, (c >> 3));
   }
   __device__ void zero() { q = hdr = make_uint4(0, 0, 0, 0); }
-  // Nibble j of word t (bits 4j..4j+3) is value 4t + j/2 (j even) or
-  // 16 + 4t + j/2 (j odd). Nibbles 0-4 are read in place, 5-7 from w >> 20
-  // (at 0-2); a[j] = a * 2^(-4j) undoes the place, so each weight is
-  // fmaf(a, q, b) exactly as before, for one LOP3 instead of a shift and
-  // two.
   __device__ void decode(int64_t c, uint32_t (&h)[16]) const {
     float a, b;
     k256_affine(hdr, c, a, b);
-    const float a1 = a * 0x1p-4f, a2 = a * 0x1p-8f, a3 = a * 0x1p-12f, a4 = a * 0x1p-16f;
-    const uint32_t words[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-    for (int t = 0; t < 4; ++t) {
-      const uint32_t w = words[t], hi = w >> 20;
-      h[2 * t] =
-          pack_half2(fmaf(a, bits_in_place<0xFu>(w), b), fmaf(a2, bits_in_place<0xF00u>(w), b));
-      h[2 * t + 1] = pack_half2(fmaf(a4, bits_in_place<0xF0000u>(w), b),
-                                fmaf(a1, bits_in_place<0xF0u>(hi), b));
-      h[8 + 2 * t] =
-          pack_half2(fmaf(a1, bits_in_place<0xF0u>(w), b), fmaf(a3, bits_in_place<0xF000u>(w), b));
-      h[8 + 2 * t + 1] =
-          pack_half2(fmaf(a, bits_in_place<0xFu>(hi), b), fmaf(a2, bits_in_place<0xF00u>(hi), b));
-    }
+    const __half2 a2 = __float2half2_rn(a), b2 = __float2half2_rn(b);
+    const __half2 off = u32_as_half2(0x64006400u);
+    int4_to_half2(q, h, [&](uint32_t v) {
+      return half2_as_u32(__hfma2(__hsub2(u32_as_half2(v), off), a2, b2));
+    });
   }
 };
 
@@ -279,14 +252,22 @@ struct Chunk<PackedFormat::Int6K256> {
     crumbs = make_uint2(0, 0);
     sc = d = 0;
   }
+  // Bytes u = 4(q-32) + 128 as fp16 1024 + u, less 1152: 4(q-32) exactly,
+  // times a_h (a = d*sc/4).
   template <int t>
-  __device__ __forceinline__ void half_word(uint32_t nib, uint32_t cr, float a,
+  __device__ __forceinline__ void half_word(uint32_t nib, uint32_t cr, __half2 a,
                                             uint32_t* out) const {
-    affine_bytes(int6_assemble<t>(nib, cr) ^ 0x80808080u, a, -128.0f * a, out);
+    const uint32_t u = int6_assemble<t>(nib, cr) ^ 0x80808080u;
+    const __half2 off = u32_as_half2(0x64806480u);  // 1152 = 1024 + 128
+    out[0] =
+        half2_as_u32(__hmul2(__hsub2(u32_as_half2(__byte_perm(u, 0x64646464u, 0x5150)), off), a));
+    out[1] =
+        half2_as_u32(__hmul2(__hsub2(u32_as_half2(__byte_perm(u, 0x64646464u, 0x5352)), off), a));
   }
   __device__ void decode(int64_t, uint32_t (&h)[16]) const {
     const float dd = half_bits_to_float(d) * 0.25f;
-    const float a0 = dd * float(int8_t(sc & 0xFF)), a1 = dd * float(int8_t((sc >> 8) & 0xFF));
+    const __half2 a0 = __float2half2_rn(dd * float(int8_t(sc & 0xFF))),
+                  a1 = __float2half2_rn(dd * float(int8_t((sc >> 8) & 0xFF)));
     half_word<0>(q.x, crumbs.x, a0, h + 0);
     half_word<1>(q.y, crumbs.x, a0, h + 2);
     half_word<2>(q.z, crumbs.x, a0, h + 4);
@@ -356,12 +337,11 @@ struct Chunk<PackedFormat::Int8K256> {
   __device__ void decode(int64_t c, uint32_t (&h)[16]) const {
     float a, b;
     k256_affine(hdr, c, a, b);
-#pragma unroll
-    for (int p = 0; p < 2; ++p) {
-      const uint32_t words[4] = {q[p].x, q[p].y, q[p].z, q[p].w};
-#pragma unroll
-      for (int t = 0; t < 4; ++t) affine_bytes(words[t], a, b, h + 8 * p + 2 * t);
-    }
+    const __half2 a2 = __float2half2_rn(a), b2 = __float2half2_rn(b);
+    const __half2 off = u32_as_half2(0x64006400u);
+    int8_to_half2(q, 0u, h, [&](uint32_t v) {
+      return half2_as_u32(__hfma2(__hsub2(u32_as_half2(v), off), a2, b2));
+    });
   }
 };
 
