@@ -17,6 +17,16 @@ namespace voltad {
 using kernels::PackedFormat;
 using kernels::PackedLayout;
 
+void q4_k_scale_min(const uint8_t* s, int j, int& sc, int& mn) {
+  if (j < 4) {
+    sc = s[j] & 63;
+    mn = s[j + 4] & 63;
+  } else {
+    sc = (s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4);
+    mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+
 namespace {
 
 uint16_t load_u16(const uint8_t* p) {
@@ -90,17 +100,6 @@ void unpack_q6_k(const uint8_t* block, int q[256]) {
       out[l + 64] = (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4);
       out[l + 96] = (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4);
     }
-  }
-}
-
-// Sub-block j's six-bit scale and min from Q4_K's 12 packed bytes.
-void q4_k_scale_min(const uint8_t* s, int j, int& sc, int& mn) {
-  if (j < 4) {
-    sc = s[j] & 63;
-    mn = s[j + 4] & 63;
-  } else {
-    sc = (s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4);
-    mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
   }
 }
 

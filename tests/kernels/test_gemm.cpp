@@ -86,17 +86,6 @@ double half_of(double v) {
   return double(__half2float(__double2half(v)));
 }
 
-// Q4_K's six-bit scale and min of sub-block j from its 12 packed bytes.
-void k256_scale_min(const uint8_t* s, int j, int& sc, int& mn) {
-  if (j < 4) {
-    sc = s[j] & 63;
-    mn = s[j + 4] & 63;
-  } else {
-    sc = (s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4);
-    mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-  }
-}
-
 void half_k_weights_row(const PackedMatrix& m, int64_t r, const std::vector<float>& w,
                         std::vector<double>& wh) {
   const kernels::PackedLayout& l = m.layout;
@@ -120,7 +109,7 @@ void half_k_weights_row(const PackedMatrix& m, int64_t r, const std::vector<floa
     uint16_t dm[2];
     std::memcpy(dm, hdr, 4);
     int sc = 0, mn = 0;
-    k256_scale_min(hdr + 4, int(k / 32 % 8), sc, mn);
+    q4_k_scale_min(hdr + 4, int(k / 32 % 8), sc, mn);
     const float a = fp16_to_fp32(dm[0]) * float(sc), b = -fp16_to_fp32(dm[1]) * float(mn);
     const uint8_t byte = int4 ? quants[(k / 32) * 16 + (k % 16)] : quants[k];
     const int q = int4 ? ((k % 32) < 16 ? byte & 0x0F : byte >> 4) : int(byte);
