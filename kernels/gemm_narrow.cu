@@ -75,7 +75,7 @@ constexpr int depth_for() {
 // The rest of a chunk (scales) is still read by the lane of its row, one
 // stage ahead; Q4_K's header (one per 8 chunks) once a stage. Q6_K's
 // nibbles staged too lost 3.1-3.4% at 8-32 tokens end to end: its
-// decode's registers spilled in the chunk loop (docs/PERFORMANCE.md run 43).
+// decode's registers spilled in the chunk loop (docs/PERFORMANCE-RUNS-43.md).
 template <PackedFormat F>
 constexpr bool staged_quants() {
   return F == PackedFormat::Int4Sym32 || F == PackedFormat::Int4Affine32 ||
