@@ -4,7 +4,8 @@
 // Host declarations only (plain C++).
 //
 // Numerics: each weight tile is dequantized to FP16 in shared memory (the
-// value rounded once to FP16 from the exact decoded value), x is rounded to
+// value rounded once to FP16 from the exact decoded value; the K formats'
+// from their factors rounded to FP16 first, kernels/gemm_decode.cuh), x is rounded to
 // FP16 when staged (so |x| must stay below 65504), products are exact and
 // accumulate in FP32. Against an FP32 matvec the difference is about
 // 2^-11 * sum |w x| at most (docs/KERNEL-NOTES.md has the measured error).
