@@ -131,26 +131,10 @@ VOLTAD_CPU_INLINE void decode_q5_1(const uint8_t* __restrict src, float* __restr
   }
 }
 
-// The 12 scale bytes of Q4_K and Q5_K hold 8 six-bit scales and 8 six-bit
-// mins, one pair per sub-block of 32:
-//   sub-blocks 0-3: scale = s[j] & 63,                     min = s[j+4] & 63
-//   sub-blocks 4-7: scale = (s[j+4] & 15) | (s[j-4] >> 6) << 4,
-//                   min   = (s[j+4] >> 4) | (s[j]   >> 6) << 4
-// (the top two bits of the first 8 bytes carry the high bits of 4-7).
-VOLTAD_CPU_INLINE void k_scale_min(int j, const uint8_t* s, int& scale, int& min) {
-  if (j < 4) {
-    scale = s[j] & 63;
-    min = s[j + 4] & 63;
-  } else {
-    scale = (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
-    min = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-  }
-}
-
 // Q4_K, 144 bytes per 256 values (8 sub-blocks of 32):
 //   [0..2)     d       fp16 super-block scale of the scales
 //   [2..4)     dmin    fp16 super-block scale of the mins
-//   [4..16)    scales  6-bit scale and min per sub-block (k_scale_min)
+//   [4..16)    scales  6-bit scale and min per sub-block (q4_k_scale_min, dequantize.h)
 //   [16..144)  qs      nibbles: each 32-byte chunk c holds sub-block 2c in its
 //                      low nibbles and sub-block 2c+1 in its high nibbles
 //   value = (d * scale) * q - (dmin * min)
@@ -163,9 +147,9 @@ VOLTAD_CPU_INLINE void decode_q4_k(const uint8_t* __restrict src, float* __restr
     const uint8_t* qs = src + 16;
     for (int chunk = 0; chunk < 4; ++chunk, qs += 32) {
       int sc, m;
-      k_scale_min(2 * chunk, scales, sc, m);
+      q4_k_scale_min(scales, 2 * chunk, sc, m);
       const float d_lo = d * sc, m_lo = dmin * m;
-      k_scale_min(2 * chunk + 1, scales, sc, m);
+      q4_k_scale_min(scales, 2 * chunk + 1, sc, m);
       const float d_hi = d * sc, m_hi = dmin * m;
       for (int l = 0; l < 32; ++l) *dst++ = d_lo * (qs[l] & 0x0f) - m_lo;
       for (int l = 0; l < 32; ++l) *dst++ = d_hi * (qs[l] >> 4) - m_hi;
@@ -190,9 +174,9 @@ VOLTAD_CPU_INLINE void decode_q5_k(const uint8_t* __restrict src, float* __restr
     const uint8_t* qs = src + 48;
     for (int chunk = 0; chunk < 4; ++chunk, qs += 32) {
       int sc, m;
-      k_scale_min(2 * chunk, scales, sc, m);
+      q4_k_scale_min(scales, 2 * chunk, sc, m);
       const float d_lo = d * sc, m_lo = dmin * m;
-      k_scale_min(2 * chunk + 1, scales, sc, m);
+      q4_k_scale_min(scales, 2 * chunk + 1, sc, m);
       const float d_hi = d * sc, m_hi = dmin * m;
       const uint8_t bit_lo = static_cast<uint8_t>(1u << (2 * chunk));
       const uint8_t bit_hi = static_cast<uint8_t>(2u << (2 * chunk));

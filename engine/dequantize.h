@@ -32,4 +32,20 @@ void dequantize_rows(const GgufTensor& tensor, uint64_t first_row, uint64_t n_ro
 // The whole tensor as floats, row after row (n_elements floats).
 std::vector<float> dequantize_tensor(const GgufTensor& tensor);
 
+// The 12 scale bytes of Q4_K and Q5_K hold 8 six-bit scales and 8 six-bit
+// mins, one pair per sub-block j (0..7) of 32:
+//   sub-blocks 0-3: scale = s[j] & 63,                     min = s[j+4] & 63
+//   sub-blocks 4-7: scale = (s[j+4] & 15) | (s[j-4] >> 6) << 4,
+//                   min   = (s[j+4] >> 4) | (s[j]   >> 6) << 4
+// (the top two bits of the first 8 bytes carry the high bits of 4-7).
+[[gnu::always_inline]] inline void q4_k_scale_min(const uint8_t* s, int j, int& sc, int& mn) {
+  if (j < 4) {
+    sc = s[j] & 63;
+    mn = s[j + 4] & 63;
+  } else {
+    sc = (s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4);
+    mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+
 }  // namespace voltad

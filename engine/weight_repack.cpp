@@ -10,22 +10,13 @@
 #include <cstring>
 #include <string>
 
+#include "engine/dequantize.h"
 #include "engine/gguf_file.h"
 
 namespace voltad {
 
 using kernels::PackedFormat;
 using kernels::PackedLayout;
-
-void q4_k_scale_min(const uint8_t* s, int j, int& sc, int& mn) {
-  if (j < 4) {
-    sc = s[j] & 63;
-    mn = s[j + 4] & 63;
-  } else {
-    sc = (s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4);
-    mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-  }
-}
 
 namespace {
 

@@ -102,10 +102,6 @@ std::vector<std::vector<Projection>> projection_stacks(std::span<const Projectio
 
 // One row decoded to floats by the packed layout: the CPU reference of what
 // the kernels decode (out has layout.cols floats).
-// Sub-block j's (0..7) six-bit scale and min from Q4_K's (and Q5_K's) 12
-// packed scale bytes (the header's bytes 4-15).
-void q4_k_scale_min(const uint8_t* s, int j, int& sc, int& mn);
-
 void dequantize_packed_row(const kernels::PackedLayout& layout, const uint8_t* packed, int64_t row,
                            float* out);
 inline void dequantize_packed_row(const PackedMatrix& m, int64_t row, float* out) {
