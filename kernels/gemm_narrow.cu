@@ -74,12 +74,16 @@ constexpr int depth_for() {
 // the kernel bound by the L1 (85-88% busy, DRAM 11-16%) at 16 tokens.
 // The rest of a chunk (scales) is still read by the lane of its row, one
 // stage ahead; Q4_K's header (one per 8 chunks) once a stage. Q6_K's
-// nibbles staged too lost 3.1-3.4% at 8-32 tokens end to end: its
-// decode's registers spilled in the chunk loop (docs/PERFORMANCE-RUNS-43.md).
-template <PackedFormat F>
+// nibbles (its crumbs, scales and d stay the lane's) are staged in the
+// 8-token blocks only: there they fit the registers (109-126 under ptxas
+// for sm_90, no spills) and gave batch 8 +6.6% (Llama-3-8B Q4_K_M) and
+// +6.4% (Qwen3-8B) under `portable` (run 46 in docs/PERFORMANCE.md); in
+// the 16-token blocks they spilled and lost 3.1-3.4% at 8-32 tokens
+// (docs/PERFORMANCE-RUNS-43.md).
+template <PackedFormat F, int T>
 constexpr bool staged_quants() {
   return F == PackedFormat::Int4Sym32 || F == PackedFormat::Int4Affine32 ||
-         F == PackedFormat::Int4K256;
+         F == PackedFormat::Int4K256 || (F == PackedFormat::Int6K256 && T == kNarrowTokens8);
 }
 constexpr int kStageChunks = 4;
 constexpr int kStageRowBytes = kStageChunks * 16;
@@ -100,6 +104,7 @@ struct SideMemory {
   static __device__ __forceinline__ uint4 u128i(const uint8_t*, int64_t) {
     return make_uint4(0, 0, 0, 0);
   }
+  static __device__ __forceinline__ uint2 u64(const uint8_t* p) { return GlobalMemory::u64(p); }
   static __device__ __forceinline__ uint32_t u32(const uint8_t* p, int64_t i) {
     return GlobalMemory::u32(p, i);
   }
@@ -113,7 +118,7 @@ template <PackedFormat F, int W, int T>
 struct NarrowShape {
   static constexpr size_t kTileBytes = size_t(W) * (kNarrowRows + T) * kNarrowLd * sizeof(__half);
   static constexpr size_t kPipeBytes =
-      kTileBytes + (staged_quants<F>() ? size_t(W) * kStageWarpBytes : 0);
+      kTileBytes + (staged_quants<F, T>() ? size_t(W) * kStageWarpBytes : 0);
   static constexpr size_t kRedBytes = size_t(W) * T * kNarrowRedLd * sizeof(float);
   static constexpr size_t kSmemBytes = kPipeBytes > kRedBytes ? kPipeBytes : kRedBytes;
   static_assert(kSmemBytes <= 96 * 1024, "fits the V100's shared memory");
@@ -138,7 +143,7 @@ __global__ void __launch_bounds__(W * 32, 16 / W) kernel_gemm_narrow(GemmArgs a,
   using S = NarrowShape<F, W, T>;
   static_assert(T == kNarrowTokens || T == kNarrowTokens8, "16 or 8 tokens a block");
   constexpr int kXPerLane = T / 4;  // float4 of x per lane per chunk
-  constexpr bool kStaged = staged_quants<F>();
+  constexpr bool kStaged = staged_quants<F, T>();
   constexpr int kDepth = kStaged ? kStageChunks : depth_for<F>();
   extern __shared__ __align__(128) unsigned char smem[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
