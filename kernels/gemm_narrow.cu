@@ -113,6 +113,68 @@ struct SideMemory {
   }
 };
 
+// The rest of a staged chunk (its scales; Q6_K's crumbs too) for the
+// lane's row, read once a stage for the stage's kStageChunks chunks where
+// the rows are whole stages (kWholeX): a lane's loads a stage are then 1-3
+// vector loads instead of 1-3 scalar loads a chunk. Each load of this kind
+// touches 32 rows' cache lines (a lane a row), so its count, not its bytes,
+// is what the L1 pays: Nsight Compute had the 8-token kernels' L1 87-90%
+// busy (run 46 in docs/PERFORMANCE.md). load(r, cs, new_super) reads the
+// stage at chunk cs, the 8-chunk super-block's data (Q4_K's header, Q6_K's
+// d) only where new_super (else it is the stage before's); fill(ch, j)
+// gives chunk j of the stage its fields but `q` (the stage's nibbles).
+template <PackedFormat F>
+struct StageSide {  // the formats not staged
+  __device__ void load(const RowPointers&, int, bool) {}
+  __device__ void fill(Chunk<F>&, int) const {}
+};
+template <>
+struct StageSide<PackedFormat::Int4Sym32> {
+  uint2 d;  // fp16 d of chunks 0-3
+  __device__ void load(const RowPointers& r, int cs, bool) {
+    d = *reinterpret_cast<const uint2*>(r.scales + 2 * cs);
+  }
+  __device__ void fill(Chunk<PackedFormat::Int4Sym32>& ch, int j) const {
+    ch.d = ((j < 2 ? d.x : d.y) >> (16 * (j & 1))) & 0xFFFFu;
+  }
+};
+template <>
+struct StageSide<PackedFormat::Int4Affine32> {
+  uint4 dm;  // fp16 {d, m} of chunks 0-3
+  __device__ void load(const RowPointers& r, int cs, bool) {
+    dm = __ldg(reinterpret_cast<const uint4*>(r.scales + 4 * cs));
+  }
+  __device__ void fill(Chunk<PackedFormat::Int4Affine32>& ch, int j) const {
+    ch.dm = j == 0 ? dm.x : j == 1 ? dm.y : j == 2 ? dm.z : dm.w;
+  }
+};
+template <>
+struct StageSide<PackedFormat::Int4K256> {
+  uint4 hdr;  // the stage lies in one super-block of 8 chunks
+  __device__ void load(const RowPointers& r, int cs, bool new_super) {
+    if (new_super) hdr = GlobalMemory::u128i(r.scales, cs >> 3);
+  }
+  __device__ void fill(Chunk<PackedFormat::Int4K256>& ch, int) const { ch.hdr = hdr; }
+};
+template <>
+struct StageSide<PackedFormat::Int6K256> {
+  uint4 crumbs[2];  // 8 bytes a chunk
+  uint2 sc;         // two int8 sub-scales a chunk
+  uint32_t d;       // fp16 d of the stage's super-block
+  __device__ void load(const RowPointers& r, int cs, bool new_super) {
+    crumbs[0] = load_weights_16(r.high + 8 * cs);
+    crumbs[1] = load_weights_16(r.high + 8 * cs + 16);
+    sc = *reinterpret_cast<const uint2*>(r.scales + 2 * cs);
+    if (new_super) d = GlobalMemory::u16(r.super_, cs >> 3);
+  }
+  __device__ void fill(Chunk<PackedFormat::Int6K256>& ch, int j) const {
+    const uint4& c = crumbs[j >> 1];
+    ch.crumbs = (j & 1) ? make_uint2(c.z, c.w) : make_uint2(c.x, c.y);
+    ch.sc = ((j < 2 ? sc.x : sc.y) >> (16 * (j & 1))) & 0xFFFFu;
+    ch.d = d;
+  }
+};
+
 // T: the block's tokens (kNarrowTokens, or kNarrowTokens8 for 8 or fewer).
 template <PackedFormat F, int W, int T>
 struct NarrowShape {
@@ -131,12 +193,11 @@ struct NarrowShape {
 // launch of 8 tokens or fewer): 2 m8n32k16, half the x and no padding
 // tokens.
 //
-// kWholeX: x's rows are 16-byte aligned and `cols` is whole chunks (every
-// model's products): x comes as one float4 load a token a chunk with no
-// checks, lanes past the last token reading the last one's. Any lane's
-// sums past the last row or token are never written, so nothing is zeroed
-// for them, and loads past a warp's last chunk are skipped (never
-// decoded): the chunk loop keeps only the checks that end it.
+// kWholeX: x's rows are 16-byte aligned and `cols` is whole stages of
+// chunks (every model's products; launch_narrow): x comes as one float4 load a token a chunk with
+// no checks, lanes past the last token reading the last one's. Any lane's sums past the last row or
+// token are never written, so nothing is zeroed for them, and loads past a warp's last chunk are
+// skipped (never decoded): the chunk loop keeps only the checks that end it.
 template <PackedFormat F, int W, int T, bool kWholeX>
 __global__ void __launch_bounds__(W * 32, 16 / W) kernel_gemm_narrow(GemmArgs a, bool x_vec) {
   wait_for_previous_kernel();
@@ -222,7 +283,11 @@ __global__ void __launch_bounds__(W * 32, 16 / W) kernel_gemm_narrow(GemmArgs a,
 #pragma unroll
   for (int i = 0; i < 4; ++i) pieces_in_rows |= unsigned(r0 + 8 * i + prow < rows) << i;
   uint4 piece[kStaged ? 4 : 1] = {};
-  uint4 hdr_next = make_uint4(0, 0, 0, 0), hdr = hdr_next;
+  // kSideStaged: the rest of the stage's chunks (StageSide), a stage ahead;
+  // else (rows not whole stages) a chunk at a time in `ring` (below), but
+  // Q4_K's header, once a stage either way.
+  constexpr bool kSideStaged = kStaged && (kWholeX || F == PackedFormat::Int4K256);
+  StageSide<F> side_next{}, side{};
   // Pieces past the last row or the warp's last chunk are not loaded (a
   // row's pieces are only read by that row's lane).
   auto load_stage = [&](int cs) {
@@ -233,7 +298,9 @@ __global__ void __launch_bounds__(W * 32, 16 / W) kernel_gemm_narrow(GemmArgs a,
       for (int i = 0; i < 4; ++i)
         if ((pieces_in_rows >> i & 1) && c < c_end)
           piece[i] = load_weights_16(qrow + 8 * i * a.w.layout.quant_row_bytes + 16 * c);
-      if (F == PackedFormat::Int4K256) hdr_next = GlobalMemory::u128i(wrow.scales, cs >> 3);
+      // A super-block's data (Q4_K's header, Q6_K's d) once for its two
+      // stages: kept from the stage before within one.
+      if constexpr (kSideStaged) side_next.load(wrow, cs, cs == c_begin || cs % 8 == 0);
     }
   };
 
@@ -246,9 +313,11 @@ __global__ void __launch_bounds__(W * 32, 16 / W) kernel_gemm_narrow(GemmArgs a,
 
   // Weights kDepth chunks ahead, x two (x comes from L2, the weights from
   // DRAM); slot d of each ring holds the chunks c with (c - c_begin) % depth == d.
-  Chunk<F> ring[kDepth];
+  Chunk<F> ring[kSideStaged ? 1 : kDepth];
+  if constexpr (!kSideStaged) {
 #pragma unroll
-  for (int d = 0; d < kDepth; ++d) load_w(ring[d], c_begin + d);
+    for (int d = 0; d < kDepth; ++d) load_w(ring[d], c_begin + d);
+  }
   load_stage(c_begin);
   float4 xv[2][kXPerLane];
   load_x(xv[0], c_begin);
@@ -261,7 +330,7 @@ __global__ void __launch_bounds__(W * 32, 16 / W) kernel_gemm_narrow(GemmArgs a,
 #pragma unroll
       for (int i = 0; i < 4; ++i)
         *reinterpret_cast<uint4*>(stage + stage_offset(8 * i + prow, pj)) = piece[i];
-      hdr = hdr_next;
+      if constexpr (kSideStaged) side = side_next;
       __syncwarp();
       load_stage(c0 + kStageChunks);
     }
@@ -271,14 +340,17 @@ __global__ void __launch_bounds__(W * 32, 16 / W) kernel_gemm_narrow(GemmArgs a,
       if (c >= c_end) break;  // the same for every lane of the warp
       uint32_t h[16];
       if constexpr (kStaged) {
-        Chunk<F> ch = ring[d];
+        Chunk<F> ch;
+        if constexpr (kSideStaged)
+          side.fill(ch, d);
+        else
+          ch = ring[d];
         ch.q = *reinterpret_cast<const uint4*>(stage + stage_offset(lane, d));
-        if constexpr (F == PackedFormat::Int4K256) ch.hdr = hdr;
         ch.decode(c, h);
       } else {
         ring[d].decode(c, h);
       }
-      load_w(ring[d], c + kDepth);
+      if constexpr (!kSideStaged) load_w(ring[d], c + kDepth);
       uint4* dst = reinterpret_cast<uint4*>(sw + lane * kNarrowLd);
 #pragma unroll
       for (int i = 0; i < 4; ++i)
@@ -347,7 +419,11 @@ void launch_narrow_x(const GemmArgs& a, dim3 grid, bool x_vec, cudaStream_t stre
 template <PackedFormat F, int W, int T>
 void launch_narrow(const GemmArgs& a, dim3 grid, cudaStream_t stream) {
   const bool x_vec = a.ldx % 4 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
-  if (x_vec && a.w.layout.cols % 32 == 0)
+  // Whole stages of whole chunks (kStageChunks x 32 values: every model's
+  // products), the weights' sections 16-byte aligned: the stage's scales
+  // and crumbs are vector loads (StageSide).
+  if (x_vec && a.w.layout.cols % (32 * kStageChunks) == 0 &&
+      reinterpret_cast<uintptr_t>(a.w.data) % 16 == 0)
     launch_narrow_x<F, W, T, true>(a, grid, x_vec, stream);
   else
     launch_narrow_x<F, W, T, false>(a, grid, x_vec, stream);
