@@ -15,8 +15,13 @@
 //     k over its warps (16 where the blocks fit the SMs once over, else 8,
 //     two blocks per SM), so even a 4096-row matrix keeps ~16 warps per SM
 //     streaming;
-//   - each lane keeps kDepth chunks (32 values, 16+ bytes each) of its row
-//     in flight, refilling a slot as soon as it is decoded;
+//   - the 4-bit formats' nibbles (Q6_K's too at 8 tokens) come a stage of
+//     4 chunks ahead through shared memory, 8 rows' contiguous bytes a
+//     load, and the rest of the stage (scales) in one to three vector
+//     loads a lane (StageSide); the other formats keep kDepth chunks (32
+//     values, 16+ bytes each) of the lane's row in flight, refilling a slot
+//     as soon as it is decoded. The kernel is bound by its L1, paid per
+//     cache line a load touches (run 46);
 //   - a warp decodes one chunk per lane into its own shared tile (32 rows x
 //     32 k), stages the matching 32 k of x (the block's tokens, loaded two
 //     chunks ahead) as FP16 beside it, and runs 2 x 2 wmma (2 x 1 at 8
