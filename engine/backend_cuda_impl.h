@@ -123,6 +123,12 @@ struct CudaBackend::Impl {
   // where kernels::attention_mma_applies; off with VOLTAD_ATTENTION_MMA=0,
   // for comparisons (choose_attention_mma).
   bool attention_mma = false;
+  // The decode attention's wmma pass 1 (kernels::attention_wmma_applies;
+  // sm_70+) where the sm_80+ one does not apply: `portable`, and `auto` on
+  // a V100. Off with VOLTAD_ATTENTION_WMMA=0, for comparisons: on the H200
+  // under `portable` it gave batch 1 +1.1% and batch 8 +2.4% (Llama-3-8B
+  // Q4_K_M, 512 positions; docs/PERFORMANCE.md run 46).
+  bool attention_wmma = true;
   // Attention launches of at least this many tokens combine their split-K
   // pieces in pass 1 (kCombineInPass1MinTokens; VOLTAD_COMBINE_MIN_TOKENS=N
   // for comparisons).

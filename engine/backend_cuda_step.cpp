@@ -45,6 +45,7 @@ bool CudaBackend::Impl::attention(const Layer& layer, int first, int n_tokens, i
     a.partials = partials;
     a.own_position_only = own_position_only;
     a.tensor_cores = attention_mma;
+    a.wmma = attention_wmma;
     if (rope) {
       a.rope.inv_freq = inv_freq;
       a.rope.neox = c.rope_style == RopeStyle::Neox;

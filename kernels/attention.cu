@@ -139,7 +139,9 @@ void launch_attention_combine(const AttentionArgs& a, int splits, cudaStream_t s
 }
 
 int attention_launch_least_piece(const AttentionArgs& a) {
-  return attention_mma_applies(a) ? attention_mma_least_piece(a) : a.least_piece;
+  return attention_mma_applies(a)    ? attention_mma_least_piece(a)
+         : attention_wmma_applies(a) ? attention_wmma_least_piece(a)
+                                     : a.least_piece;
 }
 
 int attention_launch_warps(const AttentionArgs& a) {
@@ -148,6 +150,7 @@ int attention_launch_warps(const AttentionArgs& a) {
 
 int attention_launch_pieces(const AttentionArgs& a) {
   if (attention_mma_applies(a)) return attention_mma_pieces(a);
+  if (attention_wmma_applies(a)) return attention_wmma_pieces(a);
   const int group = a.n_kv_heads > 0 ? a.n_heads / a.n_kv_heads : 1;
   return with_head_dim_group(a.head_dim, group, [&](auto hd, auto g) {
     constexpr int HD = decltype(hd)::value, G = decltype(g)::value;
@@ -159,6 +162,7 @@ int attention_launch_pieces(const AttentionArgs& a) {
 void launch_attention(const AttentionArgs& a, cudaStream_t stream) {
   const Fp16KvReader reader{reinterpret_cast<const __half*>(a.cache.k), reinterpret_cast<const __half*>(a.cache.v)};
   if (attention_mma_applies(a)) return launch_attention_mma(a, reader, stream);
+  if (attention_wmma_applies(a)) return launch_attention_wmma(a, reader, stream);
   if (a.rope.inv_freq) launch_attention_split_k<true>(a, reader, stream);
   else launch_attention_split_k<false>(a, reader, stream);
 }

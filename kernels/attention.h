@@ -132,8 +132,13 @@ struct AttentionArgs {
   // takes 16 positions at a time from shared memory into mma.sync, q and
   // the softmax weights split into an fp16 high and low part (the MMAs'
   // idle rows carry the low parts), so the sums keep about fp32 accuracy.
-  // Elsewhere, and when false: the portable kernel.
+  // Elsewhere, and when false: the wmma kernel (below) or the portable one.
   bool tensor_cores = false;
+  // Pass 1 on the tensor cores through wmma where attention_wmma_applies
+  // and the sm_80+ one does not (the fp16 cache, head_dim 64 or 128; sm_70+:
+  // the V100's), with plain loads; the same high and low parts. When false:
+  // the portable kernel.
+  bool wmma = false;
 };
 
 // Floats of split-K scratch a step needs.
@@ -147,6 +152,9 @@ void launch_attention(const AttentionArgs& args, cudaStream_t stream);
 // True where launch_attention runs the tensor-core pass 1 for `args`
 // (AttentionArgs::tensor_cores).
 bool attention_mma_applies(const AttentionArgs& args);
+// True where launch_attention runs the wmma pass 1 for `args` (AttentionArgs::
+// wmma), unless attention_mma_applies.
+bool attention_wmma_applies(const AttentionArgs& args);
 // The AttentionArgs::least_piece launch_attention gives those args (tests).
 int attention_launch_least_piece(const AttentionArgs& args);
 

@@ -212,6 +212,30 @@ __device__ __forceinline__ void rope_items(const AttentionArgs& a, const Reader&
   }
 }
 
+// The online softmax of the tensor-core pass 1s (attention_sm80.cu,
+// attention_wmma.cu), a cache block at a time; a head's 16 scores are
+// spread over 4 consecutive lanes, `top` the maximum of a lane's share. m
+// is a reference, not always the running maximum: the sums are rescaled
+// only when a head's maximum passes it by more than kRescaleSlack (every
+// lane of the warp then takes part, the other heads' with a correction of
+// 1). The weights exp(s - m) stay below e^kRescaleSlack, well inside
+// FP16's range; the sums and the merges after the loop only need the sums
+// and l relative to the same m. Returns whether the warp rescales (the same
+// for every lane), with m, l and `correction` (for the sums) updated then;
+// m = -inf (no block yet) always grows.
+inline constexpr float kRescaleSlack = 8.0f;  // natural-log units: weights up to e^8 ~ 2981
+__device__ __forceinline__ bool rescale_reference(float top, float& m, float& l,
+                                                  float& correction) {
+  top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 1));
+  top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 2));
+  const bool grow = top > m + kRescaleSlack;
+  if (!__any_sync(0xffffffffu, grow)) return false;
+  correction = grow ? __expf(m - top) : 1.0f;
+  if (grow) m = top;
+  l *= correction;
+  return true;
+}
+
 // The end of pass 1 for both kernels (kernel_attention_partial and the
 // tensor-core pass 1 of attention_sm80.cu): each warp's (m, l, acc) of the
 // block's `group` heads are in sm_m, sm_l and sm_acc. Merges them, writes
@@ -539,6 +563,18 @@ decltype(auto) with_head_dim_group(int head_dim, int group, Fn&& fn) {
     if (group <= 4) return fn(hd, std::integral_constant<int, 4>{});
     return fn(hd, std::integral_constant<int, 8>{});
   });
+}
+
+// The tensor-core pass 1s' instances (attention_sm80.cu, attention_wmma.cu:
+// head_dim 64 or 128, with or without AttentionArgs::rope): calls
+// fn(std::integral_constant<int, HD>, std::bool_constant<kRope>).
+template <class Fn>
+decltype(auto) with_tensor_core_instance(const AttentionArgs& a, Fn&& fn) {
+  auto rope = [&](auto hd) {
+    return a.rope.inv_freq ? fn(hd, std::true_type{}) : fn(hd, std::false_type{});
+  };
+  return a.head_dim == 64 ? rope(std::integral_constant<int, 64>{})
+                          : rope(std::integral_constant<int, 128>{});
 }
 
 // What both pass-1 kernels require of the args (rope: AttentionArgs::rope

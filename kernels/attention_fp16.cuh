@@ -71,4 +71,11 @@ int attention_mma_pieces(const AttentionArgs& args);
 int attention_mma_least_piece(const AttentionArgs& args);
 int attention_mma_warps(const AttentionArgs& args);
 
+// The wmma pass 1 (attention_wmma.cu; sm_70+, AttentionArgs::wmma): as
+// above, where attention_wmma_applies and the sm_80+ one does not.
+void launch_attention_wmma(const AttentionArgs& args, const Fp16KvReader& cache,
+                           cudaStream_t stream);
+int attention_wmma_pieces(const AttentionArgs& args);
+int attention_wmma_least_piece(const AttentionArgs& args);
+
 }  // namespace voltad::kernels

@@ -25,6 +25,7 @@
 #include "kernels/cuda_check.h"
 #include "kernels/device_common.cuh"
 #include "kernels/launch.cuh"
+#include "kernels/wmma_scores.cuh"
 
 namespace voltad::kernels {
 
@@ -144,14 +145,7 @@ __global__ void __launch_bounds__(kPrefillWarps * 32)
     for (int j = 0; j < kKeyTile / 16; ++j) {
       wmma::fragment<wmma::accumulator, 16, 16, 16, float> s;
       wmma::fill_fragment(s, 0.0f);
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> qa;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> kb;
-        wmma::load_matrix_sync(qa, sq + warp * 16 * LD + kk * 16, LD);
-        wmma::load_matrix_sync(kb, sk + j * 16 * LD + kk * 16, LD);
-        wmma::mma_sync(s, qa, kb, s);
-      }
+      wmma_scores<D>(s, sq + warp * 16 * LD, sk + j * 16 * LD, LD);
       wmma::store_matrix_sync(s_scores + j * 16, s, kSLd, wmma::mem_row_major);
     }
     __syncwarp();

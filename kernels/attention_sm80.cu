@@ -50,7 +50,6 @@ using sm80::load_matrices_x4;
 using sm80::mma_16816;
 
 constexpr int kMmaGroup = kAttentionMaxGroup;
-inline constexpr float kRescaleSlack = 8.0f;  // natural-log units: weights up to e^8 ~ 2981
 
 // Shared memory of a block of W warps whose rings have S stages (mma_plan).
 template <int HD, int S, int W>
@@ -235,19 +234,8 @@ __global__ void __launch_bounds__(W * 32)
         p[j][i] = p0 + 8 * j + 2 * tq + i < end ? x : -INFINITY;
         top = fmaxf(top, p[j][i]);
       }
-    top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 1));
-    top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 2));
-    // m is a reference, not always the running maximum: the sums are
-    // rescaled only when a head's maximum passes it by more than
-    // kRescaleSlack (then every lane of the warp takes part, the others
-    // with a correction of 1). The weights exp(s - m) stay below
-    // e^kRescaleSlack, well inside FP16's range; the sums and the merges
-    // after the loop only need acc and l relative to the same m.
-    const bool grow = top > m + kRescaleSlack;  // m = -inf: the first block
-    if (__any_sync(0xffffffffu, grow)) {
-      const float correction = grow ? __expf(m - top) : 1.0f;
-      if (grow) m = top;
-      l *= correction;
+    // m is a reference, not always the running maximum (rescale_reference).
+    if (float correction; rescale_reference(top, m, l, correction)) {
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -430,16 +418,6 @@ MmaPlan mma_plan(const AttentionArgs& a) {
       shortest};
 }
 
-// Calls fn(std::integral_constant<int, HD>, std::bool_constant<kRope>).
-template <class Fn>
-decltype(auto) with_mma_instance(const AttentionArgs& a, Fn&& fn) {
-  auto rope = [&](auto hd) {
-    return a.rope.inv_freq ? fn(hd, std::true_type{}) : fn(hd, std::false_type{});
-  };
-  return a.head_dim == 64 ? rope(std::integral_constant<int, 64>{})
-                          : rope(std::integral_constant<int, 128>{});
-}
-
 }  // namespace attention80
 
 using attention80::kernel_attention_mma;
@@ -448,26 +426,25 @@ using attention80::mma_max_stages;
 using attention80::mma_plan;
 using attention80::MmaPlan;
 using attention80::MmaSmem;
-using attention80::with_mma_instance;
 
 bool attention_mma_applies(const AttentionArgs& a) {
   return a.tensor_cores && (a.head_dim == 64 || a.head_dim == 128) && mma_max_stages() >= 2;
 }
 
 int attention_mma_pieces(const AttentionArgs& a) {
-  return with_mma_instance(a, [&](auto hd, auto rope) {
+  return with_tensor_core_instance(a, [&](auto hd, auto rope) {
     return mma_plan<decltype(hd)::value, decltype(rope)::value>(a).pieces;
   });
 }
 
 int attention_mma_warps(const AttentionArgs& a) {
-  return with_mma_instance(a, [&](auto hd, auto rope) {
+  return with_tensor_core_instance(a, [&](auto hd, auto rope) {
     return mma_plan<decltype(hd)::value, decltype(rope)::value>(a).warps;
   });
 }
 
 int attention_mma_least_piece(const AttentionArgs& a) {
-  return with_mma_instance(a, [&](auto hd, auto rope) {
+  return with_tensor_core_instance(a, [&](auto hd, auto rope) {
     return mma_plan<decltype(hd)::value, decltype(rope)::value>(a).least;
   });
 }
@@ -477,7 +454,7 @@ void launch_attention_mma(const AttentionArgs& args, const Fp16KvReader& cache,
   if (args.n_tokens == 0) return;
   check_attention_args(args, args.rope.inv_freq != nullptr);
   AttentionArgs a = args;  // with the plan's least piece, for pass 1 and the combine
-  const int pieces = with_mma_instance(a, [&](auto hd, auto rope) {
+  const int pieces = with_tensor_core_instance(a, [&](auto hd, auto rope) {
     constexpr int HD = decltype(hd)::value;
     constexpr bool kRope = decltype(rope)::value;
     const MmaPlan plan = mma_plan<HD, kRope>(a);

@@ -13,6 +13,19 @@
 
 namespace voltad::test {
 
+// The fp16 cache's three pass-1 kernels: the portable one, the sm_80+ one
+// (AttentionArgs::tensor_cores, where it applies) and the wmma one
+// (AttentionArgs::wmma, sm_70+).
+enum class Pass1 { Portable, Mma, Wmma };
+inline const Pass1 kEveryPass1[] = {Pass1::Portable, Pass1::Mma, Pass1::Wmma};
+inline void set_pass1(kernels::AttentionArgs& a, Pass1 p) {
+  a.tensor_cores = p == Pass1::Mma;
+  a.wmma = p == Pass1::Wmma;
+}
+inline const char* pass1_name(Pass1 p) {
+  return p == Pass1::Portable ? "portable" : p == Pass1::Mma ? "sm_80 mma" : "wmma";
+}
+
 struct PdlDecodeStep {
   static constexpr int kBlocksPerSeq = 33;  // 528 positions a sequence
   int n, kv_dim, q_dim;

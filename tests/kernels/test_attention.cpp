@@ -32,8 +32,8 @@ float round_half(float x) {
 
 // Runs one step: `seqs` sequences, each with `lens[s]` tokens already cached
 // plus `new_tokens[s]` tokens in the step, and checks every head of every
-// step token. Returns the pieces per token the launch used. tensor_cores:
-// AttentionArgs::tensor_cores (the sm_80+ pass 1 where it applies).
+// step token. Returns the pieces per token the launch used. pass1: which
+// pass-1 kernel (attention_test_util.h).
 // k_growth: each position's K row is scaled by 1 + k_growth * position, so
 // that the scores' range, and with it a head's running maximum, grows
 // along the context. Cache slots that hold no position are NaN: a kernel
@@ -41,7 +41,7 @@ float round_half(float x) {
 // planned_len: the launch is planned for this many positions where that is
 // more than the step holds, as a decode graph is for max_context.
 int check_attention_with(Shape sh, const std::vector<int>& cached,
-                         const std::vector<int>& new_tokens, int max_splits, bool tensor_cores,
+                         const std::vector<int>& new_tokens, int max_splits, Pass1 pass1,
                          float k_growth, int planned_len = 0) {
   const int kv_dim = sh.n_kv_heads * sh.head_dim, q_dim = sh.n_heads * sh.head_dim;
   const int n_seqs = int(cached.size());
@@ -110,11 +110,14 @@ int check_attention_with(Shape sh, const std::vector<int>& cached,
   a.max_splits = max_splits;
   a.scale = scale;
   a.partials = dpart.get();
-  a.tensor_cores = tensor_cores;
+  set_pass1(a, pass1);
   // Where the device has sm_80+ code, head_dim 64 and 128 take the
-  // tensor-core kernel: a fallback would pass the checks below unnoticed.
-  if (tensor_cores && kernels::gemm_sm80_available() && (sh.head_dim == 64 || sh.head_dim == 128))
+  // tensor-core kernel asked for: a fallback would pass the checks below
+  // unnoticed.
+  const bool mma_shape = sh.head_dim == 64 || sh.head_dim == 128;
+  if (pass1 == Pass1::Mma && kernels::gemm_sm80_available() && mma_shape)
     REQUIRE(kernels::attention_mma_applies(a));
+  if (pass1 == Pass1::Wmma && mma_shape) REQUIRE(kernels::attention_wmma_applies(a));
   const int pieces = kernels::attention_launch_pieces(a);
   poison(dpart);
   kernels::launch_attention(a, nullptr);
@@ -203,18 +206,19 @@ int check_attention_with(Shape sh, const std::vector<int>& cached,
       }
     }
   }
-  CAPTURE(tensor_cores);
+  CAPTURE(pass1_name(pass1));
   CHECK(count_mismatches("attention", two_launches, ref, 2e-4, 1e-3) == 0);
   CHECK(count_mismatches("attention, combined in pass 1", fused, ref, 2e-4, 1e-3) == 0);
   return pieces;
 }
 
-// Both pass-1 kernels; returns the portable kernel's pieces per token.
+// Every pass-1 kernel; returns the portable kernel's pieces per token.
 int check_attention(Shape sh, const std::vector<int>& cached, const std::vector<int>& new_tokens,
                     int max_splits = 0, float k_growth = 0.0f, int planned_len = 0) {
-  const int pieces =
-      check_attention_with(sh, cached, new_tokens, max_splits, false, k_growth, planned_len);
-  check_attention_with(sh, cached, new_tokens, max_splits, true, k_growth, planned_len);
+  const int pieces = check_attention_with(sh, cached, new_tokens, max_splits, Pass1::Portable,
+                                          k_growth, planned_len);
+  check_attention_with(sh, cached, new_tokens, max_splits, Pass1::Mma, k_growth, planned_len);
+  check_attention_with(sh, cached, new_tokens, max_splits, Pass1::Wmma, k_growth, planned_len);
   return pieces;
 }
 
@@ -376,6 +380,8 @@ TEST_CASE("decode planned for a longer context than its tokens hold") {
   a.tensor_cores = false;  // the portable kernel keeps the grid's split
   a.n_tokens = 8;
   CHECK(kernels::attention_launch_least_piece(a) == 0);
+  a.wmma = true;  // the wmma kernel: a cache block a warp at least
+  CHECK(kernels::attention_launch_least_piece(a) == 64);
 }
 
 TEST_CASE("capped piece counts: a long run of prompt tokens in one launch") {
@@ -437,13 +443,13 @@ TEST_CASE("decode attention under PDL: each token's own row written by the kerne
         "no programmatic dependent launch on this device or build: both runs are plain launches");
   for (int max_splits : {0, 1, 2}) {
     for (Shape sh : {Shape{32, 8, 128}, Shape{4, 2, 16}, Shape{8, 4, 32}, Shape{9, 3, 64}})
-      for (bool tensor_cores : {false, true}) {  // both pass-1 kernels at head_dim 64 and 128
+      for (Pass1 pass1 : kEveryPass1) {  // the tensor-core ones at head_dim 64 and 128
         CAPTURE(sh.head_dim);
         CAPTURE(max_splits);
-        CAPTURE(tensor_cores);
+        CAPTURE(pass1_name(pass1));
         PdlDecodeStep st(sh.n_heads, sh.n_kv_heads, sh.head_dim, {511, 37, 200, 16, 128},
                          max_splits);
-        st.args.tensor_cores = tensor_cores;
+        set_pass1(st.args, pass1);
         std::vector<uint16_t> cache_bits(st.cache_slots() * size_t(st.kv_dim));
         for (uint16_t& b : cache_bits) b = float_to_half_bits(random_floats(1)[0]);
         DeviceBuffer<uint16_t> ck(cache_bits), cv(cache_bits);

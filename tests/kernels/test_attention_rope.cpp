@@ -16,6 +16,7 @@
 #include "kernels/kernel_set.h"
 #include "kernels/norm.h"
 #include "kernels/rope.h"
+#include "tests/kernels/attention_test_util.h"
 #include "tests/kernels/gpu_test_util.h"
 
 using namespace voltad;
@@ -163,17 +164,17 @@ void check_rope_in_attention(const Case& c, const std::vector<int32_t>& position
   kernels::AttentionArgs a = st.rope_args(qkv_in.get(), cache_in.get(), out_in.get(), c.ordering,
                                           c.norms ? d_qn.get() : nullptr,
                                           c.norms ? d_kn.get() : nullptr, eps, c.max_splits);
-  // [tensor cores][combine in pass 1]: both pass-1 kernels
-  // (AttentionArgs::tensor_cores, the sm_80+ one where it applies).
-  std::vector<float> got[2][2];
-  for (int tensor_cores = 0; tensor_cores < 2; ++tensor_cores)
+  // [pass-1 kernel][combine in pass 1]: every pass-1 kernel
+  // (attention_test_util.h; the sm_80+ one where it applies).
+  std::vector<float> got[3][2];
+  for (int k = 0; k < 3; ++k)
     for (int combine_in_pass1 = 0; combine_in_pass1 < 2; ++combine_in_pass1) {
-      a.tensor_cores = tensor_cores;
+      set_pass1(a, kEveryPass1[k]);
       a.arrivals = combine_in_pass1 ? arrivals.get() : nullptr;
       cache_in.upload(cache_bits);  // the own rows unwritten: each launch must write and use them
       poison(out_in);
       kernels::launch_attention(a, nullptr);
-      got[tensor_cores][combine_in_pass1] = out_in.download();
+      got[k][combine_in_pass1] = out_in.download();
     }
   // The raw rows stay as they were (q and k are not rotated in place).
   CHECK(same_bits(qkv_in.download(), qkv));
@@ -183,11 +184,11 @@ void check_rope_in_attention(const Case& c, const std::vector<int32_t>& position
   // moves the outputs by ~1e-5; a wrong angle, pair or norm moves them by
   // ~0.1 and more.
   std::vector<double> ref(want.begin(), want.end());
-  for (int tensor_cores = 0; tensor_cores < 2; ++tensor_cores) {
-    CAPTURE(tensor_cores);
-    CHECK(count_mismatches("attention, RoPE inside", got[tensor_cores][0], ref, 2e-4, 1e-3) == 0);
-    CHECK(count_mismatches("attention, RoPE inside, combine in pass 1", got[tensor_cores][1], ref,
-                           2e-4, 1e-3) == 0);
+  for (int k = 0; k < 3; ++k) {
+    CAPTURE(pass1_name(kEveryPass1[k]));
+    CHECK(count_mismatches("attention, RoPE inside", got[k][0], ref, 2e-4, 1e-3) == 0);
+    CHECK(count_mismatches("attention, RoPE inside, combine in pass 1", got[k][1], ref, 2e-4,
+                           1e-3) == 0);
   }
   const std::vector<uint16_t> got_cache = cache_in.download();
   int changed_elsewhere = 0, own_off = 0;
@@ -254,7 +255,7 @@ namespace {
 // wait and q, k and v read after it. Here the kernel just before rewrites
 // q and k (a head RMSNorm in place) with fresh rows each round: were they
 // read before it completed, `auto` would differ from `portable`.
-void check_rope_under_pdl(bool tensor_cores) {
+void check_rope_under_pdl(Pass1 pass1) {
   const int n_heads = 32, n_kv_heads = 8, head_dim = 128;
   DecodeStep st(n_heads, n_kv_heads, head_dim, {700, 5, 64});
   const int n = st.n;
@@ -266,7 +267,7 @@ void check_rope_under_pdl(bool tensor_cores) {
       out(size_t(n * st.q_dim));
   kernels::AttentionArgs a = st.rope_args(qkv.get(), cache.get(), out.get(),
                                           kernels::RopeOrdering::NeoX, nullptr, nullptr, 0.0f);
-  a.tensor_cores = tensor_cores;
+  set_pass1(a, pass1);
   std::vector<float> rows;
   const int differing_rounds = rounds_auto_differs(
       20, [&] { rows = random_floats(size_t(n) * size_t(ld)); },
@@ -286,8 +287,8 @@ void check_rope_under_pdl(bool tensor_cores) {
 }  // namespace
 
 TEST_CASE("attention with RoPE inside under PDL: q and k written by the kernel just before") {
-  for (bool tensor_cores : {false, true}) {  // both pass-1 kernels
-    CAPTURE(tensor_cores);
-    check_rope_under_pdl(tensor_cores);
+  for (Pass1 pass1 : kEveryPass1) {
+    CAPTURE(pass1_name(pass1));
+    check_rope_under_pdl(pass1);
   }
 }
