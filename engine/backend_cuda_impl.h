@@ -55,6 +55,10 @@ inline std::string gib(uint64_t bytes) {
 // Attention launches of at least this many tokens combine their split-K
 // pieces in pass 1 (AttentionArgs::arrivals; engine/backend_cuda_step.cpp).
 constexpr int kCombineInPass1MinTokens = 8;
+// The decode attention's wmma pass 1 (Impl::attention_wmma) takes launches
+// of at most this many tokens: measured at 1 and 8 (docs/PERFORMANCE.md
+// run 46), not yet at 16-32 or on a prompt's runs of tokens.
+constexpr int kAttentionWmmaMaxTokens = 8;
 
 }  // namespace backend_cuda_detail
 
@@ -125,9 +129,10 @@ struct CudaBackend::Impl {
   bool attention_mma = false;
   // The decode attention's wmma pass 1 (kernels::attention_wmma_applies;
   // sm_70+) where the sm_80+ one does not apply: `portable`, and `auto` on
-  // a V100. Off with VOLTAD_ATTENTION_WMMA=0, for comparisons: on the H200
-  // under `portable` it gave batch 1 +1.1% and batch 8 +2.4% (Llama-3-8B
-  // Q4_K_M, 512 positions; docs/PERFORMANCE.md run 46).
+  // a V100; launches of up to kAttentionWmmaMaxTokens tokens. Off with
+  // VOLTAD_ATTENTION_WMMA=0, for comparisons: on the H200 under `portable`
+  // it gave batch 1 +1.1% and batch 8 +2.4% (Llama-3-8B Q4_K_M, 512
+  // positions; docs/PERFORMANCE.md run 46).
   bool attention_wmma = true;
   // Attention launches of at least this many tokens combine their split-K
   // pieces in pass 1 (kCombineInPass1MinTokens; VOLTAD_COMBINE_MIN_TOKENS=N
