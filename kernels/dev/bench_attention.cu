@@ -1,6 +1,7 @@
-// The decode attention alone (not part of the build): both pass-1 kernels
-// (the portable one, AttentionArgs::tensor_cores off, and the sm_80+
-// tensor-core one) at Llama-3-8B's shapes (32 heads, 8 KV heads, head_dim
+// The decode attention alone (not part of the build): the three pass-1
+// kernels (the portable one; the sm_80+ tensor-core one,
+// AttentionArgs::tensor_cores; the wmma one, AttentionArgs::wmma) at
+// Llama-3-8B's shapes (32 heads, 8 KV heads, head_dim
 // 128), 1, 8 and 32 sequences at 512 and 4,096 positions, each under
 // `portable` and `auto` launches, with the combine in pass 1 from 8
 // sequences as the backend has it. Prints us a launch and the cache bytes
@@ -8,7 +9,7 @@
 // a minute (scripts/device-test.sh --bench=attention):
 //   nvcc -std=c++17 -O3 -I. -arch=sm_90 --expt-relaxed-constexpr -lineinfo \
 //     kernels/dev/bench_attention.cu -o /tmp/bench_attention
-// With arguments SEQS CTX KERNEL (mma or portable), that case alone under
+// With arguments SEQS CTX KERNEL (portable, mma or wmma), that case alone under
 // `auto`, for Nsight Compute (scripts/device-profile.sh has the sections).
 // The cache values are a fixed pattern (timing does not depend on them;
 // test_attention checks the outputs). Each sequence's blocks are its own,
@@ -20,6 +21,7 @@
 
 #include "kernels/attention.cu"
 #include "kernels/attention_sm80.cu"
+#include "kernels/attention_wmma.cu"
 #include "kernels/dev/bench_timing.cuh"
 #include "kernels/launch.cu"
 
@@ -85,11 +87,12 @@ int main(int argc, char** argv) {
       a.arrivals = seqs >= 8 ? arrivals : nullptr;
       a.own_position_only = true;
       const double bytes = double(seqs) * (ctx + 1) * kv_dim * 2 * sizeof(uint16_t);
-      for (bool tc : {false, true})
+      for (const char* kernel : {"portable", "mma", "wmma"})
         for (KernelSet set : {KernelSet::Portable, KernelSet::Auto}) {
-          if (one && (set != KernelSet::Auto || tc != (std::string(argv[3]) == "mma"))) continue;
+          if (one && (set != KernelSet::Auto || std::string(argv[3]) != kernel)) continue;
           const KernelSetScope scope(set);
-          a.tensor_cores = tc;
+          a.tensor_cores = std::string(kernel) == "mma";
+          a.wmma = std::string(kernel) == "wmma";
           const int pieces = attention_launch_pieces(a);
           int i = 0;
           const float ms = bench_timing::time_ms(
@@ -103,8 +106,8 @@ int main(int argc, char** argv) {
           const double us = ms * 1e3 / 8;
           char name[64];
           std::snprintf(name, sizeof name, "b%d ctx %d", seqs, ctx);
-          std::printf("%-28s %-9s %-8s %6d %9.2f %8.0f\n", name, tc ? "mma" : "portable",
-                      kernel_set_name(set), pieces, us, bytes / (us * 1e-6) / 1e9);
+          std::printf("%-28s %-9s %-8s %6d %9.2f %8.0f\n", name, kernel, kernel_set_name(set),
+                      pieces, us, bytes / (us * 1e-6) / 1e9);
         }
     }
   return 0;
