@@ -5,7 +5,7 @@
 # one; --bench=persistent for the kernel-boundary harness,
 # kernels/dev/bench_persistent.cu, and --bench=stream for the batch-1
 # streaming matvecs alone, kernels/dev/bench_stream.cu (seconds to build,
-# for Nsight Compute), and --bench=attention for the decode attention's two
+# for Nsight Compute), and --bench=attention for the decode attention's three
 # pass-1 kernels alone, kernels/dev/bench_attention.cu; --bench alone leaves
 # those three out);
 # --tests=REGEX builds and runs only the gpu tests whose target name
