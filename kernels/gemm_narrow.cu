@@ -77,8 +77,9 @@ constexpr int depth_for() {
 // instruction touches 8 rows' 64 contiguous bytes, where lane = row
 // touched 32 rows (32 cache lines a load). Nsight Compute on the H200 had
 // the kernel bound by the L1 (85-88% busy, DRAM 11-16%) at 16 tokens.
-// The rest of a chunk (scales) is still read by the lane of its row, one
-// stage ahead; Q4_K's header (one per 8 chunks) once a stage. Q6_K's
+// The rest of a chunk (scales) is still read by the lane of its row, a
+// stage ahead: once a stage as vector loads where the rows are whole
+// stages (StageSide, below), else a chunk at a time. Q6_K's
 // nibbles (its crumbs, scales and d stay the lane's) are staged in the
 // 8-token blocks only: there they fit the registers (109-126 under ptxas
 // for sm_90, no spills) and gave batch 8 +6.6% (Llama-3-8B Q4_K_M) and
