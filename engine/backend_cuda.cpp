@@ -372,6 +372,8 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(std::shared_ptr<const M
   impl->attention_mma = impl->choose_attention_mma();
   if (const char* v = std::getenv("VOLTAD_ATTENTION_WMMA"))
     impl->attention_wmma = std::string(v) != "0";
+  if (const char* v = std::getenv("VOLTAD_ATTENTION_WMMA_MAX_TOKENS"))
+    impl->attention_wmma_max_tokens = std::max(1, std::atoi(v));
   if (const char* v = std::getenv("VOLTAD_COMBINE_MIN_TOKENS"))
     impl->combine_min_tokens = std::max(1, std::atoi(v));
   if (const char* v = std::getenv("VOLTAD_ATTENTION_MAX_SPLITS"))

@@ -134,6 +134,9 @@ struct CudaBackend::Impl {
   // it gave batch 1 +1.1% and batch 8 +2.4% (Llama-3-8B Q4_K_M, 512
   // positions; docs/PERFORMANCE.md run 46).
   bool attention_wmma = true;
+  // Its launches' most tokens (kAttentionWmmaMaxTokens;
+  // VOLTAD_ATTENTION_WMMA_MAX_TOKENS=N for comparisons).
+  int attention_wmma_max_tokens = backend_cuda_detail::kAttentionWmmaMaxTokens;
   // Attention launches of at least this many tokens combine their split-K
   // pieces in pass 1 (kCombineInPass1MinTokens; VOLTAD_COMBINE_MIN_TOKENS=N
   // for comparisons).

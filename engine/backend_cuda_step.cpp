@@ -47,7 +47,7 @@ bool CudaBackend::Impl::attention(const Layer& layer, int first, int n_tokens, i
     a.tensor_cores = attention_mma;
     // Measured at 1 and 8 sequences (run 46: +1.1%, +2.4% on the H200);
     // launches of more tokens keep the portable pass 1 until measured.
-    a.wmma = attention_wmma && a.n_tokens <= backend_cuda_detail::kAttentionWmmaMaxTokens;
+    a.wmma = attention_wmma && a.n_tokens <= attention_wmma_max_tokens;
     if (rope) {
       a.rope.inv_freq = inv_freq;
       a.rope.neox = c.rope_style == RopeStyle::Neox;
