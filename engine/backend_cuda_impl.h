@@ -56,9 +56,11 @@ inline std::string gib(uint64_t bytes) {
 // pieces in pass 1 (AttentionArgs::arrivals; engine/backend_cuda_step.cpp).
 constexpr int kCombineInPass1MinTokens = 8;
 // The decode attention's wmma pass 1 (Impl::attention_wmma) takes launches
-// of at most this many tokens: measured at 1 and 8 (docs/PERFORMANCE.md
-// run 46), not yet at 16-32 or on a prompt's runs of tokens.
-constexpr int kAttentionWmmaMaxTokens = 8;
+// of at most this many tokens: measured at 1-32 under `portable` (batch 1
+// +1.1%, 8 +2.4%, 16 +3.9%, 32 +4.5% at 512 positions; batch 1 +4.3% and
+// 8 +14.9% at 4,096; docs/PERFORMANCE.md runs 46-47), not on longer runs
+// of a prompt's tokens.
+constexpr int kAttentionWmmaMaxTokens = 32;
 
 }  // namespace backend_cuda_detail
 
@@ -131,8 +133,8 @@ struct CudaBackend::Impl {
   // sm_70+) where the sm_80+ one does not apply: `portable`, and `auto` on
   // a V100; launches of up to kAttentionWmmaMaxTokens tokens. Off with
   // VOLTAD_ATTENTION_WMMA=0, for comparisons: on the H200 under `portable`
-  // it gave batch 1 +1.1% and batch 8 +2.4% (Llama-3-8B Q4_K_M, 512
-  // positions; docs/PERFORMANCE.md run 46).
+  // it gave batch 1 +1.1%, batch 8 +2.4% and batch 32 +4.5% (Llama-3-8B
+  // Q4_K_M, 512 positions; docs/PERFORMANCE.md runs 46-47).
   bool attention_wmma = true;
   // Its launches' most tokens (kAttentionWmmaMaxTokens;
   // VOLTAD_ATTENTION_WMMA_MAX_TOKENS=N for comparisons).
