@@ -95,7 +95,7 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
   // Below gemm_min_tokens (5; 2 with the sm_80 narrow GEMM): the dp4a
   // matvecs. From there (prefill, batches): the tensor-core GEMMs, which
   // take fp32 activations directly, so nothing is quantized for them.
-  // The x the GEMM scratch holds in the narrow sm_80 GEMM's layout (written
+  // The x the GEMM scratch holds in the narrow GEMMs' fp16 layout (written
   // by RMSNorm, SwiGLU or the attention combine; see below), else null.
   const float* scratch_holds = nullptr;
   auto gemm_args = [&](const kernels::PackedMatrixView& w, const float* xin, int64_t ldx, int rows, float* y,
@@ -152,14 +152,16 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
   // kernels that make their inputs (RMSNorm, SwiGLU, the attention combine)
   // quantize them on the way out, saving a launch each.
   const bool quantized = n < gemm_min_tokens;
-  // Where every matrix that reads the norm's output runs the sm_80 narrow
-  // GEMM (batched decode with `auto`), RMSNorm also writes that GEMM's x
-  // into the scratch and the GEMMs skip their conversion launch.
+  // Where every matrix that reads the norm's output runs a narrow GEMM that
+  // reads fp16 x (batched decode: the sm_80 one with `auto`, the portable
+  // one where it takes the shape), RMSNorm also writes that x into the
+  // scratch: the sm_80 GEMMs skip their conversion launch, the portable
+  // ones half of x's loads and all of its conversions.
   auto narrow_readers = [&](const std::vector<ProjectionStack>& readers) {
     if (quantized) return false;
     for (const ProjectionStack& p : readers)
-      if (!kernels::gemm_for_takes_narrow_sm80(options.kernels, gemm_args(p.w, xn, dim, n, q, ldqkv, nullptr, false),
-                                               gemm_scratch))
+      if (!kernels::gemm_for_reads_narrow_x(
+              options.kernels, gemm_args(p.w, xn, dim, n, q, ldqkv, nullptr, false), gemm_scratch))
         return false;
     return !readers.empty();
   };
@@ -326,8 +328,9 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
     // Its output quantized for the dp4a matvec, or in the narrow GEMM's form
     // where wo runs that kernel (then wo skips its conversion).
     AttnOut attn_out{quantized ? AttnOut::Quantized : AttnOut::Plain, n};
-    if (!quantized && kernels::gemm_for_takes_narrow_sm80(options.kernels, gemm_args(l.wo, attn, qd, n, x, dim, nullptr, true),
-                                                          gemm_scratch))
+    if (!quantized &&
+        kernels::gemm_for_reads_narrow_x(
+            options.kernels, gemm_args(l.wo, attn, qd, n, x, dim, nullptr, true), gemm_scratch))
       attn_out.kind = AttnOut::NarrowX;
     const bool attn_written = omit.attention ? true
                               : spans        ? attention_spans(l, *spans, max_position, attn_out)
@@ -349,9 +352,9 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
     } else if (quantized) {
       kernels::launch_swiglu_quantize(gate, ldgu, up, ldgu, gate, ldgu, n, ffn, xq, st);
     } else if (ffn % kernels::kActivationBlock == 0 &&
-               kernels::gemm_for_takes_narrow_sm80(options.kernels,
-                                                   gemm_args(l.w_down, gate, ldgu, n, x, dim, nullptr, true),
-                                                   gemm_scratch)) {
+               kernels::gemm_for_reads_narrow_x(
+                   options.kernels, gemm_args(l.w_down, gate, ldgu, n, x, dim, nullptr, true),
+                   gemm_scratch)) {
       kernels::launch_swiglu_narrow_x(gate, ldgu, up, ldgu, gate, ldgu, n, ffn, gemm_scratch.data, st);
       scratch_holds = gate;  // w_down skips its conversion
     } else {

@@ -86,8 +86,18 @@ __device__ __forceinline__ float half_bits_to_float(uint32_t bits16) {
 // Raw<F> holds what a thread loads for its chunk; decode() writes h[j] =
 // (w[2j], w[2j+1]) as half2 in natural k order. A chunk past the matrix
 // (row >= rows, k >= cols) is loaded as zeros, which decode to zeros.
+// decode<true>() (the 4-bit formats and Q6_K: decodes_in_x_order) writes
+// them in the order of kernels/narrow_x.cuh's fp16 x instead, the nibbles'
+// own: h[4i + j] = (w[v], w[v + 2]) for v = 4i, 4i + 1, 16 + 4i, 17 + 4i
+// (j = 0..3), one PRMT a word fewer; a GEMM whose x comes in that order
+// multiplies the pairs as they are.
 template <PackedFormat F>
 struct Chunk;
+template <PackedFormat F>
+constexpr bool decodes_in_x_order() {
+  return F == PackedFormat::Int4Sym32 || F == PackedFormat::Int4Affine32 ||
+         F == PackedFormat::Int4K256 || F == PackedFormat::Int6K256;
+}
 
 // Where one row's sub-arrays start: computed once per thread, so a stage's
 // loads are a pointer plus the chunk offset.
@@ -132,17 +142,19 @@ __device__ __forceinline__ uint32_t mask_or_reg(uint32_t a, uint32_t b) {
 // Int4 nibbles as exact fp16 integers 1024 + q, in natural order. Byte i of
 // the 16 holds value i (bits 0-3) and i+16 (bits 4-7); word t holds values
 // 4t..4t+3 and 16+4t..16+4t+3. After swapping its middle bytes (b0 b2 b1
-// b3), masking 0x000F000F picks two adjacent values into the two halves.
-template <class Op>
+// b3), masking 0x000F000F picks two adjacent values into the two halves;
+// kXOrder: unswapped, it picks values v and v + 2 (narrow_x.cuh's order).
+template <bool kXOrder = false, class Op>
 __device__ __forceinline__ void int4_to_half2(const uint4& q, uint32_t (&h)[16], Op op) {
   const uint32_t words[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
   for (int t = 0; t < 4; ++t) {
-    const uint32_t w = __byte_perm(words[t], 0, 0x3120);
-    h[2 * t] = op(mask_or<0x000F000Fu, 0x64006400u>(w));
-    h[2 * t + 1] = op(mask_or<0x000F000Fu, 0x64006400u>(w >> 8));
-    h[8 + 2 * t] = op(mask_or<0x000F000Fu, 0x64006400u>(w >> 4));
-    h[8 + 2 * t + 1] = op(mask_or<0x000F000Fu, 0x64006400u>(w >> 12));
+    const uint32_t w = kXOrder ? words[t] : __byte_perm(words[t], 0, 0x3120);
+    const int lo = kXOrder ? 4 * t : 2 * t, hi = kXOrder ? 4 * t + 2 : 8 + 2 * t;
+    h[lo] = op(mask_or<0x000F000Fu, 0x64006400u>(w));
+    h[lo + 1] = op(mask_or<0x000F000Fu, 0x64006400u>(w >> 8));
+    h[hi] = op(mask_or<0x000F000Fu, 0x64006400u>(w >> 4));
+    h[hi + 1] = op(mask_or<0x000F000Fu, 0x64006400u>(w >> 12));
   }
 }
 
@@ -173,10 +185,11 @@ struct Chunk<PackedFormat::Int4Sym32> {
     d = M::u16(r.scales, c);
   }
   __device__ void zero() { q = make_uint4(0, 0, 0, 0), d = 0; }
+  template <bool kXOrder = false>
   __device__ void decode(int64_t, uint32_t (&h)[16]) const {
     const __half2 d2 = __half2half2(__ushort_as_half((unsigned short)d));
     const __half2 off = u32_as_half2(0x64086408u);  // 1032 = 1024 + 8
-    int4_to_half2(
+    int4_to_half2<kXOrder>(
         q, h, [&](uint32_t v) { return half2_as_u32(__hmul2(__hsub2(u32_as_half2(v), off), d2)); });
   }
 };
@@ -191,11 +204,12 @@ struct Chunk<PackedFormat::Int4Affine32> {
     dm = M::u32(r.scales, c);
   }
   __device__ void zero() { q = make_uint4(0, 0, 0, 0), dm = 0; }
+  template <bool kXOrder = false>
   __device__ void decode(int64_t, uint32_t (&h)[16]) const {
     const __half2 d2 = __half2half2(__ushort_as_half((unsigned short)(dm & 0xFFFF)));
     const __half2 m2 = __half2half2(__ushort_as_half((unsigned short)(dm >> 16)));
     const __half2 off = u32_as_half2(0x64006400u);
-    int4_to_half2(q, h, [&](uint32_t v) {
+    int4_to_half2<kXOrder>(q, h, [&](uint32_t v) {
       return half2_as_u32(__hfma2(__hsub2(u32_as_half2(v), off), d2, m2));
     });
   }
@@ -219,12 +233,13 @@ struct Chunk<PackedFormat::Int4K256> {
     hdr = M::u128i(r.scales, (c >> 3));
   }
   __device__ void zero() { q = hdr = make_uint4(0, 0, 0, 0); }
+  template <bool kXOrder = false>
   __device__ void decode(int64_t c, uint32_t (&h)[16]) const {
     float a, b;
     k256_affine(hdr, c, a, b);
     const __half2 a2 = __float2half2_rn(a), b2 = __float2half2_rn(b);
     const __half2 off = u32_as_half2(0x64006400u);
-    int4_to_half2(q, h, [&](uint32_t v) {
+    int4_to_half2<kXOrder>(q, h, [&](uint32_t v) {
       return half2_as_u32(__hfma2(__hsub2(u32_as_half2(v), off), a2, b2));
     });
   }
@@ -253,29 +268,35 @@ struct Chunk<PackedFormat::Int6K256> {
     sc = d = 0;
   }
   // Bytes u = 4(q-32) + 128 as fp16 1024 + u, less 1152: 4(q-32) exactly,
-  // times a_h (a = d*sc/4).
-  template <int t>
+  // times a_h (a = d*sc/4). The pairs of bytes (0, 1) and (2, 3), or with
+  // kXOrder (0, 2) and (1, 3).
+  template <int t, bool kXOrder>
   __device__ __forceinline__ void half_word(uint32_t nib, uint32_t cr, __half2 a,
                                             uint32_t* out) const {
     const uint32_t u = int6_assemble<t>(nib, cr) ^ 0x80808080u;
     const __half2 off = u32_as_half2(0x64806480u);  // 1152 = 1024 + 128
+    constexpr uint32_t kFirst = kXOrder ? 0x5250 : 0x5150, kSecond = kXOrder ? 0x5351 : 0x5352;
     out[0] =
-        half2_as_u32(__hmul2(__hsub2(u32_as_half2(__byte_perm(u, 0x64646464u, 0x5150)), off), a));
+        half2_as_u32(__hmul2(__hsub2(u32_as_half2(__byte_perm(u, 0x64646464u, kFirst)), off), a));
     out[1] =
-        half2_as_u32(__hmul2(__hsub2(u32_as_half2(__byte_perm(u, 0x64646464u, 0x5352)), off), a));
+        half2_as_u32(__hmul2(__hsub2(u32_as_half2(__byte_perm(u, 0x64646464u, kSecond)), off), a));
   }
+  // Values 4t..4t+3 at words 2t (natural) or 4t (kXOrder), 16+4t.. at
+  // 8 + 2t or 4t + 2.
+  template <bool kXOrder = false>
   __device__ void decode(int64_t, uint32_t (&h)[16]) const {
     const float dd = half_bits_to_float(d) * 0.25f;
     const __half2 a0 = __float2half2_rn(dd * float(int8_t(sc & 0xFF))),
                   a1 = __float2half2_rn(dd * float(int8_t((sc >> 8) & 0xFF)));
-    half_word<0>(q.x, crumbs.x, a0, h + 0);
-    half_word<1>(q.y, crumbs.x, a0, h + 2);
-    half_word<2>(q.z, crumbs.x, a0, h + 4);
-    half_word<3>(q.w, crumbs.x, a0, h + 6);
-    half_word<0>(q.x >> 4, crumbs.y, a1, h + 8);
-    half_word<1>(q.y >> 4, crumbs.y, a1, h + 10);
-    half_word<2>(q.z >> 4, crumbs.y, a1, h + 12);
-    half_word<3>(q.w >> 4, crumbs.y, a1, h + 14);
+    constexpr int kLo = kXOrder ? 4 : 2, kHi = kXOrder ? 2 : 8;
+    half_word<0, kXOrder>(q.x, crumbs.x, a0, h + 0 * kLo);
+    half_word<1, kXOrder>(q.y, crumbs.x, a0, h + 1 * kLo);
+    half_word<2, kXOrder>(q.z, crumbs.x, a0, h + 2 * kLo);
+    half_word<3, kXOrder>(q.w, crumbs.x, a0, h + 3 * kLo);
+    half_word<0, kXOrder>(q.x >> 4, crumbs.y, a1, h + kHi + 0 * kLo);
+    half_word<1, kXOrder>(q.y >> 4, crumbs.y, a1, h + kHi + 1 * kLo);
+    half_word<2, kXOrder>(q.z >> 4, crumbs.y, a1, h + kHi + 2 * kLo);
+    half_word<3, kXOrder>(q.w >> 4, crumbs.y, a1, h + kHi + 3 * kLo);
   }
 };
 

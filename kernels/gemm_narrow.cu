@@ -35,6 +35,7 @@
 #include <mma.h>
 
 #include <cstdlib>
+#include <type_traits>
 
 #include "kernels/cuda_check.h"
 #include "kernels/device_common.cuh"
@@ -181,6 +182,27 @@ struct StageSide<PackedFormat::Int6K256> {
   }
 };
 
+// Where a launch's x comes from:
+//   Fp32: fp32 rows of any length and alignment, each load checked;
+//   Fp32Whole (kWholeX below): fp32 rows 16-byte aligned, `cols` whole
+//     stages of chunks and the weights' sections 16-byte aligned;
+//   Fp16: as Fp32Whole, but x already rounded to fp16 by the kernel that
+//     made it, in kernels/narrow_x.cuh's layout (launch_gemm_narrow_x16),
+//     and the weights decoded in that layout's k order (decode<true>): a
+//     lane's x a chunk is one 16-byte load at 8 tokens, not two, and no
+//     conversions.
+enum class NarrowX : uint8_t { Fp32, Fp32Whole, Fp16 };
+
+// Chunk c of the lane's row as 16 half2 words: in natural k order, or
+// with kXOrder in narrow_x.cuh's (the formats of decodes_in_x_order).
+template <bool kXOrder, PackedFormat F>
+__device__ __forceinline__ void decode_chunk(const Chunk<F>& ch, int64_t c, uint32_t (&h)[16]) {
+  if constexpr (kXOrder)
+    ch.template decode<true>(c, h);
+  else
+    ch.decode(c, h);
+}
+
 // T: the block's tokens (kNarrowTokens, or kNarrowTokens8 for 8 or fewer).
 template <PackedFormat F, int W, int T>
 struct NarrowShape {
@@ -199,17 +221,24 @@ struct NarrowShape {
 // launch of 8 tokens or fewer): 2 m8n32k16, half the x and no padding
 // tokens.
 //
-// kWholeX: x's rows are 16-byte aligned and `cols` is whole stages of
-// chunks (every model's products; launch_narrow): x comes as one float4 load a token a chunk with
-// no checks, lanes past the last token reading the last one's. Any lane's sums past the last row or
-// token are never written, so nothing is zeroed for them, and loads past a warp's last chunk are
-// skipped (never decoded): the chunk loop keeps only the checks that end it.
-template <PackedFormat F, int W, int T, bool kWholeX>
-__global__ void __launch_bounds__(W * 32, 16 / W) kernel_gemm_narrow(GemmArgs a, bool x_vec) {
+// kWholeX (NarrowX::Fp32Whole and Fp16): x's rows are 16-byte aligned and
+// `cols` is whole stages of chunks (every model's products; launch_narrow):
+// x comes as one 16-byte load a token a chunk (half a token's chunk: Fp16)
+// with no checks, lanes past the last token reading the last one's. Any
+// lane's sums past the last row or token are never written, so nothing is
+// zeroed for them, and loads past a warp's last chunk are skipped (never
+// decoded): the chunk loop keeps only the checks that end it. xh: the fp16
+// x (NarrowX::Fp16), else unused.
+template <PackedFormat F, int W, int T, NarrowX kX>
+__global__ void __launch_bounds__(W * 32, 16 / W)
+    kernel_gemm_narrow(GemmArgs a, bool x_vec, const uint32_t* xh) {
   wait_for_previous_kernel();
   using S = NarrowShape<F, W, T>;
   static_assert(T == kNarrowTokens || T == kNarrowTokens8, "16 or 8 tokens a block");
-  constexpr int kXPerLane = T / 4;  // float4 of x per lane per chunk
+  constexpr bool kWholeX = kX != NarrowX::Fp32, kHalfX = kX == NarrowX::Fp16;
+  static_assert(!kHalfX || decodes_in_x_order<F>(), "weights in the fp16 x's k order");
+  constexpr int kXPerLane = kHalfX ? T / 8 : T / 4;  // 16-byte loads of x a lane a chunk
+  using XPiece = std::conditional_t<kHalfX, uint4, float4>;
   constexpr bool kStaged = staged_quants<F, T>();
   constexpr int kDepth = kStaged ? kStageChunks : depth_for<F>();
   extern __shared__ __align__(128) unsigned char smem[];
@@ -233,10 +262,23 @@ __global__ void __launch_bounds__(W * 32, 16 / W) kernel_gemm_narrow(GemmArgs a,
 
   // x: lane reads 4 floats (k = xk..xk+3 of the chunk) of tokens
   // xt, xt + 4, ...: 8 lanes cover a token's 128 contiguous bytes.
-  const int xt = lane >> 3, xk = (lane & 7) * 4;
+  // Fp16: 8 fp16 (piece xk / 8 of the chunk's 4) of tokens xt, xt + 8, with
+  // the 8 lanes of a quarter warp on tokens m and m + 4 (m = lane / 8),
+  // whose rows of sx fall in distinct banks (80-byte rows: tokens m and
+  // m + 1 would share one).
+  const int xt = kHalfX ? (lane >> 3) + 4 * ((lane >> 2) & 1) : lane >> 3;
+  const int xk = kHalfX ? (lane & 3) * 8 : (lane & 7) * 4;
   // kWholeX: each token's x at k = xk, past the last token the last one's.
-  const float* xrow[kWholeX ? kXPerLane : 1];
-  if constexpr (kWholeX) {
+  const float* xrow[kWholeX && !kHalfX ? kXPerLane : 1];
+  const uint32_t* xhrow[kHalfX ? kXPerLane : 1];
+  const int64_t xh_chunk = int64_t((a.n + 7) / 8 * 8) * 16;  // words a chunk of every token
+  if constexpr (kHalfX) {
+#pragma unroll
+    for (int j = 0; j < kXPerLane; ++j) {
+      const int t = t0 + xt + 8 * j;
+      xhrow[j] = xh + int64_t(t < a.n ? t : a.n - 1) * 16 + xk / 2;
+    }
+  } else if constexpr (kWholeX) {
 #pragma unroll
     for (int j = 0; j < kXPerLane; ++j) {
       const int t = t0 + xt + 4 * j;
@@ -244,9 +286,13 @@ __global__ void __launch_bounds__(W * 32, 16 / W) kernel_gemm_narrow(GemmArgs a,
     }
   }
   // Loads for a chunk past the warp's last are skipped: never used.
-  auto load_x = [&](float4(&v)[kXPerLane], int c) {
+  auto load_x = [&](XPiece(&v)[kXPerLane], int c) {
     if (c >= c_end) return;
-    if constexpr (kWholeX) {
+    if constexpr (kHalfX) {
+#pragma unroll
+      for (int j = 0; j < kXPerLane; ++j)
+        v[j] = load_activation(reinterpret_cast<const uint4*>(xhrow[j] + c * xh_chunk));
+    } else if constexpr (kWholeX) {
 #pragma unroll
       for (int j = 0; j < kXPerLane; ++j)
         v[j] = load_activation(reinterpret_cast<const float4*>(xrow[j] + 32 * c));
@@ -325,7 +371,7 @@ __global__ void __launch_bounds__(W * 32, 16 / W) kernel_gemm_narrow(GemmArgs a,
     for (int d = 0; d < kDepth; ++d) load_w(ring[d], c_begin + d);
   }
   load_stage(c_begin);
-  float4 xv[2][kXPerLane];
+  XPiece xv[2][kXPerLane];
   load_x(xv[0], c_begin);
   load_x(xv[1], c_begin + 1);
 
@@ -352,9 +398,9 @@ __global__ void __launch_bounds__(W * 32, 16 / W) kernel_gemm_narrow(GemmArgs a,
         else
           ch = ring[d];
         ch.q = *reinterpret_cast<const uint4*>(stage + stage_offset(lane, d));
-        ch.decode(c, h);
+        decode_chunk<kHalfX>(ch, c, h);
       } else {
-        ring[d].decode(c, h);
+        decode_chunk<kHalfX>(ring[d], c, h);
       }
       if constexpr (!kSideStaged) load_w(ring[d], c + kDepth);
       uint4* dst = reinterpret_cast<uint4*>(sw + lane * kNarrowLd);
@@ -363,9 +409,13 @@ __global__ void __launch_bounds__(W * 32, 16 / W) kernel_gemm_narrow(GemmArgs a,
         dst[i] = make_uint4(h[4 * i], h[4 * i + 1], h[4 * i + 2], h[4 * i + 3]);
 #pragma unroll
       for (int j = 0; j < kXPerLane; ++j) {
-        const float4 v = xv[d & 1][j];
-        *reinterpret_cast<uint2*>(sx + (xt + 4 * j) * kNarrowLd + xk) =
-            make_uint2(pack_half2(v.x, v.y), pack_half2(v.z, v.w));
+        if constexpr (kHalfX) {
+          *reinterpret_cast<uint4*>(sx + (xt + 8 * j) * kNarrowLd + xk) = xv[d & 1][j];
+        } else {
+          const float4 v = xv[d & 1][j];
+          *reinterpret_cast<uint2*>(sx + (xt + 4 * j) * kNarrowLd + xk) =
+              make_uint2(pack_half2(v.x, v.y), pack_half2(v.z, v.w));
+        }
       }
       load_x(xv[d & 1], c + 2);  // in flight during the next two chunks
       __syncwarp();
@@ -407,10 +457,11 @@ __global__ void __launch_bounds__(W * 32, 16 / W) kernel_gemm_narrow(GemmArgs a,
   }
 }
 
-template <PackedFormat F, int W, int T, bool kWholeX>
-void launch_narrow_x(const GemmArgs& a, dim3 grid, bool x_vec, cudaStream_t stream) {
+template <PackedFormat F, int W, int T, NarrowX kX>
+void launch_narrow_x(const GemmArgs& a, dim3 grid, bool x_vec, const uint32_t* xh,
+                     cudaStream_t stream) {
   using S = NarrowShape<F, W, T>;
-  auto kernel = kernel_gemm_narrow<F, W, T, kWholeX>;
+  auto kernel = kernel_gemm_narrow<F, W, T, kX>;
   // Above 48 KB of dynamic shared memory a kernel must opt in (once).
   static const bool opted_in = [&] {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -418,34 +469,42 @@ void launch_narrow_x(const GemmArgs& a, dim3 grid, bool x_vec, cudaStream_t stre
     return true;
   }();
   (void)opted_in;
-  launch_kernel(kernel, grid, W * 32, S::kSmemBytes, stream, a, x_vec);
+  launch_kernel(kernel, grid, W * 32, S::kSmemBytes, stream, a, x_vec, xh);
   CUDA_CHECK(cudaGetLastError());
 }
 
+// Whole stages of whole chunks (kStageChunks x 32 values: every model's
+// products), the weights' sections 16-byte aligned: the stage's scales
+// and crumbs are vector loads (StageSide), and x may come in fp16.
+bool whole_stages(const GemmArgs& a) {
+  return a.w.layout.cols % (32 * kStageChunks) == 0 &&
+         reinterpret_cast<uintptr_t>(a.w.data) % 16 == 0;
+}
+
+// xh: x in fp16 (launch_gemm_narrow_x16, which checked the rest), or null.
 template <PackedFormat F, int W, int T>
-void launch_narrow(const GemmArgs& a, dim3 grid, cudaStream_t stream) {
+void launch_narrow(const GemmArgs& a, dim3 grid, const uint32_t* xh, cudaStream_t stream) {
+  if constexpr (decodes_in_x_order<F>()) {
+    if (xh) return launch_narrow_x<F, W, T, NarrowX::Fp16>(a, grid, true, xh, stream);
+  }
   const bool x_vec = a.ldx % 4 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
-  // Whole stages of whole chunks (kStageChunks x 32 values: every model's
-  // products), the weights' sections 16-byte aligned: the stage's scales
-  // and crumbs are vector loads (StageSide).
-  if (x_vec && a.w.layout.cols % (32 * kStageChunks) == 0 &&
-      reinterpret_cast<uintptr_t>(a.w.data) % 16 == 0)
-    launch_narrow_x<F, W, T, true>(a, grid, x_vec, stream);
+  if (x_vec && whole_stages(a))
+    launch_narrow_x<F, W, T, NarrowX::Fp32Whole>(a, grid, x_vec, nullptr, stream);
   else
-    launch_narrow_x<F, W, T, false>(a, grid, x_vec, stream);
+    launch_narrow_x<F, W, T, NarrowX::Fp32>(a, grid, x_vec, nullptr, stream);
 }
 
 // 16 warps per block where the blocks fit the SMs once over (a 4096-row
 // matrix on the H200: 128 blocks), else 8 (two per SM): either way about
 // 16 warps per SM stream weights.
 template <PackedFormat F, int T>
-void launch_narrow_tokens(const GemmArgs& a, int sms, cudaStream_t stream) {
+void launch_narrow_tokens(const GemmArgs& a, int sms, const uint32_t* xh, cudaStream_t stream) {
   const dim3 grid(unsigned((a.n + T - 1) / T),
                   unsigned((a.w.layout.rows + kNarrowRows - 1) / kNarrowRows));
   if (int64_t(grid.x) * grid.y <= sms)
-    launch_narrow<F, 16, T>(a, grid, stream);
+    launch_narrow<F, 16, T>(a, grid, xh, stream);
   else
-    launch_narrow<F, 8, T>(a, grid, stream);
+    launch_narrow<F, 8, T>(a, grid, xh, stream);
 }
 
 // Blocks of 8 tokens for launches of 8 or fewer (VOLTAD_NARROW_TOKENS8=0
@@ -459,21 +518,50 @@ bool narrow_tokens8() {
 }
 
 template <PackedFormat F>
-void launch_narrow_format(const GemmArgs& a, int sms, cudaStream_t stream) {
+void launch_narrow_format(const GemmArgs& a, int sms, const uint32_t* xh, cudaStream_t stream) {
   if (a.n <= kNarrowTokens8 && narrow_tokens8())
-    launch_narrow_tokens<F, kNarrowTokens8>(a, sms, stream);
+    launch_narrow_tokens<F, kNarrowTokens8>(a, sms, xh, stream);
   else
-    launch_narrow_tokens<F, kNarrowTokens>(a, sms, stream);
+    launch_narrow_tokens<F, kNarrowTokens>(a, sms, xh, stream);
+}
+
+void launch_narrow_any(const GemmArgs& a, const uint32_t* xh, cudaStream_t stream) {
+  VOLTAD_KERNEL_REQUIRE((a.w.layout.rows + kNarrowRows - 1) / kNarrowRows <= 65535,
+                        "gemm narrow: too many rows for the grid");
+  const int sms = device_sm_count();
+  with_packed_format(a.w.layout.format,
+                     [&](auto f) { launch_narrow_format<decltype(f)::value>(a, sms, xh, stream); });
+}
+
+// x in fp16 from the kernel that made it (VOLTAD_NARROW_X16=0 in the
+// environment: never; comparisons).
+bool narrow_x16_on() {
+  static const bool on = [] {
+    const char* v = std::getenv("VOLTAD_NARROW_X16");
+    return !(v && v[0] == '0');
+  }();
+  return on;
 }
 
 }  // namespace
 
 void launch_gemm_narrow(const GemmArgs& a, cudaStream_t stream) {
-  VOLTAD_KERNEL_REQUIRE((a.w.layout.rows + kNarrowRows - 1) / kNarrowRows <= 65535,
-                        "gemm narrow: too many rows for the grid");
-  const int sms = device_sm_count();
+  launch_narrow_any(a, nullptr, stream);
+}
+
+bool gemm_narrow_takes_x16(const GemmArgs& a) {
+  bool format = false;
   with_packed_format(a.w.layout.format,
-                     [&](auto f) { launch_narrow_format<decltype(f)::value>(a, sms, stream); });
+                     [&](auto f) { format = decodes_in_x_order<decltype(f)::value>(); });
+  return format && narrow_x16_on() && a.n >= 1 && a.w.data && whole_stages(a) &&
+         gemm_pick_tile(a.n, a.w.layout.rows) == GemmTile::N16;
+}
+
+void launch_gemm_narrow_x16(const GemmArgs& a, const void* x16, cudaStream_t stream) {
+  VOLTAD_KERNEL_REQUIRE(
+      gemm_narrow_takes_x16(a) && x16 && reinterpret_cast<uintptr_t>(x16) % 16 == 0,
+      "gemm narrow x16: a shape it takes (gemm_narrow_takes_x16), aligned x");
+  launch_narrow_any(a, static_cast<const uint32_t*>(x16), stream);
 }
 
 }  // namespace voltad::kernels

@@ -417,15 +417,31 @@ bool gemm_for_takes_narrow_sm80(KernelSet set, const GemmArgs& a, const GemmScra
   return set == KernelSet::Auto && !sm80_always() && gemm_narrow_sm80_supports(a, scratch);
 }
 
+namespace {
+bool takes_sm80(KernelSet set, const GemmArgs& a, const GemmScratch& scratch) {
+  return set == KernelSet::Auto && gemm_sm80_supports(a, scratch) &&
+         (sm80_always() || gemm_sm80_preferred(a));
+}
+// The portable narrow GEMM on the scratch's fp16 x, where it may hold it.
+bool takes_narrow_x16(const GemmArgs& a, const GemmScratch& scratch) {
+  return scratch.data && reinterpret_cast<uintptr_t>(scratch.data) % 16 == 0 &&
+         scratch.bytes >= gemm_narrow_sm80_scratch_bytes(a.n, a.w.layout.cols) &&
+         gemm_narrow_takes_x16(a);
+}
+}  // namespace
+
+bool gemm_for_reads_narrow_x(KernelSet set, const GemmArgs& a, const GemmScratch& scratch) {
+  if (gemm_for_takes_narrow_sm80(set, a, scratch)) return true;
+  return !takes_sm80(set, a, scratch) && takes_narrow_x16(a, scratch);
+}
+
 void launch_gemm_for(KernelSet set, const GemmArgs& a, const GemmScratch& scratch,
                      cudaStream_t stream) {
   if (gemm_for_takes_narrow_sm80(set, a, scratch))
     return launch_gemm_narrow_sm80(a, scratch, stream);
-  if (set == KernelSet::Auto) {
-    const bool always = sm80_always();
-    if (gemm_sm80_supports(a, scratch) && (always || gemm_sm80_preferred(a)))
-      return launch_gemm_sm80(a, scratch, stream);
-  }
+  if (takes_sm80(set, a, scratch)) return launch_gemm_sm80(a, scratch, stream);
+  if (a.x && scratch.holds_x == a.x && takes_narrow_x16(a, scratch))
+    return launch_gemm_narrow_x16(a, scratch.data, stream);
   launch_gemm(a, stream);
 }
 

@@ -89,4 +89,16 @@ GemmTile gemm_pick_tile(int n, int64_t rows);
 // The narrow kernel itself (GemmTile::N16).
 void launch_gemm_narrow(const GemmArgs& args, cudaStream_t stream);
 
+// The narrow kernel with x already rounded to fp16 in kernels/narrow_x.cuh's
+// layout (n rounded up to 8 rows; the x sums unused) by the kernel that made
+// it (RMSNorm, SwiGLU, the attention combine: GemmScratch::holds_x in
+// kernels/gemm_sm80.h), in place of args.x: half the bytes of x a chunk
+// and none of its conversions. The same fp16 operands as
+// launch_gemm_narrow; the MMAs take each 32 values of k in another order.
+// Takes what launch_gemm would run on the narrow kernel, for the 4-bit
+// formats and Q6_K, `cols` a multiple of 128, the weights 16-byte aligned
+// (every model's products); off with VOLTAD_NARROW_X16=0 (comparisons).
+bool gemm_narrow_takes_x16(const GemmArgs& args);
+void launch_gemm_narrow_x16(const GemmArgs& args, const void* x16, cudaStream_t stream);
+
 }  // namespace voltad::kernels

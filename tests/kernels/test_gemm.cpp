@@ -67,8 +67,31 @@ void dump_mismatch(const std::string& name, const PackedMatrix& packed, const st
   std::fclose(f);
 }
 
-// Which kernel a case launches.
-enum class Path { Portable, Sm80, AutoSet, Narrow80 };
+// Which kernel a case launches. PortableX16: the portable narrow kernel on
+// x in fp16 in the scratch (kernels/narrow_x.cuh's layout, written here by
+// pack_narrow_x), the fp32 x zeroed.
+enum class Path { Portable, Sm80, AutoSet, Narrow80, PortableX16 };
+
+// x (n rows of ldx) in kernels/narrow_x.cuh's layout, written from its
+// description: for chunk c and token t, 16 words at (c * n8 + t) * 16, value
+// v (bit 1 clear) and v + 2 as the fp16 pair at word 4 * (v / 4 % 4) + 2 *
+// (v / 16) + v % 2; rows n..n8-1 zeros; the x sums after (poison: the
+// portable kernel does not read them).
+std::vector<uint32_t> pack_narrow_x(const std::vector<float>& x, int n, int64_t ldx, int64_t cols) {
+  const int n8 = (n + 7) / 8 * 8;
+  const int64_t chunks = cols / 32;
+  std::vector<uint32_t> out(size_t(n8 * chunks * 17), 0u);
+  for (size_t i = size_t(n8 * chunks * 16); i < out.size(); ++i) out[i] = 0xFFFFFFFFu;
+  for (int t = 0; t < n; ++t)
+    for (int64_t c = 0; c < chunks; ++c)
+      for (int v = 0; v < 32; ++v) {
+        if (v & 2) continue;
+        const float* xc = x.data() + t * ldx + c * 32;
+        const uint32_t lo = float_to_half_bits(xc[v]), hi = float_to_half_bits(xc[v + 2]);
+        out[size_t((c * n8 + t) * 16 + 4 * (v / 4 % 4) + 2 * (v / 16) + v % 2)] = lo | hi << 16;
+      }
+  return out;
+}
 
 struct Case {
   int64_t rows, cols;
@@ -103,10 +126,11 @@ double run_case(GgmlType type, const Case& c, std::vector<float>* out = nullptr,
   name << ggml_type_name(type) << " " << c.rows << "x" << c.cols << " n " << c.n << " tile "
        << kernels::gemm_tile_name(c.tile) << (c.accumulate ? " +=" : "")
        << (c.with_bias ? " +bias" : "") << (c.aligned_x ? "" : " unaligned-x")
-       << (c.path == Path::Sm80       ? " sm80"
-           : c.path == Path::AutoSet  ? " kernels=auto"
-           : c.path == Path::Narrow80 ? " narrow-sm80"
-                                      : "");
+       << (c.path == Path::Sm80          ? " sm80"
+           : c.path == Path::AutoSet     ? " kernels=auto"
+           : c.path == Path::Narrow80    ? " narrow-sm80"
+           : c.path == Path::PortableX16 ? " portable-x16"
+                                         : "");
   CAPTURE(name.str());
 
   const std::vector<uint8_t> gguf = random_valid_tensor(type, c.rows, c.cols, rng, 15);
@@ -183,9 +207,21 @@ double run_case(GgmlType type, const Case& c, std::vector<float>* out = nullptr,
       REQUIRE(kernels::gemm_narrow_sm80_splits_taken(args, gs) == c.splits);
       kernels::launch_gemm_narrow_sm80(args, gs, nullptr);
       break;
+    case Path::PortableX16:
+      REQUIRE(kernels::gemm_for_reads_narrow_x(kernels::KernelSet::Portable, args, gs));
+      kernels::launch_gemm_for(kernels::KernelSet::Portable, args, gs, nullptr);
+      break;
     }
     CUDA_CHECK(cudaDeviceSynchronize());
   };
+  if (c.path == Path::PortableX16) {  // the fp16 x only
+    const std::vector<uint32_t> packed_x = pack_narrow_x(x, c.n, ldx, c.cols);
+    REQUIRE(packed_x.size() * 4 <= scratch.size());
+    CUDA_CHECK(
+        cudaMemcpy(scratch.get(), packed_x.data(), packed_x.size() * 4, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemset(d_x.get(), 0, d_x.size() * sizeof(float)));
+    gs.holds_x = args.x;
+  }
   const std::vector<float> y_before = d_y.download();
   launch();
   std::vector<float> got = d_y.download();
@@ -371,6 +407,58 @@ TEST_CASE("gemm narrow tile matches the float64 reference for every weight type 
   CHECK(kernels::gemm_pick_tile(16, 28672) == GemmTile::N16);
   CHECK(kernels::gemm_pick_tile(32, 4096) == GemmTile::N16);
   CHECK(kernels::gemm_pick_tile(33, 4096) != GemmTile::N16);
+}
+
+// The portable narrow kernel on x already in fp16 (launch_gemm_narrow_x16,
+// by way of launch_gemm_for with the scratch holding x): the formats it
+// takes, 8- and 16-token blocks (n8 not a multiple of 16 among them: 17,
+// 24), 8- and 16-warp blocks, rows not a multiple of 32, k shares that leave
+// warps idle. The fp32 x is zeros, so a kernel that read it would fail.
+TEST_CASE("gemm narrow on fp16 x (portable) matches the float64 reference") {
+  const GgmlType types[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q4_K, GgmlType::Q6_K};
+  const Shape shapes[] = {{7, 512}, {130, 1024}, {67, 4096}, {300, 256}};
+  int i = 0;
+  for (GgmlType type : types) {
+    for (const Shape& s : shapes)
+      for (int n : {1, 2, 5, 8, 9, 16, 17, 24, 31, 32}) {
+        run_case(type, {s.rows, s.cols, n, GemmTile::Auto, i % 2 == 0, i % 3 != 1, true,
+                        Path::PortableX16});
+        ++i;
+      }
+    run_case(type, {67, 14336, 9, GemmTile::Auto, true, true, true, Path::PortableX16});
+    run_case(type, {4300, 6144, 20, GemmTile::Auto, false, true, true, Path::PortableX16});
+  }
+}
+
+// Where the portable narrow kernel does not take fp16 x, launch_gemm_for
+// converts the fp32 x itself, whatever the scratch holds.
+TEST_CASE("gemm narrow on fp16 x: only the formats and shapes it takes") {
+  DeviceBuffer<uint8_t> w(1 << 20);
+  DeviceBuffer<uint8_t> scratch(kernels::gemm_narrow_sm80_scratch_bytes(32, 4096));
+  kernels::GemmArgs a;
+  a.w.data = w.get();
+  a.w.layout.format = kernels::PackedFormat::Int4K256;
+  a.w.layout.rows = 4096;
+  a.w.layout.cols = 4096;
+  a.n = 8;
+  const kernels::GemmScratch gs{scratch.get(), scratch.size()};
+  CHECK(kernels::gemm_narrow_takes_x16(a));
+  CHECK(kernels::gemm_for_reads_narrow_x(kernels::KernelSet::Portable, a, gs));
+  a.w.layout.format = kernels::PackedFormat::Int8Sym32;  // Q8_0: not in the x's order
+  CHECK_FALSE(kernels::gemm_narrow_takes_x16(a));
+  a.w.layout.format = kernels::PackedFormat::Int6K256;
+  a.w.layout.cols = 4096 + 32;  // not whole stages of 4 chunks
+  CHECK_FALSE(kernels::gemm_narrow_takes_x16(a));
+  a.w.layout.cols = 4096;
+  a.w.data = w.get() + 4;  // weights not 16-byte aligned
+  CHECK_FALSE(kernels::gemm_narrow_takes_x16(a));
+  a.w.data = w.get();
+  a.n = 33;  // past the narrow kernel
+  CHECK_FALSE(kernels::gemm_narrow_takes_x16(a));
+  a.n = 8;
+  const kernels::GemmScratch small{scratch.get(),
+                                   kernels::gemm_narrow_sm80_scratch_bytes(8, 4096) - 4};
+  CHECK_FALSE(kernels::gemm_for_reads_narrow_x(kernels::KernelSet::Portable, a, small));
 }
 
 // The sm_80+ narrow kernel: the same FP16 weights, but its own order of

@@ -1,7 +1,8 @@
 // The kernels that make a matrix product's x (RMSNorm, SwiGLU, the
-// attention's combine) and also write it in the narrow sm_80 GEMM's layout,
-// so that the GEMM skips its conversion launch (GemmScratch::holds_x): the
-// GEMM must then give what it gives converting the plain x itself.
+// attention's combine) and also write it in the narrow GEMMs' fp16 layout,
+// so that the GEMM skips its conversion (GemmScratch::holds_x): the sm_80
+// one and the portable one must then give what they give converting the
+// plain x themselves.
 #include <doctest/doctest.h>
 
 #include <cuda_runtime.h>
@@ -9,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "engine/weight_repack.h"
 #include "kernels/activation.h"
@@ -30,81 +32,101 @@ bool device_is_sm80_plus() {
   return major >= 8;
 }
 
-// A kernel that makes x and can also write it in the narrow sm_80 GEMM's
+// A kernel that makes x and can also write it in the narrow GEMMs' fp16
 // layout, both ways: plain(out) writes fp32 x (n rows of cols, stride cols);
-// narrow(out, scratch) writes it too, plus the GEMM's x into the scratch. A
+// narrow(out, scratch) writes it too, plus the GEMMs' x into the scratch. A
 // GEMM told that the scratch holds x (GemmScratch::holds_x; the fp32 x is
 // zeroed first, so a GEMM that converted it after all would see zeros) must
-// give the result of a GEMM that converts the plain x itself: bit-identical
-// for Q4_0 and Q6_K, within 1e-5 for Q4_K (its x sums may be added in
-// another order).
+// give the result of a GEMM that converts the plain x itself: under `auto`
+// on an sm_80+ device the sm_80 narrow GEMM (its fp16 x the same bytes;
+// bit-identical for Q4_0 and Q6_K, within 1e-5 for Q4_K, whose x sums may
+// be added in another order), and under `portable` the portable one
+// (launch_gemm_narrow_x16: the same fp16 operands, each 32 values of k in
+// another order in the MMAs: within 1e-5).
 template <class Plain, class Narrow>
 void check_narrow_x(int n, int64_t cols, Plain plain, Narrow narrow) {
   std::mt19937& rng = test_rng();
   const int64_t rows = 300;
-  for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
-    CAPTURE(ggml_type_name(type));
-    const std::vector<uint8_t> gguf = random_valid_tensor(type, rows, cols, rng, 15);
-    auto packed = repack_matrix(type, gguf.data(), rows, cols);
-    REQUIRE(packed.ok());
-    DeviceBuffer<uint8_t> d_w(packed->bytes);
-    DeviceBuffer<float> out_a(size_t(n * cols)), out_b(size_t(n * cols));
-    DeviceBuffer<float> y_a(size_t(n * rows)), y_b(size_t(n * rows));
-    const size_t bytes = kernels::gemm_narrow_sm80_scratch_bytes(n, cols);
-    DeviceBuffer<uint8_t> s_a(bytes), s_b(bytes);
-    CUDA_CHECK(cudaMemset(s_a.get(), 0xFF, bytes));
-    CUDA_CHECK(cudaMemset(s_b.get(), 0xFF, bytes));
-    kernels::GemmArgs g;
-    g.w = {packed->layout, d_w.get()};
-    g.ldx = cols;
-    g.n = n;
-    g.ldy = rows;
-    plain(out_a.get());
-    g.x = out_a.get();
-    g.y = y_a.get();
-    const kernels::GemmScratch sa{s_a.get(), bytes};
-    REQUIRE(kernels::gemm_narrow_sm80_supports(g, sa));
-    kernels::launch_gemm_narrow_sm80(g, sa, nullptr);
-    REQUIRE(narrow(out_b.get(), s_b.get()));
-    CHECK(same_bits(out_a.download(), out_b.download()));
-    CUDA_CHECK(cudaMemset(out_b.get(), 0, out_b.size() * sizeof(float)));
-    g.x = out_b.get();
-    g.y = y_b.get();
-    kernels::GemmScratch sb{s_b.get(), bytes};
-    sb.holds_x = out_b.get();
-    kernels::launch_gemm_narrow_sm80(g, sb, nullptr);
-    // The fp16 x of the n rows is the same bytes (16 words per row and chunk).
-    const std::vector<uint8_t> ba = s_a.download(), bb = s_b.download();
-    const int n8 = (n + 7) / 8 * 8;
-    int differ = 0;
-    for (int64_t c = 0; c < cols / 32; ++c)
-      for (int t = 0; t < n; ++t)
-        differ +=
-            std::memcmp(ba.data() + (c * n8 + t) * 64, bb.data() + (c * n8 + t) * 64, 64) != 0;
-    CHECK(differ == 0);
-    const std::vector<float> ra = y_a.download(), rb = y_b.download();
-    double worst = 0.0, scale = 1e-30;
-    for (size_t i = 0; i < ra.size(); ++i) {
-      worst = std::max(worst, std::fabs(double(ra[i]) - double(rb[i])));
-      scale = std::max(scale, std::fabs(double(ra[i])));
+  for (kernels::KernelSet set : {kernels::KernelSet::Portable, kernels::KernelSet::Auto}) {
+    const bool portable = set == kernels::KernelSet::Portable;
+    if (!portable && !(device_is_sm80_plus() && kernels::gemm_sm80_available())) {
+      MESSAGE("not an sm_80+ device with the sm_80 variant built: auto skipped");
+      continue;
     }
-    if (type == GgmlType::Q4_K)
-      CHECK(worst <= 1e-5 * scale);
-    else
-      CHECK(worst == 0.0);
+    CAPTURE(portable);
+    std::vector<GgmlType> types = {GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K};
+    if (portable) types.push_back(GgmlType::Q4_1);
+    for (GgmlType type : types) {
+      CAPTURE(ggml_type_name(type));
+      const std::vector<uint8_t> gguf = random_valid_tensor(type, rows, cols, rng, 15);
+      auto packed = repack_matrix(type, gguf.data(), rows, cols);
+      REQUIRE(packed.ok());
+      DeviceBuffer<uint8_t> d_w(packed->bytes);
+      DeviceBuffer<float> out_a(size_t(n * cols)), out_b(size_t(n * cols));
+      DeviceBuffer<float> y_a(size_t(n * rows)), y_b(size_t(n * rows));
+      const size_t bytes = kernels::gemm_narrow_sm80_scratch_bytes(n, cols);
+      DeviceBuffer<uint8_t> s_a(bytes), s_b(bytes);
+      CUDA_CHECK(cudaMemset(s_a.get(), 0xFF, bytes));
+      CUDA_CHECK(cudaMemset(s_b.get(), 0xFF, bytes));
+      kernels::GemmArgs g;
+      g.w = {packed->layout, d_w.get()};
+      g.ldx = cols;
+      g.n = n;
+      g.ldy = rows;
+      plain(out_a.get());
+      g.x = out_a.get();
+      g.y = y_a.get();
+      const kernels::GemmScratch sa{s_a.get(), bytes};
+      // The sm_80 GEMM called as such: the tests may run with
+      // VOLTAD_GEMM_SM80_ALWAYS=1, which puts the prefill variant first.
+      auto gemm = [&](const kernels::GemmScratch& s) {
+        if (portable)
+          kernels::launch_gemm_for(set, g, s, nullptr);
+        else
+          kernels::launch_gemm_narrow_sm80(g, s, nullptr);
+      };
+      REQUIRE((portable ? kernels::gemm_for_reads_narrow_x(set, g, sa)
+                        : kernels::gemm_narrow_sm80_supports(g, sa)));
+      gemm(sa);
+      REQUIRE(narrow(out_b.get(), s_b.get()));
+      CHECK(same_bits(out_a.download(), out_b.download()));
+      CUDA_CHECK(cudaMemset(out_b.get(), 0, out_b.size() * sizeof(float)));
+      g.x = out_b.get();
+      g.y = y_b.get();
+      kernels::GemmScratch sb{s_b.get(), bytes};
+      sb.holds_x = out_b.get();
+      gemm(sb);
+      if (!portable) {
+        // The fp16 x of the n rows is the same bytes (16 words per row and
+        // chunk); the portable GEMM writes no scratch.
+        const std::vector<uint8_t> ba = s_a.download(), bb = s_b.download();
+        const int n8 = (n + 7) / 8 * 8;
+        int differ = 0;
+        for (int64_t c = 0; c < cols / 32; ++c)
+          for (int t = 0; t < n; ++t)
+            differ +=
+                std::memcmp(ba.data() + (c * n8 + t) * 64, bb.data() + (c * n8 + t) * 64, 64) != 0;
+        CHECK(differ == 0);
+      }
+      const std::vector<float> ra = y_a.download(), rb = y_b.download();
+      double worst = 0.0, scale = 1e-30;
+      for (size_t i = 0; i < ra.size(); ++i) {
+        worst = std::max(worst, std::fabs(double(ra[i]) - double(rb[i])));
+        scale = std::max(scale, std::fabs(double(ra[i])));
+      }
+      if (portable || type == GgmlType::Q4_K)
+        CHECK(worst <= 1e-5 * scale);
+      else
+        CHECK(worst == 0.0);
+      if (portable)
+        MESSAGE(ggml_type_name(type) << " portable, n " << n << ": worst " << worst / scale);
+    }
   }
-}
-
-bool narrow_sm80_device() {
-  if (device_is_sm80_plus() && kernels::gemm_sm80_available()) return true;
-  MESSAGE("not an sm_80+ device with the variant built: skipped");
-  return false;
 }
 
 }  // namespace
 
-TEST_CASE("RMSNorm writes the narrow sm80 GEMM's x: the GEMM skips its conversion, same result") {
-  if (!narrow_sm80_device()) return;
+TEST_CASE("RMSNorm writes the narrow GEMMs' x: the GEMM skips its conversion, same result") {
   const int64_t cols = 1024;
   for (int n : {1, 6, 13, 32}) {
     CAPTURE(n);
@@ -122,8 +144,7 @@ TEST_CASE("RMSNorm writes the narrow sm80 GEMM's x: the GEMM skips its conversio
   }
 }
 
-TEST_CASE("SwiGLU writes the narrow sm80 GEMM's x: the GEMM skips its conversion, same result") {
-  if (!narrow_sm80_device()) return;
+TEST_CASE("SwiGLU writes the narrow GEMMs' x: the GEMM skips its conversion, same result") {
   const int64_t cols = 1024, ld = 2 * cols + 32;  // gate and up side by side, as in the backend
   for (int n : {1, 7, 16, 29}) {
     CAPTURE(n);
@@ -146,8 +167,7 @@ TEST_CASE("SwiGLU writes the narrow sm80 GEMM's x: the GEMM skips its conversion
   }
 }
 
-TEST_CASE("the attention combine writes the narrow sm80 GEMM's x: the GEMM skips its conversion") {
-  if (!narrow_sm80_device()) return;
+TEST_CASE("the attention combine writes the narrow GEMMs' x: the GEMM skips its conversion") {
   const int n_heads = 8, n_kv_heads = 2, head_dim = 128, blocks_per_seq = 40;
   const int kv_dim = n_kv_heads * head_dim, q_dim = n_heads * head_dim;
   const size_t cache_elems = size_t(blocks_per_seq) * 16 * size_t(kv_dim);
