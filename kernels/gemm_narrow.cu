@@ -82,15 +82,18 @@ constexpr int depth_for() {
 // stage ahead: once a stage as vector loads where the rows are whole
 // stages (StageSide, below), else a chunk at a time. Q6_K's
 // nibbles (its crumbs, scales and d stay the lane's) are staged in the
-// 8-token blocks only: there they fit the registers (109-126 under ptxas
-// for sm_90, no spills) and gave batch 8 +6.6% (Llama-3-8B Q4_K_M) and
-// +6.4% (Qwen3-8B) under `portable` (run 46 in docs/PERFORMANCE.md); in
-// the 16-token blocks they spilled and lost 3.1-3.4% at 8-32 tokens
+// 8-token blocks, and in the 16-token ones where x comes in fp16 (kHalfX):
+// there they fit the registers (109-126 under ptxas for sm_90, no spills).
+// Batch 8 +6.6% (Llama-3-8B Q4_K_M) and +6.4% (Qwen3-8B) under `portable`
+// (run 46 in docs/PERFORMANCE.md); at 16 tokens with fp16 x batch 16
+// +4.4-4.8%, batch 32 +6.7-7.1% (run 47). With fp32 x in the 16-token
+// blocks they spilled and lost 3.1-3.4% at 8-32 tokens
 // (docs/PERFORMANCE-RUNS-43.md).
-template <PackedFormat F, int T>
+template <PackedFormat F, int T, bool kHalfX>
 constexpr bool staged_quants() {
   return F == PackedFormat::Int4Sym32 || F == PackedFormat::Int4Affine32 ||
-         F == PackedFormat::Int4K256 || (F == PackedFormat::Int6K256 && T == kNarrowTokens8);
+         F == PackedFormat::Int4K256 ||
+         (F == PackedFormat::Int6K256 && (T == kNarrowTokens8 || kHalfX));
 }
 constexpr int kStageChunks = 4;
 constexpr int kStageRowBytes = kStageChunks * 16;
@@ -204,11 +207,11 @@ __device__ __forceinline__ void decode_chunk(const Chunk<F>& ch, int64_t c, uint
 }
 
 // T: the block's tokens (kNarrowTokens, or kNarrowTokens8 for 8 or fewer).
-template <PackedFormat F, int W, int T>
+template <PackedFormat F, int W, int T, NarrowX kX>
 struct NarrowShape {
   static constexpr size_t kTileBytes = size_t(W) * (kNarrowRows + T) * kNarrowLd * sizeof(__half);
   static constexpr size_t kPipeBytes =
-      kTileBytes + (staged_quants<F, T>() ? size_t(W) * kStageWarpBytes : 0);
+      kTileBytes + (staged_quants<F, T, kX == NarrowX::Fp16>() ? size_t(W) * kStageWarpBytes : 0);
   static constexpr size_t kRedBytes = size_t(W) * T * kNarrowRedLd * sizeof(float);
   static constexpr size_t kSmemBytes = kPipeBytes > kRedBytes ? kPipeBytes : kRedBytes;
   static_assert(kSmemBytes <= 96 * 1024, "fits the V100's shared memory");
@@ -233,13 +236,13 @@ template <PackedFormat F, int W, int T, NarrowX kX>
 __global__ void __launch_bounds__(W * 32, 16 / W)
     kernel_gemm_narrow(GemmArgs a, bool x_vec, const uint32_t* xh) {
   wait_for_previous_kernel();
-  using S = NarrowShape<F, W, T>;
+  using S = NarrowShape<F, W, T, kX>;
   static_assert(T == kNarrowTokens || T == kNarrowTokens8, "16 or 8 tokens a block");
   constexpr bool kWholeX = kX != NarrowX::Fp32, kHalfX = kX == NarrowX::Fp16;
   static_assert(!kHalfX || decodes_in_x_order<F>(), "weights in the fp16 x's k order");
   constexpr int kXPerLane = kHalfX ? T / 8 : T / 4;  // 16-byte loads of x a lane a chunk
   using XPiece = std::conditional_t<kHalfX, uint4, float4>;
-  constexpr bool kStaged = staged_quants<F, T>();
+  constexpr bool kStaged = staged_quants<F, T, kHalfX>();
   constexpr int kDepth = kStaged ? kStageChunks : depth_for<F>();
   extern __shared__ __align__(128) unsigned char smem[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -460,7 +463,7 @@ __global__ void __launch_bounds__(W * 32, 16 / W)
 template <PackedFormat F, int W, int T, NarrowX kX>
 void launch_narrow_x(const GemmArgs& a, dim3 grid, bool x_vec, const uint32_t* xh,
                      cudaStream_t stream) {
-  using S = NarrowShape<F, W, T>;
+  using S = NarrowShape<F, W, T, kX>;
   auto kernel = kernel_gemm_narrow<F, W, T, kX>;
   // Above 48 KB of dynamic shared memory a kernel must opt in (once).
   static const bool opted_in = [&] {
