@@ -92,7 +92,7 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
   const int32_t* d_logit_rows = d_token_tables + T;
   const int dim = int(c.dim), ffn = int(c.ffn_dim), qd = int(c.q_dim());
   const int64_t ldqkv = ld_qkv(), ldgu = ld_gate_up();
-  // Below gemm_min_tokens (5; 2 with the sm_80 narrow GEMM): the dp4a
+  // Below gemm_min_tokens (4; 2 with the sm_80 narrow GEMM): the dp4a
   // matvecs. From there (prefill, batches): the tensor-core GEMMs, which
   // take fp32 activations directly, so nothing is quantized for them.
   // The x the GEMM scratch holds in the narrow GEMMs' fp16 layout (written

@@ -19,7 +19,9 @@
 // does not below its 8 or 16 tokens. With 8-token blocks the narrow GEMM
 // won from 5 tokens on the H200 (`portable`, Llama-3-8B Q4_K_M b5 +2.6%,
 // b6 +9.6%; Q4_0 +12.5%, +27.5%; docs/PERFORMANCE.md run 44; 7 with
-// 16-token blocks, run 43).
+// 16-token blocks, run 43), and from 4 with x in fp16 from the kernel
+// before (run 47: b4 +30.7% and +20.0%; at 3 tokens +9.5% Q4_K_M but
+// -1.7% Q4_0).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -30,7 +32,7 @@
 
 namespace voltad::kernels {
 
-constexpr int kGemmMinTokens = 5;         // below this, launch_matvec is faster (H200, portable)
+constexpr int kGemmMinTokens = 4;         // below this, launch_matvec is faster (H200, portable)
 constexpr int kGemmNarrowMaxTokens = 32;  // up to this, launch_gemm picks the narrow kernel
 
 struct GemmArgs {
