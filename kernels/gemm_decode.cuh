@@ -15,8 +15,8 @@
 //     and b_h the fp16 roundings of a and b, one rounding more each than
 //     the exact value's, |w - exact| <= 2^-12 (|a q| + |b|) + 2^-11 |w|
 //     (against a/2 of quantization error). An fp32 fma cost 3.5
-//     instructions a weight to this path's ~1.5 (run 45 in
-//     docs/PERFORMANCE.md); tests/kernels/test_gemm.cpp's reference
+//     instructions a weight to this path's ~1.5 (run 45,
+//     docs/PERFORMANCE-RUNS-45.md); tests/kernels/test_gemm.cpp's reference
 //     rounds the same way.
 // Every GEMM decodes with this code, so they see bit-identical FP16 weights.
 #pragma once
