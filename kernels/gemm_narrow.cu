@@ -564,6 +564,7 @@ void launch_gemm_narrow_x16(const GemmArgs& a, const void* x16, cudaStream_t str
   VOLTAD_KERNEL_REQUIRE(
       gemm_narrow_takes_x16(a) && x16 && reinterpret_cast<uintptr_t>(x16) % 16 == 0,
       "gemm narrow x16: a shape it takes (gemm_narrow_takes_x16), aligned x");
+  VOLTAD_KERNEL_REQUIRE(a.y && a.ldy >= a.w.layout.rows, "gemm narrow x16: y and its row stride");
   launch_narrow_any(a, static_cast<const uint32_t*>(x16), stream);
 }
 
