@@ -245,3 +245,34 @@ TEST_CASE("the attention combine writes the narrow GEMMs' x: the GEMM skips its 
     }
   }
 }
+
+// Where the portable narrow kernel does not take fp16 x, launch_gemm_for
+// converts the fp32 x itself, whatever the scratch holds.
+TEST_CASE("gemm narrow on fp16 x: only the formats and shapes it takes") {
+  DeviceBuffer<uint8_t> w(1 << 20);
+  DeviceBuffer<uint8_t> scratch(kernels::gemm_narrow_sm80_scratch_bytes(32, 4096));
+  kernels::GemmArgs a;
+  a.w.data = w.get();
+  a.w.layout.format = kernels::PackedFormat::Int4K256;
+  a.w.layout.rows = 4096;
+  a.w.layout.cols = 4096;
+  a.n = 8;
+  const kernels::GemmScratch gs{scratch.get(), scratch.size()};
+  CHECK(kernels::gemm_narrow_takes_x16(a));
+  CHECK(kernels::gemm_for_reads_narrow_x(kernels::KernelSet::Portable, a, gs));
+  a.w.layout.format = kernels::PackedFormat::Int8Sym32;  // Q8_0: not in the x's order
+  CHECK_FALSE(kernels::gemm_narrow_takes_x16(a));
+  a.w.layout.format = kernels::PackedFormat::Int6K256;
+  a.w.layout.cols = 4096 + 32;  // not whole stages of 4 chunks
+  CHECK_FALSE(kernels::gemm_narrow_takes_x16(a));
+  a.w.layout.cols = 4096;
+  a.w.data = w.get() + 4;  // weights not 16-byte aligned
+  CHECK_FALSE(kernels::gemm_narrow_takes_x16(a));
+  a.w.data = w.get();
+  a.n = 33;  // past the narrow kernel
+  CHECK_FALSE(kernels::gemm_narrow_takes_x16(a));
+  a.n = 8;
+  const kernels::GemmScratch small{scratch.get(),
+                                   kernels::gemm_narrow_sm80_scratch_bytes(8, 4096) - 4};
+  CHECK_FALSE(kernels::gemm_for_reads_narrow_x(kernels::KernelSet::Portable, a, small));
+}
