@@ -31,6 +31,11 @@
 #   bash scripts/device-ab.sh --before .before --tests gemm -- base before
 # (carry [".deps", ".tok", ".before"]): a change and the code before it,
 # one call, the tests on the change.
+# --tree NAME=DIR (repeatable) does the same for another version of the
+# code, run by the variant NAME, and with --tests runs the tests on it too
+# (one at a time, before the A/B; a version whose tests fail is left out of
+# it): several probes against the tree in one call, each tested:
+#   bash scripts/device-ab.sh --tree p1=.p1 --tree p2=.p2 --tests gemm -- base p1 p2
 set -euo pipefail
 cd "$(dirname "$0")/.."
 models="llama3-8b:q4_k_m"
@@ -41,7 +46,7 @@ reps=2
 steps=128
 prompt=16
 tests=""
-before=""
+trees=()  # NAME=DIR: other versions of files; --before DIR is before=DIR
 while (($#)); do
   case $1 in
     --models) models=$2; shift 2 ;;
@@ -52,9 +57,13 @@ while (($#)); do
     --steps) steps=$2; shift 2 ;;
     --prompt) prompt=$2; shift 2 ;;
     --tests) tests=$2; shift 2 ;;
-    --before) before=$2; shift 2 ;;
+    --before) trees+=("before=$2"); shift 2 ;;
+    --tree)
+      [[ $2 =~ ^[A-Za-z0-9_.-]+=.+ && ${2%%=*} != base ]] ||
+        { echo "device-ab: --tree wants NAME=DIR (NAME not 'base'), not '$2'" >&2; exit 64; }
+      trees+=("$2"); shift 2 ;;
     --) shift; break ;;
-    *) echo "usage: $0 [--models M,...] [--batches B,...] [--ctx N] [--kernels K] [--reps N] [--steps N] [--prompt N] [--tests REGEX] [--before DIR] -- VARIANT..." >&2
+    *) echo "usage: $0 [--models M,...] [--batches B,...] [--ctx N] [--kernels K] [--reps N] [--steps N] [--prompt N] [--tests REGEX] [--before DIR] [--tree NAME=DIR]... -- VARIANT..." >&2
        exit 64 ;;
   esac
 done
@@ -64,28 +73,45 @@ out=${OUT:-$PWD/build-device/out}
 work=$PWD/build-device/ab
 rm -rf "$work"
 mkdir -p "$out" "$work"
-trap 'tar -C "$work" -cf "$out/ab.tar" --exclude=build --exclude=build-before --exclude=voltad-bench-before --exclude=after .' EXIT
-if [[ -n $before ]]; then
-  # The binary of the code before the change: DIR's files in place, built,
-  # then the tree's files back (device-fresh-sources.sh rebuilds them by
-  # content). Before the tests start, which build the tree as it is.
-  [[ -d $before ]] || { echo "device-ab: --before $before: no such folder" >&2; exit 64; }
-  mapfile -t swapped < <(cd "$before" && find . -type f -printf '%P\n')
-  ((${#swapped[@]})) || { echo "device-ab: --before $before holds no files" >&2; exit 64; }
+trap 'tar -C "$work" -cf "$out/ab.tar" --exclude=build --exclude=tree-out --exclude=tree-bin --exclude=after .' EXIT
+# Each other version's binary: its files in place, built (and with --tests
+# and a --tree, tested), then the tree's files back (device-fresh-sources.sh
+# rebuilds them by content). Before the tree's own tests start, which build
+# the tree as it is.
+declare -A tree_bin=()
+for spec in "${trees[@]}"; do
+  name=${spec%%=*} dir=${spec#*=}
+  [[ -d $dir ]] || { echo "device-ab: $name: $dir: no such folder" >&2; exit 64; }
+  mapfile -t swapped < <(cd "$dir" && find . -type f -printf '%P\n')
+  ((${#swapped[@]})) || { echo "device-ab: $name: $dir holds no files" >&2; exit 64; }
+  rm -rf "$work/after"
   for f in "${swapped[@]}"; do
-    [[ -f $f ]] || { echo "device-ab: --before: $f is not in the tree" >&2; exit 64; }
+    [[ -f $f ]] || { echo "device-ab: $name: $f is not in the tree" >&2; exit 64; }
     mkdir -p "$work/after/$(dirname "$f")"
     cp "$f" "$work/after/$f"
-    cp "$before/$f" "$f"
+    cp "$dir/$f" "$f"
   done
-  before_rc=0
-  OUT="$work/build-before" bash scripts/device-bench.sh --models "$models" --ctx "$ctx" --batches 1 \
-    --kernels "$kernels" >"$work/build-before.log" 2>&1 || before_rc=$?
+  tree_rc=0
+  OUT="$work/tree-out/$name" bash scripts/device-bench.sh --models "$models" --ctx "$ctx" --batches 1 \
+    --kernels "$kernels" >"$work/build-$name.log" 2>&1 || tree_rc=$?
+  mkdir -p "$work/tree-bin"
+  ((tree_rc == 0)) && cp build-bench/bin/voltad-bench "$work/tree-bin/$name"
+  test_rc=0
+  if ((tree_rc == 0)) && [[ -n $tests && $name != before ]]; then
+    OUT="$work/tests-$name" bash scripts/device-test.sh --tests="$tests" >"$work/tests-$name.log" 2>&1 ||
+      test_rc=$?
+    echo "device-ab: the tests on '$name':"
+    sed -n '/== device-test summary ==/,$p' "$work/tests-$name.log"
+  fi
   for f in "${swapped[@]}"; do cp "$work/after/$f" "$f"; done
-  ((before_rc == 0)) || { tail -20 "$work/build-before.log"; exit 1; }
-  cp build-bench/bin/voltad-bench "$work/voltad-bench-before"
-  echo "device-ab: 'before' is ${swapped[*]} from $before"
-fi
+  ((tree_rc == 0)) || { tail -20 "$work/build-$name.log"; exit 1; }
+  if ((test_rc == 0)); then
+    tree_bin[$name]=$work/tree-bin/$name
+    echo "device-ab: '$name' is ${swapped[*]} from $dir"
+  else
+    echo "device-ab: the tests failed on '$name' (tests-$name.log in ab.tar): left out of the A/B" >&2
+  fi
+done
 tests_pid=""
 if [[ -n $tests ]]; then
   OUT="$work/tests" bash scripts/device-test.sh --tests="$tests" >"$work/tests.log" 2>&1 &
@@ -119,9 +145,13 @@ for spec in ${models//,/ }; do
     for v in "${order[@]}"; do
       env_args=() bench_args=() items=()
       [[ $v == base ]] || IFS=, read -r -a items <<<"$v"
-      if [[ $v == before ]]; then
-        [[ -n $before ]] || { echo "device-ab: the variant 'before' needs --before DIR" >&2; exit 64; }
-        items=("bin=$work/voltad-bench-before")
+      if [[ -v tree_bin[$v] ]]; then
+        items=("bin=${tree_bin[$v]}")
+      elif [[ " ${trees[*]} " == *" $v="* ]]; then
+        continue  # its tests failed
+      elif [[ $v == before ]]; then
+        echo "device-ab: the variant 'before' needs --before DIR" >&2
+        exit 64
       fi
       run_bench=$bench
       for item in "${items[@]}"; do
