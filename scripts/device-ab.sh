@@ -34,7 +34,8 @@
 # --tree NAME=DIR (repeatable) does the same for another version of the
 # code, run by the variant NAME, and with --tests runs the tests on it too
 # (one at a time, before the A/B; a version whose tests fail is left out of
-# it): several probes against the tree in one call, each tested:
+# it). Files DIR has and the tree has not are added for the build, then
+# removed. Several probes against the tree in one call, each tested:
 #   bash scripts/device-ab.sh --tree p1=.p1 --tree p2=.p2 --tests gemm -- base p1 p2
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -86,9 +87,12 @@ for spec in "${trees[@]}"; do
   ((${#swapped[@]})) || { echo "device-ab: $name: $dir holds no files" >&2; exit 64; }
   rm -rf "$work/after"
   for f in "${swapped[@]}"; do
-    [[ -f $f ]] || { echo "device-ab: $name: $f is not in the tree" >&2; exit 64; }
-    mkdir -p "$work/after/$(dirname "$f")"
-    cp "$f" "$work/after/$f"
+    if [[ -f $f ]]; then
+      mkdir -p "$work/after/$(dirname "$f")"
+      cp "$f" "$work/after/$f"
+    else  # the tree has none: removed after
+      mkdir -p "$(dirname "$f")"
+    fi
     cp "$dir/$f" "$f"
   done
   tree_rc=0
@@ -103,7 +107,9 @@ for spec in "${trees[@]}"; do
     echo "device-ab: the tests on '$name':"
     sed -n '/== device-test summary ==/,$p' "$work/tests-$name.log"
   fi
-  for f in "${swapped[@]}"; do cp "$work/after/$f" "$f"; done
+  for f in "${swapped[@]}"; do
+    if [[ -f $work/after/$f ]]; then cp "$work/after/$f" "$f"; else rm -f "$f"; fi
+  done
   ((tree_rc == 0)) || { tail -20 "$work/build-$name.log"; exit 1; }
   if ((test_rc == 0)); then
     tree_bin[$name]=$work/tree-bin/$name
