@@ -37,6 +37,7 @@
 # it). Files DIR has and the tree has not are added for the build, then
 # removed. Several probes against the tree in one call, each tested:
 #   bash scripts/device-ab.sh --tree p1=.p1 --tree p2=.p2 --tests gemm -- base p1 p2
+# (scripts/branch-files.sh BRANCH DIR makes such a DIR from a branch.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 models="llama3-8b:q4_k_m"
