@@ -22,7 +22,8 @@
 # NAME=VALUE (environment) and --flag=value items (voltad-bench arguments,
 # e.g. --omit=attention; a list inside a value takes +: --omit=norms+swiglu),
 # such as VOLTAD_ROPE_IN_ATTENTION=0,--omit=norms; bin=PATH runs another
-# voltad-bench binary (a build of another version of a file).
+# voltad-bench binary (a build of another version of a file), and a NAME of
+# --tree (or `before`) that version's build, e.g. p1,VOLTAD_X=0.
 # --before DIR builds a second voltad-bench first, with the files under DIR
 # (paths relative to the tree: DIR/kernels/x.cu stands for kernels/x.cu)
 # in place of the tree's, then puts the tree's back; the variant `before`
@@ -152,25 +153,27 @@ for spec in ${models//,/ }; do
     for v in "${order[@]}"; do
       env_args=() bench_args=() items=()
       [[ $v == base ]] || IFS=, read -r -a items <<<"$v"
-      if [[ -v tree_bin[$v] ]]; then
-        items=("bin=${tree_bin[$v]}")
-      elif [[ " ${trees[*]} " == *" $v="* ]]; then
-        continue  # its tests failed
-      elif [[ $v == before ]]; then
-        echo "device-ab: the variant 'before' needs --before DIR" >&2
-        exit 64
-      fi
-      run_bench=$bench
+      run_bench=$bench skip=""
       for item in "${items[@]}"; do
         if [[ $item == bin=* ]]; then
           run_bench=${item#bin=}
         elif [[ $item == --* ]]; then
           bench_args+=("${item%%=*}")
           [[ $item == *=* ]] && { value=${item#*=}; bench_args+=("${value//+/,}"); }
+        elif [[ $item != *=* ]]; then  # a version's binary (--before, --tree)
+          if [[ -v tree_bin[$item] ]]; then
+            run_bench=${tree_bin[$item]}
+          elif [[ " ${trees[*]} " == *" $item="* ]]; then
+            skip=1  # its tests failed
+          else
+            echo "device-ab: variant '$v': '$item' is no --tree NAME (nor 'before' with --before)" >&2
+            exit 64
+          fi
         else
           env_args+=("$item")
         fi
       done
+      [[ -n $skip ]] && continue
       json=$work/ab-${spec//:/-}-${v//[^A-Za-z0-9_=.-]/_}-$rep.json
       if ! env "${env_args[@]}" "$run_bench" -m "$model" -p "$prompt" -n "$steps" -b "$batches" --ctx "$ctx" \
         --kernels "$kernels" "${bench_args[@]}" --json >"$json"; then
