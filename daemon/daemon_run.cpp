@@ -82,6 +82,11 @@ std::optional<Failure> load_engine(const config::Config& cfg, const std::string&
                          "set model.chat_template to llama3 or chatml in the configuration");
   if (!format.ok()) return Failure{kExitModelData, model_path + ": " + format.error().message};
 
+  if (auto w =
+          context_past_training(e.model->config, cfg.engine.max_context,
+                                "engine.max_context " + std::to_string(cfg.engine.max_context));
+      !w.empty())
+    spdlog::warn("{}: {}", model_path, w);
   ctx.lifecycle.report_progress("creating the " + cfg.engine.backend + " backend", -1);
   if (cfg.engine.backend == "cpu") {
     CpuBackendOptions options;

@@ -225,10 +225,12 @@ std::optional<ApiError> parse_common(const Json& object, CompletionRequest& r) {
   Fields f(object);
   VOLTAD_API_TRY(f.get("model", r.model));
   std::optional<int64_t> max_tokens, n, seed, top_k;
-  VOLTAD_API_TRY(f.get("max_tokens", 1, 1 << 20, max_tokens));
+  // Any positive count: one past the room left in the context is refused
+  // with the numbers and context_length_exceeded, however large.
+  VOLTAD_API_TRY(f.get("max_tokens", 1, INT64_MAX, max_tokens));
   if (r.kind == CompletionRequest::Kind::Chat)
-    VOLTAD_API_TRY(f.get("max_completion_tokens", 1, 1 << 20, max_tokens));
-  if (max_tokens) r.max_tokens = int32_t(*max_tokens);
+    VOLTAD_API_TRY(f.get("max_completion_tokens", 1, INT64_MAX, max_tokens));
+  r.max_tokens = max_tokens;
   VOLTAD_API_TRY(f.get("n", 1, 128, n));
   if (n && *n != 1) return bad_request("'n' must be 1: one choice per request is supported", "n");
   VOLTAD_API_TRY(f.get("seed", INT64_MIN, INT64_MAX, seed));

@@ -39,7 +39,8 @@ struct CompletionRequest {
   std::vector<ChatMessage> messages;   // Chat
   std::string prompt;                  // Text: prompt as text...
   std::vector<int32_t> prompt_tokens;  // ...or as token ids
-  std::optional<int32_t> max_tokens;   // none: the kind's default (above)
+  std::optional<int64_t> max_tokens;   // none: the kind's default (above); past the
+                                       // context: refused with the numbers (server_router)
   SamplingParams sampling;             // temperature defaults to 1, as in OpenAI's API
   std::vector<std::string> stop;
   bool stream = false;

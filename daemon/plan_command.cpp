@@ -83,13 +83,19 @@ Result<PlanRequest> parse_plan_args(const std::vector<std::string>& args) {
 
 PlanOutput render_plan(const PlanRequest& req) {
   config::Config cfg = config::Config::defaults();
-  if (!req.config_path.empty()) {
-    auto loaded = config::load_config_file(req.config_path);
+  // As the daemon: --config, else the default file; where neither exists,
+  // the built-in defaults, and the plan says so.
+  std::string config_path = req.config_path;
+  std::error_code exists_ec;
+  if (config_path.empty() && std::filesystem::exists(config::default_config_path(), exists_ec))
+    config_path = config::default_config_path();
+  if (!config_path.empty()) {
+    auto loaded = config::load_config_file(config_path);
     std::string problems;
     for (const config::Problem& p : loaded.problems)
       if (req.model_path.empty() || !about_model_path(p)) problems += p.to_string() + "\n";
     if (!problems.empty()) {
-      PlanOutput r = fail(kExitConfig, req.config_path + " is invalid; no plan printed");
+      PlanOutput r = fail(kExitConfig, config_path + " is invalid; no plan printed");
       r.err = problems + r.err;
       return r;
     }
@@ -133,14 +139,22 @@ PlanOutput render_plan(const PlanRequest& req) {
   ModelConfig config = model.value()->config;
   if (config.name.empty()) config.name = std::filesystem::path(model_path).filename().string();
   const VramPlan plan = plan_vram(config, *weight_bytes, limits, memory, device);
+  const std::string past = context_past_training(
+      config, limits.max_context, "engine.max_context " + std::to_string(limits.max_context));
   PlanOutput r;
   r.exit_code = plan.fits ? kExitOk : kExitVramBudget;
   if (req.json) {
     json j = vram_plan_json(plan);
     j["model"]["path"] = model_path;
+    j["config"] = config_path.empty() ? json(nullptr) : json(config_path);
+    j["warnings"] = past.empty() ? json::array() : json::array({past});
     r.out = j.dump(2) + "\n";
   } else {
-    r.out = "model: " + model_path + "\n" + vram_plan_text(plan);
+    r.out = "model: " + model_path + "\nconfig: " +
+            (config_path.empty() ? "none (no " + config::default_config_path() +
+                                       "; pass --config FILE): every key at its default"
+                                 : config_path) +
+            "\n" + (past.empty() ? "" : "warning: " + past + "\n") + vram_plan_text(plan);
   }
   return r;
 }

@@ -20,7 +20,8 @@
 namespace voltad::plan {
 
 struct PlanRequest {
-  std::string config_path;   // empty: every key at its default
+  std::string config_path;   // empty: the default config file where it exists
+                             // (config::default_config_path), else every key at its default
   std::string model_path;    // overrides model.path when not empty
   uint64_t assume_vram = 0;  // the card's total bytes; 0: measure the card
   uint64_t assume_used = 0;  // bytes other processes hold on the assumed card

@@ -179,7 +179,7 @@ RouteOutcome generation(const Call& c, CompletionRequest::Kind kind, std::functi
   // OpenAI's chat API); a text completion stops after 16 tokens, the legacy
   // completions API's default, or where the context ends.
   if (r.max_tokens)
-    g.max_tokens = *r.max_tokens;
+    g.max_tokens = int32_t(*r.max_tokens);  // within the room (above)
   else if (kind == CompletionRequest::Kind::Chat)
     g.max_tokens = int32_t(room);
   else

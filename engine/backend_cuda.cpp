@@ -1,5 +1,7 @@
 #include "engine/backend_cuda.h"
 
+#include <dlfcn.h>
+
 #include <cstdlib>
 
 #include "engine/backend_cuda_impl.h"
@@ -9,11 +11,27 @@ namespace voltad {
 using backend_cuda_detail::cuda_error;
 using backend_cuda_detail::gib;
 
+namespace {
+
+bool driver_library_loads() {
+  void* h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (h) dlclose(h);
+  return h != nullptr;
+}
+
+}  // namespace
+
 Result<std::string> describe_cuda_device(int device) {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e == cudaErrorNoDevice || (e == cudaSuccess && count == 0))
     return make_error("no CUDA device is visible (check the driver, nvidia-smi, and CUDA_VISIBLE_DEVICES)");
+  // The runtime says "insufficient driver" also where there is no driver
+  // at all: told apart by whether the driver's library loads.
+  if (e == cudaErrorInsufficientDriver && !driver_library_loads())
+    return make_error(
+        "no NVIDIA driver is installed (libcuda.so.1 cannot be loaded): install the driver; "
+        "nvidia-smi must list the card");
   if (e != cudaSuccess) return cuda_error("the CUDA driver cannot be used", e);
   if (device >= count)
     return make_error("CUDA device " + std::to_string(device) + " does not exist (" + std::to_string(count) +

@@ -123,6 +123,13 @@ Status read_rope_scaling(const GgufFile& file, const ConfigReader& r, ModelConfi
 
 }  // namespace
 
+std::string context_past_training(const ModelConfig& c, int64_t positions,
+                                  const std::string& what) {
+  if (c.context_length <= 0 || positions <= c.context_length) return "";
+  return what + " is past the " + std::to_string(c.context_length) +
+         " positions the model was trained on: text past them degrades";
+}
+
 std::string supported_arch_names() {
   std::string names;
   for (const ArchEntry& e : kArchs) names += (names.empty() ? "" : ", ") + std::string(e.name);

@@ -53,4 +53,10 @@ std::string arch_name(Arch arch);
 
 Result<ModelConfig> read_model_config(const GgufFile& file);
 
+// A context past the positions the model was trained on (context_length)
+// runs, but its text degrades past them. The warning for `what` (e.g.
+// "engine.max_context 65536") where `positions` is past them, else "" (also
+// where the file gives no trained length).
+std::string context_past_training(const ModelConfig& c, int64_t positions, const std::string& what);
+
 }  // namespace voltad

@@ -9,12 +9,30 @@
 # The backend is chosen here, explicitly (the daemon never falls back on its
 # own): cuda when an NVIDIA GPU is visible, cpu otherwise.
 # VOLTAD_DEMO_BACKEND=cpu|cuda overrides the choice.
+# Without a GPU a first build compiles the CUDA kernels (where nvcc is
+# found) for one architecture only, the list scripts/test.sh uses, not the
+# default list's five: they cannot run here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
+if [[ -n ${VOLTAD_DEMO_BACKEND:-} ]]; then
+  backend=$VOLTAD_DEMO_BACKEND why="VOLTAD_DEMO_BACKEND"
+  [[ $backend == cpu || $backend == cuda ]] ||
+    { echo "demo: VOLTAD_DEMO_BACKEND must be cpu or cuda, not '$backend'" >&2; exit 64; }
+elif command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+  backend=cuda why="NVIDIA GPU visible"
+else
+  backend=cpu why="no NVIDIA GPU visible"
+fi
+
 bash scripts/install-deps.sh
-bash scripts/build.sh
+if [[ $backend == cpu && ! -f build/CMakeCache.txt ]]; then
+  echo "demo: no GPU to serve on: CUDA kernels, if built, for one architecture"
+  bash scripts/build.sh -DCMAKE_CUDA_ARCHITECTURES="${VOLTAD_TEST_CUDA_ARCHITECTURES:-75}"
+else
+  bash scripts/build.sh
+fi
 model=$(bash scripts/fetch-demo-model.sh)
 
 # Where voltad's ${RUNTIME_DIRECTORY} points when systemd does not set it
@@ -35,27 +53,10 @@ config=$demo/voltad.yaml
 log=$demo/voltad.log
 pidfile=$demo/voltad.pid
 
-if [[ -n ${VOLTAD_DEMO_BACKEND:-} ]]; then
-  backend=$VOLTAD_DEMO_BACKEND
-elif command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
-  backend=cuda
-else
-  backend=cpu
-fi
-echo "demo: backend $backend ($([[ $backend == cpu ]] && echo "no NVIDIA GPU visible" || echo "NVIDIA GPU visible"))"
+echo "demo: backend $backend ($why)"
 
-# A previous demo daemon is stopped (it drains, then removes its socket).
-if [[ -f $pidfile ]]; then
-  old=$(cat "$pidfile")
-  if [[ -n $old && -r /proc/$old/comm && $(cat "/proc/$old/comm") == voltad ]]; then
-    echo "demo: stopping the previous demo daemon (pid $old)"
-    kill -TERM "$old" 2>/dev/null || true
-    for _ in $(seq 100); do [[ -e /proc/$old ]] || break; sleep 0.1; done
-  fi
-  rm -f "$pidfile"
-fi
-
-cat >"$config" <<EOF
+# The new config, checked before a previous demo daemon is stopped.
+cat >"$config.new" <<EOF
 # Written by scripts/demo.sh. Every key: docs/CONFIG.md.
 model:
   path: "$model"
@@ -69,7 +70,20 @@ engine:
 log:
   level: info
 EOF
-build/bin/voltad --verify-config "$config" >/dev/null
+build/bin/voltad --verify-config "$config.new" >/dev/null
+
+# A previous demo daemon is stopped (it drains, then removes its socket).
+if [[ -f $pidfile ]]; then
+  old=$(cat "$pidfile")
+  if [[ -n $old && -r /proc/$old/comm && $(cat "/proc/$old/comm") == voltad ]]; then
+    echo "demo: stopping the previous demo daemon (pid $old)"
+    kill -TERM "$old" 2>/dev/null || true
+    for _ in $(seq 100); do [[ -e /proc/$old ]] || break; sleep 0.1; done
+  fi
+  rm -f "$pidfile"
+fi
+
+mv "$config.new" "$config"
 
 # setsid: the daemon outlives this script and ignores its terminal's Ctrl-C.
 nohup setsid build/bin/voltad --config "$config" >"$log" 2>&1 </dev/null &

@@ -139,6 +139,8 @@ int main(int argc, char** argv) {
     return usage("--kernels chooses the CUDA kernels; it needs --backend cuda");
   if (a.backend == "cuda" && gave("--threads"))
     return usage("--threads sets the CPU backend's threads; --backend cuda does not use them");
+  if (a.backend != "cpu" && a.backend != "cuda")
+    return usage("--backend must be cpu or cuda, not '" + a.backend + "'");
   if (a.model.empty()) return usage("no model: pass -m MODEL.gguf");
   if (auto st = a.sampling.validate(); !st) return usage(st.error().message);
 
@@ -153,11 +155,13 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (a.prompt.empty()) return usage("no prompt: pass -p PROMPT (or --info)");
-#ifdef VOLTAD_HAVE_CUDA
-  if (a.backend != "cpu" && a.backend != "cuda") return usage("--backend must be cpu or cuda");
-#else
-  if (a.backend != "cpu")
-    return usage("backend '" + a.backend + "' is not available in this build (built without CUDA; available: cpu)");
+#ifndef VOLTAD_HAVE_CUDA
+  if (a.backend == "cuda") {  // as the daemon: the CUDA backend cannot run here
+    std::fprintf(stderr,
+                 "voltad-run: --backend cuda: this build has no CUDA backend (built without "
+                 "CUDA); rebuild with -DVOLTAD_CUDA=ON, or use --backend cpu\n");
+    return kExitUnavailable;
+  }
 #endif
 
   auto data = voltad::tokenizer_data_from_gguf(*m.file);
@@ -204,6 +208,10 @@ int main(int argc, char** argv) {
     return usage("--ctx " + std::to_string(a.ctx) + " holds fewer tokens than the prompt (" +
                  std::to_string(prompt.size()) + ") plus -n (" + std::to_string(a.n) +
                  "); give --ctx " + std::to_string(needed) + " or more, or leave it out");
+  if (auto w = voltad::context_past_training(
+          m.config, needed, "the prompt plus -n (" + std::to_string(needed) + " tokens)");
+      !w.empty())
+    std::fprintf(stderr, "voltad-run: warning: %s\n", w.c_str());
   const int32_t ctx = a.ctx > 0 ? a.ctx : int32_t(needed);
   voltad::Result<std::unique_ptr<voltad::Backend>> backend = voltad::make_error("no backend");
   if (a.backend == "cpu") {

@@ -338,3 +338,15 @@ TEST_CASE("the real SmolLM2-135M-Instruct file") {
   CHECK(info.find("chatml") != std::string::npos);
   CHECK(info.find("Q4_1") != std::string::npos);
 }
+
+TEST_CASE("context_past_training: a warning only past the trained positions") {
+  ModelConfig c{};
+  c.context_length = 8192;
+  CHECK(context_past_training(c, 8192, "engine.max_context 8192").empty());
+  CHECK(context_past_training(c, 100, "x").empty());
+  CHECK(context_past_training(c, 8193, "engine.max_context 8193") ==
+        "engine.max_context 8193 is past the 8192 positions the model was trained on: text past "
+        "them degrades");
+  c.context_length = 0;  // the file gives none: nothing to say
+  CHECK(context_past_training(c, 1 << 20, "x").empty());
+}

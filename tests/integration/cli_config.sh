@@ -118,16 +118,26 @@ check "voltad-run --info --quiet: exit 0" test $? -eq 0
 "$bin/voltad-run" -m "$tiny" -p hi -n 3 --quiet --chat --template chatml --system be-brief \
   --threads 2 >/dev/null 2>&1
 check "voltad-run --chat --template chatml --system --threads: exit 0" test $? -eq 0
-# --backend cuda where CUDA cannot run (no driver, no GPU): 69, as voltad
-# and voltad-bench, with the CUDA error. Skipped where it can run, and in a
-# build without CUDA (there a usage error).
+# --backend cuda where CUDA cannot run (no driver, no GPU, or a build
+# without CUDA): 69, as voltad and voltad-bench, with the reason. Skipped
+# where it can run.
 out=$("$bin/voltad-run" -m "$tiny" -p hi -n 3 --quiet --backend cuda 2>&1 >/dev/null); rc=$?
-if ((rc == 0)) || grep -q "not available in this build" <<<"$out"; then
-  echo "skip voltad-run --backend cuda without a usable GPU (CUDA runs here, or is not built)"
+if ((rc == 0)); then
+  echo "skip voltad-run --backend cuda without a usable GPU (CUDA runs here)"
 else
   check "voltad-run --backend cuda, CUDA unusable: exit 69" test "$rc" -eq 69
-  check "voltad-run --backend cuda, CUDA unusable: says why" grep -q "^voltad-run: cuda backend: " <<<"$out"
+  check "voltad-run --backend cuda, CUDA unusable: says why" \
+    grep -Eq "^voltad-run: (cuda backend: |--backend cuda: this build has no CUDA backend)" <<<"$out"
+  # No driver at all (no libcuda.so.1): said so, not "insufficient driver".
+  if ! grep -q "this build has no CUDA backend" <<<"$out" &&
+    ! /sbin/ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1'; then
+    check "voltad-run --backend cuda, no driver installed: says so" \
+      grep -q "no NVIDIA driver is installed" <<<"$out"
+  fi
 fi
+out=$("$bin/voltad-run" -m "$tiny" -p hi --backend gpu 2>&1); rc=$?
+check "voltad-run --backend gpu: usage error 64" test "$rc" -eq 64
+check "voltad-run --backend gpu: names the choices" grep -q -- "--backend must be cpu or cuda, not 'gpu'" <<<"$out"
 # voltad-bench's numbers take the whole text, in range, and name the option.
 for bad in "-p abc" "-n 4294967297" "-b 2x,4" "-b 1,,2" "--top-k abc" "--ctx 2147483000" \
   "--max-context 8k" "--max-context 15" "--max-context 1048577"; do

@@ -16,6 +16,10 @@ check() {  # check DESCRIPTION CONDITION...
 jqt() { jq -e "$1" >/dev/null <<<"$2"; }  # jqt FILTER JSON: the filter is true
 command -v jq >/dev/null || { echo "SKIP: jq is needed to read the JSON plan"; exit 77; }
 
+# No default config file unless a check makes one (the daemon's rule:
+# $CONFIGURATION_DIRECTORY/voltad.yaml, else /etc/voltad/voltad.yaml).
+export CONFIGURATION_DIRECTORY=$tmp/noconf
+mkdir -p "$CONFIGURATION_DIRECTORY"
 model=$tmp/smollm2.gguf
 "$bin/voltad-mkmodel" --shape smollm2-135m --type q4_k_m --tokenizer "$shared/tokenizers/llama3" \
   -o "$model" >"$tmp/mkmodel.log" 2>&1
@@ -29,6 +33,17 @@ out=$("$bin/voltad" --plan --model "$model" --assume-vram 4GiB); rc=$?
 check "fits: exit 0" test "$rc" -eq 0
 check "fits: says so" grep -q "^Fits: yes.$" <<<"$out"
 check "fits: names the model file" grep -q "^model: $model$" <<<"$out"
+check "no --config, no default file: says every key is at its default" \
+  grep -q "^config: none (no $tmp/noconf/voltad.yaml; pass --config FILE): every key at its default$" <<<"$out"
+# The default file, where it exists, is what the daemon would run with.
+mkdir -p "$tmp/conf"
+printf 'engine:\n  max_context: 1024\n' >"$tmp/conf/voltad.yaml"
+out=$(CONFIGURATION_DIRECTORY=$tmp/conf "$bin/voltad" --plan --model "$model" --assume-vram 4GiB); rc=$?
+check "the default file: exit 0" test "$rc" -eq 0
+check "the default file: named" grep -q "^config: $tmp/conf/voltad.yaml$" <<<"$out"
+json=$(CONFIGURATION_DIRECTORY=$tmp/conf "$bin/voltad" --plan --model "$model" --assume-vram 4GiB --json)
+check "the default file: its max_context planned" jqt '.limits.max_context == 1024' "$json"
+check "the default file: json names it" test "$(jq -r .config <<<"$json")" = "$tmp/conf/voltad.yaml"
 for row in "other processes" "CUDA context + libraries" "weights (repacked)" "workspace" \
            "CUDA graphs" "KV cache pool (fp16)" "total" "budget (90% of card)"; do
   check "fits: row '$row'" grep -qF "  $row " <<<"$out"
@@ -48,6 +63,8 @@ check "json: the workspace row is the workspace total" \
 check "json: the workspace's buffers add up to its total" \
   jqt '([.workspace | to_entries[] | select(.key != "total") | .value] | add) == .workspace.total' "$json"
 check "json: model path" test "$(jq -r .model.path <<<"$json")" = "$model"
+check "json: no config file: null" jqt '.config == null' "$json"
+check "json: 4096 within the trained positions: no warning" jqt '.warnings == []' "$json"
 
 # Others' usage counts against the budget.
 used=$("$bin/voltad" --plan --model "$model" --assume-vram 2GiB --assume-used 512MiB --json)
@@ -63,6 +80,8 @@ YAML
 out=$("$bin/voltad" --plan --config "$tmp/long.yaml" --assume-vram 1GiB); rc=$?
 check "long context: exit 75" test "$rc" -eq 75
 check "long context: says why" grep -q "^Does not fit: .*one full-context sequence (65536 tokens)" <<<"$out"
+check "long context: past the trained positions, warned" \
+  grep -q "^warning: engine.max_context 65536 is past the 8192 positions the model was trained on" <<<"$out"
 check "long context: INT8 KV named" grep -q "engine.kv_cache_type: int8" <<<"$out"
 check "long context: a smaller quantization considered" grep -q "a smaller quantization" <<<"$out"
 ctx=$(sed -n 's/.*engine.max_context: \([0-9]*\) fits.*/\1/p' <<<"$out")

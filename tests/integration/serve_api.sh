@@ -97,6 +97,8 @@ check "unknown model: 404 model_not_found" py 'j["error"]["code"]=="model_not_fo
 r=$(api /v1/chat/completions -d '{"messages":[{"role":"user","content":"x"}],"max_tokens":600}')
 check "prompt + max_tokens past the context: 400 with the numbers" py 'j["error"]["code"]=="context_length_exceeded" and "512" in j["error"]["message"] and "600" in j["error"]["message"]' <<<"$(body "$r")"
 check "past the context: status 400" test "$(status "$r")" = 400
+r=$(api /v1/chat/completions -d '{"messages":[{"role":"user","content":"x"}],"max_tokens":100000000000}')
+check "a huge max_tokens: context_length_exceeded with its number" py 'j["error"]["code"]=="context_length_exceeded" and "100000000000" in j["error"]["message"]' <<<"$(body "$r")"
 
 export VOLTAD_SOCKET=$sock
 out=$("$bin/voltactl" status 2>&1)
