@@ -43,6 +43,7 @@ fi
 
 echo "== measurement scripts (self-tests)"
 python3 scripts/ncu-stalls.py --self-test
+bash scripts/device-ab-selftest.sh
 
 if [[ -f scripts/fuzz.sh ]]; then
   echo "== fuzzers (bounded)"
