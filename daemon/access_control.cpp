@@ -110,6 +110,24 @@ Result<PeerCredentials> peer_credentials(int fd) {
   return p;
 }
 
+std::vector<std::string> account_name_warnings(const std::vector<std::string>& allow_users,
+                                               const std::vector<std::string>& allow_groups,
+                                               const std::vector<std::string>& admin_groups) {
+  std::vector<std::string> warnings;
+  AccessPolicy::create(allow_users, allow_groups, 0, ::geteuid(), warnings);
+  AccessPolicy policy;
+  policy.add_admin_groups(admin_groups, warnings);
+  const bool any_group =
+      std::any_of(allow_groups.begin(), allow_groups.end(),
+                  [](const std::string& g) { return resolve_group(g).has_value(); });
+  if (!allow_groups.empty() && !any_group)
+    warnings.push_back(
+        "server.allow_groups names no group on this system: it replaces the socket's group, so "
+        "only root, the daemon's own user" +
+        std::string(allow_users.empty() ? "" : " and server.allow_users") + " may connect");
+  return warnings;
+}
+
 AccessPolicy AccessPolicy::create(const std::vector<std::string>& allow_users,
                                   const std::vector<std::string>& allow_groups, gid_t default_group,
                                   uid_t own_uid, std::vector<std::string>& warnings) {

@@ -40,6 +40,15 @@ struct AccessDecision {
       reason;  // why, for the log: "root", "the daemon's own user", "user alice", "group voltad"
 };
 
+// The config's account names that do not resolve on this machine, as the
+// daemon would warn of them (it ignores them), and what that leaves where
+// server.allow_groups resolves to nothing: for voltad --verify-config and a
+// reload's reply, so that a misspelled name does not lock people out
+// unseen.
+std::vector<std::string> account_name_warnings(const std::vector<std::string>& allow_users,
+                                               const std::vector<std::string>& allow_groups,
+                                               const std::vector<std::string>& admin_groups);
+
 class AccessPolicy {
  public:
   // allow_users: names or uids; allow_groups: names or gids. Empty

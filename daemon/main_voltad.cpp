@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/access_control.h"
 #include "daemon/config_load.h"
 #include "daemon/config_paths.h"
 #include "daemon/daemon_run.h"
@@ -57,7 +58,25 @@ int verify_config(const std::string& path) {
                  r.problems.size() == 1 ? "" : "s");
     return voltad::kExitConfig;
   }
-  std::printf("%s: ok\n", path.c_str());
+  // What only this machine can say: the account names. An unknown
+  // socket_group stops the daemon at start; unknown names in the access
+  // lists are ignored by it (warnings).
+  const auto& server = r.config.server;
+  if (!server.socket_group.empty() && !voltad::resolve_group(server.socket_group)) {
+    std::fprintf(stderr,
+                 "%s: server.socket_group '%s' is not a group on this system: voltad would not "
+                 "start\nvoltad: %s: 1 problem\n",
+                 path.c_str(), server.socket_group.c_str(), path.c_str());
+    return voltad::kExitConfig;
+  }
+  const auto warnings =
+      voltad::account_name_warnings(server.allow_users, server.allow_groups, server.admin_groups);
+  for (const auto& w : warnings) std::fprintf(stderr, "%s: warning: %s\n", path.c_str(), w.c_str());
+  if (warnings.empty())
+    std::printf("%s: ok\n", path.c_str());
+  else
+    std::printf("%s: ok, %zu warning%s\n", path.c_str(), warnings.size(),
+                warnings.size() == 1 ? "" : "s");
   return voltad::kExitOk;
 }
 

@@ -167,7 +167,18 @@ void ServiceControl::start() {
       vram->reconfigure(VramGuardOptions{c.memory.vram_fraction, c.memory.hysteresis},
                         c.memory.monitor_interval.value);
   });
-  ctx_.lifecycle.set_reload_handler([this] { return config_.reload(); });
+  // A reload's reply names the account names that resolve to nothing (the
+  // log has them too): a misspelled group must not lock people out unseen.
+  ctx_.lifecycle.set_reload_handler([this] {
+    ControlResult r = config_.reload();
+    if (r.ok) {
+      const config::Config c = config_.get();
+      for (auto& w : account_name_warnings(c.server.allow_users, c.server.allow_groups,
+                                           c.server.admin_groups))
+        r.notes.push_back("warning: " + w);
+    }
+    return r;
+  });
   ctx_.lifecycle.set_drain_handler([this](bool draining) {
     if (const ServedModel* m = ctx_.loaded()) {
       if (draining)
@@ -175,6 +186,12 @@ void ServiceControl::start() {
       else
         m->scheduler->resume_admitting();
     }
+    net::post(strand_, [this, draining] {
+      if (draining)
+        poll_drain(drain_watch_ = std::make_shared<net::steady_timer>(strand_));
+      else
+        drain_watch_.reset();
+    });
   });
 
   signals_.async_wait([this](boost::system::error_code ec, int sig) {
@@ -188,6 +205,22 @@ void ServiceControl::start() {
     auto beat = m->scheduler->last_heartbeat();
     if (beat == sd::SteadyTime{}) return std::nullopt;
     return beat;
+  });
+}
+
+// An administrator's drain: the log says when the last request has ended,
+// so that maintenance need not poll voltactl status. On the strand.
+void ServiceControl::poll_drain(std::shared_ptr<net::steady_timer> timer) {
+  if (drain_watch_ != timer) return;  // resumed, or a newer drain watches
+  const ServedModel* m = ctx_.loaded();
+  if (ctx_.active_generations.load() == 0 && (!m || m->scheduler->idle())) {
+    spdlog::info("drained: no request in flight (voltactl resume serves again)");
+    drain_watch_.reset();
+    return;
+  }
+  timer->expires_after(std::chrono::milliseconds(200));
+  timer->async_wait([this, timer](boost::system::error_code ec) {
+    if (!ec) poll_drain(timer);
   });
 }
 

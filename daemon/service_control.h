@@ -22,6 +22,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 
 #include <memory>
@@ -52,6 +53,7 @@ class ServiceControl {
   class Drain;
   void on_signal(int sig);
   void begin_stop();  // on the strand
+  void poll_drain(std::shared_ptr<boost::asio::steady_timer> timer);  // on the strand
 
   boost::asio::io_context& ioc_;
   ServerContext& ctx_;
@@ -60,6 +62,7 @@ class ServiceControl {
   boost::asio::strand<boost::asio::io_context::executor_type> strand_;
   boost::asio::signal_set signals_;
   std::shared_ptr<Drain> drain_;  // on the strand
+  std::shared_ptr<boost::asio::steady_timer> drain_watch_;  // an administrator's drain; strand
   std::shared_ptr<sd::Watchdog> watchdog_;
   uint64_t observer_id_ = 0;
 };

@@ -52,6 +52,25 @@ for tool in voltactl voltad-run voltad-bench; do
   check "$tool: unknown subcommand exits non-zero" test $? -ne 0
 done
 
+# Account names only this machine can check: an unknown socket_group stops
+# the daemon at start (78 here too); unknown names in the access lists are
+# warnings (the daemon ignores them), with what an all-unknown allow_groups
+# leaves.
+printf 'model:\n  path: /srv/m.gguf\nserver:\n  socket_group: voltad-no-such-group\n' >"$tmp/nogroup.yaml"
+out=$("$bin/voltad" --verify-config "$tmp/nogroup.yaml" 2>&1); rc=$?
+check "--verify-config, unknown socket_group: exit 78" test "$rc" -eq 78
+check "--verify-config, unknown socket_group: says the daemon would not start" \
+  grep -q "server.socket_group 'voltad-no-such-group' is not a group on this system" <<<"$out"
+printf 'model:\n  path: /srv/m.gguf\nserver:\n  allow_groups: [voltad-no-such-group]\n  admin_groups: [voltad-no-such-admins]\n' \
+  >"$tmp/nogroups.yaml"
+out=$("$bin/voltad" --verify-config "$tmp/nogroups.yaml" 2>&1); rc=$?
+check "--verify-config, unknown group names: exit 0" test "$rc" -eq 0
+check "--verify-config, unknown group names: each named" \
+  test "$(grep -c "warning: server.*no group 'voltad-no-such" <<<"$out")" -eq 2
+check "--verify-config, unknown group names: the lock-out said" \
+  grep -q "server.allow_groups names no group on this system" <<<"$out"
+check "--verify-config, unknown group names: ok, 3 warnings" grep -q ": ok, 3 warnings$" <<<"$out"
+
 # --kernels takes auto or portable; anything else is a usage error (64)
 # that names the flag, before any model is read.
 out=$("$bin/voltad-run" -m "$tmp/none.gguf" -p hi --backend cuda --kernels fast 2>&1); rc=$?

@@ -43,6 +43,24 @@ status, headers, err, closed = health_on_new_connection()
 check("a ninth connection of the same user: 429, Retry-After, closed", status == 429
       and headers.get("retry-after") == "1" and err.get("code") == "rate_limit_exceeded"
       and "max_connections_per_user" in err.get("message", "") and closed, (status, err))
+# An administrator's /admin request on a ninth connection gets through
+# (this test runs as root or as the daemon's own user), once: the
+# connection then closes. (resume while serving: 409, nothing to resume.)
+s = connect(SOCK, 10)
+try:
+    s.sendall(build_request("POST", "/admin/resume"))
+    r = Reader(s)
+    status, headers = r.head()
+    body = r.body(headers)
+    try:
+        closed = s.recv(1) == b""
+    except OSError:
+        closed = True
+finally:
+    s.close()
+time.sleep(0.3)  # its refused slot freed before the flood below
+check("an administrator's /admin request past its connection limit: answered, then closed",
+      status in (200, 409) and b"state" in body and closed, (status, body))
 # Refused connections being answered count against the user too: four at
 # once, the rest are closed at once (so a flood of them cannot fill
 # server.max_connections). Here six, sending nothing: two closed at once.

@@ -225,6 +225,17 @@ before_ready = listener.since(mark)[:(d_idx or mark) - mark]
 reloads = [f.get("RELOADING") for _, f, _ in before_ready if "RELOADING" in f]
 check("voltactl reload: RELOADING=1 and READY=1 sent as for SIGHUP",
       idx is not None and d_idx is not None and reloads == ["1"], (idx, d_idx, reloads))
+# A group name that is on no system: applied (the daemon ignores it) and
+# named in the reply, not only in the log.
+write_config(base_config.replace("max_requests_per_user: 64",
+                                 "max_requests_per_user: 5\n  admin_groups: [voltad-no-such-group]"))
+mark = listener.count()
+rc, out, err = voltactl_run("reload")
+check("voltactl reload, an unknown group: exit 0, the warning in the reply",
+      rc == 0 and "warning: server.admin_groups: no group 'voltad-no-such-group'" in out + err,
+      (rc, out, err))
+listener.wait_for(mark, lambda f: f.get("READY") == "1", 10)
+write_config(base_config.replace("max_requests_per_user: 64", "max_requests_per_user: 5"))
 
 # --- the admin endpoints are for administrators: a user allowed to use the API is refused
 if os.getuid() == 0 and shutil.which("setpriv"):
@@ -249,6 +260,13 @@ check("drain: a new generation gets 503", status == 503)
 rc, out, err = voltactl_run("generate", "Hi", "--max-tokens", "1")
 check("drain: voltactl generate exits 1 with the 503 and its message",
       rc == 1 and "answered 503" in err and "draining" in err, (rc, out, err))
+# Nothing is running: the log says the drain is complete (no polling).
+log_path = os.path.join(tmp, "voltad.log")
+t0 = time.time()
+while time.time() - t0 < 5 and "drained: no request in flight" not in open(log_path).read():
+    time.sleep(0.1)
+check("drain: the log says when no request is in flight",
+      "drained: no request in flight" in open(log_path).read())
 rc, out, _ = voltactl_run("resume")
 status, body = http("GET", "/health")
 check("voltactl resume: ready again", rc == 0 and status == 200, (rc, out, body))
