@@ -18,20 +18,19 @@ def check(what, cond, detail=""):
         failed.append(what)
 
 
-def health_on_new_connection():
-    """(status, headers, error or {}, whether the server closed the connection after)."""
+def on_new_connection(method="GET", target="/health"):
+    """(status, headers, body, whether the server closed the connection after)."""
     s = connect(SOCK, 10)
     try:
-        s.sendall(build_request("GET", "/health"))
+        s.sendall(build_request(method, target))
         r = Reader(s)
         status, headers = r.head()
         body = r.body(headers)
-        err = json.loads(body)["error"] if status == 429 else {}
         try:
             closed = s.recv(1) == b""
         except OSError:
             closed = True
-        return status, headers, err, closed
+        return status, headers, body, closed
     finally:
         s.close()
 
@@ -39,25 +38,15 @@ def health_on_new_connection():
 # ninth is answered 429 and closed, and once one closes a new one is served.
 held = [connect(SOCK, 10) for _ in range(8)]
 time.sleep(0.2)  # all eight accepted before the ninth
-status, headers, err, closed = health_on_new_connection()
+status, headers, body, closed = on_new_connection()
+err = json.loads(body)["error"] if status == 429 else {}
 check("a ninth connection of the same user: 429, Retry-After, closed", status == 429
       and headers.get("retry-after") == "1" and err.get("code") == "rate_limit_exceeded"
       and "max_connections_per_user" in err.get("message", "") and closed, (status, err))
 # An administrator's /admin request on a ninth connection gets through
 # (this test runs as root or as the daemon's own user), once: the
 # connection then closes. (resume while serving: 409, nothing to resume.)
-s = connect(SOCK, 10)
-try:
-    s.sendall(build_request("POST", "/admin/resume"))
-    r = Reader(s)
-    status, headers = r.head()
-    body = r.body(headers)
-    try:
-        closed = s.recv(1) == b""
-    except OSError:
-        closed = True
-finally:
-    s.close()
+status, _, body, closed = on_new_connection("POST", "/admin/resume")
 time.sleep(0.3)  # its refused slot freed before the flood below
 check("an administrator's /admin request past its connection limit: answered, then closed",
       status in (200, 409) and b"state" in body and closed, (status, body))
