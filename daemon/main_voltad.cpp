@@ -62,6 +62,9 @@ int verify_config(const std::string& path) {
   // socket_group stops the daemon at start; unknown names in the access
   // lists are ignored by it (warnings).
   const auto& server = r.config.server;
+  const auto warnings =
+      voltad::account_name_warnings(server.allow_users, server.allow_groups, server.admin_groups);
+  for (const auto& w : warnings) std::fprintf(stderr, "%s: warning: %s\n", path.c_str(), w.c_str());
   if (!server.socket_group.empty() && !voltad::resolve_group(server.socket_group)) {
     std::fprintf(stderr,
                  "%s: server.socket_group '%s' is not a group on this system: voltad would not "
@@ -69,9 +72,6 @@ int verify_config(const std::string& path) {
                  path.c_str(), server.socket_group.c_str(), path.c_str());
     return voltad::kExitConfig;
   }
-  const auto warnings =
-      voltad::account_name_warnings(server.allow_users, server.allow_groups, server.admin_groups);
-  for (const auto& w : warnings) std::fprintf(stderr, "%s: warning: %s\n", path.c_str(), w.c_str());
   if (warnings.empty())
     std::printf("%s: ok\n", path.c_str());
   else

@@ -227,9 +227,17 @@ std::optional<ApiError> parse_common(const Json& object, CompletionRequest& r) {
   std::optional<int64_t> max_tokens, n, seed, top_k;
   // Any positive count: one past the room left in the context is refused
   // with the numbers and context_length_exceeded, however large.
-  VOLTAD_API_TRY(f.get("max_tokens", 1, INT64_MAX, max_tokens));
-  if (r.kind == CompletionRequest::Kind::Chat)
-    VOLTAD_API_TRY(f.get("max_completion_tokens", 1, INT64_MAX, max_tokens));
+  VOLTAD_API_TRY(f.get("max_tokens", INT64_MIN, INT64_MAX, max_tokens));
+  const char* tokens_field = "max_tokens";
+  if (r.kind == CompletionRequest::Kind::Chat && object.contains("max_completion_tokens") &&
+      !object.at("max_completion_tokens").is_null()) {
+    VOLTAD_API_TRY(f.get("max_completion_tokens", INT64_MIN, INT64_MAX, max_tokens));
+    tokens_field = "max_completion_tokens";
+  }
+  if (max_tokens && *max_tokens < 1)
+    return bad_request("'" + std::string(tokens_field) + "' must be at least 1, not " +
+                           std::to_string(*max_tokens),
+                       tokens_field);
   r.max_tokens = max_tokens;
   VOLTAD_API_TRY(f.get("n", 1, 128, n));
   if (n && *n != 1) return bad_request("'n' must be 1: one choice per request is supported", "n");

@@ -86,16 +86,22 @@ PlanOutput render_plan(const PlanRequest& req) {
   // As the daemon: --config, else the default file; where neither exists,
   // the built-in defaults, and the plan says so.
   std::string config_path = req.config_path;
-  std::error_code exists_ec;
-  if (config_path.empty() && std::filesystem::exists(config::default_config_path(), exists_ec))
-    config_path = config::default_config_path();
+  std::error_code exists_ec;  // one that cannot be looked at is read, and says why
+  const bool implicit =
+      config_path.empty() &&
+      (std::filesystem::exists(config::default_config_path(), exists_ec) || exists_ec);
+  if (implicit) config_path = config::default_config_path();
   if (!config_path.empty()) {
     auto loaded = config::load_config_file(config_path);
     std::string problems;
     for (const config::Problem& p : loaded.problems)
       if (req.model_path.empty() || !about_model_path(p)) problems += p.to_string() + "\n";
     if (!problems.empty()) {
-      PlanOutput r = fail(kExitConfig, config_path + " is invalid; no plan printed");
+      PlanOutput r = fail(
+          kExitConfig, config_path + " is invalid; no plan printed" +
+                           (implicit ? std::string(" (the daemon's config, read since no --config "
+                                                   "was given; --config FILE plans with another)")
+                                     : std::string()));
       r.err = problems + r.err;
       return r;
     }

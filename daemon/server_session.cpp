@@ -144,6 +144,20 @@ void Session::handle_request() {
                  peer_.user, peer_.pid);
     refusal_ = Refusal::Forbidden;
   }
+  // An administrator's /admin request (voltactl reload, drain, resume) gets
+  // past the connection limits (the administrator's own, and
+  // server.max_connections), once: the connection then closes. An
+  // emergency drain must not wait for the clients that fill them.
+  if ((refusal_ == Refusal::UserConnections || refusal_ == Refusal::Overloaded) &&
+      std::string(req_.target()).rfind("/admin/", 0) == 0 &&
+      ctx_.access()->check_admin(peer_).allowed) {
+    spdlog::info("uid {} ({}) pid {}: {} let past {}", peer_.uid, peer_.user, peer_.pid,
+                 std::string(req_.target()),
+                 refusal_ == Refusal::Overloaded ? "server.max_connections"
+                                                 : "server.max_connections_per_user");
+    refusal_ = Refusal::None;
+    req_.keep_alive(false);
+  }
   if (refusal_ == Refusal::Forbidden) {
     ApiError e = status_error(
         403, "access denied: user " + peer_.user + " (uid " + std::to_string(peer_.uid) +
@@ -157,16 +171,6 @@ void Session::handle_request() {
     return send(error_response(
         unavailable("too many connections are open (server.max_connections); retry shortly", 1),
         req_.version(), false));
-  }
-  // An administrator's /admin request (voltactl reload, drain, resume) gets
-  // past the administrator's own connection limit, once: the connection
-  // then closes. An emergency drain must not wait for that user's clients.
-  if (refusal_ == Refusal::UserConnections && std::string(req_.target()).rfind("/admin/", 0) == 0 &&
-      ctx_.access()->check_admin(peer_).allowed) {
-    spdlog::info("uid {} ({}) pid {}: {} let past server.max_connections_per_user", peer_.uid,
-                 peer_.user, peer_.pid, std::string(req_.target()));
-    refusal_ = Refusal::None;
-    req_.keep_alive(false);
   }
   if (refusal_ == Refusal::UserConnections) {
     return send(error_response(

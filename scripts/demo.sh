@@ -11,7 +11,9 @@
 # VOLTAD_DEMO_BACKEND=cpu|cuda overrides the choice.
 # Without a GPU a first build compiles the CUDA kernels (where nvcc is
 # found) for one architecture only, the list scripts/test.sh uses, not the
-# default list's five: they cannot run here.
+# default list: they cannot run here. With a GPU whose architecture the
+# build lacks (a build made before its driver was installed), the build is
+# configured again with the default list.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -27,9 +29,15 @@ else
 fi
 
 bash scripts/install-deps.sh
+cached_archs() { sed -n 's/^CMAKE_CUDA_ARCHITECTURES:[A-Z]*=//p' build/CMakeCache.txt 2>/dev/null; }
 if [[ $backend == cpu && ! -f build/CMakeCache.txt ]]; then
   echo "demo: no GPU to serve on: CUDA kernels, if built, for one architecture"
   bash scripts/build.sh -DCMAKE_CUDA_ARCHITECTURES="${VOLTAD_TEST_CUDA_ARCHITECTURES:-75}"
+elif [[ $backend == cuda && -f build/CMakeCache.txt ]] &&
+  cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d . ) &&
+  [[ -n $cap && $(cached_archs) =~ ^[0-9\;]+$ && ";$(cached_archs);" != *";$cap;"* ]]; then
+  echo "demo: the build has CUDA code for $(cached_archs), not this GPU's sm_$cap: configuring again"
+  bash scripts/build.sh -UCMAKE_CUDA_ARCHITECTURES
 else
   bash scripts/build.sh
 fi
@@ -70,7 +78,7 @@ engine:
 log:
   level: info
 EOF
-build/bin/voltad --verify-config "$config.new" >/dev/null
+build/bin/voltad --verify-config "$config.new" >/dev/null || { rm -f "$config.new"; exit 78; }
 
 # A previous demo daemon is stopped (it drains, then removes its socket).
 if [[ -f $pidfile ]]; then

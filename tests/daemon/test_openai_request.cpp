@@ -67,6 +67,9 @@ TEST_CASE("defaults: no max_tokens, temperature 1, no stop; null is absent") {
   CHECK_FALSE(r.sampling.seed.has_value());
   CHECK(chat_ok(R"({"messages":[{"role":"user","content":"x"}],"max_completion_tokens":3})")
             .max_tokens == 3);
+  // Below 1: named, with the field the value came from.
+  CHECK(chat_error(R"({"messages":[{"role":"user","content":"x"}],"max_completion_tokens":-3})")
+            .message == "'max_completion_tokens' must be at least 1, not -3");
   // However large: the context check refuses it later, with the number.
   CHECK(chat_ok(R"({"messages":[{"role":"user","content":"x"}],"max_tokens":100000000000})")
             .max_tokens == int64_t(100000000000));

@@ -35,9 +35,23 @@ while b"\r\n\r\n" not in data:
     if not part: break
     data += part
 print(data.split(b"\r\n")[0].decode())
-sys.exit(0 if data.startswith(b"HTTP/1.1 503") and b"Retry-After" in data else 1)
+ok = data.startswith(b"HTTP/1.1 503") and b"Retry-After" in data
+s.close()
+# An administrator's /admin request (this test runs as root or as the
+# daemon's user) is answered past it: resume while serving, 409.
+s = socket.socket(socket.AF_UNIX); s.settimeout(10); s.connect(path)
+s.sendall(b"POST /admin/resume HTTP/1.1\r\nHost: x\r\n\r\n")
+data = b""
+while b"\r\n\r\n" not in data:
+    part = s.recv(4096)
+    if not part:
+        break
+    data += part
+print(data.split(b"\r\n")[0].decode())
+admin_ok = data.startswith(b"HTTP/1.1 409") or data.startswith(b"HTTP/1.1 200")
+sys.exit(0 if ok and admin_ok else 1)
 PY
-check "over max_connections: 503 with Retry-After" test $? -eq 0
+check "over max_connections: 503 with Retry-After; an administrator's /admin request answered" test $? -eq 0
 
 # A daemon killed hard leaves its socket file; the next start replaces it.
 kill -KILL "$daemon_pid"; wait "$daemon_pid" 2>/dev/null; daemon_pid=
