@@ -159,9 +159,11 @@ void Listener::on_accept(boost::system::error_code ec, local::socket socket) {
   // answer goes out; a user may have kRefusedPerUser of them, and the rest
   // are closed at once, so that one user's flood of refused connections
   // cannot fill server.max_connections either.
+  // One that gets its answer is counted by its Session, which knows
+  // whether an administrator's /admin request got past the limit after all.
   auto refused_slot = [&](const char* reason) {
     connection = ctx_.refused_limiter->try_acquire(creds->uid);
-    ctx_.metrics.count_connection(false, reason);
+    if (!connection) ctx_.metrics.count_connection(false, reason);
     return connection != nullptr;
   };
   // At most one line a uid every 10 s (RefusalLog): a client that retries
@@ -183,7 +185,6 @@ void Listener::on_accept(boost::system::error_code ec, local::socket socket) {
     log_refusal("server.max_connections (" + std::to_string(limits->max_connections) +
                 ") are open");
     refusal = Session::Refusal::Overloaded;
-    ctx_.metrics.count_connection(false, "max_connections");
   } else if (!(connection = ctx_.connection_limiter->try_acquire(creds->uid))) {
     log_refusal("it has server.max_connections_per_user (" +
                 std::to_string(ctx_.connection_limiter->max_per_user()) + ") open");

@@ -46,16 +46,38 @@ Session::Session(net::local::stream_protocol::socket&& socket, ServerContext& ct
       ctx_(ctx),
       peer_(std::move(peer)),
       refusal_(refusal),
+      counted_(refusal == Refusal::None),  // the listener counted it accepted
       connection_(std::move(connection)) {
   ++ctx_.open_connections;
 }
 
 Session::~Session() {
+  count_connection();
   if (job_) {
     job_->stream->cancel();
     --ctx_.active_generations;
   }
   --ctx_.open_connections;
+}
+
+static const char* refusal_reason(Session::Refusal refusal) {
+  switch (refusal) {
+    case Session::Refusal::Forbidden:
+      return "forbidden";
+    case Session::Refusal::Overloaded:
+      return "max_connections";
+    case Session::Refusal::UserConnections:
+      return "max_connections_per_user";
+    case Session::Refusal::None:
+      break;
+  }
+  return "";
+}
+
+void Session::count_connection() {
+  if (counted_) return;
+  counted_ = true;
+  ctx_.metrics.count_connection(refusal_ == Refusal::None, refusal_reason(refusal_));
 }
 
 void Session::run() {
@@ -158,6 +180,7 @@ void Session::handle_request() {
     refusal_ = Refusal::None;
     req_.keep_alive(false);
   }
+  count_connection();
   if (refusal_ == Refusal::Forbidden) {
     ApiError e = status_error(
         403, "access denied: user " + peer_.user + " (uid " + std::to_string(peer_.uid) +

@@ -73,6 +73,11 @@ class Session : public std::enable_shared_from_this<Session> {
   ServerContext& ctx_;
   PeerCredentials peer_;
   Refusal refusal_;
+  // A refused connection is counted in /metrics once its fate is known:
+  // when its request is read (an administrator's /admin request is let
+  // through, and counted accepted) or when it closes without one.
+  bool counted_;
+  void count_connection();
   std::unique_ptr<UserSlot> connection_;
   boost::beast::flat_buffer buffer_;
   std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser_;

@@ -36,6 +36,8 @@ def on_new_connection(method="GET", target="/health"):
 
 # Per-user connections: eight open connections are this user's share; the
 # ninth is answered 429 and closed, and once one closes a new one is served.
+ACCEPTED = 'voltad_connections_total{result="accepted"}'
+accepted_before = metrics(SOCK).get(ACCEPTED, 0)
 held = [connect(SOCK, 10) for _ in range(8)]
 time.sleep(0.2)  # all eight accepted before the ninth
 status, headers, body, closed = on_new_connection()
@@ -106,7 +108,14 @@ check("after one of them closes, a new connection is served", served and time.ti
 for c in held:
     c.close()
 time.sleep(0.3)  # (the server may take a new connection before an old one's close)
-refused = metrics(SOCK).get('voltad_connections_total{result="refused",reason="max_connections_per_user"}', 0)
+after = metrics(SOCK)
+refused = after.get('voltad_connections_total{result="refused",reason="max_connections_per_user"}', 0)
 check("the refusals are counted in /metrics", refused >= 7, refused)
+# Accepted since the first read of /metrics: the eight held, the
+# administrator's /admin request (let through, so counted accepted, not
+# refused), the one /health served and this read. (Refused tries of
+# health_ok count as refused.)
+accepted = after.get(ACCEPTED, 0) - accepted_before
+check("accepted connections counted, the administrator's among them", accepted == 11, accepted)
 
 sys.exit(1 if failed else 0)
