@@ -80,20 +80,25 @@ struct ServerSection {
       "cannot take every connection.",
       range<int64_t>(1, 65536));
     v(max_header_bytes, "max_header_bytes", ByteSize{16 << 10},
-      "Largest HTTP request header accepted (431 beyond).");
+      "Largest HTTP request header accepted (431 beyond).",
+      range(ByteSize{1 << 10}, ByteSize{64 << 20}));
     v(max_body_bytes, "max_body_bytes", ByteSize{4 << 20},
-      "Largest HTTP request body accepted (413 beyond).");
+      "Largest HTTP request body accepted (413 beyond).",
+      range(ByteSize{1 << 10}, ByteSize{1 << 30}));
     v(read_timeout, "read_timeout", Duration{std::chrono::seconds(30)},
-      "Deadline for reading one request; a slow client is cut off.");
+      "Deadline for reading one request; a slow client is cut off.",
+      range(Duration{std::chrono::seconds(1)}, Duration{std::chrono::hours(24)}));
     v(write_timeout, "write_timeout", Duration{std::chrono::seconds(30)},
-      "Deadline for writing one response or streamed chunk.");
+      "Deadline for writing one response or streamed chunk.",
+      range(Duration{std::chrono::seconds(1)}, Duration{std::chrono::hours(24)}));
     v(max_requests_per_user, "max_requests_per_user", int64_t{8},
       "Requests one user may have running or queued at once (429 beyond).", range<int64_t>(1, 4096));
     v(write_queue_chunks, "write_queue_chunks", int64_t{256},
       "Streamed chunks queued per connection before the sequence waits for the client.",
       range<int64_t>(4, 65536));
     v(shutdown_grace, "shutdown_grace", Duration{std::chrono::seconds(30)},
-      "On stop, how long running requests may finish before they are cancelled.");
+      "On stop, how long running requests may finish before they are cancelled.",
+      range(Duration{}, Duration{std::chrono::hours(24)}));
     v(dbus, "dbus", std::string("auto"),
       "D-Bus interface org.voltad.Daemon1 (docs/DBUS.md): auto (the system bus for a system "
       "service or root, the user bus for a user instance), system, user, or off. A bus that "
@@ -153,7 +158,8 @@ struct MemorySection {
     v(kv_cache_bytes, "kv_cache_bytes", ByteSize{0},
       "KV cache pool size; 0: what the budget leaves, capped by max_context x max_sequences.");
     v(monitor_interval, "monitor_interval", Duration{std::chrono::seconds(1)},
-      "How often the card's total memory use is sampled.");
+      "How often the card's total memory use is sampled.",
+      range(Duration{std::chrono::milliseconds(100)}, Duration{std::chrono::hours(1)}));
     v(hysteresis, "hysteresis", 0.02,
       "Leave degraded when usage falls this far below vram_fraction.", range(0.0, 0.5));
   }

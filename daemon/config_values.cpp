@@ -47,6 +47,8 @@ Check<T> range(T lo, T hi) {
 }
 template Check<int64_t> range(int64_t, int64_t);
 template Check<double> range(double, double);
+template Check<Duration> range(Duration, Duration);
+template Check<ByteSize> range(ByteSize, ByteSize);
 
 Check<std::string> one_of(std::vector<std::string> choices) {
   std::string describe = "one of: ";

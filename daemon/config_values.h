@@ -16,14 +16,14 @@ namespace voltad::config {
 // "30s", "500ms", "2m", "1h", or a bare number of seconds.
 struct Duration {
   std::chrono::milliseconds value{0};
-  friend bool operator==(const Duration&, const Duration&) = default;
+  friend auto operator<=>(const Duration&, const Duration&) = default;
   double seconds() const { return value.count() / 1000.0; }
 };
 
 // "16GiB", "512MiB", "4096", "1.5GB": bytes.
 struct ByteSize {
   uint64_t bytes = 0;
-  friend bool operator==(const ByteSize&, const ByteSize&) = default;
+  friend auto operator<=>(const ByteSize&, const ByteSize&) = default;
 };
 
 using StringList = std::vector<std::string>;

@@ -117,6 +117,31 @@ TEST_CASE("out-of-range values and bad choices are reported") {
   CHECK(all.find("did you mean 'bind'?") != std::string::npos);
 }
 
+TEST_CASE("a timeout or size of 0 that would refuse every request is out of range") {
+  // read_timeout 0 closed every connection at once (voltactl could not
+  // even reload it back); the sizes at 0 refused every request.
+  auto r = load(kMinimal +
+                "server:\n  read_timeout: 0\n  write_timeout: 500ms\n  max_header_bytes: 0\n"
+                "  max_body_bytes: 100\n  shutdown_grace: 0\n"
+                "memory:\n  monitor_interval: 0\n");
+  REQUIRE_MESSAGE(r.problems.size() == 5, problems_text(r));
+  std::string all = problems_text(r);
+  CHECK(all.find("server.read_timeout: out of range: 0s (allowed: 1s to 24h)") != std::string::npos);
+  CHECK(all.find("server.write_timeout: out of range: 500ms (allowed: 1s to 24h)") !=
+        std::string::npos);
+  CHECK(all.find("server.max_header_bytes: out of range: 0 (allowed: 1KiB to 64MiB)") !=
+        std::string::npos);
+  CHECK(all.find("server.max_body_bytes: out of range: 100 (allowed: 1KiB to 1GiB)") !=
+        std::string::npos);
+  CHECK(all.find("memory.monitor_interval: out of range: 0s (allowed: 100ms to 1h)") !=
+        std::string::npos);
+  CHECK(all.find("shutdown_grace") == std::string::npos);  // 0: cancel at once, allowed
+  auto edges = load(kMinimal +
+                    "server:\n  read_timeout: 1s\n  max_header_bytes: 1KiB\n"
+                    "  max_body_bytes: 1GiB\nmemory:\n  monitor_interval: 100ms\n");
+  CHECK_MESSAGE(edges.problems.empty(), problems_text(edges));
+}
+
 TEST_CASE("server.socket_path must fit a Unix socket address (1 to 107 bytes)") {
   // sun_path holds 108 bytes with the terminating NUL; the daemon could
   // not bind a longer path (exit 73), so --verify-config refuses it.
