@@ -328,7 +328,7 @@ void Session::do_write_stream(std::string data) {
 void Session::on_write_stream(error_code ec, size_t) {
   writing_ = false;
   if (ec) {
-    if (job_) ctx_.metrics.count_disconnect_cancel();
+    if (job_ && !job_done_) ctx_.metrics.count_disconnect_cancel();
     return fail(ec, "stream write");
   }
   if (job_done_) {
@@ -367,6 +367,10 @@ void Session::on_watch(uint64_t serial, error_code ec) {
   if (serial != job_serial_ || !job_) return;
   watching_ = false;
   if (ec == net::error::operation_aborted) return;
+  // The generation has ended and its last chunk is being written: a client
+  // that read it all and hung up has cancelled nothing (the write's end
+  // closes the connection or reads the next request).
+  if (job_done_) return;
   bool gone = bool(ec);
   if (!gone) {
     // Readable while we are answering: either the client hung up (EOF) or

@@ -240,6 +240,33 @@ check("a half-closed client gets its whole stream", st == 200 and body.endswith(
 check("neither counted as a hang-up", metrics(SOCK)["voltad_disconnect_cancels_total"] == before)
 
 
+
+# A client that reads a stream to its end and hangs up at once (curl -N)
+# cancelled nothing, though its hang-up may reach the daemon before the
+# write of the last chunk has completed there.
+def stream_to_done():
+    c = connect(SOCK, 10)
+    try:
+        c.sendall(build_request("POST", "/v1/chat/completions", {
+            "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, "stream": True}))
+        got = b""
+        while not got.endswith(b"0\r\n\r\n"):
+            part = c.recv(65536)
+            if not part:
+                break
+            got += part
+        return b"data: [DONE]" in got
+    finally:
+        c.close()
+
+
+before = metrics(SOCK)["voltad_disconnect_cancels_total"]
+done = sum(stream_to_done() for _ in range(40))
+after = metrics(SOCK)["voltad_disconnect_cancels_total"]
+check("40 streams read to [DONE], then closed: none counted as a hang-up",
+      done == 40 and after == before, (done, before, after))
+
+
 # A client that hangs up during a non-streamed answer (nothing is written
 # until the end, so only the watch can see it) cancels the generation:
 # closing at once, or after a half-close.
