@@ -8,6 +8,7 @@
 #include <boost/asio/strand.hpp>
 
 #include <atomic>
+#include <cerrno>
 #include <csignal>
 #include <ctime>
 #include <filesystem>
@@ -200,6 +201,19 @@ std::optional<Failure> load_engine(const config::Config& cfg, const std::string&
   return std::nullopt;
 }
 
+// The first directory above `path` this process may not enter (search
+// permission), or "" when every one may be: a model behind one is there
+// but unreadable, which "no file is there" would misstate.
+std::string unenterable_directory(const std::string& path) {
+  namespace fs = std::filesystem;
+  fs::path dir;
+  for (const fs::path& part : fs::path(path).parent_path()) {
+    dir /= part;
+    if (::access(dir.c_str(), X_OK) != 0 && errno == EACCES) return dir.string();
+  }
+  return "";
+}
+
 std::string default_model_name(const std::string& model_path) {
   std::string stem = std::filesystem::path(model_path).filename().string();
   if (stem.size() > 5 && stem.substr(stem.size() - 5) == ".gguf") stem.resize(stem.size() - 5);
@@ -215,6 +229,14 @@ int serve(const config::Config& cfg, const std::string& config_path) {
   const std::string model_path = config::expand_path(cfg.model.path);
   std::error_code fec;
   if (!std::filesystem::is_regular_file(model_path, fec)) {
+    if (const std::string dir = unenterable_directory(model_path); !dir.empty()) {
+      spdlog::error(
+          "cannot open model file '{}' (model.path in {}): Permission denied: the directory "
+          "'{}' cannot be entered by uid {}. Every directory above the model must be "
+          "traversable (x) by the daemon's user; /var/lib/voltad/models is.",
+          model_path, config_path, dir, ::geteuid());
+      return kExitModelData;
+    }
     spdlog::error(
         "no model to serve: model.path is '{}' in {}, and no file is there. Set model.path to a "
         "GGUF file "

@@ -47,6 +47,24 @@ out=$("$bin/voltad" --config "$tmp/nomodel.yaml" 2>&1); rc=$?
 check "missing model: exit 66" test "$rc" -eq 66
 check "missing model: says so and where" grep -q "no model to serve: model.path is '$tmp/none.gguf'" <<<"$out"
 
+# A model behind a directory the daemon's user cannot enter is there, but
+# unreadable: said as such, with the directory (exit 65), not "no file is
+# there". Needs root and setpriv for a second uid.
+if [[ $(id -u) -eq 0 ]] && command -v setpriv >/dev/null; then
+  chmod 755 "$tmp"
+  mkdir -m 700 "$tmp/locked"
+  : >"$tmp/locked/m.gguf"
+  printf 'model:\n  path: %s/locked/m.gguf\n' "$tmp" >"$tmp/locked.yaml"
+  chmod 644 "$tmp/locked.yaml"
+  out=$(setpriv --reuid=65534 --regid=65534 --clear-groups "$bin/voltad" --config "$tmp/locked.yaml" 2>&1)
+  rc=$?
+  check "model behind an unenterable directory: exit 65" test "$rc" -eq 65
+  check "model behind an unenterable directory: names it" \
+    grep -q "Permission denied: the directory '$tmp/locked' cannot be entered by uid 65534" <<<"$out"
+else
+  echo "skip the unenterable directory (needs root and setpriv for a second uid)"
+fi
+
 for tool in voltactl voltad-run voltad-bench; do
   "$bin/$tool" frobnicate >/dev/null 2>&1
   check "$tool: unknown subcommand exits non-zero" test $? -ne 0
