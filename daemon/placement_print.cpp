@@ -281,7 +281,9 @@ PrintPlacementOutput render_placement(const PrintPlacementRequest& req) {
   auto plan = plan_placement(*topology, cfg.placement, options);
   if (!plan) {
     r.err = "voltad: " + plan.error().message + "\n";
-    r.exit_code = topology->gpus.empty() ? kExitUnavailable : kExitPlacement;
+    // As the daemon: 69 only where a GPU is needed and there is none.
+    r.exit_code =
+        topology->gpus.empty() && options.gpu_required ? kExitUnavailable : kExitPlacement;
   }
   if (req.json) {
     json j = {{"machine", machine_json(*topology)},

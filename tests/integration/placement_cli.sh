@@ -51,6 +51,28 @@ err=$("$bin/voltad" --print-placement --config "$tmp/node7.yaml" --topology-xml 
 check "node out of range: exit 74" test "$rc" -eq 74
 check "node out of range: says which nodes exist" grep -q "NUMA node 7 does not exist in .*h200-1socket.xml (its nodes: 0)" <<<"$err"
 
+# A machine without NVIDIA GPUs (the 2-socket box with its NVIDIA devices
+# taken out): 69 (no GPU) only where the backend needs one; for the CPU
+# backend a node it does not have is 74, as the daemon exits.
+python3 - "$topo/32em64t-2n8c2t-pci-normalio.xml" "$tmp/nogpu.xml" <<'PY'
+import sys, xml.etree.ElementTree as ET
+tree = ET.parse(sys.argv[1])
+for parent in tree.iter():
+    for child in list(parent):
+        if child.get("type") == "PCIDev" and "[10de:" in child.get("pci_type", ""):
+            parent.remove(child)
+tree.write(sys.argv[2])
+PY
+err=$("$bin/voltad" --print-placement --topology-xml "$tmp/nogpu.xml" 2>&1 >/dev/null); rc=$?
+check "no NVIDIA GPU, CUDA backend: exit 69" test "$rc" -eq 69
+printf 'engine:\n  backend: cpu\nplacement:\n  numa: 7\n' >"$tmp/cpu-node7.yaml"
+err=$("$bin/voltad" --print-placement --config "$tmp/cpu-node7.yaml" --topology-xml "$tmp/nogpu.xml" 2>&1 >/dev/null); rc=$?
+check "no NVIDIA GPU, CPU backend, node out of range: exit 74" test "$rc" -eq 74
+check "... and says which nodes exist" grep -q "NUMA node 7 does not exist" <<<"$err"
+printf 'engine:\n  backend: cpu\n' >"$tmp/cpu-only.yaml"
+"$bin/voltad" --print-placement --config "$tmp/cpu-only.yaml" --topology-xml "$tmp/nogpu.xml" >/dev/null 2>&1
+check "no NVIDIA GPU, CPU backend: exit 0" test $? -eq 0
+
 # This machine, planned for the CPU backend so that it needs no GPU.
 printf 'engine:\n  backend: cpu\nplacement:\n  numa: 0\n' >"$tmp/cpu.yaml"
 "$bin/voltad" --print-placement --config "$tmp/cpu.yaml" --json >"$tmp/here.json"
