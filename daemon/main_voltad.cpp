@@ -80,8 +80,24 @@ int verify_config(const std::string& path) {
   return voltad::kExitOk;
 }
 
+// path: --config's, or "" for the daemon's default file, which need not
+// exist: then the built-in defaults are the effective values (said in a
+// comment first, and on stderr).
 int dump_config(const std::string& path) {
-  auto r = voltad::config::load_config_file(path);
+  const std::string default_path = voltad::config::default_config_path();
+  std::error_code ec;  // a default file that cannot be looked at is read, and says why
+  if (path.empty() && !std::filesystem::exists(default_path, ec) && !ec) {
+    auto defaults = voltad::config::Config::defaults();
+    std::fprintf(stderr, "voltad: %s does not exist; these are the built-in defaults\n",
+                 default_path.c_str());
+    std::printf(
+        "# %s does not exist: the built-in defaults. model.path has none: set it to a GGUF "
+        "file.\n",
+        default_path.c_str());
+    std::fputs(voltad::config::dump_config(defaults).c_str(), stdout);
+    return voltad::kExitOk;
+  }
+  auto r = voltad::config::load_config_file(path.empty() ? default_path : path);
   if (!r.ok()) {
     print_problems(r);
     return voltad::kExitConfig;
@@ -168,10 +184,10 @@ int main(int argc, char** argv) {
     args.placement.config_path = args.config_path;  // none: every key at its default
     return voltad::placement::print_placement(args.placement);
   }
+  if (args.mode == "dump") return dump_config(args.config_path);
   if (args.config_path.empty()) args.config_path = voltad::config::default_config_path();
 
   if (args.mode == "verify") return verify_config(args.config_path);
-  if (args.mode == "dump") return dump_config(args.config_path);
   if (args.mode == "reference") {
     std::fputs(voltad::config::config_reference_markdown().c_str(), stdout);
     return voltad::kExitOk;

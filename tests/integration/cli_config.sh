@@ -39,6 +39,20 @@ check "--dump-config exits 0" test $? -eq 0
 check "--dump-config output verifies" test $? -eq 0
 check "--dump-config carries help comments" grep -q "# Share of the card's total memory" "$tmp/dumped.yaml"
 
+# Without --config and without the daemon's default file, --dump-config
+# prints the built-in defaults (as --plan plans with them) and says so.
+mkdir -p "$tmp/noconf"
+CONFIGURATION_DIRECTORY="$tmp/noconf" "$bin/voltad" --dump-config >"$tmp/defaults.yaml" 2>"$tmp/defaults.err"
+check "--dump-config without a config file: exit 0" test $? -eq 0
+check "--dump-config without a config file: says the defaults are shown" \
+  grep -q "^# $tmp/noconf/voltad.yaml does not exist: the built-in defaults" "$tmp/defaults.yaml"
+out=$("$bin/voltad" --verify-config "$tmp/defaults.yaml" 2>&1)
+check "--dump-config without a config file: the defaults verify, but for model.path (no default)" \
+  test "$(grep -c "^$tmp/defaults.yaml:" <<<"$out")" -eq 1 -a "$(grep -c "model.path: must not be empty" <<<"$out")" -eq 1
+printf 'log:\n  level: loud\n' >"$tmp/noconf/voltad.yaml"
+CONFIGURATION_DIRECTORY="$tmp/noconf" "$bin/voltad" --dump-config >/dev/null 2>&1
+check "--dump-config reads the default file where there is one (a bad one: 78)" test $? -eq 78
+
 "$bin/voltad" --no-such-flag >/dev/null 2>&1
 check "unknown flag exits 64" test $? -eq 64
 
