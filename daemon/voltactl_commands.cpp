@@ -134,8 +134,22 @@ void on_sigint(int) {
 
 }  // namespace
 
+// generate's default length: 256 tokens, or what the context leaves after
+// the prompt where that is less (a small engine.max_context refused 256).
+// The daemon counts (/tokenize); if it cannot, 256, and the daemon's answer
+// says what does not fit.
+int64_t default_max_tokens(const ApiClient& client, const std::string& prompt) {
+  constexpr int64_t kDefault = 256;
+  auto r = client.post("/tokenize", Json{{"prompt", prompt}}.dump());
+  if (!r.ok() || r->status != 200) return kDefault;
+  Json j = Json::parse(r->body, nullptr, false);
+  const int64_t room =
+      j.is_object() ? j.value("max_model_len", int64_t{0}) - j.value("count", int64_t{0}) : 0;
+  return room >= 1 ? std::min(kDefault, room) : kDefault;
+}
+
 int cmd_generate(const ApiClient& client, const Args& args) {
-  std::string max_tokens = "256", temperature, seed;
+  std::string max_tokens, temperature, seed;
   std::vector<std::string> prompt;
   if (!parse_options(
           "generate", args,
@@ -151,6 +165,7 @@ int cmd_generate(const ApiClient& client, const Args& args) {
   for (auto& p : prompt) text += (text.empty() ? "" : " ") + p;
   Json body = {{"prompt", text}, {"stream", true}};
   if (!add_sampling("generate", max_tokens, temperature, seed, body)) return kExitUsage;
+  if (max_tokens.empty()) body["max_tokens"] = default_max_tokens(client, text);
   std::string error;
   auto r = client.stream("/v1/completions", body.dump(), [&](const std::string& data) {
     std::string t = chunk_text(data, error);

@@ -108,6 +108,17 @@ out=$("$bin/voltactl" models 2>&1)
 check "voltactl models" grep -q "^SmolLM2" <<<"$out"
 out=$("$bin/voltactl" generate "The capital of France is" --max-tokens 4 --temperature 0 2>&1)
 check "voltactl generate streams text" test -n "$(tr -d '[:space:]' <<<"$out")"
+# Without --max-tokens, generate asks for 256 tokens or what the context
+# (512 here) leaves after the prompt, whichever is less; an explicit
+# --max-tokens is sent as given (and refused when it does not fit).
+long_prompt=$(printf 'the %.0s' $(seq 490))
+r=$(api /tokenize -d "{\"prompt\": \"$long_prompt\"}")
+check "the long prompt leaves less than 256 tokens of the 512" py '256 < j["count"] < 511' <<<"$(body "$r")"
+out=$("$bin/voltactl" generate "$long_prompt" --temperature 0 2>&1); rc=$?
+check "voltactl generate, a long prompt, no --max-tokens: fits what the context leaves" test "$rc" -eq 0
+out=$("$bin/voltactl" generate "$long_prompt" --max-tokens 256 --temperature 0 2>&1); rc=$?
+check "... with --max-tokens 256: refused, with the numbers" \
+  test "$rc" -eq 1 -a "$(grep -c "max_tokens asks for 256" <<<"$out")" -eq 1
 out=$(printf 'Say hello.\nNow say goodbye.\n' | "$bin/voltactl" chat --max-tokens 4 2>&1)
 check "voltactl chat answers two turns (piped)" test "$(grep -c . <<<"$out")" -ge 2
 out=$("$bin/voltactl" bench --max-tokens 4 --concurrency 1,2 --json 2>&1)
