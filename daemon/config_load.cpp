@@ -358,6 +358,21 @@ LoadResult load_config_file(const std::string& path) {
   return load_config_text(text.str(), path);
 }
 
+Problem problem_at_key(const std::string& path, const std::string& section, const std::string& key,
+                       std::string message) {
+  Problem p{path, 1, 1, std::move(message)};
+  try {
+    const YAML::Node root = YAML::LoadFile(path);
+    if (root.IsMap() && root[section].IsMap() && root[section][key]) {
+      const YAML::Mark mark = root[section][key].Mark();
+      p.line = mark.line + 1;
+      p.column = mark.column + 1;
+    }
+  } catch (const YAML::Exception&) {  // read before and found valid; 1:1 if not now
+  }
+  return p;
+}
+
 std::string dump_config(Config& config) {
   YamlWriter w;
   w.out << "# voltad configuration (effective values; see docs/CONFIG.md)\n\n";

@@ -24,6 +24,11 @@ struct LoadResult {
 };
 
 LoadResult load_config_file(const std::string& path);
+
+// A problem with a value only this machine can judge (an account name),
+// placed at section.key's value in the file (1:1 if it cannot be found).
+Problem problem_at_key(const std::string& path, const std::string& section, const std::string& key,
+                       std::string message);
 LoadResult load_config_text(const std::string& text, const std::string& file_name);
 
 // The effective config as YAML, help text as comments; passes --verify-config.

@@ -66,10 +66,11 @@ int verify_config(const std::string& path) {
       voltad::account_name_warnings(server.allow_users, server.allow_groups, server.admin_groups);
   for (const auto& w : warnings) std::fprintf(stderr, "%s: warning: %s\n", path.c_str(), w.c_str());
   if (!server.socket_group.empty() && !voltad::resolve_group(server.socket_group)) {
-    std::fprintf(stderr,
-                 "%s: server.socket_group '%s' is not a group on this system: voltad would not "
-                 "start\nvoltad: %s: 1 problem\n",
-                 path.c_str(), server.socket_group.c_str(), path.c_str());
+    const auto p = voltad::config::problem_at_key(
+        path, "server", "socket_group",
+        "server.socket_group '" + server.socket_group +
+            "' is not a group on this system: voltad would not start");
+    std::fprintf(stderr, "%s\nvoltad: %s: 1 problem\n", p.to_string().c_str(), path.c_str());
     return voltad::kExitConfig;
   }
   if (warnings.empty())

@@ -241,6 +241,9 @@ std::optional<ApiError> parse_common(const Json& object, CompletionRequest& r) {
   r.max_tokens = max_tokens;
   VOLTAD_API_TRY(f.get("n", 1, 128, n));
   if (n && *n != 1) return bad_request("'n' must be 1: one choice per request is supported", "n");
+  std::optional<int64_t> best_of;  // completions' field; on chat too, not silently ignored
+  VOLTAD_API_TRY(f.get("best_of", 1, 128, best_of));
+  if (best_of && *best_of != 1) return bad_request("'best_of' must be 1", "best_of");
   VOLTAD_API_TRY(f.get("seed", INT64_MIN, INT64_MAX, seed));
   if (seed) r.sampling.seed = uint64_t(*seed);
   VOLTAD_API_TRY(f.get("top_k", -1, 1 << 20, top_k));
@@ -286,8 +289,10 @@ std::optional<ApiError> parse_common(const Json& object, CompletionRequest& r) {
       return bad_request("'response_format' other than {\"type\": \"text\"} is not supported",
                          "response_format");
   }
-  if (const Json* lp = f.find("logprobs"); lp && !(lp->is_boolean() && !lp->get<bool>()) &&
-                                           !(lp->is_number_integer() && lp->get<int64_t>() == 0))
+  // false or null: none asked for. Completions' integer form asks for the
+  // chosen token's even at 0, so any number is refused.
+  if (const Json* lp = f.find("logprobs");
+      lp && !lp->is_null() && !(lp->is_boolean() && !lp->get<bool>()))
     return bad_request("'logprobs' are not supported by this server", "logprobs");
   if (const Json* tl = f.find("top_logprobs"); tl && !tl->is_null())
     return bad_request("'top_logprobs' are not supported by this server", "top_logprobs");
@@ -359,9 +364,6 @@ std::optional<ApiError> parse_text_completion(std::string_view body, CompletionR
   bool echo = false;
   VOLTAD_API_TRY(f.get("echo", echo));
   if (echo) return bad_request("'echo' is not supported by this server", "echo");
-  std::optional<int64_t> best_of;
-  VOLTAD_API_TRY(f.get("best_of", 1, 128, best_of));
-  if (best_of && *best_of != 1) return bad_request("'best_of' must be 1", "best_of");
   std::string suffix;
   VOLTAD_API_TRY(f.get("suffix", suffix));
   if (!suffix.empty())

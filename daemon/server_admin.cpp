@@ -35,7 +35,10 @@ HttpResponse admin_request(ServerContext& ctx, const HttpRequest& req, const Pee
     e.message = admin.reason;
     return error_response(e, req.version(), req.keep_alive());
   }
-  const std::string who = "voltactl, uid " + std::to_string(peer.uid) + " (" + peer.user + ")";
+  // Any client of the socket may send it (voltactl, curl): named by its
+  // credentials, as refusals are.
+  const std::string who = "uid " + std::to_string(peer.uid) + " (" + peer.user + ") pid " +
+                          std::to_string(peer.pid) + " on the socket";
   spdlog::info("{} requested by {}", path, who);
   ControlResult r = action == "reload"  ? ctx.lifecycle.request_reload()
                     : action == "drain" ? ctx.lifecycle.request_drain(who)

@@ -91,6 +91,7 @@ class ServiceControl::Drain : public std::enable_shared_from_this<Drain> {
   void force() {
     deadline_ = std::chrono::steady_clock::now();
     forced_ = true;
+    forced_stop_ = true;
     timer_.cancel();  // tick now rather than in 50 ms
   }
 
@@ -104,8 +105,10 @@ class ServiceControl::Drain : public std::enable_shared_from_this<Drain> {
       return ioc_.stop();
     }
     if (now >= deadline_ && !cancelled_) {
-      spdlog::warn("server.shutdown_grace has passed with {} requests in flight; cancelling them",
-                   ctx_.active_generations.load());
+      const int64_t in_flight = ctx_.active_generations.load();
+      spdlog::warn("{} with {} request{} in flight; cancelling {}",
+                   forced_stop_ ? "a second stop signal" : "server.shutdown_grace has passed",
+                   in_flight, in_flight == 1 ? "" : "s", in_flight == 1 ? "it" : "them");
       if (m) m->scheduler->cancel_all("the server is shutting down");
       cancelled_ = true;
       deadline_ = now + std::chrono::seconds(2);
@@ -123,6 +126,7 @@ class ServiceControl::Drain : public std::enable_shared_from_this<Drain> {
   net::io_context& ioc_;
   ServerContext& ctx_;
   net::steady_timer timer_;
+  bool forced_stop_ = false;  // a second signal cut the grace short (for the log)
   std::chrono::steady_clock::time_point deadline_;
   bool cancelled_ = false;
   bool forced_ = false;  // the wait was cancelled by force()

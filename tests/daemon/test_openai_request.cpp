@@ -129,6 +129,7 @@ TEST_CASE("every wrong type or value is a 400 naming its field") {
       {R"({"messages":[{"role":"user","content":"x"}],"n":3})", "n"},
       {R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]})", "tools"},
       {R"({"messages":[{"role":"user","content":"x"}],"logprobs":true})", "logprobs"},
+      {R"({"messages":[{"role":"user","content":"x"}],"best_of":2})", "best_of"},
       {R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}})",
        "response_format"},
       // A type that is not a string, or none: refused, not thrown on.
@@ -216,6 +217,8 @@ TEST_CASE("text completion prompts: a string, one string in a list, or token ids
   CHECK(parse_text_completion(R"({})", r)->param == "prompt");
   CHECK(parse_text_completion(R"({"prompt":"x","echo":true})", r)->param == "echo");
   CHECK(parse_text_completion(R"({"prompt":"x","best_of":2})", r)->param == "best_of");
+  CHECK(parse_text_completion(R"({"prompt":"x","logprobs":0})", r)->param == "logprobs");
+  REQUIRE_FALSE(parse_text_completion(R"({"prompt":"x","logprobs":null,"best_of":1})", r));
 }
 
 TEST_CASE("tokenize and detokenize bodies") {

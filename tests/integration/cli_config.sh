@@ -93,6 +93,8 @@ out=$("$bin/voltad" --verify-config "$tmp/nogroup.yaml" 2>&1); rc=$?
 check "--verify-config, unknown socket_group: exit 78" test "$rc" -eq 78
 check "--verify-config, unknown socket_group: says the daemon would not start" \
   grep -q "server.socket_group 'voltad-no-such-group' is not a group on this system" <<<"$out"
+check "--verify-config, unknown socket_group: at its FILE:LINE:COL" \
+  grep -q "^$tmp/nogroup.yaml:4:17: server.socket_group" <<<"$out"
 printf 'model:\n  path: /srv/m.gguf\nserver:\n  allow_groups: [voltad-no-such-group]\n  admin_groups: [voltad-no-such-admins]\n' \
   >"$tmp/nogroups.yaml"
 out=$("$bin/voltad" --verify-config "$tmp/nogroups.yaml" 2>&1); rc=$?

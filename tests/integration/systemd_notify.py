@@ -6,6 +6,7 @@ WATCHDOG_PID set, through start, watchdog pings, a hung engine, reloads
 usage: systemd_notify.py VOLTAD VOLTACTL CONFIG SOCKET TMPDIR"""
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -267,6 +268,9 @@ while time.time() - t0 < 5 and "drained: no request in flight" not in open(log_p
     time.sleep(0.1)
 check("drain: the log says when no request is in flight",
       "drained: no request in flight" in open(log_path).read())
+check("drain: the log names who asked, by uid and pid",
+      re.search(r"/admin/drain requested by uid \d+ \(\S+\) pid \d+ on the socket",
+                open(log_path).read()) is not None)
 rc, out, _ = voltactl_run("resume")
 status, body = http("GET", "/health")
 check("voltactl resume: ready again", rc == 0 and status == 200, (rc, out, body))
