@@ -97,7 +97,8 @@ struct ServerSection {
       "Streamed chunks queued per connection before the sequence waits for the client.",
       range<int64_t>(4, 65536));
     v(shutdown_grace, "shutdown_grace", Duration{std::chrono::seconds(30)},
-      "On stop, how long running requests may finish before they are cancelled.",
+      "On stop, how long running requests may finish before they are cancelled (under systemd, "
+      "keep it below the unit's TimeoutStopSec, 60s in the packaged units).",
       range(Duration{}, Duration{std::chrono::hours(24)}));
     v(dbus, "dbus", std::string("auto"),
       "D-Bus interface org.voltad.Daemon1 (docs/DBUS.md): auto (the system bus for a system "

@@ -1,5 +1,6 @@
 #include "daemon/daemon_run.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -209,7 +210,8 @@ std::string unenterable_directory(const std::string& path) {
   fs::path dir;
   for (const fs::path& part : fs::path(path).parent_path()) {
     dir /= part;
-    if (::access(dir.c_str(), X_OK) != 0 && errno == EACCES) return dir.string();
+    if (::faccessat(AT_FDCWD, dir.c_str(), X_OK, AT_EACCESS) != 0 && errno == EACCES)
+      return dir.string();
   }
   return "";
 }
@@ -230,11 +232,20 @@ int serve(const config::Config& cfg, const std::string& config_path) {
   std::error_code fec;
   if (!std::filesystem::is_regular_file(model_path, fec)) {
     if (const std::string dir = unenterable_directory(model_path); !dir.empty()) {
+      const bool home = dir == "/home" || dir == "/root" || dir.rfind("/run/user", 0) == 0;
       spdlog::error(
           "cannot open model file '{}' (model.path in {}): Permission denied: the directory "
-          "'{}' cannot be entered by uid {}. Every directory above the model must be "
-          "traversable (x) by the daemon's user; /var/lib/voltad/models is.",
-          model_path, config_path, dir, ::geteuid());
+          "'{}' cannot be entered by uid {}. {}",
+          model_path, config_path, dir, ::geteuid(),
+          home ? "The units' ProtectHome=yes hides home directories from the service: keep "
+                 "models in /var/lib/voltad/models."
+               : "Every directory above the model must be traversable (x) by the daemon's "
+                 "user; /var/lib/voltad/models is.");
+      return kExitModelData;
+    }
+    if (fec == std::errc::permission_denied) {  // denied, by something else than a mode
+      spdlog::error("cannot open model file '{}' (model.path in {}): Permission denied", model_path,
+                    config_path);
       return kExitModelData;
     }
     spdlog::error(

@@ -366,4 +366,23 @@ Result<PlacementPlan> plan_placement(const Topology& t, const config::PlacementS
   return p;
 }
 
+Result<PlacementPlan> plan_for_engine(const Topology& topology, const config::Config& config) {
+  const config::PlacementSection& want = config.placement;
+  PlanOptions options;
+  options.gpu_required = config.engine.backend != "cpu";
+  auto plan = plan_placement(topology, want, options);
+  if (plan || !options.gpu_required || want.gpu != "auto") return plan;
+  auto gpu = find_gpu(topology, "auto", /*optional=*/true);
+  if (!gpu || gpu->has_value()) return plan;  // a GPU is there: the first error stands
+  const std::string why = plan.error().message;
+  PlanOptions cpu_only;
+  cpu_only.gpu_required = false;
+  plan = plan_placement(topology, want, cpu_only);
+  if (plan)
+    plan->shortfalls.push_back(
+        "engine.backend is " + config.engine.backend + ", but " + why +
+        ". CPUs and memory are placed without a GPU and CUDA_VISIBLE_DEVICES is left as it is");
+  return plan;
+}
+
 }  // namespace voltad::placement

@@ -56,6 +56,14 @@ Result<PlacementPlan> plan_placement(const Topology& topology,
                                      const config::PlacementSection& placement,
                                      const PlanOptions& options = {});
 
+// The plan the daemon places itself by (place_process) and --print-placement
+// shows: plan_placement() for the config's placement and backend, except
+// that an engine needing a GPU, with placement.gpu auto, on a machine where
+// hwloc sees none (a container without /sys/bus/pci, where CUDA may still
+// see one) gets CPUs and memory planned without one, with a shortfall that
+// says so. An error: the config names a GPU, node or CPU this machine lacks.
+Result<PlacementPlan> plan_for_engine(const Topology& topology, const config::Config& config);
+
 // The GPU a placement.gpu spec names: auto, an index in PCI bus order, a PCI
 // bus id or GPU-<uuid>. With `optional`, auto on a machine without NVIDIA
 // GPUs gives nullopt instead of an error.

@@ -276,14 +276,13 @@ PrintPlacementOutput render_placement(const PrintPlacementRequest& req) {
     topology = load_topology_xml_text(*xml, req.topology_xml);
     if (!topology) return fail(topology.error(), kExitTopologyData);
   }
-  PlanOptions options;
-  options.gpu_required = cfg.engine.backend != "cpu";
-  auto plan = plan_placement(*topology, cfg.placement, options);
+  // The daemon's own plan: with placement.gpu auto and no GPU in hwloc's
+  // view, CPUs and memory without one (a shortfall, shown); a GPU, node or
+  // CPU the config names and the machine lacks is 74, as at start.
+  auto plan = plan_for_engine(*topology, cfg);
   if (!plan) {
     r.err = "voltad: " + plan.error().message + "\n";
-    // As the daemon: 69 only where a GPU is needed and there is none.
-    r.exit_code =
-        topology->gpus.empty() && options.gpu_required ? kExitUnavailable : kExitPlacement;
+    r.exit_code = kExitPlacement;
   }
   if (req.json) {
     json j = {{"machine", machine_json(*topology)},

@@ -48,25 +48,8 @@ Result<StartupPlacement> place_process(const config::Config& cfg) {
     return unplaced(topology.error().message, want);
   }
 
-  PlanOptions options;
-  options.gpu_required = cfg.engine.backend != "cpu";
-  auto plan = plan_placement(*topology, want, options);
-  if (!plan && options.gpu_required && want.gpu == "auto") {
-    // No NVIDIA GPU in hwloc's view. In a container without /sys/bus/pci
-    // CUDA may still see one, so place CPUs and memory anyway; strict
-    // refuses this shortfall in apply_placement().
-    auto gpu = find_gpu(*topology, "auto", /*optional=*/true);
-    if (gpu && !gpu->has_value()) {
-      std::string why = plan.error().message;
-      PlanOptions cpu_only;
-      cpu_only.gpu_required = false;
-      plan = plan_placement(*topology, want, cpu_only);
-      if (plan)
-        plan->shortfalls.push_back(
-            "engine.backend is " + cfg.engine.backend + ", but " + why +
-            ". CPUs and memory are placed without a GPU and CUDA_VISIBLE_DEVICES is left as it is");
-    }
-  }
+  // strict refuses a shortfall (no GPU in hwloc's view, ...) in apply_placement().
+  auto plan = plan_for_engine(*topology, cfg);
   // The config names a GPU, node or CPUs this machine lacks: never serve on
   // something else.
   if (!plan)

@@ -4,9 +4,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -134,19 +136,27 @@ void on_sigint(int) {
 
 }  // namespace
 
+namespace {
+
 // generate's default length: 256 tokens, or what the context leaves after
 // the prompt where that is less (a small engine.max_context refused 256).
-// The daemon counts (/tokenize); if it cannot, 256, and the daemon's answer
-// says what does not fit.
-int64_t default_max_tokens(const ApiClient& client, const std::string& prompt) {
+// The daemon counts (/tokenize). nullopt: send none, and the daemon's
+// answer says what does not fit (a prompt that fills the context); where
+// it cannot count (an older daemon), 256.
+std::optional<int64_t> default_max_tokens(const ApiClient& client, const std::string& prompt) {
   constexpr int64_t kDefault = 256;
   auto r = client.post("/tokenize", Json{{"prompt", prompt}}.dump());
   if (!r.ok() || r->status != 200) return kDefault;
-  Json j = Json::parse(r->body, nullptr, false);
-  const int64_t room =
-      j.is_object() ? j.value("max_model_len", int64_t{0}) - j.value("count", int64_t{0}) : 0;
-  return room >= 1 ? std::min(kDefault, room) : kDefault;
+  const Json j = Json::parse(r->body, nullptr, false);
+  if (!j.is_object() || !j.contains("max_model_len") || !j.contains("count") ||
+      !j["max_model_len"].is_number_integer() || !j["count"].is_number_integer())
+    return kDefault;
+  const int64_t room = j["max_model_len"].get<int64_t>() - j["count"].get<int64_t>();
+  if (room < 1) return std::nullopt;
+  return std::min(kDefault, room);
 }
+
+}  // namespace
 
 int cmd_generate(const ApiClient& client, const Args& args) {
   std::string max_tokens, temperature, seed;
@@ -165,7 +175,8 @@ int cmd_generate(const ApiClient& client, const Args& args) {
   for (auto& p : prompt) text += (text.empty() ? "" : " ") + p;
   Json body = {{"prompt", text}, {"stream", true}};
   if (!add_sampling("generate", max_tokens, temperature, seed, body)) return kExitUsage;
-  if (max_tokens.empty()) body["max_tokens"] = default_max_tokens(client, text);
+  if (max_tokens.empty())
+    if (auto n = default_max_tokens(client, text)) body["max_tokens"] = *n;
   std::string error;
   auto r = client.stream("/v1/completions", body.dump(), [&](const std::string& data) {
     std::string t = chunk_text(data, error);

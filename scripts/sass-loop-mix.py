@@ -7,7 +7,9 @@ usage: sass-loop-mix.py LISTING NAME-SUBSTRING...
        sass-loop-mix.py --self-test
   Each NAME-SUBSTRING picks the first kernel whose demangled name holds it.
 
-The loop is the widest backward branch before the kernel's first
+The loop is the widest backward branch (the outermost loop: a kernel with
+two loops one after the other, or a hot inner one, needs reading) before
+the kernel's first
 unconditional EXIT: code after that is out-of-line (the slow paths of
 shuffles and warp syncs when lanes diverge), whose jumps back into the loop
 are not loops. Memory, shuffle and tensor-core operations are counted with
@@ -81,7 +83,8 @@ def main():
         return self_test()
     if len(sys.argv) < 3:
         sys.exit(__doc__)
-    kernels = parse(open(sys.argv[1]).read())
+    with open(sys.argv[1]) as f:
+        kernels = parse(f.read())
     for want in sys.argv[2:]:
         name = next((n for n in kernels if want in n), None)
         if name is None:

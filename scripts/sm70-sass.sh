@@ -4,7 +4,8 @@
 # without a V100 (docs/KERNEL-NOTES.md, "sm_70 SASS").
 #
 # usage: scripts/sm70-sass.sh FILE.cu [NAME-REGEX]
-#   NAME-REGEX keeps the kernels whose (demangled) name matches (grep -E).
+#   NAME-REGEX keeps the kernels whose (demangled) name matches (an awk
+#   extended regular expression).
 #   VOLTAD_SM70_CUBIN=PATH also keeps the cubin there.
 #
 # How: the machine's nvcc parses FILE with __CUDA_ARCH__ forced to 700 and
@@ -15,20 +16,31 @@
 # configuration: the system's sources are not touched; cached under
 # ~/.cache/voltad/cuda11.8-disasm). It reads the cubins ptxas 12.9 writes.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-[[ $# -ge 1 && -f $1 ]] || { sed -n '5,9p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
-cu=$1
+self=$(realpath "$0")
+[[ $# -ge 1 && -f $1 ]] || { sed -n '6,10p' "$self" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+cu=$(realpath "$1")
 filter=${2:-}
+cubin_copy=${VOLTAD_SM70_CUBIN:+$(realpath -m "$VOLTAD_SM70_CUBIN")}
+cd "$(dirname "$self")/.."
+apt_dir='' work=''
+trap 'rm -rf ${apt_dir:+"$apt_dir"} ${work:+"$work"}' EXIT
 nvcc13=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 [[ -x $nvcc13 ]] || { echo "sm70-sass: no nvcc on this machine" >&2; exit 1; }
 ptxas12=$(bash scripts/cuda12-toolkit.sh)
 
 cache="${VOLTAD_SM70_DISASM:-$HOME/.cache/voltad/cuda11.8-disasm}"
 if [[ ! -x $cache/cuobjdump || ! -x $cache/nvdisasm ]]; then
+  keyring=/usr/share/keyrings/debian-archive-keyring.gpg
+  if ! command -v apt-get >/dev/null || ! command -v dpkg >/dev/null || [[ ! -f $keyring ]]; then
+    echo "sm70-sass: fetching the disassembler needs apt-get, dpkg and $keyring (Debian's" \
+      "debian-archive-keyring); or put CUDA 11.8's cuobjdump and nvdisasm in $cache" \
+      "(VOLTAD_SM70_DISASM names another folder)" >&2
+    exit 1
+  fi
   echo "sm70-sass: fetching CUDA 11.8's disassembler (Debian 12 non-free nvidia-cuda-toolkit, once)" >&2
   apt_dir=$(mktemp -d)
   mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial" "$apt_dir/x"
-  echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bookworm non-free" \
+  echo "deb [signed-by=$keyring] http://deb.debian.org/debian bookworm non-free" \
     >"$apt_dir/sources.list"
   opts=(-o Dir::Etc::SourceList="$apt_dir/sources.list" -o Dir::Etc::SourceParts=/dev/null
         -o Dir::State::Lists="$apt_dir/lists" -o Dir::Cache="$apt_dir/cache"
@@ -38,16 +50,14 @@ if [[ ! -x $cache/cuobjdump || ! -x $cache/nvdisasm ]]; then
   dpkg -x "$apt_dir"/nvidia-cuda-toolkit_*.deb "$apt_dir/x"
   mkdir -p "$cache"
   cp "$apt_dir/x/usr/bin/cuobjdump" "$apt_dir/x/usr/bin/nvdisasm" "$cache/"
-  rm -rf "$apt_dir"
 fi
 
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
 "$nvcc13" -std=c++17 -I. -arch=compute_75 -ptx -U__CUDA_ARCH__ -D__CUDA_ARCH__=700 \
   --expt-relaxed-constexpr "$cu" -o "$work/k.ptx"
 sed -i 's/^\.target sm_75/.target sm_70/; s/^\.version 9\.[0-9]*/.version 8.8/' "$work/k.ptx"
 "$ptxas12" -arch=sm_70 "$work/k.ptx" -o "$work/k.cubin"
-[[ -n ${VOLTAD_SM70_CUBIN:-} ]] && cp "$work/k.cubin" "$VOLTAD_SM70_CUBIN"
+if [[ -n $cubin_copy ]]; then cp "$work/k.cubin" "$cubin_copy"; fi
 # One kernel's listing runs from its "Function :" line to the next.
 "$cache/cuobjdump" -sass "$work/k.cubin" |
   awk -v re="$filter" -v cxxfilt="$(command -v c++filt || true)" '

@@ -64,19 +64,21 @@ check "missing model: says so and where" grep -q "no model to serve: model.path 
 # A model behind a directory the daemon's user cannot enter is there, but
 # unreadable: said as such, with the directory (exit 65), not "no file is
 # there". Needs root and setpriv for a second uid.
-if [[ $(id -u) -eq 0 ]] && command -v setpriv >/dev/null; then
-  chmod 755 "$tmp"
-  mkdir -m 700 "$tmp/locked"
-  : >"$tmp/locked/m.gguf"
-  printf 'model:\n  path: %s/locked/m.gguf\n' "$tmp" >"$tmp/locked.yaml"
-  chmod 644 "$tmp/locked.yaml"
-  out=$(setpriv --reuid=65534 --regid=65534 --clear-groups "$bin/voltad" --config "$tmp/locked.yaml" 2>&1)
-  rc=$?
+as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
+if [[ $(id -u) -eq 0 ]] && command -v setpriv >/dev/null && as_nobody "$bin/voltad" --version >/dev/null 2>&1; then
+  open=$(mktemp -d -p /tmp)  # $tmp's parents may be closed to uid 65534
+  chmod 755 "$open"
+  mkdir -m 700 "$open/locked"
+  : >"$open/locked/m.gguf"
+  printf 'model:\n  path: %s/locked/m.gguf\n' "$open" >"$open/locked.yaml"
+  chmod 644 "$open/locked.yaml"
+  out=$(as_nobody "$bin/voltad" --config "$open/locked.yaml" 2>&1); rc=$?
   check "model behind an unenterable directory: exit 65" test "$rc" -eq 65
   check "model behind an unenterable directory: names it" \
-    grep -q "Permission denied: the directory '$tmp/locked' cannot be entered by uid 65534" <<<"$out"
+    grep -q "Permission denied: the directory '$open/locked' cannot be entered by uid 65534" <<<"$out"
+  rm -rf "$open"
 else
-  echo "skip the unenterable directory (needs root and setpriv for a second uid)"
+  echo "skip the unenterable directory (needs root, setpriv, and a build uid 65534 can run)"
 fi
 
 for tool in voltactl voltad-run voltad-bench; do

@@ -52,8 +52,10 @@ check "node out of range: exit 74" test "$rc" -eq 74
 check "node out of range: says which nodes exist" grep -q "NUMA node 7 does not exist in .*h200-1socket.xml (its nodes: 0)" <<<"$err"
 
 # A machine without NVIDIA GPUs (the 2-socket box with its NVIDIA devices
-# taken out): 69 (no GPU) only where the backend needs one; for the CPU
-# backend a node it does not have is 74, as the daemon exits.
+# taken out), planned as the daemon plans at start: with placement.gpu auto
+# the CUDA backend gets CPUs and memory without a GPU (a shortfall, shown;
+# CUDA then decides), and a GPU, node or CPU the config names that the
+# machine lacks is 74, whatever the backend.
 python3 - "$topo/32em64t-2n8c2t-pci-normalio.xml" "$tmp/nogpu.xml" <<'PY'
 import sys, xml.etree.ElementTree as ET
 tree = ET.parse(sys.argv[1])
@@ -63,8 +65,17 @@ for parent in tree.iter():
             parent.remove(child)
 tree.write(sys.argv[2])
 PY
-err=$("$bin/voltad" --print-placement --topology-xml "$tmp/nogpu.xml" 2>&1 >/dev/null); rc=$?
-check "no NVIDIA GPU, CUDA backend: exit 69" test "$rc" -eq 69
+out=$("$bin/voltad" --print-placement --topology-xml "$tmp/nogpu.xml" 2>&1); rc=$?
+check "no NVIDIA GPU, CUDA backend, gpu auto: exit 0" test "$rc" -eq 0
+check "... CPUs and memory placed without a GPU, said" \
+  grep -q "CPUs and memory are placed without a GPU" <<<"$out"
+printf 'placement:\n  gpu: "0"\n' >"$tmp/gpu0.yaml"
+err=$("$bin/voltad" --print-placement --config "$tmp/gpu0.yaml" --topology-xml "$tmp/nogpu.xml" 2>&1 >/dev/null); rc=$?
+check "no NVIDIA GPU, gpu 0 named: exit 74" test "$rc" -eq 74
+printf 'placement:\n  numa: 7\n' >"$tmp/cuda-node7.yaml"
+err=$("$bin/voltad" --print-placement --config "$tmp/cuda-node7.yaml" --topology-xml "$tmp/nogpu.xml" 2>&1 >/dev/null); rc=$?
+check "no NVIDIA GPU, CUDA backend, gpu auto, node 7: exit 74 naming the node" \
+  test "$rc" -eq 74 -a "$(grep -c "NUMA node 7 does not exist" <<<"$err")" -eq 1
 printf 'engine:\n  backend: cpu\nplacement:\n  numa: 7\n' >"$tmp/cpu-node7.yaml"
 err=$("$bin/voltad" --print-placement --config "$tmp/cpu-node7.yaml" --topology-xml "$tmp/nogpu.xml" 2>&1 >/dev/null); rc=$?
 check "no NVIDIA GPU, CPU backend, node out of range: exit 74" test "$rc" -eq 74

@@ -77,7 +77,7 @@ check "drain: logged the cancellation" grep -q "shutdown_grace has passed with 1
 SHUTDOWN_GRACE=60s write_config "$tmp/voltad.yaml"
 start_daemon
 curl -s -N --max-time 60 --unix-socket "$sock" http://localhost/v1/completions \
-  -d '{"prompt": "Count:", "max_tokens": 400, "ignore_eos": true, "stream": true}' >/dev/null &
+  -d '{"prompt": "Count:", "max_tokens": 500, "ignore_eos": true, "stream": true}' >/dev/null &
 streamer=$!
 for _ in $(seq 100); do
   [[ $(api /metrics | grep -E '^voltad_running_sequences ' | awk '{print $2}') == 1 ]] && break
