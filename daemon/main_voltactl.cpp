@@ -1,5 +1,7 @@
 // voltactl: the client and admin tool. Talks to voltad over its Unix socket.
 #include <cstdio>
+#include <cstdlib>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -8,7 +10,7 @@
 
 namespace {
 constexpr const char* kUsage =
-    "usage: voltactl [--socket PATH] COMMAND [ARGS]\n"
+    "usage: voltactl [--socket PATH] [--timeout SECONDS] COMMAND [ARGS]\n"
     "commands:\n"
     "  generate PROMPT [--max-tokens N] [--temperature T] [--seed N]   continue PROMPT, streamed\n"
     "  chat [--system TEXT] [--max-tokens N] [--temperature T] [--seed N]\n"
@@ -25,12 +27,30 @@ constexpr const char* kUsage =
     "requests\n"
     "  plan [--json]                                                   the VRAM plan made at "
     "start, and the card now\n"
-    "The socket is --socket, else $VOLTAD_SOCKET, else the daemon's default (%s).\n";
+    "The socket is --socket, else $VOLTAD_SOCKET, else the daemon's default (%s).\n"
+    "--timeout: how long an answer that is not a stream may take (default 30 s).\n"
+    "A prompt that starts with '-' goes after --.\n";
+}
+
+static int run_command(const voltad::ctl::ApiClient& client, const std::string& cmd,
+                       const voltad::ctl::Args& args, const std::string& socket) {
+  if (cmd == "generate") return voltad::ctl::cmd_generate(client, args);
+  if (cmd == "chat") return voltad::ctl::cmd_chat(client, args);
+  if (cmd == "status") return voltad::ctl::cmd_status(client, args);
+  if (cmd == "models") return voltad::ctl::cmd_models(client, args);
+  if (cmd == "bench") return voltad::ctl::cmd_bench(client, args);
+  if (cmd == "reload" || cmd == "drain" || cmd == "resume")
+    return voltad::ctl::cmd_admin(client, cmd, args);
+  if (cmd == "plan") return voltad::ctl::cmd_plan(client, args);
+  std::fprintf(stderr, "voltactl: unknown command '%s'\n", cmd.c_str());
+  std::fprintf(stderr, kUsage, socket.c_str());
+  return voltad::kExitUsage;
 }
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   std::string socket = voltad::ctl::default_socket_path();
+  int timeout = voltad::ctl::kAnswerTimeoutSeconds;
   while (!args.empty() && args[0].rfind("--", 0) == 0) {
     if (args[0] == "--help" || args[0] == "-h") {
       std::printf(kUsage, socket.c_str());
@@ -40,14 +60,34 @@ int main(int argc, char** argv) {
       std::printf("voltactl %s\n", VOLTAD_VERSION);
       return voltad::kExitOk;
     }
-    if (args[0] == "--socket") {
-      if (args.size() < 2) {
-        std::fprintf(stderr, "voltactl: --socket needs a value (the daemon's socket PATH)\n");
+    // --socket PATH, --timeout SECONDS, or their --name=VALUE forms.
+    const size_t eq = args[0].find('=');
+    const std::string name = args[0].substr(0, eq);
+    if (name == "--socket" || name == "--timeout") {
+      std::string value;
+      if (eq != std::string::npos) {
+        value = args[0].substr(eq + 1);
+        args.erase(args.begin());
+      } else if (args.size() >= 2) {
+        value = args[1];
+        args.erase(args.begin(), args.begin() + 2);
+      } else {
+        std::fprintf(stderr, "voltactl: %s needs a value\n", name.c_str());
         std::fprintf(stderr, kUsage, socket.c_str());
         return voltad::kExitUsage;
       }
-      socket = args[1];
-      args.erase(args.begin(), args.begin() + 2);
+      if (name == "--socket") {
+        socket = value;
+      } else {
+        char* end = nullptr;
+        const long t = std::strtol(value.c_str(), &end, 10);
+        if (value.empty() || *end != '\0' || t < 1 || t > 86400) {
+          std::fprintf(stderr, "voltactl: --timeout takes 1 to 86400 seconds, not '%s'\n",
+                       value.c_str());
+          return voltad::kExitUsage;
+        }
+        timeout = int(t);
+      }
       continue;
     }
     std::fprintf(stderr, "voltactl: unknown option %s\n", args[0].c_str());
@@ -60,16 +100,14 @@ int main(int argc, char** argv) {
   }
   std::string cmd = args[0];
   args.erase(args.begin());
-  voltad::ctl::ApiClient client(socket);
-  if (cmd == "generate") return voltad::ctl::cmd_generate(client, args);
-  if (cmd == "chat") return voltad::ctl::cmd_chat(client, args);
-  if (cmd == "status") return voltad::ctl::cmd_status(client, args);
-  if (cmd == "models") return voltad::ctl::cmd_models(client, args);
-  if (cmd == "bench") return voltad::ctl::cmd_bench(client, args);
-  if (cmd == "reload" || cmd == "drain" || cmd == "resume")
-    return voltad::ctl::cmd_admin(client, cmd, args);
-  if (cmd == "plan") return voltad::ctl::cmd_plan(client, args);
-  std::fprintf(stderr, "voltactl: unknown command '%s'\n", cmd.c_str());
-  std::fprintf(stderr, kUsage, socket.c_str());
-  return voltad::kExitUsage;
+  voltad::ctl::ApiClient client(socket, timeout);
+  // An answer of an unexpected shape (another service on the socket, a
+  // daemon of another version) is an error, not an abort.
+  try {
+    return run_command(client, cmd, args, socket);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "voltactl %s: the answer from %s was not what was expected: %s\n",
+                 cmd.c_str(), socket.c_str(), e.what());
+    return voltad::kExitFailure;
+  }
 }

@@ -75,6 +75,8 @@ ClientRun run_client(const ApiClient& client, int max_tokens, std::atomic<int64_
     run.error = r.error().message;
   else if (r->status != 200)
     run.error = "HTTP " + std::to_string(r->status) + ": " + error_message(r.value());
+  else if (!r->broken.empty())
+    run.error = r->broken;
   run.ok = run.error.empty() && first && run.completion_tokens > 0;
   if (run.error.empty() && !run.ok) run.error = "the stream ended without tokens or usage";
   return run;

@@ -5,6 +5,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -44,6 +45,16 @@ Result<local::socket> connect(net::io_context& ioc, const std::string& path) {
   boost::system::error_code ec;
   socket.connect(local::endpoint(path), ec);
   if (ec) {
+    // Something other than a socket at the path: said as such.
+    std::error_code fec;
+    const auto type = std::filesystem::status(path, fec).type();
+    if (!fec && type != std::filesystem::file_type::socket &&
+        type != std::filesystem::file_type::not_found)
+      return make_error("cannot connect to " + path + ": it is " +
+                        (type == std::filesystem::file_type::directory ? "a directory"
+                         : type == std::filesystem::file_type::regular ? "a regular file"
+                                                                       : "not a socket") +
+                        ", not voltad's socket (pass --socket PATH or set VOLTAD_SOCKET)");
     std::string hint = ec == net::error::connection_refused || ec == net::error::not_found ||
                                ec == boost::system::errc::no_such_file_or_directory
                            ? " (is voltad running? pass --socket PATH or set VOLTAD_SOCKET)"
@@ -69,20 +80,33 @@ http::request<http::string_body> make_request(http::verb verb, const std::string
   return req;
 }
 
-Result<ApiResponse> call(const std::string& path, http::verb verb, const std::string& target,
-                         const std::string& body) {
+Result<ApiResponse> call(const std::string& path, int timeout_s, http::verb verb,
+                         const std::string& target, const std::string& body) {
   net::io_context ioc;
   auto socket = connect(ioc, path);
   if (!socket.ok()) return socket.error();
-  boost::system::error_code ec;
+  // The whole exchange within the timeout: asynchronous, so that the
+  // deadline can end it.
+  beast::basic_stream<local> stream(std::move(*socket));
+  stream.expires_after(std::chrono::seconds(timeout_s));
   auto req = make_request(verb, target, body);
-  http::write(*socket, req, ec);
-  if (ec) return make_error("sending to " + path + ": " + ec.message());
   beast::flat_buffer buffer;
   http::response_parser<http::string_body> parser;
   parser.body_limit(kNoBodyLimit);
-  http::read(*socket, buffer, parser, ec);
-  if (ec) return make_error("reading the answer from " + path + ": " + ec.message());
+  boost::system::error_code write_ec, read_ec;
+  http::async_write(stream, req, [&](boost::system::error_code ec, size_t) {
+    write_ec = ec;
+    if (!ec)
+      http::async_read(stream, buffer, parser,
+                       [&](boost::system::error_code rec, size_t) { read_ec = rec; });
+  });
+  ioc.run();
+  auto timed_out = [&](const boost::system::error_code& ec) { return ec == beast::error::timeout; };
+  if (timed_out(write_ec) || timed_out(read_ec))
+    return make_error("no answer from " + path + " within " + std::to_string(timeout_s) +
+                      " s (is the daemon stopped or hung? its log, or systemctl status voltad)");
+  if (write_ec) return make_error("sending to " + path + ": " + write_ec.message());
+  if (read_ec) return make_error("reading the answer from " + path + ": " + read_ec.message());
   ApiResponse r;
   r.status = int(parser.get().result_int());
   r.body = parser.get().body();
@@ -93,11 +117,11 @@ Result<ApiResponse> call(const std::string& path, http::verb verb, const std::st
 }  // namespace
 
 Result<ApiResponse> ApiClient::get(const std::string& target) const {
-  return call(socket_path_, http::verb::get, target, "");
+  return call(socket_path_, answer_timeout_s_, http::verb::get, target, "");
 }
 
 Result<ApiResponse> ApiClient::post(const std::string& target, const std::string& json) const {
-  return call(socket_path_, http::verb::post, target, json);
+  return call(socket_path_, answer_timeout_s_, http::verb::post, target, json);
 }
 
 Result<ApiResponse> ApiClient::stream(
@@ -134,7 +158,12 @@ Result<ApiResponse> ApiClient::stream(
   std::string pending;
   while (!parser.is_done()) {
     http::read_some(*socket, buffer, parser, ec);
-    if (ec) return make_error("the stream from " + socket_path_ + " broke off: " + ec.message());
+    if (ec) {
+      r.broken = "the daemon at " + socket_path_ +
+                 " closed the connection in the middle of the answer (" + ec.message() +
+                 "): did it stop? Its log says why";
+      return r;
+    }
     pending += parser.get().body();
     parser.get().body().clear();
     for (size_t end; (end = pending.find("\n\n")) != std::string::npos;) {

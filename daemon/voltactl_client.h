@@ -15,14 +15,25 @@ struct ApiResponse {
   int status = 0;
   std::string body;
   std::string retry_after;
+  // A stream that began (200) and broke off before its end: why. The text
+  // received until then went to on_data.
+  std::string broken;
 };
+
+// How long a request that is not a stream may wait for its whole answer
+// (status, models, plan, an admin request) unless --timeout says otherwise:
+// a daemon that accepts and never answers (stopped, hung) is reported, not
+// waited for.
+inline constexpr int kAnswerTimeoutSeconds = 30;
 
 class ApiClient {
  public:
-  explicit ApiClient(std::string socket_path) : socket_path_(std::move(socket_path)) {}
+  explicit ApiClient(std::string socket_path, int answer_timeout_s = kAnswerTimeoutSeconds)
+      : socket_path_(std::move(socket_path)), answer_timeout_s_(answer_timeout_s) {}
   const std::string& socket_path() const { return socket_path_; }
 
-  // GET when body is empty, POST (JSON) otherwise.
+  // GET when body is empty, POST (JSON) otherwise; the answer timeout for
+  // the whole exchange.
   Result<ApiResponse> get(const std::string& target) const;
   Result<ApiResponse> post(const std::string& target, const std::string& json) const;
 
@@ -38,6 +49,7 @@ class ApiClient {
 
  private:
   std::string socket_path_;
+  int answer_timeout_s_;
 };
 
 // The message of an OpenAI error body, or the body itself.

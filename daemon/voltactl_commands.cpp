@@ -5,15 +5,18 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <iostream>
 #include <map>
 #include <optional>
 #include <sstream>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
 #include "daemon/exit_codes.h"
+#include "engine/utf8.h"
 
 namespace voltad::ctl {
 
@@ -21,18 +24,44 @@ using Json = nlohmann::json;
 
 bool parse_options(const char* command, const Args& args, const std::vector<OptionSpec>& specs,
                    std::vector<std::string>& positional) {
+  bool options_end = false;  // after "--" every word is text
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
+    if (options_end) {
+      positional.push_back(a);
+      continue;
+    }
+    if (a == "--") {
+      options_end = true;
+      continue;
+    }
+    // "-n", "-x": an option mistyped, not text (a prompt that starts with a
+    // dash goes after "--"); "-5" and "-" are text.
+    if (a.size() >= 2 && a[0] == '-' && a[1] != '-' && std::isalpha((unsigned char)a[1])) {
+      std::fprintf(stderr,
+                   "voltactl %s: unknown option %s (text that starts with '-' goes after --)\n",
+                   command, a.c_str());
+      return false;
+    }
     if (a.size() < 2 || a.compare(0, 2, "--") != 0) {
       positional.push_back(a);
       continue;
     }
+    // --name VALUE or --name=VALUE.
+    const size_t eq = a.find('=');
+    const std::string name = a.substr(0, eq);
     bool known = false;
     for (const OptionSpec& s : specs) {
-      if (a != s.name) continue;
+      if (name != s.name) continue;
       known = true;
       if (s.flag) {
+        if (eq != std::string::npos) {
+          std::fprintf(stderr, "voltactl %s: %s takes no value\n", command, s.name);
+          return false;
+        }
         *s.flag = true;
+      } else if (eq != std::string::npos) {
+        *s.value = a.substr(eq + 1);
       } else {
         if (i + 1 >= args.size()) {
           std::fprintf(stderr, "voltactl %s: %s needs a value\n", command, s.name);
@@ -42,7 +71,7 @@ bool parse_options(const char* command, const Args& args, const std::vector<Opti
       }
     }
     if (!known) {
-      std::fprintf(stderr, "voltactl %s: unknown option %s\n", command, a.c_str());
+      std::fprintf(stderr, "voltactl %s: unknown option %s\n", command, name.c_str());
       return false;
     }
   }
@@ -138,6 +167,24 @@ void on_sigint(int) {
 
 namespace {
 
+// The API takes UTF-8 text: the byte where `text` stops being UTF-8, if it does.
+std::optional<size_t> invalid_utf8_at(std::string_view text) {
+  for (size_t i = 0; i < text.size();) {
+    const Utf8Char c = utf8_decode(text, i);
+    if (!c.valid) return i;
+    i += c.length;
+  }
+  return std::nullopt;
+}
+
+bool refuse_invalid_utf8(const char* command, const char* what, const std::string& text) {
+  const auto at = invalid_utf8_at(text);
+  if (!at) return false;
+  std::fprintf(stderr, "voltactl %s: %s is not valid UTF-8 (byte %zu); the API takes UTF-8 text\n",
+               command, what, *at);
+  return true;
+}
+
 // generate's default length: 256 tokens, or what the context leaves after
 // the prompt where that is less (a small engine.max_context refused 256).
 // The daemon counts (/tokenize). nullopt: send none, and the daemon's
@@ -173,6 +220,7 @@ int cmd_generate(const ApiClient& client, const Args& args) {
   }
   std::string text;
   for (auto& p : prompt) text += (text.empty() ? "" : " ") + p;
+  if (refuse_invalid_utf8("generate", "the prompt", text)) return kExitUsage;
   Json body = {{"prompt", text}, {"stream", true}};
   if (!add_sampling("generate", max_tokens, temperature, seed, body)) return kExitUsage;
   if (max_tokens.empty())
@@ -186,6 +234,10 @@ int cmd_generate(const ApiClient& client, const Args& args) {
   });
   std::fputc('\n', stdout);
   if (!r.ok() || r->status != 200) return report(r);
+  if (!r->broken.empty()) {
+    std::fprintf(stderr, "voltactl: %s\n", r->broken.c_str());
+    return kExitFailure;
+  }
   if (!error.empty()) {
     std::fprintf(stderr, "voltactl: the generation failed: %s\n", error.c_str());
     return kExitFailure;
@@ -209,6 +261,7 @@ int cmd_chat(const ApiClient& client, const Args& args) {
     return kExitUsage;
   }
   if (Json probe; !add_sampling("chat", max_tokens, temperature, seed, probe)) return kExitUsage;
+  if (refuse_invalid_utf8("chat", "--system", system)) return kExitUsage;
   const bool tty = ::isatty(STDIN_FILENO);
   struct sigaction sa {};
   sa.sa_handler = on_sigint;
@@ -230,6 +283,7 @@ int cmd_chat(const ApiClient& client, const Args& args) {
     if (!std::getline(std::cin, line)) break;
     if (line == "/exit" || line == "/quit") break;
     if (line.empty()) continue;
+    if (refuse_invalid_utf8("chat", "that line", line)) continue;  // not sent; the chat goes on
     history.push_back({{"role", "user"}, {"content", line}});
     Json body = {{"messages", history}, {"stream", true}};
     if (!add_sampling("chat", max_tokens, temperature, seed, body)) return kExitUsage;
@@ -248,6 +302,10 @@ int cmd_chat(const ApiClient& client, const Args& args) {
       std::printf("[cancelled]\n");
       history.erase(history.size() - 1);
       continue;
+    }
+    if (r.ok() && !r->broken.empty()) {  // the daemon is gone
+      std::fprintf(stderr, "voltactl: %s\n", r->broken.c_str());
+      return kExitFailure;
     }
     if (!r.ok() || r->status != 200 || !error.empty()) {
       if (!error.empty())

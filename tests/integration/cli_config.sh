@@ -81,6 +81,53 @@ else
   echo "skip the unenterable directory (needs root, setpriv, and a build uid 65534 can run)"
 fi
 
+# voltactl against what is not a working voltad (tests/integration/fake_voltad.py):
+# a path that is not a socket, a daemon that never answers (--timeout), answers
+# of unexpected shapes (an error, not an abort), a stream cut off mid-answer
+# (exit 1, said); and its own input: text that is not UTF-8 (64, not an
+# abort), a mistyped short option, "--" before text that starts with '-'.
+fake_pid=
+start_fake() {  # start_fake SOCKET MODE
+  [[ -n $fake_pid ]] && { kill "$fake_pid"; wait "$fake_pid" 2>/dev/null; }
+  python3 "$src/tests/integration/fake_voltad.py" "$1" "$2" >"$tmp/fake.out" &
+  fake_pid=$!
+  for _ in $(seq 100); do grep -q ready "$tmp/fake.out" && return; sleep 0.05; done
+}
+: >"$tmp/regular"
+out=$("$bin/voltactl" --socket "$tmp/regular" status 2>&1); rc=$?
+check "voltactl, a regular file as the socket: 69, said as such" \
+  test "$rc" -eq 69 -a "$(grep -c "it is a regular file, not voltad's socket" <<<"$out")" -eq 1
+start_fake "$tmp/silent.sock" silent
+t0=$(date +%s)
+out=$("$bin/voltactl" --socket="$tmp/silent.sock" --timeout 2 status 2>&1); rc=$?
+check "voltactl status, a daemon that never answers: 69 after --timeout" \
+  test "$rc" -eq 69 -a $(($(date +%s) - t0)) -lt 10 -a "$(grep -c "no answer from .* within 2 s" <<<"$out")" -eq 1
+out=$("$bin/voltactl" --timeout 0 status 2>&1); rc=$?
+check "voltactl --timeout 0: usage error 64" test "$rc" -eq 64
+start_fake "$tmp/odd.sock" odd
+for cmd in status models; do
+  out=$("$bin/voltactl" --socket "$tmp/odd.sock" $cmd 2>&1); rc=$?
+  check "voltactl $cmd, an answer of an unexpected shape: exit 1 with a message, no abort" \
+    test "$rc" -eq 1 -a "$(grep -c "not what was expected" <<<"$out")" -eq 1
+done
+start_fake "$tmp/broken.sock" broken
+out=$("$bin/voltactl" --socket "$tmp/broken.sock" generate hello 2>&1); rc=$?
+check "voltactl generate, the stream cut off: exit 1, the text so far, why" \
+  test "$rc" -eq 1 -a "$(grep -c "partial" <<<"$out")" -ge 1 -a "$(grep -c "closed the connection in the middle of the answer" <<<"$out")" -eq 1
+out=$("$bin/voltactl" --socket "$tmp/broken.sock" generate "$(printf 'ok\xc3')" 2>&1); rc=$?
+check "voltactl generate, a prompt that is not UTF-8: 64, the byte named" \
+  test "$rc" -eq 64 -a "$(grep -c "the prompt is not valid UTF-8 (byte 2)" <<<"$out")" -eq 1
+out=$(printf 'a\xff\n' | "$bin/voltactl" --socket "$tmp/broken.sock" chat 2>&1); rc=$?
+check "voltactl chat, a line that is not UTF-8: not sent, the chat goes on" \
+  test "$rc" -eq 0 -a "$(grep -c "that line is not valid UTF-8 (byte 1)" <<<"$out")" -eq 1
+out=$("$bin/voltactl" --socket "$tmp/broken.sock" generate -n 3 hi 2>&1); rc=$?
+check "voltactl generate -n: an unknown option (64), not prompt text" \
+  test "$rc" -eq 64 -a "$(grep -c "unknown option -n" <<<"$out")" -eq 1
+out=$("$bin/voltactl" --socket "$tmp/broken.sock" generate --max-tokens=2 -- -n 3 2>&1); rc=$?
+check "voltactl generate -- TEXT: text that starts with '-' is sent (--name=value taken)" \
+  test "$(grep -c "unknown option" <<<"$out")" -eq 0 -a "$rc" -eq 1
+kill "$fake_pid"; wait "$fake_pid" 2>/dev/null; fake_pid=
+
 for tool in voltactl voltad-run voltad-bench; do
   "$bin/$tool" frobnicate >/dev/null 2>&1
   check "$tool: unknown subcommand exits non-zero" test $? -ne 0

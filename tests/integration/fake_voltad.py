@@ -1,0 +1,53 @@
+"""A stand-in for voltad on a Unix socket, for voltactl's error paths:
+  silent  accepts connections and never answers (a stopped or hung daemon);
+  odd     answers every request 200 with JSON of unexpected shapes;
+  broken  starts a stream, sends one chunk, then closes mid-answer.
+usage: fake_voltad.py SOCKET MODE   (runs until killed; prints "ready")"""
+import os
+import socket
+import sys
+import threading
+
+path, mode = sys.argv[1], sys.argv[2]
+if os.path.exists(path):
+    os.unlink(path)
+server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+server.bind(path)
+server.listen(16)
+held = []
+
+
+def answer(conn):
+    data = b""
+    while b"\r\n\r\n" not in data:
+        part = conn.recv(65536)
+        if not part:
+            return
+        data += part
+    head = data.split(b"\r\n\r\n", 1)[0].decode()
+    length = next((int(l.split(":", 1)[1]) for l in head.split("\r\n")
+                   if l.lower().startswith("content-length:")), 0)
+    while len(data.split(b"\r\n\r\n", 1)[1]) < length:
+        data += conn.recv(65536)
+    target = head.split(" ")[1]
+    if mode == "broken" and target.startswith("/v1/"):
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\n")
+        event = b'data: {"choices":[{"text":"partial"}]}\n\n'
+        conn.sendall(b"%x\r\n%s\r\n" % (len(event), event))
+        conn.close()
+        return
+    body = {"/health": b'{"status": 5, "model": 7}',
+            "/v1/models": b'{"data": [5]}'}.get(target, b'{"error": "boom"}')
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+                 b"Connection: close\r\n\r\n%s" % (len(body), body))
+    conn.close()
+
+
+print("ready", flush=True)
+while True:
+    conn, _ = server.accept()
+    if mode == "silent":
+        held.append(conn)  # never read, never answered
+        continue
+    threading.Thread(target=answer, args=(conn,), daemon=True).start()
