@@ -1,9 +1,13 @@
 #include "engine/gguf_writer.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -245,17 +249,47 @@ std::vector<uint8_t> GgufWriter::to_bytes() const {
   return out;
 }
 
-Status GgufWriter::write_file(const std::string& path, const WriteProgress& progress) const {
+Status GgufWriter::write_file(const std::string& path, const WriteProgress& progress,
+                              const std::atomic<bool>* cancel) const {
   Layout l = layout();
   const uint64_t total = l.data_start + l.data_size;
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f) return make_error("cannot create '" + path + "': " + std::strerror(errno));
+  // A regular file or nothing at `path`: written beside it and renamed over
+  // it at the end. Anything else (a device, a pipe): written directly.
+  std::error_code sec;
+  const auto type = std::filesystem::status(path, sec).type();
+  const bool beside =
+      type == std::filesystem::file_type::regular || type == std::filesystem::file_type::not_found;
+  std::string target = path;
+  std::FILE* f = nullptr;
+  if (beside) {
+    target = path + ".partial-XXXXXX";
+    const int fd = ::mkstemp(target.data());
+    if (fd < 0) return make_error("cannot create '" + path + "': " + std::strerror(errno));
+    const mode_t mask = ::umask(0);  // the mode a file fopen() made would have
+    ::umask(mask);
+    ::fchmod(fd, 0666 & ~mask);
+    f = ::fdopen(fd, "wb");
+    if (!f) {
+      const int e = errno;
+      ::close(fd);
+      ::unlink(target.c_str());
+      return make_error("cannot create '" + path + "': " + std::strerror(e));
+    }
+  } else {
+    f = std::fopen(path.c_str(), "wb");
+    if (!f) return make_error("cannot create '" + path + "': " + std::strerror(errno));
+  }
 
   uint64_t written = 0;
   std::string writing = "the header";
   std::vector<uint8_t> buffer;
+  bool cancelled = false;
   auto put_bytes = [&](const uint8_t* p, uint64_t n) {
     if (n == 0) return true;
+    if (cancel && cancel->load()) {
+      cancelled = true;
+      return false;
+    }
     if (std::fwrite(p, 1, n, f) != n) return false;
     written += n;
     if (progress) progress(written, total);
@@ -287,17 +321,38 @@ Status GgufWriter::write_file(const std::string& path, const WriteProgress& prog
     writing = "the final padding";
     return pad_to(total);
   };
-  const bool ok = write_all();
-  const int write_errno = errno;
+  bool ok = write_all();
+  int error = errno;
+  // Synced before the rename: a crash then leaves the old file or the new
+  // one, not an empty one under the final name.
+  if (ok && beside && (std::fflush(f) != 0 || ::fsync(::fileno(f)) != 0)) {
+    ok = false;
+    error = errno;
+  }
   const bool closed = std::fclose(f) == 0;
+  if (ok && !closed) error = errno;
+  if (ok && closed && beside && ::rename(target.c_str(), path.c_str()) != 0) {
+    error = errno;
+    ::unlink(target.c_str());
+    return make_error("cannot replace '" + path + "' with the new file: " + std::strerror(error) +
+                      " (nothing was changed at that path)");
+  }
   if (ok && closed) return {};
   std::error_code ec;  // never remove what is not a plain file (e.g. /dev/full)
   const bool removed =
-      std::filesystem::is_regular_file(path, ec) && std::filesystem::remove(path, ec);
-  return make_error(
-      "cannot write '" + path + "' (" + writing + ", at byte " + std::to_string(written) + " of " +
-      std::to_string(total) + "): " + std::strerror(ok ? errno : write_errno) +
-      "; check free space and permissions" + (removed ? " (the partial file was removed)" : ""));
+      std::filesystem::is_regular_file(target, ec) && std::filesystem::remove(target, ec);
+  const std::string untouched = beside ? (type == std::filesystem::file_type::regular
+                                              ? "; the file already there is unchanged"
+                                              : "")
+                                       : "";
+  if (cancelled)
+    return make_error("writing '" + path + "' was interrupted at byte " + std::to_string(written) +
+                      " of " + std::to_string(total) +
+                      (removed ? " (the partial file was removed)" : "") + untouched);
+  return make_error("cannot write '" + path + "' (" + writing + ", at byte " +
+                    std::to_string(written) + " of " + std::to_string(total) +
+                    "): " + std::strerror(error) + "; check free space and permissions" +
+                    (removed ? " (the partial file was removed)" : "") + untouched);
 }
 
 }  // namespace voltad

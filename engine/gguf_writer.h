@@ -9,6 +9,7 @@
 // of rows at a time, so multi-GB model files are written in a few MB of RAM.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -82,9 +83,17 @@ class GgufWriter {
   uint64_t data_offset() const;
 
   std::vector<uint8_t> to_bytes() const;
-  // Streams the file to `path`; on failure the partial file is removed and
-  // the error names the path, the byte offset and the tensor being written.
-  Status write_file(const std::string& path, const WriteProgress& progress = {}) const;
+  // Streams the file to `path`. A regular file (or none) at `path` is
+  // replaced only once the new one is complete: it is written beside it
+  // (PATH.partial-XXXXXX), synced and renamed over it, so a failure, an
+  // interruption or a reader that has the old file mapped never sees half
+  // a file. Anything else at `path` (/dev/full, a pipe) is written
+  // directly. On failure the partial file is removed and the error names
+  // the path, the byte offset and the tensor being written. `cancel`, when
+  // it becomes true (a signal handler may set it), stops the write the
+  // same way.
+  Status write_file(const std::string& path, const WriteProgress& progress = {},
+                    const std::atomic<bool>* cancel = nullptr) const;
 
  private:
   struct Entry {

@@ -17,9 +17,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -30,6 +32,15 @@
 #include "engine/gguf_writer.h"
 #include "engine/tokenizer.h"
 #include "engine/whole_number.h"
+
+namespace {
+
+// Set by SIGINT/SIGTERM while the file is written (lock-free: safe in a handler).
+std::atomic<bool> g_stop{false};
+static_assert(std::atomic<bool>::is_always_lock_free);
+constexpr int kExitInterrupted = 130;  // as a shell reports a Ctrl-C
+
+}  // namespace
 
 namespace {
 
@@ -448,6 +459,9 @@ constexpr const char* kUsage =
     "       [--layers N] [--seed S]\n"
     "  --tokenizer DIR  a Hugging Face tokenizer.json (+ tokenizer_config.json), e.g. "
     "../shared/tokenizers/llama3\n"
+    "  -o FILE.gguf     the file to write; one already there is replaced only once the new\n"
+    "                   one is complete (written beside it, then renamed; Ctrl-C leaves it as it "
+    "was)\n"
     "  --dry-run        print the tensor table and the file size; write nothing\n"
     "  --layers N       fewer (or more) layers than the real model\n"
     "  --seed S         random seed (default 1)\n"
@@ -577,10 +591,18 @@ int main(int argc, char** argv) {
   }
   const auto start = std::chrono::steady_clock::now();
   Progress progress;
-  auto st = w.write_file(out, [&](uint64_t written, uint64_t total) { progress(written, total); });
+  // Ctrl-C or SIGTERM stops the write: the partial file is removed and a
+  // file already at OUT is left as it was (write_file writes beside it).
+  struct sigaction stop {};
+  stop.sa_handler = [](int) { g_stop.store(true); };
+  sigemptyset(&stop.sa_mask);
+  sigaction(SIGINT, &stop, nullptr);
+  sigaction(SIGTERM, &stop, nullptr);
+  auto st = w.write_file(
+      out, [&](uint64_t written, uint64_t total) { progress(written, total); }, &g_stop);
   if (!st) {
     std::fprintf(stderr, "voltad-mkmodel: %s\n", st.error().message.c_str());
-    return kExitCantCreate;
+    return g_stop.load() ? kExitInterrupted : kExitCantCreate;
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

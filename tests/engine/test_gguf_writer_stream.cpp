@@ -151,3 +151,49 @@ TEST_CASE("write_file errors name the path, the place and what to do") {
   CHECK(st.error().message.find("check free space") != std::string::npos);
   CHECK(fs::exists("/dev/full"));  // a device is never removed
 }
+
+// A file already at the path is replaced only by a complete new one: an
+// interrupted write leaves it as it was, with no partial file beside it,
+// and a reader that had the old file open keeps reading the old bytes
+// (a daemon serving a model that voltad-mkmodel rewrites).
+TEST_CASE("write_file replaces an existing file whole, or not at all") {
+  GgufWriter w;
+  std::vector<std::vector<Piece>> pieces;
+  add_generated(w, pieces);
+  const fs::path dir = fs::temp_directory_path() / ("voltad-replace-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const fs::path path = dir / "m.gguf";
+  auto leftovers = [&] {
+    size_t n = 0;
+    for (const auto& e : fs::directory_iterator(dir)) n += e.path() != path;
+    return n;
+  };
+  {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    REQUIRE(f);
+    std::fputs("precious", f);
+    std::fclose(f);
+  }
+  std::FILE* reader = std::fopen(path.c_str(), "rb");
+  REQUIRE(reader);
+
+  std::atomic<bool> cancel{false};
+  int calls = 0;
+  auto st = w.write_file(
+      path.string(), [&](uint64_t, uint64_t) { cancel.store(++calls == 2); }, &cancel);
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.error().message.find("was interrupted at byte") != std::string::npos);
+  CHECK(st.error().message.find("the file already there is unchanged") != std::string::npos);
+  CHECK(read_file(path) == "precious");
+  CHECK(leftovers() == 0);
+
+  st = w.write_file(path.string());
+  REQUIRE_MESSAGE(st.ok(), (st.ok() ? "" : st.error().message));
+  CHECK(fs::file_size(path) == w.file_size());
+  CHECK(leftovers() == 0);
+  char old[9] = {};
+  CHECK(std::fread(old, 1, 8, reader) == 8);  // the old inode, still whole
+  CHECK(std::string(old) == "precious");
+  std::fclose(reader);
+  fs::remove_all(dir);
+}
