@@ -2,12 +2,20 @@
 //
 //   voltad-run -m MODEL.gguf --info
 //   voltad-run -m MODEL.gguf -p PROMPT [-n N] [--chat] [--temp T] [--seed S] ...
+#include <sched.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <iostream>
+#include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/backend_cpu.h"
@@ -29,7 +37,10 @@ constexpr int kExitUsage = 64, kExitModel = 65, kExitUnavailable = 69, kExitFail
 constexpr const char* kUsage =
     "usage: voltad-run -m MODEL.gguf --info\n"
     "       voltad-run -m MODEL.gguf -p PROMPT [options]\n"
+    "       voltad-run -m MODEL.gguf -f FILE [options]\n"
     "options:\n"
+    "  -p PROMPT          the prompt; -p - reads it from standard input\n"
+    "  -f FILE            the prompt from FILE (for prompts longer than a command line takes)\n"
     "  -n N               tokens to generate (default 128)\n"
     "  --chat             wrap the prompt in the model's chat template\n"
     "  --system TEXT      system message (with --chat)\n"
@@ -40,14 +51,16 @@ constexpr const char* kUsage =
     "  --stop TEXT        stop string (repeatable)\n"
     "  --backend NAME     cpu (default) or cuda (never chosen on its own)\n"
     "  --kernels SET      cuda: auto (per-architecture variants, default) or portable\n"
-    "  --threads N        cpu: threads, up to 1024 (default: all)\n"
+    "  --threads N        cpu: threads, up to 1024 (default: all; more than the CPUs\n"
+    "                     this process may use is slower, and warned about)\n"
     "  --ctx N            context size in tokens, at least prompt + n, at most 1048576\n"
     "                     (default: prompt + n)\n"
     "  --dump-logits FILE write each step's logits (float32, little-endian, n_vocab per row)\n"
     "  --quiet            print only the generated text\n";
 
 struct Args {
-  std::string model, prompt, system, chat_template = "auto", backend = "cpu", dump_logits, kernels = "auto";
+  std::string model, prompt, prompt_file, system, chat_template = "auto", backend = "cpu",
+                                                  dump_logits, kernels = "auto";
   std::vector<std::string> stop;
   bool info = false, chat = false, quiet = false;
   int32_t n = 128, threads = 0, ctx = 0;
@@ -58,6 +71,20 @@ using voltad::whole_number;
 
 // The longest context the engine takes (engine.max_context's upper bound).
 constexpr int64_t kLongest = int64_t(1) << 20;
+
+// The sampler names its fields (temperature: ...); voltad-run's user typed
+// options (--temp).
+std::string option_message(std::string message) {
+  static const std::pair<const char*, const char*> kNames[] = {
+      {"temperature:", "--temp:"},
+      {"top_k:", "--top-k:"},
+      {"top_p:", "--top-p:"},
+      {"min_p:", "--min-p:"},
+      {"repetition_penalty:", "--repeat-penalty:"}};
+  for (const auto& [field, option] : kNames)
+    if (message.rfind(field, 0) == 0) return option + message.substr(std::strlen(field));
+  return message;
+}
 
 int usage(const std::string& why) {
   std::fprintf(stderr, "voltad-run: %s\n%s", why.c_str(), kUsage);
@@ -89,6 +116,8 @@ int main(int argc, char** argv) {
       return 0;
     } else if (f == "-m" || f == "--model") ok = next(a.model);
     else if (f == "-p" || f == "--prompt") ok = next(a.prompt);
+    else if (f == "-f" || f == "--file")
+      ok = next(a.prompt_file);
     else if (f == "--system") ok = next(a.system);
     else if (f == "--template") {
       ok = next(a.chat_template);
@@ -142,7 +171,59 @@ int main(int argc, char** argv) {
   if (a.backend != "cpu" && a.backend != "cuda")
     return usage("--backend must be cpu or cuda, not '" + a.backend + "'");
   if (a.model.empty()) return usage("no model: pass -m MODEL.gguf");
-  if (auto st = a.sampling.validate(); !st) return usage(st.error().message);
+  if (auto st = a.sampling.validate(); !st) return usage(option_message(st.error().message));
+  if (gave("-p") + gave("--prompt") + gave("-f") + gave("--file") > 1)
+    return usage("give the prompt once: -p PROMPT, -p - (standard input) or -f FILE");
+  if (gave("--dump-logits") && a.dump_logits.empty())
+    return usage("--dump-logits needs a file name");
+  // Checked before the model loads (a large model on CUDA takes a while):
+  // the logits file must be writable, and must not be the model itself,
+  // which writing it would destroy under the engine's mapping.
+  if (!a.dump_logits.empty()) {
+    struct stat dump_st {
+    }, model_st{};
+    if (::stat(a.dump_logits.c_str(), &dump_st) == 0 && ::stat(a.model.c_str(), &model_st) == 0 &&
+        dump_st.st_dev == model_st.st_dev && dump_st.st_ino == model_st.st_ino)
+      return usage("--dump-logits " + a.dump_logits + " is the model file; name another file");
+    const std::filesystem::path parent = std::filesystem::path(a.dump_logits).parent_path().empty()
+                                             ? std::filesystem::path(".")
+                                             : std::filesystem::path(a.dump_logits).parent_path();
+    const bool exists = ::access(a.dump_logits.c_str(), F_OK) == 0;
+    if (exists ? ::access(a.dump_logits.c_str(), W_OK) != 0 : ::access(parent.c_str(), W_OK) != 0) {
+      std::fprintf(stderr, "voltad-run: cannot write %s: %s\n", a.dump_logits.c_str(),
+                   std::strerror(errno));
+      return kExitFailure;
+    }
+  }
+  if (!a.prompt_file.empty() || a.prompt == "-") {
+    const bool from_stdin = a.prompt == "-" || a.prompt_file == "-";
+    std::ifstream file;
+    if (!from_stdin) file.open(a.prompt_file, std::ios::binary);
+    std::istream& in = from_stdin ? std::cin : file;
+    std::error_code dir_ec;
+    if ((!from_stdin && (!file || std::filesystem::is_directory(a.prompt_file, dir_ec)))) {
+      std::fprintf(stderr, "voltad-run: cannot read the prompt from %s: %s\n",
+                   a.prompt_file.c_str(),
+                   std::filesystem::is_directory(a.prompt_file, dir_ec) ? "it is a directory"
+                                                                        : std::strerror(errno));
+      return kExitUsage;
+    }
+    std::ostringstream text;
+    text << in.rdbuf();
+    a.prompt = text.str();
+    if (a.prompt.empty())
+      return usage("the prompt read from " +
+                   (from_stdin ? std::string("standard input") : a.prompt_file) + " is empty");
+  }
+  if (a.backend == "cpu" && a.threads > 0) {
+    cpu_set_t mask;
+    const int usable = ::sched_getaffinity(0, sizeof(mask), &mask) == 0 ? CPU_COUNT(&mask) : 0;
+    if (usable > 0 && a.threads > usable)
+      std::fprintf(stderr,
+                   "voltad-run: warning: --threads %d is more than the %d CPUs this process may "
+                   "use; the extra threads wait for CPUs and make each step slower\n",
+                   a.threads, usable);
+  }
 
   auto model = voltad::load_model(a.model);
   if (!model) {
@@ -154,7 +235,8 @@ int main(int argc, char** argv) {
     std::fputs(voltad::describe_model(*m.file, &m.config).c_str(), stdout);
     return 0;
   }
-  if (a.prompt.empty()) return usage("no prompt: pass -p PROMPT (or --info)");
+  if (a.prompt.empty())
+    return usage("no prompt: pass -p PROMPT, -p - (standard input) or -f FILE (or --info)");
 #ifndef VOLTAD_HAVE_CUDA
   if (a.backend == "cuda") {  // as the daemon: the CUDA backend cannot run here
     std::fprintf(stderr,

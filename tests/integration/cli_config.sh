@@ -186,6 +186,32 @@ check "voltad-run --dump-logits /dev/full: exit 1, names the file" \
   test "$rc" -eq 1 -a -n "$(grep "cannot write /dev/full" <<<"$out")"
 "$bin/voltad-run" -m "$tiny" -p hi -n 3 --quiet >/dev/null 2>&1
 check "voltad-run to a writable place: exit 0" test $? -eq 0
+# The logits file: never the model (writing it would destroy the file the
+# engine reads), never an empty name; checked before the model loads.
+cp "$tiny" "$tmp/copy.gguf"
+sum=$(md5sum <"$tmp/copy.gguf")
+out=$("$bin/voltad-run" -m "$tmp/copy.gguf" -p hi -n 2 --dump-logits "$tmp/copy.gguf" 2>&1); rc=$?
+check "voltad-run --dump-logits MODEL: refused (64), the model intact" \
+  test "$rc" -eq 64 -a "$(md5sum <"$tmp/copy.gguf")" = "$sum" -a "$(grep -c "is the model file" <<<"$out")" -eq 1
+out=$("$bin/voltad-run" -m "$tmp/none.gguf" -p hi --dump-logits "" 2>&1); rc=$?
+check "voltad-run --dump-logits '': usage error 64" test "$rc" -eq 64
+out=$("$bin/voltad-run" -m "$tmp/none.gguf" -p hi --dump-logits "$tmp/no/such/dir/l.bin" 2>&1); rc=$?
+check "voltad-run --dump-logits in a missing directory: 1 before the model is read" \
+  test "$rc" -eq 1 -a "$(grep -c "cannot write $tmp/no/such/dir/l.bin" <<<"$out")" -eq 1
+# The prompt from a file (-f) or standard input (-p -): the same tokens as -p.
+printf 'Hello there' >"$tmp/prompt.txt"
+a=$("$bin/voltad-run" -m "$tiny" -p 'Hello there' -n 3 --temp 0 --quiet 2>/dev/null)
+b=$("$bin/voltad-run" -m "$tiny" -f "$tmp/prompt.txt" -n 3 --temp 0 --quiet 2>/dev/null)
+c=$(printf 'Hello there' | "$bin/voltad-run" -m "$tiny" -p - -n 3 --temp 0 --quiet 2>/dev/null)
+check "voltad-run -f FILE and -p - give what -p gives" test -n "$a" -a "$a" = "$b" -a "$a" = "$c"
+out=$("$bin/voltad-run" -m "$tiny" -f "$tmp/prompt.txt" -p hi 2>&1); rc=$?
+check "voltad-run -f and -p together: usage error 64" test "$rc" -eq 64
+out=$("$bin/voltad-run" -m "$tiny" -f "$tmp/confdir" 2>&1); rc=$?
+check "voltad-run -f DIRECTORY: 64, says so" \
+  test "$rc" -eq 64 -a "$(grep -c "it is a directory" <<<"$out")" -eq 1
+out=$("$bin/voltad-run" -m "$tiny" -p hi --temp -1 2>&1); rc=$?
+check "voltad-run --temp -1: 64, named as the option" \
+  test "$rc" -eq 64 -a "$(grep -c -- "--temp: must be between 0 and 100" <<<"$out")" -eq 1
 # voltad-run options that would have no effect are usage errors (64) that
 # say why, before the model is read; with what they need, they run.
 while IFS='|' read -r args why; do
