@@ -243,6 +243,13 @@ int serve(const config::Config& cfg, const std::string& config_path) {
                  "user; /var/lib/voltad/models is.");
       return kExitModelData;
     }
+    if (std::filesystem::exists(model_path, fec)) {  // a directory, a FIFO, a device
+      spdlog::error(
+          "no model to serve: model.path is '{}' in {}, which is not a regular file. Set "
+          "model.path to a GGUF file.",
+          model_path, config_path);
+      return kExitNoModel;
+    }
     if (fec == std::errc::permission_denied) {  // denied, by something else than a mode
       spdlog::error("cannot open model file '{}' (model.path in {}): Permission denied", model_path,
                     config_path);

@@ -51,7 +51,9 @@ std::string GgufTensor::shape_string() const {
 }
 
 Result<std::unique_ptr<GgufFile>> GgufFile::open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO at the path is refused below instead of waiting
+  // for a writer (it changes nothing for a regular file or the mapping).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     return make_error("cannot open model file '" + path + "': " + std::strerror(errno));
   }

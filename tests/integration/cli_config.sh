@@ -198,6 +198,15 @@ check "voltad-run --dump-logits '': usage error 64" test "$rc" -eq 64
 out=$("$bin/voltad-run" -m "$tmp/none.gguf" -p hi --dump-logits "$tmp/no/such/dir/l.bin" 2>&1); rc=$?
 check "voltad-run --dump-logits in a missing directory: 1 before the model is read" \
   test "$rc" -eq 1 -a "$(grep -c "cannot write $tmp/no/such/dir/l.bin" <<<"$out")" -eq 1
+# A FIFO as the model: refused at once (it once waited for a writer).
+mkfifo "$tmp/fifo.gguf"
+out=$(timeout 20 "$bin/voltad-run" -m "$tmp/fifo.gguf" --info 2>&1); rc=$?
+check "voltad-run -m FIFO: 65 at once, not a regular file" \
+  test "$rc" -eq 65 -a "$(grep -c "not a regular file" <<<"$out")" -eq 1
+printf 'model:\n  path: %s\nengine:\n  backend: cpu\n' "$tmp/fifo.gguf" >"$tmp/fifo.yaml"
+out=$(timeout 20 "$bin/voltad" --config "$tmp/fifo.yaml" 2>&1); rc=$?
+check "voltad, model.path a FIFO: 66, not a regular file (not 'no file is there')" \
+  test "$rc" -eq 66 -a "$(grep -c "which is not a regular file" <<<"$out")" -eq 1
 # The prompt from a file (-f) or standard input (-p -): the same tokens as -p.
 printf 'Hello there' >"$tmp/prompt.txt"
 a=$("$bin/voltad-run" -m "$tiny" -p 'Hello there' -n 3 --temp 0 --quiet 2>/dev/null)
