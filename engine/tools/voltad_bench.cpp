@@ -122,6 +122,13 @@ int main(int argc, char** argv) {
     else if (a == "--top-k") { if (!count(top_k, 0, 64)) return 64; }
     else if (a == "--omit") {
       omit_list = next();
+      if (omit_list.empty() || omit_list.front() == ',' || omit_list.back() == ',' ||
+          omit_list.find(",,") != std::string::npos)
+        return std::fprintf(stderr,
+                            "voltad-bench: --omit takes a comma-separated list of kernel kinds "
+                            "(no empty item), not '%s'\n",
+                            omit_list.c_str()),
+               64;
       std::stringstream in(omit_list);
       for (std::string item; std::getline(in, item, ',');)
         if (std::find(std::begin(kOmitKinds), std::end(kOmitKinds), item) == std::end(kOmitKinds)) {
@@ -151,7 +158,13 @@ int main(int argc, char** argv) {
     return std::fprintf(stderr, "voltad-bench: need -m MODEL and positive sizes\n%s", kUsage), 64;
   // What a run needs: its decode steps past --ctx, and its prompt.
   const int needed = std::max(ctx + steps + 1, prompt + 1);
-  if (max_context == 0) max_context = needed;
+  if (needed > (1 << 20))
+    return std::fprintf(stderr,
+                        "voltad-bench: the run needs %d positions (the larger of --ctx + -n + 1 "
+                        "and -p + 1); the engine takes at most 1048576\n",
+                        needed),
+           64;
+  if (max_context == 0) max_context = std::max(needed, 16);  // the documented least
   if (max_context < needed)
     return std::fprintf(stderr,
                         "voltad-bench: --max-context %d is shorter than the run needs (%d: the "
@@ -166,10 +179,15 @@ int main(int argc, char** argv) {
 #else
   using namespace voltad;
   using clock = std::chrono::steady_clock;
-  auto bandwidth = measure_copy_bandwidth(0);
-  if (!bandwidth) return std::fprintf(stderr, "voltad-bench: %s\n", bandwidth.error().message.c_str()), 69;
+  // The model first (a bad file is 65 on any machine), then the card: no
+  // driver or no GPU said as voltad-run says it, before the copy benchmark.
   auto model = load_model(model_path);
   if (!model) return std::fprintf(stderr, "voltad-bench: %s\n", model.error().message.c_str()), 65;
+  if (auto device = describe_cuda_device(0); !device)
+    return std::fprintf(stderr, "voltad-bench: %s\n", device.error().message.c_str()), 69;
+  auto bandwidth = measure_copy_bandwidth(0);
+  if (!bandwidth)
+    return std::fprintf(stderr, "voltad-bench: %s\n", bandwidth.error().message.c_str()), 69;
   const ModelConfig& c = model.value()->config;
   const int max_b = *std::max_element(batches.begin(), batches.end());
 

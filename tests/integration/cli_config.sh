@@ -294,6 +294,28 @@ check "voltad-bench --max-context 576: says what the run needs" \
 out=$("$bin/voltad-bench" -m "$tmp/none.gguf" --omit norms,softmax 2>&1); rc=$?
 check "voltad-bench --omit softmax: usage error 64" test "$rc" -eq 64
 check "voltad-bench --omit softmax: names it and the choices" grep -q "norms, rope, attention, swiglu, matvecs, qkv, wo, gate_up, down, output; not 'softmax'" <<<"$out"
+for bad in "norms," "" ",rope" "norms,,rope"; do
+  out=$("$bin/voltad-bench" -m "$tmp/none.gguf" --omit "$bad" 2>&1); rc=$?
+  check "voltad-bench --omit '$bad': usage error 64 (an empty item)" \
+    test "$rc" -eq 64 -a "$(grep -c "no empty item" <<<"$out")" -eq 1
+done
+out=$("$bin/voltad-bench" -m "$tmp/none.gguf" --ctx 1048576 -n 1048576 2>&1); rc=$?
+check "voltad-bench, a run past 1048576 positions: usage error 64 saying so" \
+  test "$rc" -eq 64 -a "$(grep -c "the engine takes at most 1048576" <<<"$out")" -eq 1
+# The model before the card: a file that is not a model is 65 wherever CUDA
+# is (no driver: said so, after the model); a build without CUDA says that (69).
+out=$("$bin/voltad-bench" -m "$tmp/none.gguf" 2>&1); rc=$?
+if grep -q "this build has no CUDA backend" <<<"$out"; then
+  check "voltad-bench without CUDA: 69" test "$rc" -eq 69
+else
+  check "voltad-bench -m a missing file: 65, named (before the card)" \
+    test "$rc" -eq 65 -a "$(grep -c "cannot open model file '$tmp/none.gguf'" <<<"$out")" -eq 1
+  if ! /sbin/ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1'; then
+    out=$("$bin/voltad-bench" -m "$tiny" 2>&1); rc=$?
+    check "voltad-bench, no driver installed: 69, says so" \
+      test "$rc" -eq 69 -a "$(grep -c "no NVIDIA driver is installed" <<<"$out")" -eq 1
+  fi
+fi
 printf 'engine:\n  kernels: fastest\n' >"$tmp/kernels.yaml"
 out=$("$bin/voltad" --verify-config "$tmp/kernels.yaml" 2>&1); rc=$?
 check "engine.kernels: fastest is a config error (78)" test "$rc" -eq 78
