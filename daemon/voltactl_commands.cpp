@@ -226,13 +226,15 @@ int cmd_generate(const ApiClient& client, const Args& args) {
   if (max_tokens.empty())
     if (auto n = default_max_tokens(client, text)) body["max_tokens"] = *n;
   std::string error;
+  bool printed = false;  // the line is ended only if text was written
   auto r = client.stream("/v1/completions", body.dump(), [&](const std::string& data) {
     std::string t = chunk_text(data, error);
     std::fwrite(t.data(), 1, t.size(), stdout);
     std::fflush(stdout);
+    printed = printed || !t.empty();
     return error.empty();
   });
-  std::fputc('\n', stdout);
+  if (printed) std::fputc('\n', stdout);
   if (!r.ok() || r->status != 200) return report(r);
   if (!r->broken.empty()) {
     std::fprintf(stderr, "voltactl: %s\n", r->broken.c_str());

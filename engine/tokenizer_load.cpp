@@ -1,7 +1,10 @@
 // TokenizerData from a GGUF file's metadata or from Hugging Face's
 // tokenizer.json (+ tokenizer_config.json). Both end in the same plain
 // struct; everything after that is one code path (engine/tokenizer.cpp).
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 
@@ -32,8 +35,13 @@ void apply_family_defaults(PreTokenizer pre, TokenizerData& data) {
 }
 
 Result<std::string> read_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    return make_error("cannot read " + path + ": it is a directory; check the path");
   std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) return make_error("cannot open " + path + " for reading; check the path");
+  if (!in)
+    return make_error("cannot open " + path + " for reading: " + std::strerror(errno) +
+                      "; check the path");
   std::string bytes(size_t(in.tellg()), '\0');
   in.seekg(0);
   if (!in.read(bytes.data(), std::streamsize(bytes.size())))

@@ -150,6 +150,8 @@ int main(int argc, char** argv) {
         return std::fprintf(stderr, "voltad-bench: --kernels must be auto or portable\n"), 64;
     }
     else if (a == "-h" || a == "--help") return std::fputs(kUsage, stdout), 0;
+    else if (a == "--version")
+      return std::printf("voltad-bench %s\n", VOLTAD_VERSION), 0;
     else return std::fprintf(stderr, "voltad-bench: unknown argument '%s'\n%s", a.c_str(), kUsage), 64;
   }
   if (top_k < 0 || top_k > 64) return std::fprintf(stderr, "voltad-bench: --top-k must be 0..64\n"), 64;

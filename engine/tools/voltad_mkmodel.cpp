@@ -434,7 +434,8 @@ void print_table(const std::vector<TensorSpec>& tensors, uint64_t file_bytes) {
               file_bytes / 1e9, file_bytes / double(1ull << 30));
 }
 
-// "\r 1.23 / 4.92 GB (25%)" on a terminal, a line per 10% otherwise.
+// "\r 1.23 / 4.92 GB (25%)" (MB below a GB) on a terminal, a line per 10%
+// otherwise.
 class Progress {
  public:
   Progress() : tty_(isatty(2) != 0) {}
@@ -444,8 +445,12 @@ class Progress {
     const int step = tty_ ? percent : percent / 10;
     if (step == last_) return;
     last_ = step;
-    std::fprintf(stderr, "%svoltad-mkmodel: wrote %.2f / %.2f GB (%d%%)%s", tty_ ? "\r" : "",
-                 written / 1e9, total / 1e9, percent, tty_ && written != total ? "" : "\n");
+    // GB from 1 GB up, MB below (a small model read "0.00 / 0.00 GB").
+    const bool gb = total >= 1'000'000'000;
+    const double unit = gb ? 1e9 : 1e6;
+    std::fprintf(stderr, "%svoltad-mkmodel: wrote %.2f / %.2f %s (%d%%)%s", tty_ ? "\r" : "",
+                 written / unit, total / unit, gb ? "GB" : "MB", percent,
+                 tty_ && written != total ? "" : "\n");
   }
 
  private:
@@ -492,6 +497,10 @@ int main(int argc, char** argv) {
       return true;
     };
     std::string v;
+    if (a == "--version") {
+      std::printf("voltad-mkmodel %s\n", VOLTAD_VERSION);
+      return 0;
+    }
     if (a == "-h" || a == "--help") {
       std::printf("voltad-mkmodel: random-weight GGUF models of real shapes\n%s", kUsage);
       for (const Shape& s : kShapes) std::printf(" %s", s.name);

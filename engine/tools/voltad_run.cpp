@@ -111,6 +111,10 @@ int main(int argc, char** argv) {
     };
     std::string v;
     bool ok = true;
+    if (f == "--version") {
+      std::printf("voltad-run %s\n", VOLTAD_VERSION);
+      return 0;
+    }
     if (f == "-h" || f == "--help") {
       std::fputs(kUsage, stdout);
       return 0;
@@ -312,11 +316,16 @@ int main(int argc, char** argv) {
     opts.max_sequences = 1;
     opts.max_batch_tokens = 512;
     opts.kernels = *voltad::kernels::parse_kernel_set(a.kernels);
-    opts.on_progress = [quiet = a.quiet](uint64_t done, uint64_t total, const std::string&) {
-      if (!quiet) std::fprintf(stderr, "\rvoltad-run: loading weights %3d%%", int(100.0 * double(done) / double(total)));
+    bool progress_shown = false;  // the progress line is ended only if it was begun
+    opts.on_progress = [quiet = a.quiet, &progress_shown](uint64_t done, uint64_t total,
+                                                          const std::string&) {
+      if (quiet) return;
+      progress_shown = true;
+      std::fprintf(stderr, "\rvoltad-run: loading weights %3d%%",
+                   int(100.0 * double(done) / double(total)));
     };
     auto b = voltad::CudaBackend::create(model.value(), opts);
-    if (!a.quiet) std::fprintf(stderr, "\n");
+    if (progress_shown) std::fprintf(stderr, "\n");
     if (b) backend = std::unique_ptr<voltad::Backend>(std::move(b).value());
     else backend = b.error();
   }
