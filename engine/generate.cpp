@@ -59,6 +59,7 @@ Result<GenerateResult> generate(Backend& backend, const Tokenizer& tokenizer,
     chunk.logits = start + n == prompt.size() ? BatchChunk::Logits::Last : BatchChunk::Logits::None;
     if (chunk.logits == BatchChunk::Logits::Last) chunk.top_k = top_k;
     VOLTAD_TRY(backend.forward(std::span<const BatchChunk>(&chunk, 1), out));
+    if (options.on_prefill) options.on_prefill(start + n, prompt.size());
   }
   result.prefill_seconds = seconds_since(t0);
 

@@ -23,6 +23,9 @@ struct GenerateOptions {
   int32_t prefill_chunk = 512;  // prompt tokens per forward step
   // Called with each step's logits before sampling (for --dump-logits).
   std::function<void(std::span<const float>)> on_logits;
+  // Called after each prefill chunk with the prompt tokens read so far and
+  // the prompt's length (progress for a long prompt).
+  std::function<void(size_t done, size_t total)> on_prefill;
 };
 
 enum class FinishReason { Stop, Length };

@@ -357,6 +357,13 @@ int main(int argc, char** argv) {
     gen.on_logits = [&](std::span<const float> row) {
       dump.write(reinterpret_cast<const char*>(row.data()), std::streamsize(row.size_bytes()));
     };
+  // A prompt of several chunks takes a while on the CPU: its progress on a
+  // terminal, a line ended once it is read.
+  if (!a.quiet && ::isatty(STDERR_FILENO) && prompt.size() > size_t(gen.prefill_chunk))
+    gen.on_prefill = [](size_t done, size_t total) {
+      std::fprintf(stderr, "\rvoltad-run: reading the prompt: %zu / %zu tokens", done, total);
+      if (done == total) std::fprintf(stderr, "\n");
+    };
   // A short write (a full disk, a closed pipe) stops the generation: the
   // text or logits would be lost, and exit 0 would say they were not.
   bool written = true;

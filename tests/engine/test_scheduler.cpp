@@ -50,6 +50,26 @@ std::string solo_text(const GenerationRequest& r) {
   return g->text;
 }
 
+}  // namespace
+
+// A long prompt is read in chunks; each is reported (voltad-run's progress).
+TEST_CASE("generate reports prefill progress chunk by chunk, to the prompt's length") {
+  std::mt19937 rng(3);
+  const std::vector<int32_t> prompt = random_prompt(rng, 70);
+  auto backend = fixture().backend(128, 1);
+  GenerateOptions o;
+  o.max_tokens = 1;
+  o.sampling.temperature = 0;
+  o.prefill_chunk = 32;
+  std::vector<std::pair<size_t, size_t>> calls;
+  o.on_prefill = [&](size_t done, size_t total) { calls.push_back({done, total}); };
+  REQUIRE(generate(*backend, *fixture().tokenizer, prompt, o).ok());
+  const std::vector<std::pair<size_t, size_t>> expected = {{32, 70}, {64, 70}, {70, 70}};
+  CHECK(calls == expected);
+}
+
+namespace {
+
 struct Collected {
   std::string text;
   std::optional<StreamEvent> last;
