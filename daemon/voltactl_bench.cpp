@@ -171,11 +171,17 @@ int cmd_bench(const ApiClient& client, const Args& args) {
     levels.push_back(*level);
     pos = comma + 1;
   }
-  if (levels.empty() || max_tokens < 1 ||
+  if (levels.empty() ||
       std::any_of(levels.begin(), levels.end(), [](int c) { return c < 1 || c > 1024; })) {
     std::fprintf(stderr,
-                 "voltactl bench: --concurrency takes a list like 1,2,4,8 and --max-tokens a "
-                 "positive number\n");
+                 "voltactl bench: --concurrency takes a list of 1 to 1024 like 1,2,4,8, not "
+                 "'%s'\n",
+                 concurrency_list.c_str());
+    return kExitUsage;
+  }
+  if (max_tokens < 1) {
+    std::fprintf(stderr, "voltactl bench: --max-tokens takes a positive whole number, not '%s'\n",
+                 max_tokens_text.c_str());
     return kExitUsage;
   }
 

@@ -348,6 +348,13 @@ done
 out=$("$bin/voltactl" --socket "$tmp/none.sock" generate hi --max-tokens 12abc 2>&1)
 check "voltactl --max-tokens 12abc: names the option and the text" \
   grep -q -- "--max-tokens takes a positive whole number, not '12abc'" <<<"$out"
+out=$("$bin/voltactl" --socket "$tmp/none.sock" bench --max-tokens 10abc 2>&1)
+check "voltactl bench --max-tokens 10abc: names that option alone" \
+  test "$(grep -c -- "--max-tokens takes a positive whole number, not '10abc'" <<<"$out")" -eq 1 \
+  -a "$(grep -c -- "--concurrency" <<<"$out")" -eq 0
+out=$("$bin/voltactl" --socket "$tmp/none.sock" bench --concurrency 2x 2>&1)
+check "voltactl bench --concurrency 2x: names that option alone" \
+  test "$(grep -c -- "--concurrency takes a list of 1 to 1024 like 1,2,4,8, not '2x'" <<<"$out")" -eq 1
 out=$("$bin/voltactl" --socket "$tmp/none.sock" chat --max-tokens abc </dev/null 2>&1); rc=$?
 check "voltactl chat --max-tokens abc: 64 before reading a line" test "$rc" -eq 64
 # An option that takes a value, given last without one: "needs a value"
