@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   std::string socket = voltad::ctl::default_socket_path();
   int timeout = voltad::ctl::kAnswerTimeoutSeconds;
-  while (!args.empty() && args[0].rfind("--", 0) == 0) {
+  while (!args.empty() && (args[0].rfind("--", 0) == 0 || args[0] == "-h")) {
     if (args[0] == "--help" || args[0] == "-h") {
       std::printf(kUsage, socket.c_str());
       return voltad::kExitOk;

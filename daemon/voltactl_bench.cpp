@@ -55,15 +55,23 @@ ClientRun run_client(const ApiClient& client, int max_tokens, std::atomic<int64_
     Json j = Json::parse(data, nullptr, false);
     if (!j.is_object()) return true;
     if (j.contains("error")) {
-      run.error = j["error"].value("message", std::string("error"));
+      const Json& e = j["error"];
+      run.error = e.is_object() && e.contains("message") && e["message"].is_string()
+                      ? e["message"].get<std::string>()
+                      : e.dump(-1, ' ', false, Json::error_handler_t::replace);
       return false;
     }
     if (j.contains("usage") && j["usage"].is_object()) {
-      run.prompt_tokens = j["usage"].value("prompt_tokens", 0);
-      run.completion_tokens = j["usage"].value("completion_tokens", 0);
+      const Json& u = j["usage"];
+      if (u.contains("prompt_tokens") && u["prompt_tokens"].is_number_integer())
+        run.prompt_tokens = u["prompt_tokens"].get<int>();
+      if (u.contains("completion_tokens") && u["completion_tokens"].is_number_integer())
+        run.completion_tokens = u["completion_tokens"].get<int>();
     }
     if (j.contains("choices") && j["choices"].is_array() && !j["choices"].empty() &&
-        !j["choices"][0].value("text", std::string()).empty()) {
+        j["choices"][0].is_object() && j["choices"][0].contains("text") &&
+        j["choices"][0]["text"].is_string() &&
+        !j["choices"][0]["text"].get<std::string>().empty()) {
       if (!first) run.ttft = std::chrono::duration<double>(Clock::now() - start).count();
       first = true;
       ++chunks;
@@ -99,7 +107,14 @@ Level run_level(const ApiClient& client, int concurrency, int max_tokens, bool p
   std::vector<std::thread> threads;
   for (int i = 0; i < concurrency; ++i)
     threads.emplace_back([&, i] {
-      runs[size_t(i)] = run_client(client, max_tokens, chunks);
+      // A thread's exception would abort voltactl (main's catch is on its
+      // own thread): an answer of an unexpected shape is that client's error.
+      try {
+        runs[size_t(i)] = run_client(client, max_tokens, chunks);
+      } catch (const std::exception& e) {
+        runs[size_t(i)].error =
+            std::string("an answer that was not what was expected: ") + e.what();
+      }
       ++finished;
     });
   const int64_t expected = int64_t(concurrency) * max_tokens;

@@ -130,26 +130,43 @@ Result<ApiResponse> ApiClient::stream(
   net::io_context ioc;
   auto socket = connect(ioc, socket_path_);
   if (!socket.ok()) return socket.error();
-  boost::system::error_code ec;
-  auto req = make_request(http::verb::post, target, json);
-  http::write(*socket, req, ec);
-  if (ec) return make_error("sending to " + socket_path_ + ": " + ec.message());
+  beast::basic_stream<local> stream(std::move(*socket));
 
   struct ActiveFd {  // published for the Ctrl-C handler while the stream runs
     explicit ActiveFd(int fd) { active_fd = fd; }
     ~ActiveFd() { active_fd = -1; }
-  } active(socket->native_handle());
+  } active(stream.socket().native_handle());
 
+  // The request and the answer's header within the answer timeout (a
+  // stopped or hung daemon is reported); the streamed body takes as long
+  // as the generation does.
   beast::flat_buffer buffer;
   http::response_parser<http::string_body> parser;
   parser.body_limit(kNoBodyLimit);
-  http::read_header(*socket, buffer, parser, ec);
-  if (ec) return make_error("reading the answer from " + socket_path_ + ": " + ec.message());
+  auto req = make_request(http::verb::post, target, json);
+  boost::system::error_code write_ec, head_ec;
+  stream.expires_after(std::chrono::seconds(answer_timeout_s_));
+  http::async_write(stream, req, [&](boost::system::error_code ec, size_t) {
+    write_ec = ec;
+    if (!ec)
+      http::async_read_header(stream, buffer, parser,
+                              [&](boost::system::error_code hec, size_t) { head_ec = hec; });
+  });
+  ioc.run();
+  if (write_ec == beast::error::timeout || head_ec == beast::error::timeout)
+    return make_error("no answer from " + socket_path_ + " within " +
+                      std::to_string(answer_timeout_s_) +
+                      " s (is the daemon stopped or hung? its log, or systemctl status voltad)");
+  if (write_ec) return make_error("sending to " + socket_path_ + ": " + write_ec.message());
+  if (head_ec)
+    return make_error("reading the answer from " + socket_path_ + ": " + head_ec.message());
+  stream.expires_never();
+  boost::system::error_code ec;
   ApiResponse r;
   r.status = int(parser.get().result_int());
   r.retry_after = std::string(parser.get()[http::field::retry_after]);
   if (r.status != 200) {
-    http::read(*socket, buffer, parser, ec);
+    http::read(stream, buffer, parser, ec);
     r.body = parser.get().body();
     return r;
   }
@@ -157,7 +174,7 @@ Result<ApiResponse> ApiClient::stream(
   // and what has been handed out is erased.
   std::string pending;
   while (!parser.is_done()) {
-    http::read_some(*socket, buffer, parser, ec);
+    http::read_some(stream, buffer, parser, ec);
     if (ec) {
       r.broken = "the daemon at " + socket_path_ +
                  " closed the connection in the middle of the answer (" + ec.message() +

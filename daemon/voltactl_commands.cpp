@@ -134,12 +134,16 @@ bool add_sampling(const char* command, const std::string& max_tokens,
 std::string chunk_text(const std::string& data, std::string& error) {
   Json j = Json::parse(data, nullptr, false);
   if (!j.is_object()) return {};
-  if (j.contains("error")) {
-    error = j["error"].value("message", std::string("error"));
+  if (j.contains("error")) {  // {"error": {"message": ...}}, or anything else said as it is
+    const Json& e = j["error"];
+    error = e.is_object() && e.contains("message") && e["message"].is_string()
+                ? e["message"].get<std::string>()
+                : e.dump(-1, ' ', false, Json::error_handler_t::replace);
     return {};
   }
   if (!j.contains("choices") || !j["choices"].is_array() || j["choices"].empty()) return {};
   const Json& c = j["choices"][0];
+  if (!c.is_object()) return {};
   if (c.contains("delta") && c["delta"].is_object() && c["delta"].contains("content") &&
       c["delta"]["content"].is_string())
     return c["delta"]["content"].get<std::string>();
@@ -186,15 +190,14 @@ bool refuse_invalid_utf8(const char* command, const char* what, const std::strin
 }
 
 // generate's default length: 256 tokens, or what the context leaves after
-// the prompt where that is less (a small engine.max_context refused 256).
-// The daemon counts (/tokenize). nullopt: send none, and the daemon's
-// answer says what does not fit (a prompt that fills the context); where
-// it cannot count (an older daemon), 256.
-std::optional<int64_t> default_max_tokens(const ApiClient& client, const std::string& prompt) {
+// the prompt where that is less (a small engine.max_context refused 256),
+// from the daemon's count (/tokenize, its answer `tokenized`). nullopt:
+// send none, and the daemon's answer says what does not fit (a prompt that
+// fills the context); a daemon that cannot count (an older one), 256.
+std::optional<int64_t> default_max_tokens(const ApiResponse& tokenized) {
   constexpr int64_t kDefault = 256;
-  auto r = client.post("/tokenize", Json{{"prompt", prompt}}.dump());
-  if (!r.ok() || r->status != 200) return kDefault;
-  const Json j = Json::parse(r->body, nullptr, false);
+  if (tokenized.status != 200) return kDefault;
+  const Json j = Json::parse(tokenized.body, nullptr, false);
   if (!j.is_object() || !j.contains("max_model_len") || !j.contains("count") ||
       !j["max_model_len"].is_number_integer() || !j["count"].is_number_integer())
     return kDefault;
@@ -223,8 +226,12 @@ int cmd_generate(const ApiClient& client, const Args& args) {
   if (refuse_invalid_utf8("generate", "the prompt", text)) return kExitUsage;
   Json body = {{"prompt", text}, {"stream", true}};
   if (!add_sampling("generate", max_tokens, temperature, seed, body)) return kExitUsage;
-  if (max_tokens.empty())
-    if (auto n = default_max_tokens(client, text)) body["max_tokens"] = *n;
+  if (max_tokens.empty()) {
+    // A daemon that cannot be reached (or does not answer) is reported here.
+    auto tokenized = client.post("/tokenize", Json{{"prompt", text}}.dump());
+    if (!tokenized.ok()) return report(tokenized);
+    if (auto n = default_max_tokens(*tokenized)) body["max_tokens"] = *n;
+  }
   std::string error;
   bool printed = false;  // the line is ended only if text was written
   auto r = client.stream("/v1/completions", body.dump(), [&](const std::string& data) {

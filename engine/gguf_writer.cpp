@@ -1,5 +1,6 @@
 #include "engine/gguf_writer.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <random>
 
 namespace voltad {
 namespace {
@@ -253,21 +255,48 @@ Status GgufWriter::write_file(const std::string& path, const WriteProgress& prog
                               const std::atomic<bool>* cancel) const {
   Layout l = layout();
   const uint64_t total = l.data_start + l.data_size;
-  // A regular file or nothing at `path`: written beside it and renamed over
-  // it at the end. Anything else (a device, a pipe): written directly.
+  // A regular file or nothing at `path` (after symlinks: a link is kept and
+  // its target replaced): written beside it and renamed over it at the end,
+  // with the old file's owner and mode. Anything else (a device, a pipe):
+  // written directly.
+  std::string final_path = path;
+  for (int hops = 0; hops < 40; ++hops) {
+    std::error_code lec;
+    if (!std::filesystem::is_symlink(std::filesystem::symlink_status(final_path, lec))) break;
+    const std::filesystem::path to = std::filesystem::read_symlink(final_path, lec);
+    if (lec) break;
+    final_path = to.is_absolute() ? to.string()
+                                  : (std::filesystem::path(final_path).parent_path() / to).string();
+  }
   std::error_code sec;
-  const auto type = std::filesystem::status(path, sec).type();
+  const auto type = std::filesystem::status(final_path, sec).type();
   const bool beside =
       type == std::filesystem::file_type::regular || type == std::filesystem::file_type::not_found;
-  std::string target = path;
+  std::string target = final_path;
   std::FILE* f = nullptr;
   if (beside) {
-    target = path + ".partial-XXXXXX";
-    const int fd = ::mkstemp(target.data());
-    if (fd < 0) return make_error("cannot create '" + path + "': " + std::strerror(errno));
-    const mode_t mask = ::umask(0);  // the mode a file fopen() made would have
-    ::umask(mask);
-    ::fchmod(fd, 0666 & ~mask);
+    // O_EXCL with a random suffix (not mkstemp: its 0600 would hide the
+    // umask); the kernel applies the umask to 0666, as fopen would.
+    std::random_device random;
+    int fd = -1;
+    for (int attempt = 0; attempt < 100 && fd < 0; ++attempt) {
+      char suffix[16];
+      std::snprintf(suffix, sizeof(suffix), "%08x", unsigned(random()));
+      target = final_path + ".partial-" + suffix;
+      fd = ::open(target.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+      if (fd < 0 && errno != EEXIST) break;
+    }
+    if (fd < 0) {
+      const int e = errno;
+      return make_error("cannot create '" + path + "': " + std::strerror(e) +
+                        " (the new file is written beside it first: its directory must be "
+                        "writable)");
+    }
+    struct stat old {};
+    if (type == std::filesystem::file_type::regular && ::stat(final_path.c_str(), &old) == 0) {
+      (void)!::fchown(fd, old.st_uid, old.st_gid);  // only root may give it away: else kept
+      (void)!::fchmod(fd, old.st_mode & 07777);
+    }
     f = ::fdopen(fd, "wb");
     if (!f) {
       const int e = errno;
@@ -331,13 +360,19 @@ Status GgufWriter::write_file(const std::string& path, const WriteProgress& prog
   }
   const bool closed = std::fclose(f) == 0;
   if (ok && !closed) error = errno;
-  if (ok && closed && beside && ::rename(target.c_str(), path.c_str()) != 0) {
+  // A stop asked for after the last byte (during the sync) still stops.
+  if (ok && cancel && cancel->load()) {
+    ok = false;
+    cancelled = true;
+  }
+  if (ok && closed && beside && ::rename(target.c_str(), final_path.c_str()) != 0) {
     error = errno;
     ::unlink(target.c_str());
     return make_error("cannot replace '" + path + "' with the new file: " + std::strerror(error) +
                       " (nothing was changed at that path)");
   }
   if (ok && closed) return {};
+  if (cancel && cancel->load()) cancelled = true;  // a write cut short by the signal itself
   std::error_code ec;  // never remove what is not a plain file (e.g. /dev/full)
   const bool removed =
       std::filesystem::is_regular_file(target, ec) && std::filesystem::remove(target, ec);

@@ -1,11 +1,26 @@
 #include "engine/thread_pool.h"
 
+#include <sched.h>
+
 #include <algorithm>
 
 namespace voltad {
 
+namespace {
+
+// The CPUs this process may run on (taskset, a cgroup's cpuset): more
+// threads than those only wait for them.
+int usable_cpus() {
+  cpu_set_t mask;
+  if (::sched_getaffinity(0, sizeof(mask), &mask) == 0 && CPU_COUNT(&mask) > 0)
+    return CPU_COUNT(&mask);
+  return int(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+}  // namespace
+
 ThreadPool::ThreadPool(int n_threads) {
-  if (n_threads <= 0) n_threads = int(std::max(1u, std::thread::hardware_concurrency()));
+  if (n_threads <= 0) n_threads = usable_cpus();
   n_threads_ = n_threads;
   for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker(i); });
 }

@@ -121,6 +121,10 @@ int main(int argc, char** argv) {
       device_time = true;
     else if (a == "--top-k") { if (!count(top_k, 0, 64)) return 64; }
     else if (a == "--omit") {
+      if (i + 1 >= argc)
+        return std::fprintf(stderr,
+                            "voltad-bench: --omit needs a value (a list of kernel kinds)\n"),
+               64;
       omit_list = next();
       if (omit_list.empty() || omit_list.front() == ',' || omit_list.back() == ',' ||
           omit_list.find(",,") != std::string::npos)

@@ -35,14 +35,11 @@
 
 namespace {
 
-// Set by SIGINT/SIGTERM while the file is written (lock-free: safe in a handler).
+// Set by SIGINT/SIGTERM while the file is written (lock-free: safe in a
+// handler), with the signal, for the exit status a shell would report.
 std::atomic<bool> g_stop{false};
-static_assert(std::atomic<bool>::is_always_lock_free);
-constexpr int kExitInterrupted = 130;  // as a shell reports a Ctrl-C
-
-}  // namespace
-
-namespace {
+std::atomic<int> g_stop_signal{0};
+static_assert(std::atomic<bool>::is_always_lock_free && std::atomic<int>::is_always_lock_free);
 
 using voltad::GgmlType;
 
@@ -603,15 +600,21 @@ int main(int argc, char** argv) {
   // Ctrl-C or SIGTERM stops the write: the partial file is removed and a
   // file already at OUT is left as it was (write_file writes beside it).
   struct sigaction stop {};
-  stop.sa_handler = [](int) { g_stop.store(true); };
+  stop.sa_handler = [](int signal) {
+    g_stop_signal.store(signal);
+    g_stop.store(true);
+  };
+  stop.sa_flags = SA_RESTART;  // a write in progress finishes; the next one sees the flag
   sigemptyset(&stop.sa_mask);
   sigaction(SIGINT, &stop, nullptr);
   sigaction(SIGTERM, &stop, nullptr);
   auto st = w.write_file(
       out, [&](uint64_t written, uint64_t total) { progress(written, total); }, &g_stop);
   if (!st) {
+    if (isatty(2)) std::fputc('\n', stderr);  // after the progress line's \r
     std::fprintf(stderr, "voltad-mkmodel: %s\n", st.error().message.c_str());
-    return g_stop.load() ? kExitInterrupted : kExitCantCreate;
+    // 128 + the signal, as a shell reports it (130 for Ctrl-C, 143 for SIGTERM).
+    return g_stop.load() ? 128 + g_stop_signal.load() : kExitCantCreate;
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -192,6 +192,9 @@ int main(int argc, char** argv) {
     const std::filesystem::path parent = std::filesystem::path(a.dump_logits).parent_path().empty()
                                              ? std::filesystem::path(".")
                                              : std::filesystem::path(a.dump_logits).parent_path();
+    std::error_code dir_ec;
+    if (std::filesystem::is_directory(a.dump_logits, dir_ec))
+      return usage("--dump-logits " + a.dump_logits + " is a directory; name a file");
     const bool exists = ::access(a.dump_logits.c_str(), F_OK) == 0;
     if (exists ? ::access(a.dump_logits.c_str(), W_OK) != 0 : ::access(parent.c_str(), W_OK) != 0) {
       std::fprintf(stderr, "voltad-run: cannot write %s: %s\n", a.dump_logits.c_str(),
@@ -204,17 +207,22 @@ int main(int argc, char** argv) {
     std::ifstream file;
     if (!from_stdin) file.open(a.prompt_file, std::ios::binary);
     std::istream& in = from_stdin ? std::cin : file;
-    std::error_code dir_ec;
-    if ((!from_stdin && (!file || std::filesystem::is_directory(a.prompt_file, dir_ec)))) {
-      std::fprintf(stderr, "voltad-run: cannot read the prompt from %s: %s\n",
-                   a.prompt_file.c_str(),
-                   std::filesystem::is_directory(a.prompt_file, dir_ec) ? "it is a directory"
-                                                                        : std::strerror(errno));
-      return kExitUsage;
+    if (!from_stdin) {
+      const int open_errno = errno;  // before anything else can change it
+      std::error_code dir_ec;
+      const bool dir = std::filesystem::is_directory(a.prompt_file, dir_ec);
+      if (!file || dir) {
+        std::fprintf(stderr, "voltad-run: cannot read the prompt from %s: %s\n",
+                     a.prompt_file.c_str(), dir ? "it is a directory" : std::strerror(open_errno));
+        return kExitUsage;
+      }
     }
     std::ostringstream text;
     text << in.rdbuf();
     a.prompt = text.str();
+    // A file or `echo` ends its text with a line break that -p would not
+    // have: one is dropped (as a line of text is read).
+    if (!a.prompt.empty() && a.prompt.back() == '\n') a.prompt.pop_back();
     if (a.prompt.empty())
       return usage("the prompt read from " +
                    (from_stdin ? std::string("standard input") : a.prompt_file) + " is empty");

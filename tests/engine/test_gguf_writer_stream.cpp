@@ -174,6 +174,7 @@ TEST_CASE("write_file replaces an existing file whole, or not at all") {
     std::fputs("precious", f);
     std::fclose(f);
   }
+  fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read);
   std::FILE* reader = std::fopen(path.c_str(), "rb");
   REQUIRE(reader);
 
@@ -190,6 +191,24 @@ TEST_CASE("write_file replaces an existing file whole, or not at all") {
   st = w.write_file(path.string());
   REQUIRE_MESSAGE(st.ok(), (st.ok() ? "" : st.error().message));
   CHECK(fs::file_size(path) == w.file_size());
+  CHECK(leftovers() == 0);
+  // The old file's mode (0640), not a fresh file's.
+  CHECK((fs::status(path).permissions() & fs::perms::all) ==
+        (fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read));
+  // Through a symlink: the link stays, its target is replaced.
+  const fs::path link = dir / "link.gguf", real = dir / "real.gguf";
+  fs::copy_file(path, real);
+  {
+    std::FILE* f = std::fopen(real.c_str(), "wb");
+    std::fputs("old", f);
+    std::fclose(f);
+  }
+  fs::create_symlink("real.gguf", link);
+  REQUIRE(w.write_file(link.string()).ok());
+  CHECK(fs::is_symlink(fs::symlink_status(link)));
+  CHECK(fs::file_size(real) == w.file_size());
+  fs::remove(link);
+  fs::remove(real);
   CHECK(leftovers() == 0);
   char old[9] = {};
   CHECK(std::fread(old, 1, 8, reader) == 8);  // the old inode, still whole

@@ -5,7 +5,8 @@ set -uo pipefail
 bin=${VOLTAD_BIN_DIR:?}
 src=${VOLTAD_SOURCE_DIR:?}
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+fake_pid=
+trap '[[ -n $fake_pid ]] && kill "$fake_pid" 2>/dev/null; rm -rf "$tmp"' EXIT
 fails=0
 check() {  # check DESCRIPTION CONDITION...
   local what=$1; shift
@@ -86,12 +87,12 @@ fi
 # of unexpected shapes (an error, not an abort), a stream cut off mid-answer
 # (exit 1, said); and its own input: text that is not UTF-8 (64, not an
 # abort), a mistyped short option, "--" before text that starts with '-'.
-fake_pid=
 start_fake() {  # start_fake SOCKET MODE
   [[ -n $fake_pid ]] && { kill "$fake_pid"; wait "$fake_pid" 2>/dev/null; }
   python3 "$src/tests/integration/fake_voltad.py" "$1" "$2" >"$tmp/fake.out" &
   fake_pid=$!
-  for _ in $(seq 100); do grep -q ready "$tmp/fake.out" && return; sleep 0.05; done
+  for _ in $(seq 200); do grep -q ready "$tmp/fake.out" && return; sleep 0.05; done
+  echo "FAIL the fake daemon ($2) did not start"; fails=$((fails + 1))
 }
 : >"$tmp/regular"
 out=$("$bin/voltactl" --socket "$tmp/regular" status 2>&1); rc=$?
@@ -102,6 +103,13 @@ t0=$(date +%s)
 out=$("$bin/voltactl" --socket="$tmp/silent.sock" --timeout 2 status 2>&1); rc=$?
 check "voltactl status, a daemon that never answers: 69 after --timeout" \
   test "$rc" -eq 69 -a $(($(date +%s) - t0)) -lt 10 -a "$(grep -c "no answer from .* within 2 s" <<<"$out")" -eq 1
+for args in "generate hi" "generate hi --max-tokens 2" "models"; do
+  t0=$(date +%s)
+  # shellcheck disable=SC2086
+  out=$(timeout 20 "$bin/voltactl" --socket "$tmp/silent.sock" --timeout 2 $args 2>&1); rc=$?
+  check "voltactl $args, a daemon that never answers: 69 after --timeout" \
+    test "$rc" -eq 69 -a $(($(date +%s) - t0)) -lt 10 -a "$(grep -c "no answer from" <<<"$out")" -eq 1
+done
 out=$("$bin/voltactl" --timeout 0 status 2>&1); rc=$?
 check "voltactl --timeout 0: usage error 64" test "$rc" -eq 64
 start_fake "$tmp/odd.sock" odd
@@ -110,6 +118,12 @@ for cmd in status models; do
   check "voltactl $cmd, an answer of an unexpected shape: exit 1 with a message, no abort" \
     test "$rc" -eq 1 -a "$(grep -c "not what was expected" <<<"$out")" -eq 1
 done
+out=$("$bin/voltactl" --socket "$tmp/odd.sock" generate hi 2>&1); rc=$?
+check "voltactl generate, a stream whose error is a bare string: exit 1 saying it" \
+  test "$rc" -eq 1 -a "$(grep -c "the generation failed: \"boom\"" <<<"$out")" -eq 1
+out=$("$bin/voltactl" --socket "$tmp/odd.sock" bench --concurrency 1,2 --max-tokens 2 2>&1); rc=$?
+check "voltactl bench, streams of unexpected shapes: no abort (exit 0 or 1)" \
+  test "$rc" -le 1
 start_fake "$tmp/broken.sock" broken
 out=$("$bin/voltactl" --socket "$tmp/broken.sock" generate hello 2>&1); rc=$?
 check "voltactl generate, the stream cut off: exit 1, the text so far, why" \
@@ -211,8 +225,9 @@ check "voltad, model.path a FIFO: 66, not a regular file (not 'no file is there'
 printf 'Hello there' >"$tmp/prompt.txt"
 a=$("$bin/voltad-run" -m "$tiny" -p 'Hello there' -n 3 --temp 0 --quiet 2>/dev/null)
 b=$("$bin/voltad-run" -m "$tiny" -f "$tmp/prompt.txt" -n 3 --temp 0 --quiet 2>/dev/null)
-c=$(printf 'Hello there' | "$bin/voltad-run" -m "$tiny" -p - -n 3 --temp 0 --quiet 2>/dev/null)
-check "voltad-run -f FILE and -p - give what -p gives" test -n "$a" -a "$a" = "$b" -a "$a" = "$c"
+c=$(echo 'Hello there' | "$bin/voltad-run" -m "$tiny" -p - -n 3 --temp 0 --quiet 2>/dev/null)
+check "voltad-run -f FILE and -p - give what -p gives (echo's line break dropped)" \
+  test -n "$a" -a "$a" = "$b" -a "$a" = "$c"
 out=$("$bin/voltad-run" -m "$tiny" -f "$tmp/prompt.txt" -p hi 2>&1); rc=$?
 check "voltad-run -f and -p together: usage error 64" test "$rc" -eq 64
 out=$("$bin/voltad-run" -m "$tiny" -f "$tmp/confdir" 2>&1); rc=$?

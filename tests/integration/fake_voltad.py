@@ -1,6 +1,7 @@
 """A stand-in for voltad on a Unix socket, for voltactl's error paths:
   silent  accepts connections and never answers (a stopped or hung daemon);
-  odd     answers every request 200 with JSON of unexpected shapes;
+  odd     answers every request 200 with JSON of unexpected shapes (a
+          stream's one event: {"error": "boom"});
   broken  starts a stream, sends one chunk, then closes mid-answer.
 usage: fake_voltad.py SOCKET MODE   (runs until killed; prints "ready")"""
 import os
@@ -28,8 +29,18 @@ def answer(conn):
     length = next((int(l.split(":", 1)[1]) for l in head.split("\r\n")
                    if l.lower().startswith("content-length:")), 0)
     while len(data.split(b"\r\n\r\n", 1)[1]) < length:
-        data += conn.recv(65536)
+        part = conn.recv(65536)
+        if not part:  # the client left mid-body
+            return
+        data += part
     target = head.split(" ")[1]
+    if mode == "odd" and target.startswith("/v1/completions"):
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\n")
+        event = b'data: {"error": "boom", "usage": {"prompt_tokens": "x"}}\n\ndata: [DONE]\n\n'
+        conn.sendall(b"%x\r\n%s\r\n0\r\n\r\n" % (len(event), event))
+        conn.close()
+        return
     if mode == "broken" and target.startswith("/v1/"):
         conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                      b"Transfer-Encoding: chunked\r\n\r\n")

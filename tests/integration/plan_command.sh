@@ -25,18 +25,22 @@ model=$tmp/smollm2.gguf
   -o "$model" >"$tmp/mkmodel.log" 2>&1
 check "voltad-mkmodel wrote the model" test -s "$model"
 
-# Ctrl-C while voltad-mkmodel replaces that file (an f16 model, ~270 MB):
-# 130, the file already there unchanged, no partial file left beside it.
-sum_before=$(md5sum <"$model")
+# Ctrl-C while voltad-mkmodel replaces a copy of that file (with an f16
+# model, ~270 MB; stopped as soon as its partial file appears, so the
+# signal surely lands mid-write): 130, the copy unchanged, no partial file.
+victim=$tmp/victim.gguf
+cp "$model" "$victim"
+sum_before=$(md5sum <"$victim")
 "$bin/voltad-mkmodel" --shape smollm2-135m --type f16 --tokenizer "$shared/tokenizers/llama3" \
-  -o "$model" >"$tmp/interrupted.log" 2>&1 &
+  -o "$victim" >"$tmp/interrupted.log" 2>&1 &
 writer=$!
-for _ in $(seq 1000); do compgen -G "$model.partial-*" >/dev/null && break; sleep 0.01; done
-kill -INT "$writer"; wait "$writer"; rc=$?
+for _ in $(seq 1000); do compgen -G "$victim.partial-*" >/dev/null && break; sleep 0.01; done
+kill -STOP "$writer"; kill -INT "$writer"; kill -CONT "$writer"
+wait "$writer"; rc=$?
 check "voltad-mkmodel interrupted: exit 130, says so" \
   test "$rc" -eq 130 -a "$(grep -c "was interrupted at byte" "$tmp/interrupted.log")" -eq 1
-check "... the model already there is unchanged" test "$(md5sum <"$model")" = "$sum_before"
-check "... no partial file is left" test -z "$(compgen -G "$model.partial-*")"
+check "... the file already there is unchanged" test "$(md5sum <"$victim")" = "$sum_before"
+check "... no partial file is left" test -z "$(compgen -G "$victim.partial-*")"
 
 # Defaults (4096 tokens x 16 sequences) on an assumed 4 GiB card: fits.
 out=$("$bin/voltad" --plan --model "$model" --assume-vram 0 2>&1); rc=$?
