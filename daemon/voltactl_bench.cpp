@@ -55,10 +55,7 @@ ClientRun run_client(const ApiClient& client, int max_tokens, std::atomic<int64_
     Json j = Json::parse(data, nullptr, false);
     if (!j.is_object()) return true;
     if (j.contains("error")) {
-      const Json& e = j["error"];
-      run.error = e.is_object() && e.contains("message") && e["message"].is_string()
-                      ? e["message"].get<std::string>()
-                      : e.dump(-1, ' ', false, Json::error_handler_t::replace);
+      run.error = stream_error_text(j["error"]);
       return false;
     }
     if (j.contains("usage") && j["usage"].is_object()) {

@@ -80,6 +80,30 @@ http::request<http::string_body> make_request(http::verb verb, const std::string
   return req;
 }
 
+Error no_answer(const std::string& path, int timeout_s) {
+  return Error{"no answer from " + path + " within " + std::to_string(timeout_s) +
+               " s (is the daemon stopped or hung? its log, or systemctl status voltad)"};
+}
+
+// Sends `req` and reads what `read` reads (the whole answer, or its
+// header) on `stream`, within timeout_s; the error that ended it, if any.
+template <class Read>
+boost::system::error_code exchange(net::io_context& ioc, beast::basic_stream<local>& stream,
+                                   http::request<http::string_body>& req, int timeout_s,
+                                   Read read) {
+  boost::system::error_code result;
+  stream.expires_after(std::chrono::seconds(timeout_s));
+  http::async_write(stream, req, [&](boost::system::error_code ec, size_t) {
+    if (ec) {
+      result = ec;
+      return;
+    }
+    read([&](boost::system::error_code rec, size_t) { result = rec; });
+  });
+  ioc.run();
+  return result;
+}
+
 Result<ApiResponse> call(const std::string& path, int timeout_s, http::verb verb,
                          const std::string& target, const std::string& body) {
   net::io_context ioc;
@@ -88,25 +112,14 @@ Result<ApiResponse> call(const std::string& path, int timeout_s, http::verb verb
   // The whole exchange within the timeout: asynchronous, so that the
   // deadline can end it.
   beast::basic_stream<local> stream(std::move(*socket));
-  stream.expires_after(std::chrono::seconds(timeout_s));
   auto req = make_request(verb, target, body);
   beast::flat_buffer buffer;
   http::response_parser<http::string_body> parser;
   parser.body_limit(kNoBodyLimit);
-  boost::system::error_code write_ec, read_ec;
-  http::async_write(stream, req, [&](boost::system::error_code ec, size_t) {
-    write_ec = ec;
-    if (!ec)
-      http::async_read(stream, buffer, parser,
-                       [&](boost::system::error_code rec, size_t) { read_ec = rec; });
-  });
-  ioc.run();
-  auto timed_out = [&](const boost::system::error_code& ec) { return ec == beast::error::timeout; };
-  if (timed_out(write_ec) || timed_out(read_ec))
-    return make_error("no answer from " + path + " within " + std::to_string(timeout_s) +
-                      " s (is the daemon stopped or hung? its log, or systemctl status voltad)");
-  if (write_ec) return make_error("sending to " + path + ": " + write_ec.message());
-  if (read_ec) return make_error("reading the answer from " + path + ": " + read_ec.message());
+  const auto ec = exchange(ioc, stream, req, timeout_s,
+                           [&](auto done) { http::async_read(stream, buffer, parser, done); });
+  if (ec == beast::error::timeout) return no_answer(path, timeout_s);
+  if (ec) return make_error("talking to " + path + ": " + ec.message());
   ApiResponse r;
   r.status = int(parser.get().result_int());
   r.body = parser.get().body();
@@ -144,22 +157,11 @@ Result<ApiResponse> ApiClient::stream(
   http::response_parser<http::string_body> parser;
   parser.body_limit(kNoBodyLimit);
   auto req = make_request(http::verb::post, target, json);
-  boost::system::error_code write_ec, head_ec;
-  stream.expires_after(std::chrono::seconds(answer_timeout_s_));
-  http::async_write(stream, req, [&](boost::system::error_code ec, size_t) {
-    write_ec = ec;
-    if (!ec)
-      http::async_read_header(stream, buffer, parser,
-                              [&](boost::system::error_code hec, size_t) { head_ec = hec; });
+  const auto head_ec = exchange(ioc, stream, req, answer_timeout_s_, [&](auto done) {
+    http::async_read_header(stream, buffer, parser, done);
   });
-  ioc.run();
-  if (write_ec == beast::error::timeout || head_ec == beast::error::timeout)
-    return make_error("no answer from " + socket_path_ + " within " +
-                      std::to_string(answer_timeout_s_) +
-                      " s (is the daemon stopped or hung? its log, or systemctl status voltad)");
-  if (write_ec) return make_error("sending to " + socket_path_ + ": " + write_ec.message());
-  if (head_ec)
-    return make_error("reading the answer from " + socket_path_ + ": " + head_ec.message());
+  if (head_ec == beast::error::timeout) return no_answer(socket_path_, answer_timeout_s_);
+  if (head_ec) return make_error("talking to " + socket_path_ + ": " + head_ec.message());
   stream.expires_never();
   boost::system::error_code ec;
   ApiResponse r;
@@ -204,6 +206,12 @@ std::string error_message(const ApiResponse& response) {
       j["error"].contains("message") && j["error"]["message"].is_string())
     return j["error"]["message"].get<std::string>();
   return response.body.empty() ? "HTTP " + std::to_string(response.status) : response.body;
+}
+
+std::string stream_error_text(const nlohmann::json& e) {
+  if (e.is_object() && e.contains("message") && e["message"].is_string())
+    return e["message"].get<std::string>();
+  return e.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 std::string default_socket_path() {

@@ -7,6 +7,8 @@
 #include <functional>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/result.h"
 
 namespace voltad::ctl {
@@ -54,6 +56,10 @@ class ApiClient {
 
 // The message of an OpenAI error body, or the body itself.
 std::string error_message(const ApiResponse& response);
+
+// The text of a streamed event's "error" member: its message where it is
+// OpenAI's {"message": ...}, else the member itself as JSON.
+std::string stream_error_text(const nlohmann::json& error);
 
 // The system service's socket (systemd/voltad.socket).
 inline constexpr const char* kSystemSocketPath = "/run/voltad/voltad.sock";

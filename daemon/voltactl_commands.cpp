@@ -135,10 +135,7 @@ std::string chunk_text(const std::string& data, std::string& error) {
   Json j = Json::parse(data, nullptr, false);
   if (!j.is_object()) return {};
   if (j.contains("error")) {  // {"error": {"message": ...}}, or anything else said as it is
-    const Json& e = j["error"];
-    error = e.is_object() && e.contains("message") && e["message"].is_string()
-                ? e["message"].get<std::string>()
-                : e.dump(-1, ' ', false, Json::error_handler_t::replace);
+    error = stream_error_text(j["error"]);
     return {};
   }
   if (!j.contains("choices") || !j["choices"].is_array() || j["choices"].empty()) return {};

@@ -18,6 +18,14 @@ server.listen(16)
 held = []
 
 
+def stream(conn, events, whole):
+    """A 200 event stream of one chunk, ended properly or cut off."""
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                 b"Transfer-Encoding: chunked\r\n\r\n")
+    conn.sendall(b"%x\r\n%s\r\n%s" % (len(events), events, b"0\r\n\r\n" if whole else b""))
+    conn.close()
+
+
 def answer(conn):
     data = b""
     while b"\r\n\r\n" not in data:
@@ -35,19 +43,10 @@ def answer(conn):
         data += part
     target = head.split(" ")[1]
     if mode == "odd" and target.startswith("/v1/completions"):
-        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                     b"Transfer-Encoding: chunked\r\n\r\n")
-        event = b'data: {"error": "boom", "usage": {"prompt_tokens": "x"}}\n\ndata: [DONE]\n\n'
-        conn.sendall(b"%x\r\n%s\r\n0\r\n\r\n" % (len(event), event))
-        conn.close()
-        return
+        return stream(conn, b'data: {"error": "boom", "usage": {"prompt_tokens": "x"}}\n\n'
+                      b"data: [DONE]\n\n", whole=True)
     if mode == "broken" and target.startswith("/v1/"):
-        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                     b"Transfer-Encoding: chunked\r\n\r\n")
-        event = b'data: {"choices":[{"text":"partial"}]}\n\n'
-        conn.sendall(b"%x\r\n%s\r\n" % (len(event), event))
-        conn.close()
-        return
+        return stream(conn, b'data: {"choices":[{"text":"partial"}]}\n\n', whole=False)
     body = {"/health": b'{"status": 5, "model": 7}',
             "/v1/models": b'{"data": [5]}'}.get(target, b'{"error": "boom"}')
     conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
