@@ -34,7 +34,11 @@ namespace {
 // limit exceeded"), which hid the daemon's error answers to a stream.
 constexpr std::uint64_t kNoBodyLimit = std::numeric_limits<std::uint64_t>::max();
 
-Result<local::socket> connect(net::io_context& ioc, const std::string& path) {
+Error no_answer(const std::string& path, int timeout_s);
+
+// Connects within timeout_s: a daemon that no longer accepts (stopped, its
+// listen queue full) blocks a plain connect for good.
+Result<local::socket> connect(net::io_context& ioc, const std::string& path, int timeout_s) {
   // A Unix socket's path fits sockaddr_un (local::endpoint throws otherwise).
   constexpr size_t kMaxPath = sizeof(sockaddr_un::sun_path) - 1;
   if (path.empty() || path.size() > kMaxPath)
@@ -42,8 +46,18 @@ Result<local::socket> connect(net::io_context& ioc, const std::string& path) {
                       std::to_string(kMaxPath) + " bytes (this one has " +
                       std::to_string(path.size()) + ")");
   local::socket socket(ioc);
-  boost::system::error_code ec;
-  socket.connect(local::endpoint(path), ec);
+  boost::system::error_code ec = net::error::would_block;
+  socket.async_connect(local::endpoint(path), [&](boost::system::error_code done) { ec = done; });
+  ioc.run_for(std::chrono::seconds(timeout_s));
+  const bool pending = ec == net::error::would_block;
+  if (pending) {
+    boost::system::error_code ignored;
+    socket.close(ignored);  // its handler runs (aborted) before the context is reused
+    ioc.restart();
+    ioc.run();
+  }
+  ioc.restart();
+  if (pending) return no_answer(path, timeout_s);
   if (ec) {
     // Something other than a socket at the path: said as such.
     std::error_code fec;
@@ -60,6 +74,8 @@ Result<local::socket> connect(net::io_context& ioc, const std::string& path) {
                            ? " (is voltad running? pass --socket PATH or set VOLTAD_SOCKET)"
                        : ec == boost::system::errc::permission_denied
                            ? " (you need write access to the socket: ask for its group)"
+                       : ec == net::error::no_buffer_space || ec == net::error::would_block
+                           ? " (the daemon is not taking connections: stopped, or overloaded?)"
                            : "";
     return make_error("cannot connect to " + path + ": " + ec.message() + hint);
   }
@@ -107,7 +123,7 @@ boost::system::error_code exchange(net::io_context& ioc, beast::basic_stream<loc
 Result<ApiResponse> call(const std::string& path, int timeout_s, http::verb verb,
                          const std::string& target, const std::string& body) {
   net::io_context ioc;
-  auto socket = connect(ioc, path);
+  auto socket = connect(ioc, path, timeout_s);
   if (!socket.ok()) return socket.error();
   // The whole exchange within the timeout: asynchronous, so that the
   // deadline can end it.
@@ -141,7 +157,7 @@ Result<ApiResponse> ApiClient::stream(
     const std::string& target, const std::string& json,
     const std::function<bool(const std::string&)>& on_data) const {
   net::io_context ioc;
-  auto socket = connect(ioc, socket_path_);
+  auto socket = connect(ioc, socket_path_, answer_timeout_s_);
   if (!socket.ok()) return socket.error();
   beast::basic_stream<local> stream(std::move(*socket));
 

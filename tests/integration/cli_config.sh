@@ -110,6 +110,12 @@ for args in "generate hi" "generate hi --max-tokens 2" "models"; do
   check "voltactl $args, a daemon that never answers: 69 after --timeout" \
     test "$rc" -eq 69 -a $(($(date +%s) - t0)) -lt 10 -a "$(grep -c "no answer from" <<<"$out")" -eq 1
 done
+start_fake "$tmp/full.sock" full
+t0=$(date +%s)
+out=$(timeout 20 "$bin/voltactl" --socket "$tmp/full.sock" --timeout 2 status 2>&1); rc=$?
+check "voltactl status, a daemon that no longer accepts: 69, no hang, said" \
+  test "$rc" -eq 69 -a $(($(date +%s) - t0)) -lt 10 \
+  -a "$(grep -Ec "no answer from|not taking connections" <<<"$out")" -eq 1
 out=$("$bin/voltactl" --timeout 0 status 2>&1); rc=$?
 check "voltactl --timeout 0: usage error 64" test "$rc" -eq 64
 start_fake "$tmp/odd.sock" odd

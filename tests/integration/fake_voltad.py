@@ -1,5 +1,6 @@
 """A stand-in for voltad on a Unix socket, for voltactl's error paths:
   silent  accepts connections and never answers (a stopped or hung daemon);
+  full    never accepts, its listen queue full (a connect blocks);
   odd     answers every request 200 with JSON of unexpected shapes (a
           stream's one event: {"error": "boom"});
   broken  starts a stream, sends one chunk, then closes mid-answer.
@@ -14,8 +15,13 @@ if os.path.exists(path):
     os.unlink(path)
 server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 server.bind(path)
-server.listen(16)
+server.listen(0 if mode == "full" else 16)
 held = []
+if mode == "full":  # one connection fills a queue of 0; the next connect blocks
+    filler = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    filler.connect(path)
+    print("ready", flush=True)
+    threading.Event().wait()
 
 
 def stream(conn, events, whole):
