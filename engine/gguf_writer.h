@@ -85,7 +85,7 @@ class GgufWriter {
   std::vector<uint8_t> to_bytes() const;
   // Streams the file to `path`. A regular file (or none) at `path` is
   // replaced only once the new one is complete: it is written beside it
-  // (PATH.partial-XXXXXX), synced and renamed over it, so a failure, an
+  // (PATH.partial- and 8 random hex digits), synced and renamed over it, so a failure, an
   // interruption or a reader that has the old file mapped never sees half
   // a file. Anything else at `path` (/dev/full, a pipe) is written
   // directly. On failure the partial file is removed and the error names
