@@ -386,6 +386,7 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(std::shared_ptr<const M
   VOLTAD_TRY(impl->load_weights());
   VOLTAD_TRY(impl->allocate_workspace());
   impl->gemm_min_tokens = impl->choose_gemm_min_tokens();
+  kernels::gemm_narrow_pairs();  // its probe runs now, before any graph is captured
   impl->rope_in_attention = impl->choose_rope_in_attention();
   impl->attention_mma = impl->choose_attention_mma();
   if (const char* v = std::getenv("VOLTAD_ATTENTION_WMMA"))
@@ -457,7 +458,13 @@ std::string CudaBackend::unusable_reason() const { return impl_->unusable; }
 const CudaMemoryUse& CudaBackend::memory_use() const { return impl_->memory; }
 std::string CudaBackend::device_name() const { return impl_->device_name; }
 std::string CudaBackend::kernels_in_use() const {
-  if (impl_->options.kernels == kernels::KernelSet::Portable) return "portable";
+  // Paired B: the narrow GEMM's 4-bit weights into wmma fragments in
+  // registers (kernels/wmma_pairs.h; the order the probe found).
+  if (impl_->options.kernels == kernels::KernelSet::Portable)
+    return kernels::gemm_narrow_pairs() == kernels::WmmaPairs::None
+               ? "portable"
+               : std::string("portable + paired-b (") +
+                     kernels::wmma_pairs_name(kernels::gemm_narrow_pairs()) + ")";
   std::string variants;
   if (kernels::gemm_sm80_available()) variants += "sm80-gemm";
   if (impl_->narrow_sm80_takes_all()) variants += " + sm80-narrow";

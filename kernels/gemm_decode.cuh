@@ -93,6 +93,11 @@ __device__ __forceinline__ float half_bits_to_float(uint32_t bits16) {
 // multiplies the pairs as they are.
 template <PackedFormat F>
 struct Chunk;
+// A 4-bit chunk's per-row factors as half2 (Int4Sym32: a = d; Int4Affine32:
+// a = d, b = m; Int4K256: a = D*sc, b = -M*mn, each rounded to fp16).
+struct Factors {
+  __half2 a, b;
+};
 template <PackedFormat F>
 constexpr bool decodes_in_x_order() {
   return F == PackedFormat::Int4Sym32 || F == PackedFormat::Int4Affine32 ||
@@ -185,12 +190,21 @@ struct Chunk<PackedFormat::Int4Sym32> {
     d = M::u16(r.scales, c);
   }
   __device__ void zero() { q = make_uint4(0, 0, 0, 0), d = 0; }
-  template <bool kXOrder = false>
-  __device__ void decode(int64_t, uint32_t (&h)[16]) const {
-    const __half2 d2 = __half2half2(__ushort_as_half((unsigned short)d));
+  // The row's factors for the chunk as one word (what paired B shuffles
+  // between lanes: kernels/wmma_pairs.h), unpacked, and a half2 of 1024 + q
+  // decoded with them: decode()'s own arithmetic.
+  __device__ uint32_t factor_word(int64_t) const { return d; }
+  static __device__ Factors factors(uint32_t word) {
+    return {__half2half2(__ushort_as_half((unsigned short)word)), {}};
+  }
+  static __device__ uint32_t apply(const Factors& f, uint32_t v) {
     const __half2 off = u32_as_half2(0x64086408u);  // 1032 = 1024 + 8
-    int4_to_half2<kXOrder>(
-        q, h, [&](uint32_t v) { return half2_as_u32(__hmul2(__hsub2(u32_as_half2(v), off), d2)); });
+    return half2_as_u32(__hmul2(__hsub2(u32_as_half2(v), off), f.a));
+  }
+  template <bool kXOrder = false>
+  __device__ void decode(int64_t c, uint32_t (&h)[16]) const {
+    const Factors f = factors(factor_word(c));
+    int4_to_half2<kXOrder>(q, h, [&](uint32_t v) { return apply(f, v); });
   }
 };
 
@@ -204,14 +218,19 @@ struct Chunk<PackedFormat::Int4Affine32> {
     dm = M::u32(r.scales, c);
   }
   __device__ void zero() { q = make_uint4(0, 0, 0, 0), dm = 0; }
-  template <bool kXOrder = false>
-  __device__ void decode(int64_t, uint32_t (&h)[16]) const {
-    const __half2 d2 = __half2half2(__ushort_as_half((unsigned short)(dm & 0xFFFF)));
-    const __half2 m2 = __half2half2(__ushort_as_half((unsigned short)(dm >> 16)));
+  __device__ uint32_t factor_word(int64_t) const { return dm; }
+  static __device__ Factors factors(uint32_t word) {
+    return {__half2half2(__ushort_as_half((unsigned short)(word & 0xFFFF))),
+            __half2half2(__ushort_as_half((unsigned short)(word >> 16)))};
+  }
+  static __device__ uint32_t apply(const Factors& f, uint32_t v) {
     const __half2 off = u32_as_half2(0x64006400u);
-    int4_to_half2<kXOrder>(q, h, [&](uint32_t v) {
-      return half2_as_u32(__hfma2(__hsub2(u32_as_half2(v), off), d2, m2));
-    });
+    return half2_as_u32(__hfma2(__hsub2(u32_as_half2(v), off), f.a, f.b));
+  }
+  template <bool kXOrder = false>
+  __device__ void decode(int64_t c, uint32_t (&h)[16]) const {
+    const Factors f = factors(factor_word(c));
+    int4_to_half2<kXOrder>(q, h, [&](uint32_t v) { return apply(f, v); });
   }
 };
 
@@ -233,15 +252,24 @@ struct Chunk<PackedFormat::Int4K256> {
     hdr = M::u128i(r.scales, (c >> 3));
   }
   __device__ void zero() { q = hdr = make_uint4(0, 0, 0, 0); }
-  template <bool kXOrder = false>
-  __device__ void decode(int64_t c, uint32_t (&h)[16]) const {
+  // (a, b) rounded to fp16, as one word.
+  __device__ uint32_t factor_word(int64_t c) const {
     float a, b;
     k256_affine(hdr, c, a, b);
-    const __half2 a2 = __float2half2_rn(a), b2 = __float2half2_rn(b);
+    return pack_half2(a, b);
+  }
+  static __device__ Factors factors(uint32_t word) {
+    const __half2 w = u32_as_half2(word);
+    return {__low2half2(w), __high2half2(w)};
+  }
+  static __device__ uint32_t apply(const Factors& f, uint32_t v) {
     const __half2 off = u32_as_half2(0x64006400u);
-    int4_to_half2<kXOrder>(q, h, [&](uint32_t v) {
-      return half2_as_u32(__hfma2(__hsub2(u32_as_half2(v), off), a2, b2));
-    });
+    return half2_as_u32(__hfma2(__hsub2(u32_as_half2(v), off), f.a, f.b));
+  }
+  template <bool kXOrder = false>
+  __device__ void decode(int64_t c, uint32_t (&h)[16]) const {
+    const Factors f = factors(factor_word(c));
+    int4_to_half2<kXOrder>(q, h, [&](uint32_t v) { return apply(f, v); });
   }
 };
 

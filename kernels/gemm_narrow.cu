@@ -34,7 +34,9 @@
 #include <cuda_fp16.h>
 #include <mma.h>
 
+#include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "kernels/cuda_check.h"
@@ -42,6 +44,7 @@
 #include "kernels/gemm_decode.cuh"
 #include "kernels/gemm_wmma.h"
 #include "kernels/launch.cuh"
+#include "kernels/wmma_pairs.h"
 
 namespace voltad::kernels {
 
@@ -232,10 +235,96 @@ struct NarrowShape {
 // zeroed for them, and loads past a warp's last chunk are skipped (never
 // decoded): the chunk loop keeps only the checks that end it. xh: the fp16
 // x (NarrowX::Fp16), else unused.
-template <PackedFormat F, int W, int T, NarrowX kX>
-__global__ void __launch_bounds__(W * 32, 16 / W)
-    kernel_gemm_narrow(GemmArgs a, bool x_vec, const uint32_t* xh) {
-  wait_for_previous_kernel();
+// One chunk of paired B (see gemm_narrow_body): chunk d of the stage (c in
+// the row), its x pieces xv (kGroups tokens' 8-value pieces a lane, in
+// narrow_x.cuh's order) into the x tile in natural order, the B fragments
+// from the stage, and the MMAs into acc[g][0] (tokens 8g..8g+7).
+template <PackedFormat F, WmmaPairs kP, int kGroups>
+__device__ __forceinline__ void paired_chunk(
+    const StageSide<F>& side, int d, int c, const uint8_t* stage, int lane,
+    const uint4 (&xv)[kGroups], __half* sx, int xt,
+    wmma::fragment<wmma::accumulator, 8, 32, 16, float> (&acc)[kGroups][1]) {
+  // x: lane's words 4i..4i+3 (i = lane % 4) hold values (4i, 4i+2),
+  // (4i+1, 4i+3), (16+4i, 18+4i), (17+4i, 19+4i); natural pairs by PRMT.
+  const int i4 = 4 * (lane & 3);
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g) {
+    const uint4 v = xv[g];
+    __half* row = sx + (xt + 8 * g) * kNarrowLd;
+    *reinterpret_cast<uint2*>(row + i4) =
+        make_uint2(__byte_perm(v.x, v.y, 0x5410), __byte_perm(v.x, v.y, 0x7632));
+    *reinterpret_cast<uint2*>(row + 16 + i4) =
+        make_uint2(__byte_perm(v.z, v.w, 0x5410), __byte_perm(v.z, v.w, 0x7632));
+  }
+  Chunk<F> ch;
+  side.fill(ch, d);
+  const uint32_t word = ch.factor_word(c);
+  // Register r: bytes k, k + 1 of row n's chunk (k = pair_lane_k +
+  // pair_reg_dk) as (byte k, 0, byte k + 1, 0); lo: values k, k + 1 (first
+  // MMA), hi: k + 16, k + 17 (second).
+  uint32_t lo[kPairRegisters], hi[kPairRegisters];
+  if constexpr (kP == WmmaPairs::RowPerLane) {
+    const Factors f = Chunk<F>::factors(word);
+    const int n = pair_lane_row(kP, lane);
+    const uint4 q = *reinterpret_cast<const uint4*>(stage + stage_offset(n, d));
+    const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int r = 0; r < kPairRegisters; ++r) {
+      const uint32_t w = __byte_perm(words[r >> 1], 0, (r & 1) ? 0x4342 : 0x4140);
+      lo[r] = Chunk<F>::apply(f, mask_or<0x000F000Fu, 0x64006400u>(w));
+      hi[r] = Chunk<F>::apply(f, mask_or<0x000F000Fu, 0x64006400u>(w >> 4));
+    }
+  } else {
+    // Rows lane / 4 + 8j: their factors from lanes lane / 4 + 8j; their
+    // chunks at one swizzle (stage_offset's, bits 1-2 of the row: the
+    // same for the four).
+    Factors f[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      f[j] = Chunk<F>::factors(__shfl_sync(0xFFFFFFFFu, word, (lane >> 2) + 8 * j));
+    const int n = pair_lane_row(kP, lane);
+    const uint8_t* base = stage + stage_offset(n, d) + pair_lane_k(kP, lane);
+#pragma unroll
+    for (int r = 0; r < kPairRegisters; ++r) {
+      const int j = pair_reg_drow(kP, r) / 8;
+      const uint32_t v = *reinterpret_cast<const unsigned short*>(
+          base + pair_reg_drow(kP, r) * kStageRowBytes + pair_reg_dk(kP, r));
+      const uint32_t w = __byte_perm(v, 0, 0x4140);
+      lo[r] = Chunk<F>::apply(f[j], mask_or<0x000F000Fu, 0x64006400u>(w));
+      hi[r] = Chunk<F>::apply(f[j], mask_or<0x000F000Fu, 0x64006400u>(w >> 4));
+    }
+  }
+  __syncwarp();  // x's tile written
+#pragma unroll
+  for (int kk = 0; kk < 2; ++kk) {
+    wmma::fragment<wmma::matrix_b, 8, 32, 16, __half, wmma::col_major> b;
+    static_assert(decltype(b)::num_elements == 2 * kPairRegisters, "m8n32k16's B: 16 a lane");
+#pragma unroll
+    for (int r = 0; r < kPairRegisters; ++r) memcpy(&b.x[2 * r], kk ? &hi[r] : &lo[r], 4);
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) {
+      wmma::fragment<wmma::matrix_a, 8, 32, 16, __half, wmma::row_major> xa;
+      wmma::load_matrix_sync(xa, sx + 8 * g * kNarrowLd + kk * 16, kNarrowLd);
+      wmma::mma_sync(acc[g][0], xa, b, acc[g][0]);
+    }
+  }
+  __syncwarp();  // x's tile is rewritten for the next chunk
+}
+
+// Paired B (kP not None; kernels/wmma_pairs.h): the 4-bit formats on fp16 x
+// (kX Fp16, the nibbles staged). No weight tile: each lane reads its
+// fragment's pairs of nibble bytes from the stage (Quads: 8 two-byte reads
+// a chunk, each pair's row factors shuffled from the lane of that row;
+// RowPerLane: the lane's own row, one 16-byte read) and decodes them into
+// the two B fragments of the chunk (values k, k + 1 from the low nibbles of
+// bytes k, k + 1, values k + 16, k + 17 from their high nibbles). x goes
+// through its tile in natural k order (the fp16 pairs re-paired with PRMTs),
+// so the MMAs see the operands of the tile path on fp32 x in the same
+// order: the same sums, bit for bit. 16-token blocks run two m8n32k16 MMAs
+// a k step on the same B (8 tokens each).
+template <PackedFormat F, int W, int T, NarrowX kX, WmmaPairs kP>
+__device__ __forceinline__ void gemm_narrow_body(const GemmArgs& a, bool x_vec,
+                                                 const uint32_t* xh) {
   using S = NarrowShape<F, W, T, kX>;
   static_assert(T == kNarrowTokens || T == kNarrowTokens8, "16 or 8 tokens a block");
   constexpr bool kWholeX = kX != NarrowX::Fp32, kHalfX = kX == NarrowX::Fp16;
@@ -244,6 +333,9 @@ __global__ void __launch_bounds__(W * 32, 16 / W)
   using XPiece = std::conditional_t<kHalfX, uint4, float4>;
   constexpr bool kStaged = staged_quants<F, T, kHalfX>();
   constexpr int kDepth = kStaged ? kStageChunks : depth_for<F>();
+  constexpr bool kPaired = kP != WmmaPairs::None;
+  static_assert(!kPaired || (kHalfX && kStaged && F != PackedFormat::Int6K256),
+                "paired B: the 4-bit formats on fp16 x");
   extern __shared__ __align__(128) unsigned char smem[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t rows = a.w.layout.rows, cols = a.w.layout.cols;
@@ -258,7 +350,9 @@ __global__ void __launch_bounds__(W * 32, 16 / W)
   if (kStaged) share = (share + kStageChunks - 1) / kStageChunks * kStageChunks;
   const int c_begin = warp * share < chunks ? warp * share : chunks;
   const int c_end = c_begin + share < chunks ? c_begin + share : chunks;
-  const RowPointers wrow = row_pointers(a.w, r0 + lane < rows ? r0 + lane : rows - 1);
+  // The row whose factors this lane reads (its own but in RowPerLane).
+  const int own = kPaired ? pair_owned_row(kP, lane) : lane;
+  const RowPointers wrow = row_pointers(a.w, r0 + own < rows ? r0 + own : rows - 1);
 
   __half* sw = reinterpret_cast<__half*>(smem) + warp * (kNarrowRows + T) * kNarrowLd;
   __half* sx = sw + kNarrowRows * kNarrowLd;
@@ -359,12 +453,15 @@ __global__ void __launch_bounds__(W * 32, 16 / W)
     }
   };
 
-  // The accumulators: tokens x rows, two 16 x 16 or one 8 x 32.
-  constexpr int kM = T == kNarrowTokens ? 16 : 8, kN = T == kNarrowTokens ? 16 : 32;
-  constexpr int kFrags = kNarrowRows / kN;
-  wmma::fragment<wmma::accumulator, kM, kN, 16, float> acc[kFrags];
+  // The accumulators: tokens x rows, two 16 x 16 or one 8 x 32 (paired B:
+  // one 8 x 32 for each 8 tokens).
+  constexpr int kM = T == kNarrowTokens && !kPaired ? 16 : 8, kN = kM == 16 ? 16 : 32;
+  constexpr int kFrags = kNarrowRows / kN, kGroups = T / kM;
+  wmma::fragment<wmma::accumulator, kM, kN, 16, float> acc[kGroups][kFrags];
 #pragma unroll
-  for (int j = 0; j < kFrags; ++j) wmma::fill_fragment(acc[j], 0.0f);
+  for (int g = 0; g < kGroups; ++g)
+#pragma unroll
+    for (int j = 0; j < kFrags; ++j) wmma::fill_fragment(acc[g][j], 0.0f);
 
   // Weights kDepth chunks ahead, x two (x comes from L2, the weights from
   // DRAM); slot d of each ring holds the chunks c with (c - c_begin) % depth == d.
@@ -393,6 +490,11 @@ __global__ void __launch_bounds__(W * 32, 16 / W)
     for (int d = 0; d < kDepth; ++d) {
       const int c = c0 + d;
       if (c >= c_end) break;  // the same for every lane of the warp
+      if constexpr (kPaired) {
+        paired_chunk<F, kP, kXPerLane>(side, d, c, stage, lane, xv[d & 1], sx, xt, acc);
+        load_x(xv[d & 1], c + 2);
+        continue;
+      }
       uint32_t h[16];
       if constexpr (kStaged) {
         Chunk<F> ch;
@@ -430,7 +532,7 @@ __global__ void __launch_bounds__(W * 32, 16 / W)
         for (int j = 0; j < kFrags; ++j) {
           wmma::fragment<wmma::matrix_b, kM, kN, 16, __half, wmma::col_major> b;
           wmma::load_matrix_sync(b, sw + j * kN * kNarrowLd + kk * 16, kNarrowLd);
-          wmma::mma_sync(acc[j], xa, b, acc[j]);
+          wmma::mma_sync(acc[0][j], xa, b, acc[0][j]);
         }
       }
       __syncwarp();  // the tiles are rewritten for the next chunk
@@ -441,9 +543,11 @@ __global__ void __launch_bounds__(W * 32, 16 / W)
   __syncthreads();                              // every warp is done with its pipeline tiles
   float* red = reinterpret_cast<float*>(smem);  // [warp][token][kNarrowRedLd]
 #pragma unroll
-  for (int j = 0; j < kFrags; ++j)
-    wmma::store_matrix_sync(red + warp * T * kNarrowRedLd + j * kN, acc[j], kNarrowRedLd,
-                            wmma::mem_row_major);
+  for (int g = 0; g < kGroups; ++g)
+#pragma unroll
+    for (int j = 0; j < kFrags; ++j)
+      wmma::store_matrix_sync(red + (warp * T + g * kM) * kNarrowRedLd + j * kN, acc[g][j],
+                              kNarrowRedLd, wmma::mem_row_major);
   __syncthreads();
   for (int o = threadIdx.x; o < T * kNarrowRows; o += W * 32) {
     const int tm = o / kNarrowRows, rn = o % kNarrowRows;
@@ -460,11 +564,30 @@ __global__ void __launch_bounds__(W * 32, 16 / W)
   }
 }
 
-template <PackedFormat F, int W, int T, NarrowX kX>
+// Where an order's paired kernels are built: Quads from sm_75, RowPerLane
+// below it (each runs only where the probe found its order).
+template <WmmaPairs kP>
+constexpr bool pairs_built_for(int arch) {
+  return kP == WmmaPairs::None || (kP == WmmaPairs::Quads) == (arch >= 750);
+}
+
+template <PackedFormat F, int W, int T, NarrowX kX, WmmaPairs kP>
+__global__ void __launch_bounds__(W * 32, 16 / W)
+    kernel_gemm_narrow(GemmArgs a, bool x_vec, const uint32_t* xh) {
+  wait_for_previous_kernel();
+#if defined(__CUDA_ARCH__)
+  if constexpr (pairs_built_for<kP>(__CUDA_ARCH__))
+    gemm_narrow_body<F, W, T, kX, kP>(a, x_vec, xh);
+  else
+    __trap();
+#endif
+}
+
+template <PackedFormat F, int W, int T, NarrowX kX, WmmaPairs kP = WmmaPairs::None>
 void launch_narrow_x(const GemmArgs& a, dim3 grid, bool x_vec, const uint32_t* xh,
                      cudaStream_t stream) {
   using S = NarrowShape<F, W, T, kX>;
-  auto kernel = kernel_gemm_narrow<F, W, T, kX>;
+  auto kernel = kernel_gemm_narrow<F, W, T, kX, kP>;
   // Above 48 KB of dynamic shared memory a kernel must opt in (once).
   static const bool opted_in = [&] {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -484,10 +607,99 @@ bool whole_stages(const GemmArgs& a) {
          reinterpret_cast<uintptr_t>(a.w.data) % 16 == 0;
 }
 
+// The probe of paired B (kernels/wmma_pairs.h): element (k, n) of a 16 x 32
+// col_major B holds 64n + k; each lane writes the codes of its fragment's
+// 16 elements (0xFFFF for all where the fragment has another size).
+__global__ void kernel_probe_wmma_order(uint16_t* out) {
+  __shared__ __half tile[32 * 16];
+  for (int i = threadIdx.x; i < 32 * 16; i += 32)
+    tile[i] = __float2half(float(64 * (i / 16) + i % 16));
+  __syncwarp();
+  wmma::fragment<wmma::matrix_b, 8, 32, 16, __half, wmma::col_major> b;
+  wmma::load_matrix_sync(b, tile, 16);
+  constexpr bool kSixteen = decltype(b)::num_elements == 16;
+  for (int e = 0; e < 16; ++e)
+    out[16 * threadIdx.x + e] = kSixteen ? uint16_t(__half2float(b.x[kSixteen ? e : 0])) : 0xFFFFu;
+}
+
+// The device's order, None where the probe fails or matches neither: on a
+// stream of its own, synchronously (not during a graph capture).
+WmmaPairs probe_wmma_order() {
+  cudaStream_t s = nullptr;
+  uint16_t* dev = nullptr;
+  uint16_t codes[32 * 16] = {};
+  bool ok = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess &&
+            cudaMalloc(&dev, sizeof codes) == cudaSuccess;
+  if (ok) {
+    kernel_probe_wmma_order<<<1, 32, 0, s>>>(dev);
+    ok = cudaGetLastError() == cudaSuccess &&
+         cudaMemcpyAsync(codes, dev, sizeof codes, cudaMemcpyDeviceToHost, s) == cudaSuccess &&
+         cudaStreamSynchronize(s) == cudaSuccess;
+  }
+  if (dev) cudaFree(dev);
+  if (s) cudaStreamDestroy(s);
+  if (!ok) {
+    (void)cudaGetLastError();  // the tile path then; a dead device shows at the next launch
+    return WmmaPairs::None;
+  }
+  return classify_wmma_order(codes);
+}
+
+std::atomic<bool> g_pairs_probed{false};
+std::atomic<bool> g_pairs_allowed{true};
+
+WmmaPairs probed_order() {
+  static const WmmaPairs o = [] {
+    const WmmaPairs r = probe_wmma_order();
+    g_pairs_probed.store(true);
+    return r;
+  }();
+  return o;
+}
+
+// VOLTAD_NARROW_PAIRS in the environment: 0 never, 8 only the 8-token
+// blocks (comparisons); else wherever the order allows.
+int narrow_pairs_env() {
+  static const int mode = [] {
+    const char* v = std::getenv("VOLTAD_NARROW_PAIRS");
+    if (v && v[0] == '0') return 0;
+    if (v && v[0] == '8') return 8;
+    return 1;
+  }();
+  return mode;
+}
+
+// The order a launch of T-token blocks on `stream` builds its B in. Before
+// the probe has run (gemm_narrow_pairs), a launch being captured into a
+// graph takes the tile (the probe cannot run inside a capture).
+WmmaPairs narrow_pairs_for(int tokens, cudaStream_t stream) {
+  const int mode = narrow_pairs_env();
+  if (mode == 0 || (mode == 8 && tokens != kNarrowTokens8) || !g_pairs_allowed.load())
+    return WmmaPairs::None;
+  if (!g_pairs_probed.load()) {
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &st) != cudaSuccess || st != cudaStreamCaptureStatusNone)
+      return WmmaPairs::None;
+  }
+  return probed_order();
+}
+
 // xh: x in fp16 (launch_gemm_narrow_x16, which checked the rest), or null.
 template <PackedFormat F, int W, int T>
 void launch_narrow(const GemmArgs& a, dim3 grid, const uint32_t* xh, cudaStream_t stream) {
   if constexpr (decodes_in_x_order<F>()) {
+    if constexpr (F != PackedFormat::Int6K256) {
+      if (xh) switch (narrow_pairs_for(T, stream)) {
+          case WmmaPairs::Quads:
+            return launch_narrow_x<F, W, T, NarrowX::Fp16, WmmaPairs::Quads>(a, grid, true, xh,
+                                                                             stream);
+          case WmmaPairs::RowPerLane:
+            return launch_narrow_x<F, W, T, NarrowX::Fp16, WmmaPairs::RowPerLane>(a, grid, true, xh,
+                                                                                  stream);
+          case WmmaPairs::None:
+            break;
+        }
+    }
     if (xh) return launch_narrow_x<F, W, T, NarrowX::Fp16>(a, grid, true, xh, stream);
   }
   const bool x_vec = a.ldx % 4 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
@@ -547,6 +759,15 @@ bool narrow_x16_on() {
 }
 
 }  // namespace
+
+WmmaPairs gemm_narrow_pairs() {
+  if (narrow_pairs_env() == 0) return WmmaPairs::None;
+  return probed_order();
+}
+
+void gemm_narrow_pairs_allowed(bool allowed) {
+  g_pairs_allowed.store(allowed);
+}
 
 void launch_gemm_narrow(const GemmArgs& a, cudaStream_t stream) {
   launch_narrow_any(a, nullptr, stream);

@@ -29,6 +29,7 @@
 #include <cstdint>
 
 #include "kernels/matvec_format.h"
+#include "kernels/wmma_pairs.h"
 
 namespace voltad::kernels {
 
@@ -102,5 +103,15 @@ void launch_gemm_narrow(const GemmArgs& args, cudaStream_t stream);
 // (every model's products); off with VOLTAD_NARROW_X16=0 (comparisons).
 bool gemm_narrow_takes_x16(const GemmArgs& args);
 void launch_gemm_narrow_x16(const GemmArgs& args, const void* x16, cudaStream_t stream);
+
+// Paired B (kernels/wmma_pairs.h): the order in which the narrow kernel on
+// fp16 x builds the 4-bit formats' B fragments in registers, from a probe
+// of the device's wmma order run at the first call (synchronously: call it
+// before capturing a graph; the backend does at start), or None: the
+// weights through the shared tile (no known order, or VOLTAD_NARROW_PAIRS=0
+// in the environment; =8 keeps it to launches of 8 tokens or fewer).
+WmmaPairs gemm_narrow_pairs();
+// Tests: false sends the launches that follow through the tile.
+void gemm_narrow_pairs_allowed(bool allowed);
 
 }  // namespace voltad::kernels

@@ -36,6 +36,7 @@
 #include "kernels/gemm_wmma.h"
 #include "tests/kernels/gemm_reference_weights.h"
 #include "tests/kernels/gpu_test_util.h"
+#include "tests/kernels/narrow_x_pack.h"
 #include "tests/kernels/random_weights.h"
 
 using namespace voltad;
@@ -71,27 +72,6 @@ void dump_mismatch(const std::string& name, const PackedMatrix& packed, const st
 // x in fp16 in the scratch (kernels/narrow_x.cuh's layout, written here by
 // pack_narrow_x), the fp32 x zeroed.
 enum class Path { Portable, Sm80, AutoSet, Narrow80, PortableX16 };
-
-// x (n rows of ldx) in kernels/narrow_x.cuh's layout, written from its
-// description: for chunk c and token t, 16 words at (c * n8 + t) * 16, value
-// v (bit 1 clear) and v + 2 as the fp16 pair at word 4 * (v / 4 % 4) + 2 *
-// (v / 16) + v % 2; rows n..n8-1 zeros; the x sums after (poison: the
-// portable kernel does not read them).
-std::vector<uint32_t> pack_narrow_x(const std::vector<float>& x, int n, int64_t ldx, int64_t cols) {
-  const int n8 = (n + 7) / 8 * 8;
-  const int64_t chunks = cols / 32;
-  std::vector<uint32_t> out(size_t(n8 * chunks * 17), 0u);
-  for (size_t i = size_t(n8 * chunks * 16); i < out.size(); ++i) out[i] = 0xFFFFFFFFu;
-  for (int t = 0; t < n; ++t)
-    for (int64_t c = 0; c < chunks; ++c)
-      for (int v = 0; v < 32; ++v) {
-        if (v & 2) continue;
-        const float* xc = x.data() + t * ldx + c * 32;
-        const uint32_t lo = float_to_half_bits(xc[v]), hi = float_to_half_bits(xc[v + 2]);
-        out[size_t((c * n8 + t) * 16 + 4 * (v / 4 % 4) + 2 * (v / 16) + v % 2)] = lo | hi << 16;
-      }
-  return out;
-}
 
 struct Case {
   int64_t rows, cols;
@@ -414,20 +394,26 @@ TEST_CASE("gemm narrow tile matches the float64 reference for every weight type 
 // takes, 8- and 16-token blocks (n8 not a multiple of 16 among them: 17,
 // 24), 8- and 16-warp blocks, rows not a multiple of 32, k shares that leave
 // warps idle. The fp32 x is zeros, so a kernel that read it would fail.
+// The 4-bit formats with their B in registers where the device's order
+// allows (paired B, kernels/wmma_pairs.h) and through the tile.
 TEST_CASE("gemm narrow on fp16 x (portable) matches the float64 reference") {
   const GgmlType types[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q4_K, GgmlType::Q6_K};
   const Shape shapes[] = {{7, 512}, {130, 1024}, {67, 4096}, {300, 256}};
   int i = 0;
-  for (GgmlType type : types) {
-    for (const Shape& s : shapes)
-      for (int n : {1, 2, 5, 8, 9, 16, 17, 24, 31, 32}) {
-        run_case(type, {s.rows, s.cols, n, GemmTile::Auto, i % 2 == 0, i % 3 != 1, true,
-                        Path::PortableX16});
-        ++i;
-      }
-    run_case(type, {67, 14336, 9, GemmTile::Auto, true, true, true, Path::PortableX16});
-    run_case(type, {4300, 6144, 20, GemmTile::Auto, false, true, true, Path::PortableX16});
-  }
+  for (bool pairs : {true, false})
+    for (GgmlType type : types) {
+      CAPTURE(pairs);
+      kernels::gemm_narrow_pairs_allowed(pairs);
+      for (const Shape& s : shapes)
+        for (int n : {1, 2, 5, 8, 9, 16, 17, 24, 31, 32}) {
+          run_case(type, {s.rows, s.cols, n, GemmTile::Auto, i % 2 == 0, i % 3 != 1, true,
+                          Path::PortableX16});
+          ++i;
+        }
+      run_case(type, {67, 14336, 9, GemmTile::Auto, true, true, true, Path::PortableX16});
+      run_case(type, {4300, 6144, 20, GemmTile::Auto, false, true, true, Path::PortableX16});
+    }
+  kernels::gemm_narrow_pairs_allowed(true);
 }
 
 // The sm_80+ narrow kernel: the same FP16 weights, but its own order of

@@ -1,0 +1,164 @@
+// Paired B (kernels/wmma_pairs.h, kernels/gemm_narrow.cu): the probe finds
+// the device's wmma order, and the narrow GEMM with its B fragments built in
+// registers gives, bit for bit, what the tile path gives on fp32 x (the same
+// fp16 operands in the same k order): launches of 8 tokens or fewer against
+// the same launch on fp32 x, 16-token blocks (two 8-token MMAs a k step)
+// against 8-token launches of the tile path on each 8 tokens. The whole y
+// is compared, rows and tokens past the ends included (neither may write
+// there). The fp16 x through the tile (paired B not allowed) multiplies in
+// another k order: it must differ somewhere, or the comparison proves
+// nothing. The float64 reference for both paths: tests/kernels/test_gemm.cpp.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "engine/weight_repack.h"
+#include "kernels/gemm_wmma.h"
+#include "tests/kernels/gpu_test_util.h"
+#include "tests/kernels/narrow_x_pack.h"
+#include "tests/kernels/random_weights.h"
+
+using namespace voltad;
+using namespace voltad::test;
+using kernels::WmmaPairs;
+
+namespace {
+
+int device_major() {
+  int device = 0, major = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  return major;
+}
+
+int sm_count() {
+  int device = 0, sms = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
+bool pairs_off_by_environment() {
+  const char* v = std::getenv("VOLTAD_NARROW_PAIRS");
+  return v && (v[0] == '0' || v[0] == '8');
+}
+
+struct Outputs {
+  std::vector<float> paired, tile32, tile16;  // tile16: fp16 x, pairs not allowed
+};
+
+// One matrix and n tokens of x; y starts as random values (the sums are
+// added to them where `accumulate`), the same for each path.
+Outputs run_paths(GgmlType type, int64_t rows, int64_t cols, int n, bool accumulate, bool bias_on) {
+  std::mt19937& rng = test_rng();
+  const std::vector<uint8_t> gguf = random_valid_tensor(type, rows, cols, rng, 15);
+  auto packed = repack_matrix(type, gguf.data(), rows, cols);
+  REQUIRE_MESSAGE(packed.ok(), (packed.ok() ? "" : packed.error().message));
+  const int64_t ldx = cols + 4, ldy = rows + 3;
+  std::vector<float> x = random_floats(size_t(n * ldx));
+  const size_t y_size = size_t((n + 1) * ldy);
+  const std::vector<float> y0 = random_floats(y_size), bias = random_floats(size_t(rows));
+  DeviceBuffer<uint8_t> d_w(packed->bytes);
+  DeviceBuffer<float> d_x(x), d_bias(bias), d_y(y_size);
+  const std::vector<uint32_t> x16 = pack_narrow_x(x, n, ldx, cols);
+  DeviceBuffer<uint32_t> d_x16(x16);
+
+  kernels::GemmArgs a;
+  a.w = {packed->layout, d_w.get()};
+  a.x = d_x.get();
+  a.ldx = ldx;
+  a.n = n;
+  a.y = d_y.get();
+  a.ldy = ldy;
+  a.bias = bias_on ? d_bias.get() : nullptr;
+  a.accumulate = accumulate;
+  REQUIRE(kernels::gemm_narrow_takes_x16(a));
+
+  Outputs out;
+  auto run = [&](auto launch) {
+    d_y.upload(y0);
+    launch();
+    CUDA_CHECK(cudaDeviceSynchronize());
+    return d_y.download();
+  };
+  out.paired = run([&] { kernels::launch_gemm_narrow_x16(a, d_x16.get(), nullptr); });
+  kernels::gemm_narrow_pairs_allowed(false);
+  out.tile16 = run([&] { kernels::launch_gemm_narrow_x16(a, d_x16.get(), nullptr); });
+  kernels::gemm_narrow_pairs_allowed(true);
+  // The tile on fp32 x, in launches of 8 tokens or fewer.
+  out.tile32 = run([&] {
+    for (int t0 = 0; t0 < n; t0 += 8) {
+      kernels::GemmArgs s = a;
+      s.x = a.x + t0 * ldx;
+      s.y = a.y + t0 * ldy;
+      s.n = n - t0 < 8 ? n - t0 : 8;
+      kernels::launch_gemm_narrow(s, nullptr);
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("paired B: the probe finds the device's wmma order") {
+  const WmmaPairs o = kernels::gemm_narrow_pairs();
+  MESSAGE("wmma order for paired B: " << std::string(kernels::wmma_pairs_name(o)));
+  if (kernels::gemm_narrow_pairs() != o) FAIL("the probe's answer changed");
+  if (std::getenv("VOLTAD_NARROW_PAIRS") && std::getenv("VOLTAD_NARROW_PAIRS")[0] == '0') {
+    CHECK(o == WmmaPairs::None);
+    return;
+  }
+  // sm_80 and later: mma.m16n8k16 underneath, the Quads order (seen on the
+  // H200); sm_70: the order read from the V100's machine code.
+  if (device_major() >= 8) CHECK(o == WmmaPairs::Quads);
+  if (device_major() == 7) MESSAGE("sm_7x: " << std::string(kernels::wmma_pairs_name(o)));
+}
+
+TEST_CASE("paired B: bit for bit the tile path on fp32 x, at 1-32 tokens") {
+  if (kernels::gemm_narrow_pairs() == WmmaPairs::None || pairs_off_by_environment()) {
+    MESSAGE("paired B not in use here: nothing to compare");
+    CHECK(device_major() < 8);  // sm_80+ has an order (the test above)
+    return;
+  }
+  struct Shape {
+    int64_t rows, cols;
+  };
+  // 67 rows: 3 row blocks, 16-warp blocks either way; 4300: more blocks
+  // than SMs, 8-warp blocks either way; 512 x 14336: long rows (k shares
+  // of many stages).
+  const Shape shapes[] = {{67, 4096}, {4300, 512}, {512, 14336}, {130, 1024}};
+  const GgmlType types[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q4_K};
+  const int sms = sm_count();
+  int compared = 0, differed16 = 0, i = 0;
+  for (GgmlType type : types)
+    for (const Shape& s : shapes)
+      for (int n : {1, 3, 8, 9, 16, 24, 32}) {
+        // The tile launches take 8 tokens; the warps a block (16 where the
+        // blocks fit the SMs once over, else 8) must match, or k splits
+        // differently.
+        const int64_t row_blocks = (s.rows + 31) / 32;
+        const int64_t blocks = (n <= 8 ? 1 : (n + 15) / 16) * row_blocks;
+        if ((blocks <= sms) != (row_blocks <= sms)) continue;
+        CAPTURE(ggml_type_name(type));
+        CAPTURE(s.rows);
+        CAPTURE(s.cols);
+        CAPTURE(n);
+        const Outputs o = run_paths(type, s.rows, s.cols, n, i % 2 == 0, i % 3 != 1);
+        ++i;
+        CHECK(std::memcmp(o.paired.data(), o.tile32.data(), o.paired.size() * sizeof(float)) == 0);
+        size_t first = 0;
+        while (first < o.paired.size() &&
+               std::memcmp(&o.paired[first], &o.tile32[first], sizeof(float)) == 0)
+          ++first;
+        if (first < o.paired.size())
+          MESSAGE("first difference at " << first << ": " << o.paired[first] << " against "
+                                         << o.tile32[first]);
+        ++compared;
+        differed16 += std::memcmp(o.tile16.data(), o.tile32.data(), o.tile16.size() * 4) != 0;
+      }
+  CHECK(compared >= 60);
+  CHECK(differed16 > 0);
+}
