@@ -26,7 +26,9 @@
 //     32 k), stages the matching 32 k of x (the block's tokens, loaded two
 //     chunks ahead) as FP16 beside it, and runs 2 x 2 wmma (2 x 1 at 8
 //     tokens); no block-wide barrier
-//     until the end;
+//     until the end. The 4-bit formats on fp16 x build the weights' B
+//     fragments in registers instead where a probe found the device's
+//     wmma order (paired B: paired_chunk below, kernels/wmma_pairs.h);
 //   - the warps' partial sums meet in shared memory, are added in warp
 //     order (deterministic), and go out with the bias and the residual add.
 // Weights decode with kernels/gemm_decode.cuh, the prefill GEMM's own code,
