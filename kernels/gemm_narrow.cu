@@ -107,9 +107,14 @@ constexpr int kStageWarpBytes = kNarrowRows * kStageRowBytes;
 // Byte offset of row r's piece j in a warp's stage. The piece index is
 // XORed with bits 1-2 of the row, so that both the copy (8 lanes: rows
 // 2m, 2m+1, pieces 0-3) and the reads (8 lanes: 8 rows, one piece) fall in
-// 8 different 16-byte bank groups.
+// 8 different 16-byte bank groups. Paired B's RowPerLane reads rows
+// b..b+3 and b+8..b+11 a quarter warp (kernels/wmma_pairs.h), whose bits
+// 1-2 repeat: there the key is bits 1 and 3 (kRowPerLane), which the copy
+// keeps conflict-free too (rows 2m and 2m+1 share a key).
+template <bool kRowPerLane = false>
 __device__ __forceinline__ int stage_offset(int r, int j) {
-  return r * kStageRowBytes + ((j ^ ((r >> 1) & 3)) << 4);
+  const int key = kRowPerLane ? ((r >> 1) & 1) | ((r >> 2) & 2) : (r >> 1) & 3;
+  return r * kStageRowBytes + ((j ^ key) << 4);
 }
 
 // Chunk<F>::load for the staged formats: no `quants` (the stage has them)
@@ -268,7 +273,7 @@ __device__ __forceinline__ void paired_chunk(
   if constexpr (kP == WmmaPairs::RowPerLane) {
     const Factors f = Chunk<F>::factors(word);
     const int n = pair_lane_row(kP, lane);
-    const uint4 q = *reinterpret_cast<const uint4*>(stage + stage_offset(n, d));
+    const uint4 q = *reinterpret_cast<const uint4*>(stage + stage_offset<true>(n, d));
     const uint32_t words[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
     for (int r = 0; r < kPairRegisters; ++r) {
@@ -483,7 +488,8 @@ __device__ __forceinline__ void gemm_narrow_body(const GemmArgs& a, bool x_vec,
       // before the chunk loop's final __syncwarp), then the next stage's loads.
 #pragma unroll
       for (int i = 0; i < 4; ++i)
-        *reinterpret_cast<uint4*>(stage + stage_offset(8 * i + prow, pj)) = piece[i];
+        *reinterpret_cast<uint4*>(
+            stage + stage_offset<kP == WmmaPairs::RowPerLane>(8 * i + prow, pj)) = piece[i];
       if constexpr (kSideStaged) side = side_next;
       __syncwarp();
       load_stage(c0 + kStageChunks);
@@ -612,8 +618,17 @@ bool whole_stages(const GemmArgs& a) {
 // The probe of paired B (kernels/wmma_pairs.h): element (k, n) of a 16 x 32
 // col_major B holds 64n + k; each lane writes the codes of its fragment's
 // 16 elements (0xFFFF for all where the fragment has another size).
+// out[512]: bit o set where the paired kernels of order o (WmmaPairs) are
+// built in the code this probe runs as (the GEMM's code is the same: one
+// file, one compilation, so a driver that compiles compute_70 PTX for a
+// newer GPU runs sm_70's choice in both).
 __global__ void kernel_probe_wmma_order(uint16_t* out) {
-  __shared__ __half tile[32 * 16];
+  __shared__ __align__(32) __half tile[32 * 16];
+#if defined(__CUDA_ARCH__)
+  if (threadIdx.x == 0)
+    out[32 * 16] = uint16_t((pairs_built_for<WmmaPairs::Quads>(__CUDA_ARCH__) ? 1u << 1 : 0u) |
+                            (pairs_built_for<WmmaPairs::RowPerLane>(__CUDA_ARCH__) ? 1u << 2 : 0u));
+#endif
   for (int i = threadIdx.x; i < 32 * 16; i += 32)
     tile[i] = __float2half(float(64 * (i / 16) + i % 16));
   __syncwarp();
@@ -629,7 +644,7 @@ __global__ void kernel_probe_wmma_order(uint16_t* out) {
 WmmaPairs probe_wmma_order() {
   cudaStream_t s = nullptr;
   uint16_t* dev = nullptr;
-  uint16_t codes[32 * 16] = {};
+  uint16_t codes[32 * 16 + 1] = {};  // the fragment's codes, then the built orders
   bool ok = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess &&
             cudaMalloc(&dev, sizeof codes) == cudaSuccess;
   if (ok) {
@@ -644,7 +659,8 @@ WmmaPairs probe_wmma_order() {
     (void)cudaGetLastError();  // the tile path then; a dead device shows at the next launch
     return WmmaPairs::None;
   }
-  return classify_wmma_order(codes);
+  const WmmaPairs o = classify_wmma_order(codes);
+  return (codes[32 * 16] >> int(o) & 1) ? o : WmmaPairs::None;
 }
 
 std::atomic<bool> g_pairs_probed{false};

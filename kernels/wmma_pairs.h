@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 
 #if defined(__CUDACC__)
 #define VOLTAD_HD __host__ __device__
