@@ -239,6 +239,11 @@ int main(int argc, char** argv) {
 
   auto model = voltad::load_model(a.model);
   if (!model) {
+    // --info still describes a GGUF file voltad cannot run (another
+    // architecture, a key missing): what it holds, then why not.
+    if (a.info)
+      if (auto file = voltad::GgufFile::open(a.model))
+        std::fputs(voltad::describe_model(*file.value(), nullptr).c_str(), stdout);
     std::fprintf(stderr, "voltad-run: %s\n", model.error().message.c_str());
     return kExitModel;
   }

@@ -273,6 +273,14 @@ check "voltad-run -n 2147483000: usage error 64" test "$rc" -eq 64
 check "voltad-run -n 2147483000: says the longest context" grep -q "the longest context" <<<"$out"
 "$bin/voltad-run" -m "$tiny" --info --quiet >/dev/null 2>&1
 check "voltad-run --info --quiet: exit 0" test $? -eq 0
+# --info on a GGUF file of an architecture voltad does not run: the file
+# described on stdout, why it cannot run on stderr, exit 65.
+out=$("$bin/voltad-run" -m "$src/tests/fixtures/gguf/dequant_reference.gguf" --info 2>"$tmp/info.err"); rc=$?
+check "voltad-run --info, unsupported architecture: exit 65" test "$rc" -eq 65
+check "voltad-run --info, unsupported architecture: the file described" \
+  grep -q "^  tensors:" <<<"$out"
+check "voltad-run --info, unsupported architecture: says why on stderr" \
+  grep -q "architecture 'dequant-reference' is not supported" "$tmp/info.err"
 "$bin/voltad-run" -m "$tiny" -p hi -n 3 --quiet --chat --template chatml --system be-brief \
   --threads 2 >/dev/null 2>&1
 check "voltad-run --chat --template chatml --system --threads: exit 0" test $? -eq 0
