@@ -18,12 +18,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <charconv>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -478,6 +480,33 @@ int usage(const std::string& why) {
 
 using voltad::whole_number;
 
+// Partial files an earlier write left beside OUT (PATH.partial- and 8 hex
+// digits: GgufWriter::write_file): a process killed outright (SIGKILL, a
+// crash, the power) cannot remove its own. Named, not removed: another
+// voltad-mkmodel may be writing one of them now.
+void warn_stale_partials(const std::string& out) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path target = fs::canonical(out, ec);  // after symlinks, as write_file
+  if (ec) target = fs::path(out);
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  const std::string prefix = target.filename().string() + ".partial-";
+  ec.clear();
+  for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator();
+       it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() != prefix.size() + 8 || name.compare(0, prefix.size(), prefix) != 0) continue;
+    if (!std::all_of(name.begin() + long(prefix.size()), name.end(),
+                     [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); }))
+      continue;
+    std::fprintf(stderr,
+                 "voltad-mkmodel: warning: %s is a partial file left by an earlier write that "
+                 "was killed before it could remove it; delete it unless another voltad-mkmodel "
+                 "is writing %s now\n",
+                 it->path().c_str(), out.c_str());
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -595,6 +624,7 @@ int main(int argc, char** argv) {
     print_table(tensors, w.file_size());
     return 0;
   }
+  warn_stale_partials(out);
   const auto start = std::chrono::steady_clock::now();
   Progress progress;
   // Ctrl-C or SIGTERM stops the write: the partial file is removed and a

@@ -41,6 +41,19 @@ check "voltad-mkmodel interrupted: exit 130, says so" \
   test "$rc" -eq 130 -a "$(grep -c "was interrupted at byte" "$tmp/interrupted.log")" -eq 1
 check "... the file already there is unchanged" test "$(md5sum <"$victim")" = "$sum_before"
 check "... no partial file is left" test -z "$(compgen -G "$victim.partial-*")"
+# Killed outright (SIGKILL): the partial file stays; the next write names it.
+"$bin/voltad-mkmodel" --shape smollm2-135m --type f16 --tokenizer "$shared/tokenizers/llama3" \
+  -o "$victim" >/dev/null 2>&1 &
+writer=$!
+for _ in $(seq 1000); do compgen -G "$victim.partial-*" >/dev/null && break; sleep 0.01; done
+kill -KILL "$writer"; wait "$writer" 2>/dev/null
+stale=$(compgen -G "$victim.partial-*" | head -1)
+check "voltad-mkmodel killed: its partial file is left" test -n "$stale"
+"$bin/voltad-mkmodel" --shape smollm2-135m --type q4_k_m --tokenizer "$shared/tokenizers/llama3" \
+  -o "$victim" >"$tmp/after-kill.log" 2>&1
+check "... the next write names it in a warning" grep -qF "warning: $stale is a partial file" "$tmp/after-kill.log"
+check "... and leaves it (another writer may own it)" test -e "$stale"
+rm -f "$stale"
 
 # Defaults (4096 tokens x 16 sequences) on an assumed 4 GiB card: fits.
 out=$("$bin/voltad" --plan --model "$model" --assume-vram 0 2>&1); rc=$?
