@@ -98,7 +98,7 @@ struct ServerSection {
       range<int64_t>(4, 65536));
     v(shutdown_grace, "shutdown_grace", Duration{std::chrono::seconds(30)},
       "On stop, how long running requests may finish before they are cancelled (under systemd, "
-      "keep it below the unit's TimeoutStopSec, 60s in the packaged units).",
+      "voltad stretches the unit's stop timeout to this plus 15s).",
       range(Duration{}, Duration{std::chrono::hours(24)}));
     v(dbus, "dbus", std::string("auto"),
       "D-Bus interface org.voltad.Daemon1 (docs/DBUS.md): auto (the system bus for a system "

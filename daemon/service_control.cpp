@@ -248,6 +248,9 @@ void ServiceControl::begin_stop() {
   // The socket stays open while stopping: /health says so, and new requests
   // get a 503 with Retry-After instead of a refused connect.
   if (const ServedModel* m = ctx_.loaded()) m->scheduler->stop_admitting();
+  // Under systemd: the stop timeout covers the grace, whatever the unit's
+  // TimeoutStopSec= says.
+  if (sd::notify_socket_present()) sd::notify(sd::stop_timeout_message(grace.value));
   drain_ = std::make_shared<Drain>(ioc_, strand_, ctx_, grace.value);
   drain_->start();
 }

@@ -68,6 +68,11 @@ int errno_for_exit_code(int exit_code) {
   }
 }
 
+std::string stop_timeout_message(std::chrono::milliseconds grace) {
+  const auto total = std::chrono::duration_cast<std::chrono::microseconds>(grace + kStopMargin);
+  return "EXTEND_TIMEOUT_USEC=" + std::to_string(total.count());
+}
+
 void notify_exit(int exit_code) {
   if (exit_code == kExitOk || !notify_socket_present()) return;
   notify("STATUS=failed: exit code " + std::to_string(exit_code) +

@@ -7,6 +7,7 @@
 //   ready <-> degraded/draining                         STATUS=<state>: <why>
 //   reload            RELOADING=1 MONOTONIC_USEC=...  ...  READY=1 STATUS=<result>
 //   stopping          STOPPING=1  STATUS=stopping: ...
+//                     EXTEND_TIMEOUT_USEC=<shutdown_grace + stop_margin>
 //   fatal error       STATUS=<error>  ERRNO=<errno-style code>
 //
 // The mapping is a pure function (notify_messages) so it can be tested
@@ -29,6 +30,18 @@ bool notify(const std::string& message);
 // The errno-style code systemd shows for one of voltad's exit codes
 // (ERRNO=; `systemctl status` prints its name).
 int errno_for_exit_code(int exit_code);
+
+// What voltad may still need once the grace has passed: the drain's two
+// seconds for connections to send their error events, then the engine's
+// teardown (threads joined, device memory freed).
+inline constexpr std::chrono::seconds kStopMargin{15};
+
+// The message that stretches systemd's stop timeout over a graceful stop of
+// `grace` (EXTEND_TIMEOUT_USEC=, systemd 236+): the unit's TimeoutStopSec=
+// then never kills running answers that server.shutdown_grace lets finish.
+// systemd only ever lengthens a timeout this way, so a short grace changes
+// nothing.
+std::string stop_timeout_message(std::chrono::milliseconds grace);
 
 // A failed exit (a bad config, no model, no socket ...): STATUS= and ERRNO=
 // for whatever stops the daemon before or after the lifecycle reports it.

@@ -54,6 +54,14 @@ TEST_CASE("notify: start, progress, ready, stop") {
   CHECK(s.all.back() == "STOPPING=1\nSTATUS=stopping: Terminated");
 }
 
+TEST_CASE("notify: a stop asks for the grace and the margin, in microseconds") {
+  using namespace std::chrono_literals;
+  CHECK(sd::stop_timeout_message(30s) == "EXTEND_TIMEOUT_USEC=45000000");
+  CHECK(sd::stop_timeout_message(0ms) == "EXTEND_TIMEOUT_USEC=15000000");
+  CHECK(sd::stop_timeout_message(std::chrono::milliseconds(86400001)) ==
+        "EXTEND_TIMEOUT_USEC=86415001000");
+}
+
 TEST_CASE("notify: reloads bracket RELOADING=1 ... READY=1 once ready, not before") {
   Lifecycle lc;
   Sent s;

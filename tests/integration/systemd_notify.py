@@ -289,6 +289,11 @@ rc = daemon.wait(60)
 listener.wait_for(mark, lambda f: f.get("STOPPING") == "1", 10)
 stops = [f for _, f, _ in listener.since(mark) if f.get("STOPPING") == "1"]
 check("stop: STOPPING=1", len(stops) == 1, listener.since(mark))
+# The config's shutdown_grace (10 s, serve_lib.sh's) plus voltad's 15 s margin.
+extends = [int(f["EXTEND_TIMEOUT_USEC"]) for _, f, _ in listener.since(mark)
+           if "EXTEND_TIMEOUT_USEC" in f]
+check("stop: EXTEND_TIMEOUT_USEC= covers shutdown_grace and the margin",
+      extends == [25_000_000], listener.since(mark))
 check("stop: exit 0", rc == 0, rc)
 check("stop: no ERRNO= on a clean stop",
       not any("ERRNO" in f for _, f, _ in listener.since(0)))
