@@ -242,6 +242,17 @@ struct NarrowShape {
 // zeroed for them, and loads past a warp's last chunk are skipped (never
 // decoded): the chunk loop keeps only the checks that end it. xh: the fp16
 // x (NarrowX::Fp16), else unused.
+// RowPerLane's kernels off sm_70 (tests only: gemm_narrow_pairs_force)
+// emulate its fragments through the weight tile: true in device code for
+// sm_75 and later, where pairs_built_for has RowPerLane not native.
+__host__ __device__ constexpr bool pairs_emulated() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750
+  return true;
+#else
+  return false;
+#endif
+}
+
 // One chunk of paired B (see gemm_narrow_body): chunk d of the stage (c in
 // the row), its x pieces xv (kGroups tokens' 8-value pieces a lane, in
 // narrow_x.cuh's order) into the x tile in natural order, the B fragments
@@ -249,7 +260,7 @@ struct NarrowShape {
 template <PackedFormat F, WmmaPairs kP, int kGroups>
 __device__ __forceinline__ void paired_chunk(
     const StageSide<F>& side, int d, int c, const uint8_t* stage, int lane,
-    const uint4 (&xv)[kGroups], __half* sx, int xt,
+    const uint4 (&xv)[kGroups], __half* sw, __half* sx, int xt,
     wmma::fragment<wmma::accumulator, 8, 32, 16, float> (&acc)[kGroups][1]) {
   // x: lane's words 4i..4i+3 (i = lane % 4) hold values (4i, 4i+2),
   // (4i+1, 4i+3), (16+4i, 18+4i), (17+4i, 19+4i); natural pairs by PRMT.
@@ -301,13 +312,27 @@ __device__ __forceinline__ void paired_chunk(
       hi[r] = Chunk<F>::apply(f[j], mask_or<0x000F000Fu, 0x64006400u>(w >> 4));
     }
   }
-  __syncwarp();  // x's tile written
+  constexpr bool kEmulated = kP == WmmaPairs::RowPerLane && pairs_emulated();
+  if constexpr (kEmulated) {
+    // RowPerLane off the V100 (tests): the lane's row into the weight tile,
+    // in natural k order, for load_matrix_sync to read in this device's order.
+    uint4* row = reinterpret_cast<uint4*>(sw + pair_lane_row(kP, lane) * kNarrowLd);
+    row[0] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    row[1] = make_uint4(lo[4], lo[5], lo[6], lo[7]);
+    row[2] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+    row[3] = make_uint4(hi[4], hi[5], hi[6], hi[7]);
+  }
+  __syncwarp();  // x's tile (and the emulation's weight tile) written
 #pragma unroll
   for (int kk = 0; kk < 2; ++kk) {
     wmma::fragment<wmma::matrix_b, 8, 32, 16, __half, wmma::col_major> b;
     static_assert(decltype(b)::num_elements == 2 * kPairRegisters, "m8n32k16's B: 16 a lane");
+    if constexpr (kEmulated) {
+      wmma::load_matrix_sync(b, sw + kk * 16, kNarrowLd);
+    } else {
 #pragma unroll
-    for (int r = 0; r < kPairRegisters; ++r) memcpy(&b.x[2 * r], kk ? &hi[r] : &lo[r], 4);
+      for (int r = 0; r < kPairRegisters; ++r) memcpy(&b.x[2 * r], kk ? &hi[r] : &lo[r], 4);
+    }
 #pragma unroll
     for (int g = 0; g < kGroups; ++g) {
       wmma::fragment<wmma::matrix_a, 8, 32, 16, __half, wmma::row_major> xa;
@@ -499,7 +524,7 @@ __device__ __forceinline__ void gemm_narrow_body(const GemmArgs& a, bool x_vec,
       const int c = c0 + d;
       if (c >= c_end) break;  // the same for every lane of the warp
       if constexpr (kPaired) {
-        paired_chunk<F, kP, kXPerLane>(side, d, c, stage, lane, xv[d & 1], sx, xt, acc);
+        paired_chunk<F, kP, kXPerLane>(side, d, c, stage, lane, xv[d & 1], sw, sx, xt, acc);
         load_x(xv[d & 1], c + 2);
         continue;
       }
@@ -572,8 +597,10 @@ __device__ __forceinline__ void gemm_narrow_body(const GemmArgs& a, bool x_vec,
   }
 }
 
-// Where an order's paired kernels are built: Quads from sm_75, RowPerLane
-// below it (each runs only where the probe found its order).
+// Where an order's paired kernels are built natively: Quads from sm_75,
+// RowPerLane below it (each runs in production only where the probe found
+// its order). RowPerLane is built from sm_75 too, emulated (paired_chunk),
+// for tests only (gemm_narrow_pairs_force).
 template <WmmaPairs kP>
 constexpr bool pairs_built_for(int arch) {
   return kP == WmmaPairs::None || (kP == WmmaPairs::Quads) == (arch >= 750);
@@ -584,7 +611,7 @@ __global__ void __launch_bounds__(W * 32, 16 / W)
     kernel_gemm_narrow(GemmArgs a, bool x_vec, const uint32_t* xh) {
   wait_for_previous_kernel();
 #if defined(__CUDA_ARCH__)
-  if constexpr (pairs_built_for<kP>(__CUDA_ARCH__))
+  if constexpr (pairs_built_for<kP>(__CUDA_ARCH__) || kP == WmmaPairs::RowPerLane)
     gemm_narrow_body<F, W, T, kX, kP>(a, x_vec, xh);
   else
     __trap();
@@ -639,6 +666,11 @@ __global__ void kernel_probe_wmma_order(uint16_t* out) {
     out[16 * threadIdx.x + e] = kSixteen ? uint16_t(__half2float(b.x[kSixteen ? e : 0])) : 0xFFFFu;
 }
 
+// Bit o: the paired kernels of order o are built natively in the code this
+// device runs (the probe's out[512]); kPairsNativeKnown: the probe ran.
+constexpr unsigned kPairsNativeKnown = 1u << 15;
+std::atomic<unsigned> g_pairs_native{0};
+
 // The device's order, None where the probe fails or matches neither: on a
 // stream of its own, synchronously (not during a graph capture).
 WmmaPairs probe_wmma_order() {
@@ -660,11 +692,13 @@ WmmaPairs probe_wmma_order() {
     return WmmaPairs::None;
   }
   const WmmaPairs o = classify_wmma_order(codes);
+  g_pairs_native.store(codes[32 * 16] | kPairsNativeKnown);
   return (codes[32 * 16] >> int(o) & 1) ? o : WmmaPairs::None;
 }
 
 std::atomic<bool> g_pairs_probed{false};
-std::atomic<bool> g_pairs_allowed{true};
+constexpr int kPairsUnforced = -1;
+std::atomic<int> g_pairs_forced{kPairsUnforced};  // a WmmaPairs, or kPairsUnforced
 
 WmmaPairs probed_order() {
   static const WmmaPairs o = [] {
@@ -691,9 +725,10 @@ int narrow_pairs_env() {
 // the probe has run (gemm_narrow_pairs), a launch being captured into a
 // graph takes the tile (the probe cannot run inside a capture).
 WmmaPairs narrow_pairs_for(int tokens, cudaStream_t stream) {
+  const int forced = g_pairs_forced.load();
+  if (forced != kPairsUnforced) return WmmaPairs(forced);
   const int mode = narrow_pairs_env();
-  if (mode == 0 || (mode == 8 && tokens != kNarrowTokens8) || !g_pairs_allowed.load())
-    return WmmaPairs::None;
+  if (mode == 0 || (mode == 8 && tokens != kNarrowTokens8)) return WmmaPairs::None;
   if (!g_pairs_probed.load()) {
     cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
     if (cudaStreamIsCapturing(stream, &st) != cudaSuccess || st != cudaStreamCaptureStatusNone)
@@ -783,8 +818,19 @@ WmmaPairs gemm_narrow_pairs() {
   return probed_order();
 }
 
-void gemm_narrow_pairs_allowed(bool allowed) {
-  g_pairs_allowed.store(allowed);
+bool gemm_narrow_pairs_runs(WmmaPairs order) {
+  // An order runs natively only where the probe found it; RowPerLane also
+  // where its kernels emulate it (where not native: sm_75 and later).
+  const WmmaPairs found = probed_order();
+  const unsigned built = g_pairs_native.load();
+  const bool emulated = (built & kPairsNativeKnown) && !(built >> int(order) & 1);
+  return order == WmmaPairs::None || found == order || (order == WmmaPairs::RowPerLane && emulated);
+}
+
+void gemm_narrow_pairs_force(std::optional<WmmaPairs> order) {
+  VOLTAD_KERNEL_REQUIRE(!order || gemm_narrow_pairs_runs(*order),
+                        "paired B forced to an order this device cannot run");
+  g_pairs_forced.store(order ? int(*order) : kPairsUnforced);
 }
 
 void launch_gemm_narrow(const GemmArgs& a, cudaStream_t stream) {

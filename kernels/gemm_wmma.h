@@ -27,6 +27,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <optional>
 
 #include "kernels/matvec_format.h"
 #include "kernels/wmma_pairs.h"
@@ -111,7 +112,13 @@ void launch_gemm_narrow_x16(const GemmArgs& args, const void* x16, cudaStream_t 
 // weights through the shared tile (no known order, or VOLTAD_NARROW_PAIRS=0
 // in the environment; =8 keeps it to launches of 8 tokens or fewer).
 WmmaPairs gemm_narrow_pairs();
-// Tests: false sends the launches that follow through the tile.
-void gemm_narrow_pairs_allowed(bool allowed);
+// Tests: the order the launches that follow build B in, whatever the probe
+// found; nullopt: the probe's again. None: the shared tile. RowPerLane runs
+// anywhere (off sm_70 its fragments go through the weight tile and
+// load_matrix_sync: its decode checked on any card); Quads only where the
+// probe found it.
+void gemm_narrow_pairs_force(std::optional<WmmaPairs> order);
+// Whether gemm_narrow_pairs_force may take `order` on this device.
+bool gemm_narrow_pairs_runs(WmmaPairs order);
 
 }  // namespace voltad::kernels

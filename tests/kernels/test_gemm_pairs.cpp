@@ -3,7 +3,8 @@
 // registers gives, bit for bit, what the tile path gives on fp32 x (the same
 // fp16 operands in the same k order): launches of 8 tokens or fewer against
 // the same launch on fp32 x, 16-token blocks (two 8-token MMAs a k step)
-// against 8-token launches of the tile path on each 8 tokens. The whole y
+// against 8-token launches of the tile path on each 8 tokens; the V100's
+// order too, emulated where the device has another. The whole y
 // is compared, rows and tokens past the ends included (neither may write
 // there). The fp16 x through the tile (paired B not allowed) multiplies in
 // another k order: it must differ somewhere, or the comparison proves
@@ -12,6 +13,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,7 +54,8 @@ struct Outputs {
 
 // One matrix and n tokens of x; y starts as random values (the sums are
 // added to them where `accumulate`), the same for each path.
-Outputs run_paths(GgmlType type, int64_t rows, int64_t cols, int n, bool accumulate, bool bias_on) {
+Outputs run_paths(WmmaPairs order, GgmlType type, int64_t rows, int64_t cols, int n,
+                  bool accumulate, bool bias_on) {
   std::mt19937& rng = test_rng();
   const std::vector<uint8_t> gguf = random_valid_tensor(type, rows, cols, rng, 15);
   auto packed = repack_matrix(type, gguf.data(), rows, cols);
@@ -84,10 +87,11 @@ Outputs run_paths(GgmlType type, int64_t rows, int64_t cols, int n, bool accumul
     CUDA_CHECK(cudaDeviceSynchronize());
     return d_y.download();
   };
+  kernels::gemm_narrow_pairs_force(order);
   out.paired = run([&] { kernels::launch_gemm_narrow_x16(a, d_x16.get(), nullptr); });
-  kernels::gemm_narrow_pairs_allowed(false);
+  kernels::gemm_narrow_pairs_force(WmmaPairs::None);
   out.tile16 = run([&] { kernels::launch_gemm_narrow_x16(a, d_x16.get(), nullptr); });
-  kernels::gemm_narrow_pairs_allowed(true);
+  kernels::gemm_narrow_pairs_force(std::nullopt);
   // The tile on fp32 x, in launches of 8 tokens or fewer.
   out.tile32 = run([&] {
     for (int t0 = 0; t0 < n; t0 += 8) {
@@ -117,10 +121,25 @@ TEST_CASE("paired B: the probe finds the device's wmma order") {
   if (device_major() == 7) MESSAGE("sm_7x: " << std::string(kernels::wmma_pairs_name(o)));
 }
 
+// Each order this device runs: its own (the probe's), and the V100's
+// RowPerLane, emulated off sm_70 (its fragments through the weight tile and
+// load_matrix_sync: its nibble reads, swizzle and decode checked here).
+std::vector<WmmaPairs> orders_to_compare() {
+  std::vector<WmmaPairs> orders;
+  if (kernels::gemm_narrow_pairs() != WmmaPairs::None && !pairs_off_by_environment())
+    orders.push_back(kernels::gemm_narrow_pairs());
+  if (kernels::gemm_narrow_pairs_runs(WmmaPairs::RowPerLane) &&
+      (orders.empty() || orders[0] != WmmaPairs::RowPerLane))
+    orders.push_back(WmmaPairs::RowPerLane);
+  return orders;
+}
+
 TEST_CASE("paired B: bit for bit the tile path on fp32 x, at 1-32 tokens") {
-  if (kernels::gemm_narrow_pairs() == WmmaPairs::None || pairs_off_by_environment()) {
-    MESSAGE("paired B not in use here: nothing to compare");
-    CHECK(device_major() < 8);  // sm_80+ has an order (the test above)
+  const std::vector<WmmaPairs> orders = orders_to_compare();
+  if (pairs_off_by_environment()) MESSAGE("the probe's order off by the environment");
+  if (device_major() >= 8) CHECK(orders.size() == (pairs_off_by_environment() ? 1u : 2u));
+  if (orders.empty()) {
+    MESSAGE("no order of paired B runs here: nothing to compare");
     return;
   }
   struct Shape {
@@ -133,32 +152,35 @@ TEST_CASE("paired B: bit for bit the tile path on fp32 x, at 1-32 tokens") {
   const GgmlType types[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q4_K};
   const int sms = sm_count();
   int compared = 0, differed16 = 0, i = 0;
-  for (GgmlType type : types)
-    for (const Shape& s : shapes)
-      for (int n : {1, 3, 8, 9, 16, 24, 32}) {
-        // The tile launches take 8 tokens; the warps a block (16 where the
-        // blocks fit the SMs once over, else 8) must match, or k splits
-        // differently.
-        const int64_t row_blocks = (s.rows + 31) / 32;
-        const int64_t blocks = (n <= 8 ? 1 : (n + 15) / 16) * row_blocks;
-        if ((blocks <= sms) != (row_blocks <= sms)) continue;
-        CAPTURE(ggml_type_name(type));
-        CAPTURE(s.rows);
-        CAPTURE(s.cols);
-        CAPTURE(n);
-        const Outputs o = run_paths(type, s.rows, s.cols, n, i % 2 == 0, i % 3 != 1);
-        ++i;
-        CHECK(std::memcmp(o.paired.data(), o.tile32.data(), o.paired.size() * sizeof(float)) == 0);
-        size_t first = 0;
-        while (first < o.paired.size() &&
-               std::memcmp(&o.paired[first], &o.tile32[first], sizeof(float)) == 0)
-          ++first;
-        if (first < o.paired.size())
-          MESSAGE("first difference at " << first << ": " << o.paired[first] << " against "
-                                         << o.tile32[first]);
-        ++compared;
-        differed16 += std::memcmp(o.tile16.data(), o.tile32.data(), o.tile16.size() * 4) != 0;
-      }
-  CHECK(compared >= 60);
+  for (WmmaPairs order : orders)
+    for (GgmlType type : types)
+      for (const Shape& s : shapes)
+        for (int n : {1, 3, 8, 9, 16, 24, 32}) {
+          // The tile launches take 8 tokens; the warps a block (16 where the
+          // blocks fit the SMs once over, else 8) must match, or k splits
+          // differently.
+          const int64_t row_blocks = (s.rows + 31) / 32;
+          const int64_t blocks = (n <= 8 ? 1 : (n + 15) / 16) * row_blocks;
+          if ((blocks <= sms) != (row_blocks <= sms)) continue;
+          CAPTURE(std::string(kernels::wmma_pairs_name(order)));
+          CAPTURE(ggml_type_name(type));
+          CAPTURE(s.rows);
+          CAPTURE(s.cols);
+          CAPTURE(n);
+          const Outputs o = run_paths(order, type, s.rows, s.cols, n, i % 2 == 0, i % 3 != 1);
+          ++i;
+          CHECK(std::memcmp(o.paired.data(), o.tile32.data(), o.paired.size() * sizeof(float)) ==
+                0);
+          size_t first = 0;
+          while (first < o.paired.size() &&
+                 std::memcmp(&o.paired[first], &o.tile32[first], sizeof(float)) == 0)
+            ++first;
+          if (first < o.paired.size())
+            MESSAGE("first difference at " << first << ": " << o.paired[first] << " against "
+                                           << o.tile32[first]);
+          ++compared;
+          differed16 += std::memcmp(o.tile16.data(), o.tile32.data(), o.tile16.size() * 4) != 0;
+        }
+  CHECK(compared >= 60 * int(orders.size()));
   CHECK(differed16 > 0);
 }
