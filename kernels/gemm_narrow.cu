@@ -36,7 +36,6 @@
 #include <cuda_fp16.h>
 #include <mma.h>
 
-#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
@@ -44,6 +43,7 @@
 #include "kernels/cuda_check.h"
 #include "kernels/device_common.cuh"
 #include "kernels/gemm_decode.cuh"
+#include "kernels/gemm_narrow_pairs.h"
 #include "kernels/gemm_wmma.h"
 #include "kernels/launch.cuh"
 #include "kernels/wmma_pairs.h"
@@ -57,6 +57,12 @@ using namespace gemm_decode;
 
 constexpr int kNarrowTokens = 16;  // tokens a block: one wmma fragment (or kNarrowTokens8)
 constexpr int kNarrowTokens8 = 8;  // at 8 tokens or fewer: m8n32k16 fragments
+// 17-32 tokens in one block (paired B only, VOLTAD_NARROW_TOKENS32): each
+// chunk's B decoded once for four 8-token MMAs, not once in each of two
+// 16-token blocks. ptxas gives it 155-162 registers (sm_70 and sm_90), so
+// 12 warps an SM: blocks of kNarrowWarps32 warps, or half that two an SM.
+constexpr int kNarrowTokens32 = 32;
+constexpr int kNarrowWarps32 = 12;
 constexpr int kNarrowRows = 32;                // weight rows per block: one per lane
 constexpr int kNarrowLd = 32 + 8;              // shared row stride in halves (80 bytes:
                                                // 8 lanes' 16-byte stores hit distinct banks)
@@ -244,7 +250,7 @@ struct NarrowShape {
 // x (NarrowX::Fp16), else unused.
 // RowPerLane's kernels off sm_70 (tests only: gemm_narrow_pairs_force)
 // emulate its fragments through the weight tile: true in device code for
-// sm_75 and later, where pairs_built_for has RowPerLane not native.
+// sm_75 and later, where RowPerLane is not native (pairs_built_natively).
 __host__ __device__ constexpr bool pairs_emulated() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750
   return true;
@@ -358,7 +364,8 @@ template <PackedFormat F, int W, int T, NarrowX kX, WmmaPairs kP>
 __device__ __forceinline__ void gemm_narrow_body(const GemmArgs& a, bool x_vec,
                                                  const uint32_t* xh) {
   using S = NarrowShape<F, W, T, kX>;
-  static_assert(T == kNarrowTokens || T == kNarrowTokens8, "16 or 8 tokens a block");
+  static_assert(T == kNarrowTokens || T == kNarrowTokens8 || T == kNarrowTokens32,
+                "8, 16 or 32 tokens a block");
   constexpr bool kWholeX = kX != NarrowX::Fp32, kHalfX = kX == NarrowX::Fp16;
   static_assert(!kHalfX || decodes_in_x_order<F>(), "weights in the fp16 x's k order");
   constexpr int kXPerLane = kHalfX ? T / 8 : T / 4;  // 16-byte loads of x a lane a chunk
@@ -368,6 +375,7 @@ __device__ __forceinline__ void gemm_narrow_body(const GemmArgs& a, bool x_vec,
   constexpr bool kPaired = kP != WmmaPairs::None;
   static_assert(!kPaired || (kHalfX && kStaged && F != PackedFormat::Int6K256),
                 "paired B: the 4-bit formats on fp16 x");
+  static_assert(T != kNarrowTokens32 || kPaired, "32-token blocks: paired B only");
   extern __shared__ __align__(128) unsigned char smem[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t rows = a.w.layout.rows, cols = a.w.layout.cols;
@@ -597,21 +605,21 @@ __device__ __forceinline__ void gemm_narrow_body(const GemmArgs& a, bool x_vec,
   }
 }
 
-// Where an order's paired kernels are built natively: Quads from sm_75,
-// RowPerLane below it (each runs in production only where the probe found
-// its order). RowPerLane is built from sm_75 too, emulated (paired_chunk),
-// for tests only (gemm_narrow_pairs_force).
-template <WmmaPairs kP>
-constexpr bool pairs_built_for(int arch) {
-  return kP == WmmaPairs::None || (kP == WmmaPairs::Quads) == (arch >= 750);
+// Warps an SM the register budget is set for: 16 (128 registers), 12 in
+// 32-token blocks.
+constexpr int narrow_warps_per_sm(int tokens) {
+  return tokens == kNarrowTokens32 ? kNarrowWarps32 : 16;
 }
 
+// Paired kernels are built where their order is native
+// (pairs_built_natively), and RowPerLane's from sm_75 too, emulated
+// (paired_chunk), for tests only (gemm_narrow_pairs_force).
 template <PackedFormat F, int W, int T, NarrowX kX, WmmaPairs kP>
-__global__ void __launch_bounds__(W * 32, 16 / W)
+__global__ void __launch_bounds__(W * 32, narrow_warps_per_sm(T) / W)
     kernel_gemm_narrow(GemmArgs a, bool x_vec, const uint32_t* xh) {
   wait_for_previous_kernel();
 #if defined(__CUDA_ARCH__)
-  if constexpr (pairs_built_for<kP>(__CUDA_ARCH__) || kP == WmmaPairs::RowPerLane)
+  if constexpr (pairs_built_natively(kP, __CUDA_ARCH__) || kP == WmmaPairs::RowPerLane)
     gemm_narrow_body<F, W, T, kX, kP>(a, x_vec, xh);
   else
     __trap();
@@ -642,107 +650,12 @@ bool whole_stages(const GemmArgs& a) {
          reinterpret_cast<uintptr_t>(a.w.data) % 16 == 0;
 }
 
-// The probe of paired B (kernels/wmma_pairs.h): element (k, n) of a 16 x 32
-// col_major B holds 64n + k; each lane writes the codes of its fragment's
-// 16 elements (0xFFFF for all where the fragment has another size).
-// out[512]: bit o set where the paired kernels of order o (WmmaPairs) are
-// built in the code this probe runs as (the GEMM's code is the same: one
-// file, one compilation, so a driver that compiles compute_70 PTX for a
-// newer GPU runs sm_70's choice in both).
-__global__ void kernel_probe_wmma_order(uint16_t* out) {
-  __shared__ __align__(32) __half tile[32 * 16];
-#if defined(__CUDA_ARCH__)
-  if (threadIdx.x == 0)
-    out[32 * 16] = uint16_t((pairs_built_for<WmmaPairs::Quads>(__CUDA_ARCH__) ? 1u << 1 : 0u) |
-                            (pairs_built_for<WmmaPairs::RowPerLane>(__CUDA_ARCH__) ? 1u << 2 : 0u));
-#endif
-  for (int i = threadIdx.x; i < 32 * 16; i += 32)
-    tile[i] = __float2half(float(64 * (i / 16) + i % 16));
-  __syncwarp();
-  wmma::fragment<wmma::matrix_b, 8, 32, 16, __half, wmma::col_major> b;
-  wmma::load_matrix_sync(b, tile, 16);
-  constexpr bool kSixteen = decltype(b)::num_elements == 16;
-  for (int e = 0; e < 16; ++e)
-    out[16 * threadIdx.x + e] = kSixteen ? uint16_t(__half2float(b.x[kSixteen ? e : 0])) : 0xFFFFu;
-}
-
-// Bit o: the paired kernels of order o are built natively in the code this
-// device runs (the probe's out[512]); kPairsNativeKnown: the probe ran.
-constexpr unsigned kPairsNativeKnown = 1u << 15;
-std::atomic<unsigned> g_pairs_native{0};
-
-// The device's order, None where the probe fails or matches neither: on a
-// stream of its own, synchronously (not during a graph capture).
-WmmaPairs probe_wmma_order() {
-  cudaStream_t s = nullptr;
-  uint16_t* dev = nullptr;
-  uint16_t codes[32 * 16 + 1] = {};  // the fragment's codes, then the built orders
-  bool ok = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess &&
-            cudaMalloc(&dev, sizeof codes) == cudaSuccess;
-  if (ok) {
-    kernel_probe_wmma_order<<<1, 32, 0, s>>>(dev);
-    ok = cudaGetLastError() == cudaSuccess &&
-         cudaMemcpyAsync(codes, dev, sizeof codes, cudaMemcpyDeviceToHost, s) == cudaSuccess &&
-         cudaStreamSynchronize(s) == cudaSuccess;
-  }
-  if (dev) cudaFree(dev);
-  if (s) cudaStreamDestroy(s);
-  if (!ok) {
-    (void)cudaGetLastError();  // the tile path then; a dead device shows at the next launch
-    return WmmaPairs::None;
-  }
-  const WmmaPairs o = classify_wmma_order(codes);
-  g_pairs_native.store(codes[32 * 16] | kPairsNativeKnown);
-  return (codes[32 * 16] >> int(o) & 1) ? o : WmmaPairs::None;
-}
-
-std::atomic<bool> g_pairs_probed{false};
-constexpr int kPairsUnforced = -1;
-std::atomic<int> g_pairs_forced{kPairsUnforced};  // a WmmaPairs, or kPairsUnforced
-
-WmmaPairs probed_order() {
-  static const WmmaPairs o = [] {
-    const WmmaPairs r = probe_wmma_order();
-    g_pairs_probed.store(true);
-    return r;
-  }();
-  return o;
-}
-
-// VOLTAD_NARROW_PAIRS in the environment: 0 never, 8 only the 8-token
-// blocks (comparisons); else wherever the order allows.
-int narrow_pairs_env() {
-  static const int mode = [] {
-    const char* v = std::getenv("VOLTAD_NARROW_PAIRS");
-    if (v && v[0] == '0') return 0;
-    if (v && v[0] == '8') return 8;
-    return 1;
-  }();
-  return mode;
-}
-
-// The order a launch of T-token blocks on `stream` builds its B in. Before
-// the probe has run (gemm_narrow_pairs), a launch being captured into a
-// graph takes the tile (the probe cannot run inside a capture).
-WmmaPairs narrow_pairs_for(int tokens, cudaStream_t stream) {
-  const int forced = g_pairs_forced.load();
-  if (forced != kPairsUnforced) return WmmaPairs(forced);
-  const int mode = narrow_pairs_env();
-  if (mode == 0 || (mode == 8 && tokens != kNarrowTokens8)) return WmmaPairs::None;
-  if (!g_pairs_probed.load()) {
-    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(stream, &st) != cudaSuccess || st != cudaStreamCaptureStatusNone)
-      return WmmaPairs::None;
-  }
-  return probed_order();
-}
-
 // xh: x in fp16 (launch_gemm_narrow_x16, which checked the rest), or null.
 template <PackedFormat F, int W, int T>
 void launch_narrow(const GemmArgs& a, dim3 grid, const uint32_t* xh, cudaStream_t stream) {
   if constexpr (decodes_in_x_order<F>()) {
     if constexpr (F != PackedFormat::Int6K256) {
-      if (xh) switch (narrow_pairs_for(T, stream)) {
+      if (xh) switch (narrow_pairs_for(T == kNarrowTokens8, stream)) {
           case WmmaPairs::Quads:
             return launch_narrow_x<F, W, T, NarrowX::Fp16, WmmaPairs::Quads>(a, grid, true, xh,
                                                                              stream);
@@ -785,8 +698,34 @@ bool narrow_tokens8() {
   return on;
 }
 
+// One block a row range for all its tokens: 12 warps a block where the
+// blocks fit the SMs once over, else 6 (two an SM).
+template <PackedFormat F, WmmaPairs kP>
+void launch_narrow_tokens32(const GemmArgs& a, int sms, const uint32_t* xh, cudaStream_t stream) {
+  const dim3 grid(unsigned((a.n + kNarrowTokens32 - 1) / kNarrowTokens32),
+                  unsigned((a.w.layout.rows + kNarrowRows - 1) / kNarrowRows));
+  if (int64_t(grid.x) * grid.y <= sms)
+    launch_narrow_x<F, kNarrowWarps32, kNarrowTokens32, NarrowX::Fp16, kP>(a, grid, true, xh,
+                                                                           stream);
+  else
+    launch_narrow_x<F, kNarrowWarps32 / 2, kNarrowTokens32, NarrowX::Fp16, kP>(a, grid, true, xh,
+                                                                               stream);
+}
+
 template <PackedFormat F>
 void launch_narrow_format(const GemmArgs& a, int sms, const uint32_t* xh, cudaStream_t stream) {
+  if constexpr (decodes_in_x_order<F>() && F != PackedFormat::Int6K256) {
+    if (xh && a.n > kNarrowTokens && narrow_tokens32()) {
+      switch (narrow_pairs_for(false, stream)) {
+        case WmmaPairs::Quads:
+          return launch_narrow_tokens32<F, WmmaPairs::Quads>(a, sms, xh, stream);
+        case WmmaPairs::RowPerLane:
+          return launch_narrow_tokens32<F, WmmaPairs::RowPerLane>(a, sms, xh, stream);
+        case WmmaPairs::None:
+          break;
+      }
+    }
+  }
   if (a.n <= kNarrowTokens8 && narrow_tokens8())
     launch_narrow_tokens<F, kNarrowTokens8>(a, sms, xh, stream);
   else
@@ -812,26 +751,6 @@ bool narrow_x16_on() {
 }
 
 }  // namespace
-
-WmmaPairs gemm_narrow_pairs() {
-  if (narrow_pairs_env() == 0) return WmmaPairs::None;
-  return probed_order();
-}
-
-bool gemm_narrow_pairs_runs(WmmaPairs order) {
-  // An order runs natively only where the probe found it; RowPerLane also
-  // where its kernels emulate it (where not native: sm_75 and later).
-  const WmmaPairs found = probed_order();
-  const unsigned built = g_pairs_native.load();
-  const bool emulated = (built & kPairsNativeKnown) && !(built >> int(order) & 1);
-  return order == WmmaPairs::None || found == order || (order == WmmaPairs::RowPerLane && emulated);
-}
-
-void gemm_narrow_pairs_force(std::optional<WmmaPairs> order) {
-  VOLTAD_KERNEL_REQUIRE(!order || gemm_narrow_pairs_runs(*order),
-                        "paired B forced to an order this device cannot run");
-  g_pairs_forced.store(order ? int(*order) : kPairsUnforced);
-}
 
 void launch_gemm_narrow(const GemmArgs& a, cudaStream_t stream) {
   launch_narrow_any(a, nullptr, stream);

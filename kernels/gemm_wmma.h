@@ -120,5 +120,9 @@ WmmaPairs gemm_narrow_pairs();
 void gemm_narrow_pairs_force(std::optional<WmmaPairs> order);
 // Whether gemm_narrow_pairs_force may take `order` on this device.
 bool gemm_narrow_pairs_runs(WmmaPairs order);
+// Tests: 32-token blocks for launches of 17-32 tokens on fp16 x where paired
+// B runs (true), never (false), or as VOLTAD_NARROW_TOKENS32 says (nullopt;
+// =1 in the environment: on; off by default until measured).
+void gemm_narrow_tokens32_force(std::optional<bool> on);
 
 }  // namespace voltad::kernels

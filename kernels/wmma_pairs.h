@@ -71,6 +71,13 @@ VOLTAD_HD constexpr int pair_owned_row(WmmaPairs o, int lane) {
   return o == WmmaPairs::RowPerLane ? pair_lane_row(o, lane) : lane;
 }
 
+// Where an order's paired kernels are built natively, by __CUDA_ARCH__:
+// Quads from sm_75, RowPerLane below it (each runs in production only where
+// the probe found its order).
+VOLTAD_HD constexpr bool pairs_built_natively(WmmaPairs o, int arch) {
+  return o == WmmaPairs::None || (o == WmmaPairs::Quads) == (arch >= 750);
+}
+
 // The probe's result: for lane L and element e (0..15) of its fragment,
 // code[16 L + e] = 64 n + k of the element it holds. True where order o
 // gives exactly these.

@@ -173,3 +173,16 @@ TEST_CASE("wmma pairs: codes that differ from both orders anywhere are refused")
   CHECK(classify_wmma_order(other.data()) == WmmaPairs::None);
   CHECK(std::string(wmma_pairs_name(WmmaPairs::None)) == "none");
 }
+
+// Each order's kernels are native where its order is found: Quads from
+// sm_75 (mma.m16n8k16 underneath), RowPerLane on sm_70 (HMMA.884); None's
+// (the tile) everywhere. The probe reports these bits, and a RowPerLane
+// kernel built off sm_70 emulates its order (tests only).
+TEST_CASE("wmma pairs: where each order's kernels are built natively") {
+  for (int arch : {700, 720, 750, 800, 860, 890, 900, 1000, 1200}) {
+    CAPTURE(arch);
+    CHECK(pairs_built_natively(WmmaPairs::None, arch));
+    CHECK(pairs_built_natively(WmmaPairs::Quads, arch) == (arch >= 750));
+    CHECK(pairs_built_natively(WmmaPairs::RowPerLane, arch) == (arch < 750));
+  }
+}

@@ -401,17 +401,27 @@ TEST_CASE("gemm narrow on fp16 x (portable) matches the float64 reference") {
   const GgmlType types[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q4_K, GgmlType::Q6_K};
   const Shape shapes[] = {{7, 512}, {130, 1024}, {67, 4096}, {300, 256}};
   int i = 0;
-  // The probe's order, the V100's (emulated off sm_70), the tile.
-  const std::optional<kernels::WmmaPairs> orders[] = {std::nullopt, kernels::WmmaPairs::RowPerLane,
-                                                      kernels::WmmaPairs::None};
-  for (const std::optional<kernels::WmmaPairs>& order : orders)
+  // The probe's order, the V100's (emulated off sm_70), each in 32-token
+  // blocks too at 17-32 tokens; the tile.
+  struct Mode {
+    std::optional<kernels::WmmaPairs> order;
+    bool tokens32;
+  };
+  const Mode modes[] = {{std::nullopt, false},
+                        {std::nullopt, true},
+                        {kernels::WmmaPairs::RowPerLane, false},
+                        {kernels::WmmaPairs::RowPerLane, true},
+                        {kernels::WmmaPairs::None, false}};
+  for (const Mode& mode : modes)
     for (GgmlType type : types) {
-      CAPTURE(std::string(order ? kernels::wmma_pairs_name(*order) : "probed"));
-      if (order && !kernels::gemm_narrow_pairs_runs(*order)) {
+      CAPTURE(std::string(mode.order ? kernels::wmma_pairs_name(*mode.order) : "probed"));
+      CAPTURE(mode.tokens32);
+      if (mode.order && !kernels::gemm_narrow_pairs_runs(*mode.order)) {
         MESSAGE("an sm_70 device without the RowPerLane order: not forced");
         continue;
       }
-      kernels::gemm_narrow_pairs_force(order);
+      kernels::gemm_narrow_pairs_force(mode.order);
+      kernels::gemm_narrow_tokens32_force(mode.tokens32);
       for (const Shape& s : shapes)
         for (int n : {1, 2, 5, 8, 9, 16, 17, 24, 31, 32}) {
           run_case(type, {s.rows, s.cols, n, GemmTile::Auto, i % 2 == 0, i % 3 != 1, true,
@@ -422,6 +432,7 @@ TEST_CASE("gemm narrow on fp16 x (portable) matches the float64 reference") {
       run_case(type, {4300, 6144, 20, GemmTile::Auto, false, true, true, Path::PortableX16});
     }
   kernels::gemm_narrow_pairs_force(std::nullopt);
+  kernels::gemm_narrow_tokens32_force(std::nullopt);
 }
 
 // The sm_80+ narrow kernel: the same FP16 weights, but its own order of

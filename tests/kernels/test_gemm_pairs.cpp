@@ -11,6 +11,8 @@
 // nothing. The float64 reference for both paths: tests/kernels/test_gemm.cpp.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -50,6 +52,7 @@ bool pairs_off_by_environment() {
 
 struct Outputs {
   std::vector<float> paired, tile32, tile16;  // tile16: fp16 x, pairs not allowed
+  std::vector<float> paired32;                // 32-token blocks (17-32 tokens), else empty
 };
 
 // One matrix and n tokens of x; y starts as random values (the sums are
@@ -88,7 +91,13 @@ Outputs run_paths(WmmaPairs order, GgmlType type, int64_t rows, int64_t cols, in
     return d_y.download();
   };
   kernels::gemm_narrow_pairs_force(order);
+  kernels::gemm_narrow_tokens32_force(false);
   out.paired = run([&] { kernels::launch_gemm_narrow_x16(a, d_x16.get(), nullptr); });
+  if (n > 16) {
+    kernels::gemm_narrow_tokens32_force(true);
+    out.paired32 = run([&] { kernels::launch_gemm_narrow_x16(a, d_x16.get(), nullptr); });
+  }
+  kernels::gemm_narrow_tokens32_force(std::nullopt);
   kernels::gemm_narrow_pairs_force(WmmaPairs::None);
   out.tile16 = run([&] { kernels::launch_gemm_narrow_x16(a, d_x16.get(), nullptr); });
   kernels::gemm_narrow_pairs_force(std::nullopt);
@@ -124,6 +133,22 @@ TEST_CASE("paired B: the probe finds the device's wmma order") {
 // Each order this device runs: its own (the probe's), and the V100's
 // RowPerLane, emulated off sm_70 (its fragments through the weight tile and
 // load_matrix_sync: its nibble reads, swizzle and decode checked here).
+struct Shape {
+  int64_t rows, cols;
+};
+// 67 rows: 3 row blocks, 16-warp blocks either way; 4300: more blocks
+// than SMs, 8-warp blocks either way; 512 x 14336: long rows (k shares
+// of many stages).
+constexpr Shape kShapes[] = {{67, 4096}, {4300, 512}, {512, 14336}, {130, 1024}};
+constexpr GgmlType kTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q4_K};
+
+// What a failure prints: the case.
+std::string describe(WmmaPairs order, GgmlType type, const Shape& s, int n) {
+  return std::string(kernels::wmma_pairs_name(order)) + " " + ggml_type_name(type) + " " +
+         std::to_string(s.rows) + " x " + std::to_string(s.cols) + ", " + std::to_string(n) +
+         " tokens";
+}
+
 std::vector<WmmaPairs> orders_to_compare() {
   std::vector<WmmaPairs> orders;
   if (kernels::gemm_narrow_pairs() != WmmaPairs::None && !pairs_off_by_environment())
@@ -142,19 +167,11 @@ TEST_CASE("paired B: bit for bit the tile path on fp32 x, at 1-32 tokens") {
     MESSAGE("no order of paired B runs here: nothing to compare");
     return;
   }
-  struct Shape {
-    int64_t rows, cols;
-  };
-  // 67 rows: 3 row blocks, 16-warp blocks either way; 4300: more blocks
-  // than SMs, 8-warp blocks either way; 512 x 14336: long rows (k shares
-  // of many stages).
-  const Shape shapes[] = {{67, 4096}, {4300, 512}, {512, 14336}, {130, 1024}};
-  const GgmlType types[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q4_K};
   const int sms = sm_count();
   int compared = 0, differed16 = 0, i = 0;
   for (WmmaPairs order : orders)
-    for (GgmlType type : types)
-      for (const Shape& s : shapes)
+    for (GgmlType type : kTypes)
+      for (const Shape& s : kShapes)
         for (int n : {1, 3, 8, 9, 16, 24, 32}) {
           // The tile launches take 8 tokens; the warps a block (16 where the
           // blocks fit the SMs once over, else 8) must match, or k splits
@@ -162,11 +179,8 @@ TEST_CASE("paired B: bit for bit the tile path on fp32 x, at 1-32 tokens") {
           const int64_t row_blocks = (s.rows + 31) / 32;
           const int64_t blocks = (n <= 8 ? 1 : (n + 15) / 16) * row_blocks;
           if ((blocks <= sms) != (row_blocks <= sms)) continue;
-          CAPTURE(std::string(kernels::wmma_pairs_name(order)));
-          CAPTURE(ggml_type_name(type));
-          CAPTURE(s.rows);
-          CAPTURE(s.cols);
-          CAPTURE(n);
+          const std::string what = describe(order, type, s, n);
+          CAPTURE(what);
           const Outputs o = run_paths(order, type, s.rows, s.cols, n, i % 2 == 0, i % 3 != 1);
           ++i;
           CHECK(std::memcmp(o.paired.data(), o.tile32.data(), o.paired.size() * sizeof(float)) ==
@@ -183,4 +197,38 @@ TEST_CASE("paired B: bit for bit the tile path on fp32 x, at 1-32 tokens") {
         }
   CHECK(compared >= 60 * int(orders.size()));
   CHECK(differed16 > 0);
+}
+
+// 32-token blocks (17-32 tokens, gemm_narrow_tokens32_force) decode each
+// chunk once for four 8-token MMAs. Their blocks have other warp counts (12
+// or 6) than the 16-token blocks (16 or 8), so k is split into other
+// shares and the fp32 sums are added in another order: equal to rounding,
+// and somewhere not bit for bit (else the 32-token blocks did not run).
+TEST_CASE("paired B in 32-token blocks: the 16-token blocks' sums to rounding") {
+  const std::vector<WmmaPairs> orders = orders_to_compare();
+  if (orders.empty()) {
+    MESSAGE("no order of paired B runs here: nothing to compare");
+    return;
+  }
+  int compared = 0, differed = 0, i = 0;
+  for (WmmaPairs order : orders)
+    for (GgmlType type : kTypes)
+      for (const Shape& s : kShapes)
+        for (int n : {17, 24, 32}) {
+          const std::string what = describe(order, type, s, n);
+          CAPTURE(what);
+          const Outputs o = run_paths(order, type, s.rows, s.cols, n, i % 2 == 0, i % 3 != 1);
+          ++i;
+          REQUIRE(o.paired32.size() == o.paired.size());
+          float scale = 0.0f, worst = 0.0f;
+          for (float v : o.paired) scale = std::max(scale, std::fabs(v));
+          for (size_t e = 0; e < o.paired.size(); ++e)
+            worst = std::max(worst, std::fabs(o.paired32[e] - o.paired[e]));
+          CHECK(worst <= 1e-4f * scale);
+          ++compared;
+          differed +=
+              std::memcmp(o.paired32.data(), o.paired.data(), o.paired.size() * sizeof(float)) != 0;
+        }
+  CHECK(compared == 36 * int(orders.size()));
+  CHECK(differed > 0);
 }
