@@ -460,11 +460,13 @@ std::string CudaBackend::device_name() const { return impl_->device_name; }
 std::string CudaBackend::kernels_in_use() const {
   // Paired B: the narrow GEMM's 4-bit weights into wmma fragments in
   // registers (kernels/wmma_pairs.h; the order the probe found).
+  // 32-token blocks named where they are on (VOLTAD_NARROW_TOKENS32=1).
   if (impl_->options.kernels == kernels::KernelSet::Portable)
     return kernels::gemm_narrow_pairs() == kernels::WmmaPairs::None
                ? "portable"
                : std::string("portable + paired-b (") +
-                     kernels::wmma_pairs_name(kernels::gemm_narrow_pairs()) + ")";
+                     kernels::wmma_pairs_name(kernels::gemm_narrow_pairs()) +
+                     (kernels::gemm_narrow_tokens32() ? ", 32-token blocks)" : ")");
   std::string variants;
   if (kernels::gemm_sm80_available()) variants += "sm80-gemm";
   if (impl_->narrow_sm80_takes_all()) variants += " + sm80-narrow";

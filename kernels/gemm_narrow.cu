@@ -1,5 +1,6 @@
 // The narrow GEMM: batched decode (2..32 tokens) on FP16 tensor cores
-// through wmma m16n16k16, or m8n32k16 for 8 tokens or fewer (sm_70+).
+// through wmma m16n16k16, or m8n32k16 for 8 tokens or fewer and for paired
+// B (sm_70+).
 // Contract in gemm_wmma.h (GemmTile::N16);
 // measurements in docs/KERNEL-NOTES.md ("Narrow GEMM").
 //
@@ -8,13 +9,14 @@
 // tiles do the opposite (one 64-value stage of loads in flight per block,
 // few blocks): a 4096-row matrix gives the 32x64 tile 64 blocks, and each
 // waits on memory once per stage. Here:
-//   - a block owns 32 weight rows (one per lane) and 16 tokens (8 where
+//   - a block owns 32 weight rows (one per lane) and 16 tokens (32 for
+//     17-32 tokens of paired B with VOLTAD_NARROW_TOKENS32=1; 8 where
 //     a launch has 8 or fewer: no padding tokens' x, one MMA a k step,
 //     and room in the registers: Q4_K's 48-56 bytes of spills gone; b8
 //     +15% Q4_K_M, +11% Q4_0 under `portable`, run 44), and splits
 //     k over its warps (16 where the blocks fit the SMs once over, else 8,
-//     two blocks per SM), so even a 4096-row matrix keeps ~16 warps per SM
-//     streaming;
+//     two blocks per SM; 12 or 6 in 32-token blocks), so even a 4096-row
+//     matrix keeps ~16 warps per SM streaming;
 //   - the 4-bit formats' nibbles (Q6_K's too at 8 tokens) come a stage of
 //     4 chunks ahead through shared memory, 8 rows' contiguous bytes a
 //     load, and the rest of the stage (scales) in one to three vector
@@ -36,6 +38,8 @@
 #include <cuda_fp16.h>
 #include <mma.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
@@ -222,7 +226,8 @@ __device__ __forceinline__ void decode_chunk(const Chunk<F>& ch, int64_t c, uint
     ch.decode(c, h);
 }
 
-// T: the block's tokens (kNarrowTokens, or kNarrowTokens8 for 8 or fewer).
+// T: the block's tokens (kNarrowTokens, kNarrowTokens8 for 8 or fewer, or
+// kNarrowTokens32).
 template <PackedFormat F, int W, int T, NarrowX kX>
 struct NarrowShape {
   static constexpr size_t kTileBytes = size_t(W) * (kNarrowRows + T) * kNarrowLd * sizeof(__half);
@@ -605,6 +610,9 @@ __device__ __forceinline__ void gemm_narrow_body(const GemmArgs& a, bool x_vec,
   }
 }
 
+// The last launch's block shape (gemm_narrow_last_launch, for tests).
+std::atomic<uint32_t> g_last_launch{0};
+
 // Warps an SM the register budget is set for: 16 (128 registers), 12 in
 // 32-token blocks.
 constexpr int narrow_warps_per_sm(int tokens) {
@@ -630,6 +638,7 @@ template <PackedFormat F, int W, int T, NarrowX kX, WmmaPairs kP = WmmaPairs::No
 void launch_narrow_x(const GemmArgs& a, dim3 grid, bool x_vec, const uint32_t* xh,
                      cudaStream_t stream) {
   using S = NarrowShape<F, W, T, kX>;
+  static_assert(narrow_warps_per_sm(T) % W == 0, "whole blocks an SM");
   auto kernel = kernel_gemm_narrow<F, W, T, kX, kP>;
   // Above 48 KB of dynamic shared memory a kernel must opt in (once).
   static const bool opted_in = [&] {
@@ -640,6 +649,7 @@ void launch_narrow_x(const GemmArgs& a, dim3 grid, bool x_vec, const uint32_t* x
   (void)opted_in;
   launch_kernel(kernel, grid, W * 32, S::kSmemBytes, stream, a, x_vec, xh);
   CUDA_CHECK(cudaGetLastError());
+  g_last_launch.store(NarrowLaunch{kP, T, W}.code());
 }
 
 // Whole stages of whole chunks (kStageChunks x 32 values: every model's
@@ -675,14 +685,25 @@ void launch_narrow(const GemmArgs& a, dim3 grid, const uint32_t* xh, cudaStream_
     launch_narrow_x<F, W, T, NarrowX::Fp32>(a, grid, x_vec, nullptr, stream);
 }
 
+// Whether W-warp blocks of T tokens fit the shared memory a block may have
+// here, whatever x they take (16 warps at 16 tokens need 92 KB: not on
+// Turing, 64 KB a block).
+template <PackedFormat F, int W, int T>
+bool narrow_smem_fits() {
+  constexpr size_t bytes = std::max({NarrowShape<F, W, T, NarrowX::Fp32>::kSmemBytes,
+                                     NarrowShape<F, W, T, NarrowX::Fp32Whole>::kSmemBytes,
+                                     NarrowShape<F, W, T, NarrowX::Fp16>::kSmemBytes});
+  return bytes <= device_smem_optin();
+}
+
 // 16 warps per block where the blocks fit the SMs once over (a 4096-row
-// matrix on the H200: 128 blocks), else 8 (two per SM): either way about
-// 16 warps per SM stream weights.
+// matrix on the H200: 128 blocks) and the shared memory allows, else 8
+// (two per SM): either way about 16 warps per SM stream weights.
 template <PackedFormat F, int T>
 void launch_narrow_tokens(const GemmArgs& a, int sms, const uint32_t* xh, cudaStream_t stream) {
   const dim3 grid(unsigned((a.n + T - 1) / T),
                   unsigned((a.w.layout.rows + kNarrowRows - 1) / kNarrowRows));
-  if (int64_t(grid.x) * grid.y <= sms)
+  if (int64_t(grid.x) * grid.y <= sms && narrow_smem_fits<F, 16, T>())
     launch_narrow<F, 16, T>(a, grid, xh, stream);
   else
     launch_narrow<F, 8, T>(a, grid, xh, stream);
@@ -699,12 +720,13 @@ bool narrow_tokens8() {
 }
 
 // One block a row range for all its tokens: 12 warps a block where the
-// blocks fit the SMs once over, else 6 (two an SM).
+// blocks fit the SMs once over and the shared memory allows, else 6 (two
+// an SM).
 template <PackedFormat F, WmmaPairs kP>
 void launch_narrow_tokens32(const GemmArgs& a, int sms, const uint32_t* xh, cudaStream_t stream) {
   const dim3 grid(unsigned((a.n + kNarrowTokens32 - 1) / kNarrowTokens32),
                   unsigned((a.w.layout.rows + kNarrowRows - 1) / kNarrowRows));
-  if (int64_t(grid.x) * grid.y <= sms)
+  if (int64_t(grid.x) * grid.y <= sms && narrow_smem_fits<F, kNarrowWarps32, kNarrowTokens32>())
     launch_narrow_x<F, kNarrowWarps32, kNarrowTokens32, NarrowX::Fp16, kP>(a, grid, true, xh,
                                                                            stream);
   else
@@ -715,7 +737,7 @@ void launch_narrow_tokens32(const GemmArgs& a, int sms, const uint32_t* xh, cuda
 template <PackedFormat F>
 void launch_narrow_format(const GemmArgs& a, int sms, const uint32_t* xh, cudaStream_t stream) {
   if constexpr (decodes_in_x_order<F>() && F != PackedFormat::Int6K256) {
-    if (xh && a.n > kNarrowTokens && narrow_tokens32()) {
+    if (xh && a.n > kNarrowTokens && narrow_tokens32_switch()) {
       switch (narrow_pairs_for(false, stream)) {
         case WmmaPairs::Quads:
           return launch_narrow_tokens32<F, WmmaPairs::Quads>(a, sms, xh, stream);
@@ -751,6 +773,10 @@ bool narrow_x16_on() {
 }
 
 }  // namespace
+
+NarrowLaunch gemm_narrow_last_launch() {
+  return NarrowLaunch::decode(g_last_launch.load());
+}
 
 void launch_gemm_narrow(const GemmArgs& a, cudaStream_t stream) {
   launch_narrow_any(a, nullptr, stream);

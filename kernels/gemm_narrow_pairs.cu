@@ -23,9 +23,10 @@ namespace wmma = nvcuda::wmma;
 // col_major B holds 64n + k; each lane writes the codes of its fragment's
 // 16 elements (0xFFFF for all where the fragment has another size).
 // out[512]: bit o set where the paired kernels of order o (WmmaPairs) are
-// built in the code this probe runs as (the GEMM's code is built for the
-// same architectures, in the same library, so a driver that compiles
-// compute_70 PTX for a newer GPU runs sm_70's choice in both).
+// built in the code this probe runs as. The GEMM (kernels/gemm_narrow.cu)
+// must be built for the same architectures: kernels/CMakeLists.txt builds
+// every kernel file of the library with one set, so a driver that compiles
+// compute_70 PTX for a newer GPU runs sm_70's choice in both.
 __global__ void kernel_probe_wmma_order(uint16_t* out) {
   __shared__ __align__(32) __half tile[32 * 16];
 #if defined(__CUDA_ARCH__)
@@ -117,7 +118,7 @@ WmmaPairs narrow_pairs_for(bool eight_token_blocks, cudaStream_t stream) {
   return probed_order();
 }
 
-bool narrow_tokens32() {
+bool narrow_tokens32_switch() {
   static const bool env = [] {
     const char* v = std::getenv("VOLTAD_NARROW_TOKENS32");
     return v && v[0] == '1';
@@ -131,13 +132,19 @@ WmmaPairs gemm_narrow_pairs() {
   return probed_order();
 }
 
+bool gemm_narrow_tokens32() {
+  return narrow_tokens32_switch() && narrow_pairs_for(false, nullptr) != WmmaPairs::None;
+}
+
 bool gemm_narrow_pairs_runs(WmmaPairs order) {
   // An order runs natively only where the probe found it; RowPerLane also
-  // where its kernels emulate it (where not native: sm_75 and later).
+  // where its kernels emulate it (where not native: sm_75 and later). None
+  // (the tile) always, without the probe (which cannot run in a capture).
+  if (order == WmmaPairs::None) return true;
   const WmmaPairs found = probed_order();
   const unsigned built = g_pairs_native.load();
   const bool emulated = (built & kPairsNativeKnown) && !(built >> int(order) & 1);
-  return order == WmmaPairs::None || found == order || (order == WmmaPairs::RowPerLane && emulated);
+  return found == order || (order == WmmaPairs::RowPerLane && emulated);
 }
 
 void gemm_narrow_pairs_force(std::optional<WmmaPairs> order) {

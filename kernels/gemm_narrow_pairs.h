@@ -1,7 +1,7 @@
 // Inside the portable narrow GEMM (kernels/gemm_narrow.cu): which order its
-// launches build paired B in, and whether 17-32 tokens take 32-token
-// blocks. The probe and the switches live in kernels/gemm_narrow_pairs.cu;
-// the public side is in kernels/gemm_wmma.h.
+// launches build paired B in. The probe and the switches live in
+// kernels/gemm_narrow_pairs.cu; the public side (gemm_narrow_tokens32
+// among it) is in kernels/gemm_wmma.h.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -17,10 +17,9 @@ namespace voltad::kernels {
 // inside a capture).
 WmmaPairs narrow_pairs_for(bool eight_token_blocks, cudaStream_t stream);
 
-// 32-token blocks for launches of 17-32 tokens where paired B runs:
-// VOLTAD_NARROW_TOKENS32=1 in the environment (off until measured against
-// two 16-token blocks; docs/PERFORMANCE.md), or a test's
-// gemm_narrow_tokens32_force.
-bool narrow_tokens32();
+// VOLTAD_NARROW_TOKENS32=1 in the environment, or a test's
+// gemm_narrow_tokens32_force: 17-32 tokens in 32-token blocks where paired B
+// runs (the launch asks narrow_pairs_for).
+bool narrow_tokens32_switch();
 
 }  // namespace voltad::kernels

@@ -114,9 +114,10 @@ void launch_gemm_narrow_x16(const GemmArgs& args, const void* x16, cudaStream_t 
 WmmaPairs gemm_narrow_pairs();
 // Tests: the order the launches that follow build B in, whatever the probe
 // found; nullopt: the probe's again. None: the shared tile. RowPerLane runs
-// anywhere (off sm_70 its fragments go through the weight tile and
-// load_matrix_sync: its decode checked on any card); Quads only where the
-// probe found it.
+// on sm_70 where the probe found it and from sm_75 everywhere (its
+// fragments through the weight tile and load_matrix_sync there: its decode
+// checked on any card, not its fragment order, which only a V100's probe
+// sees); Quads only where the probe found it.
 void gemm_narrow_pairs_force(std::optional<WmmaPairs> order);
 // Whether gemm_narrow_pairs_force may take `order` on this device.
 bool gemm_narrow_pairs_runs(WmmaPairs order);
@@ -124,5 +125,22 @@ bool gemm_narrow_pairs_runs(WmmaPairs order);
 // B runs (true), never (false), or as VOLTAD_NARROW_TOKENS32 says (nullopt;
 // =1 in the environment: on; off by default until measured).
 void gemm_narrow_tokens32_force(std::optional<bool> on);
+// Whether launches of 17-32 tokens on fp16 x take 32-token blocks: switched
+// on (VOLTAD_NARROW_TOKENS32=1 in the environment, off until measured
+// against two 16-token blocks, docs/PERFORMANCE.md run 51; or a test's
+// gemm_narrow_tokens32_force) and paired B running at that size.
+bool gemm_narrow_tokens32();
+
+// Tests: the block shape of the narrow GEMM's last launch (what a forced
+// order or block size really ran).
+struct NarrowLaunch {
+  WmmaPairs order = WmmaPairs::None;
+  int tokens = 0, warps = 0;  // a block's
+  uint32_t code() const { return uint32_t(order) << 16 | uint32_t(tokens) << 8 | uint32_t(warps); }
+  static NarrowLaunch decode(uint32_t c) {
+    return {WmmaPairs(c >> 16), int(c >> 8 & 0xFF), int(c & 0xFF)};
+  }
+};
+NarrowLaunch gemm_narrow_last_launch();
 
 }  // namespace voltad::kernels

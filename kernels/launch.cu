@@ -54,6 +54,16 @@ int device_sm_count() {
   return sms;
 }
 
+size_t device_smem_optin() {
+  static const size_t bytes = [] {
+    int device = 0, value = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&value, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    return size_t(value);
+  }();
+  return bytes;
+}
+
 bool programmatic_launch_supported() {
   return device_takes_programmatic_launch();
 }

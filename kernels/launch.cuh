@@ -34,6 +34,9 @@ bool programmatic_launch_enabled();
 
 // SMs of the current device, read once: one process serves one GPU.
 int device_sm_count();
+// The most dynamic shared memory a block may opt in to on the current
+// device (96 KB on the V100, 64 KB on Turing, 227 KB on the H100), read once.
+size_t device_smem_optin();
 
 template <class... Params, class... Args>
 void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,

@@ -527,10 +527,11 @@ TEST_CASE("engine.kernels: auto uses the sm_80 GEMMs (sm_80+) and PDL (sm_90+) o
   // Paired B named where the probe found an order (sm_80+: Quads,
   // tests/kernels/test_gemm_pairs.cpp).
   const kernels::WmmaPairs pairs = kernels::gemm_narrow_pairs();
-  CHECK(portable_q4km ==
-        (pairs == kernels::WmmaPairs::None
-             ? std::string("portable")
-             : "portable + paired-b (" + std::string(kernels::wmma_pairs_name(pairs)) + ")"));
+  const std::string blocks32 = kernels::gemm_narrow_tokens32() ? ", 32-token blocks" : "";
+  CHECK(portable_q4km == (pairs == kernels::WmmaPairs::None
+                              ? std::string("portable")
+                              : "portable + paired-b (" +
+                                    std::string(kernels::wmma_pairs_name(pairs)) + blocks32 + ")"));
 }
 
 TEST_CASE("stacked, partly stacked and separate projections: CUDA follows the CPU backend") {

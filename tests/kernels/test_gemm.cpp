@@ -37,6 +37,7 @@
 #include "kernels/gemm_wmma.h"
 #include "tests/kernels/gemm_reference_weights.h"
 #include "tests/kernels/gpu_test_util.h"
+#include "tests/kernels/narrow_overrides.h"
 #include "tests/kernels/narrow_x_pack.h"
 #include "tests/kernels/random_weights.h"
 
@@ -412,6 +413,7 @@ TEST_CASE("gemm narrow on fp16 x (portable) matches the float64 reference") {
                         {kernels::WmmaPairs::RowPerLane, false},
                         {kernels::WmmaPairs::RowPerLane, true},
                         {kernels::WmmaPairs::None, false}};
+  NarrowOverrides overrides;
   for (const Mode& mode : modes)
     for (GgmlType type : types) {
       CAPTURE(std::string(mode.order ? kernels::wmma_pairs_name(*mode.order) : "probed"));
@@ -420,8 +422,8 @@ TEST_CASE("gemm narrow on fp16 x (portable) matches the float64 reference") {
         MESSAGE("an sm_70 device without the RowPerLane order: not forced");
         continue;
       }
-      kernels::gemm_narrow_pairs_force(mode.order);
-      kernels::gemm_narrow_tokens32_force(mode.tokens32);
+      overrides.pairs(mode.order);
+      overrides.tokens32(mode.tokens32);
       for (const Shape& s : shapes)
         for (int n : {1, 2, 5, 8, 9, 16, 17, 24, 31, 32}) {
           run_case(type, {s.rows, s.cols, n, GemmTile::Auto, i % 2 == 0, i % 3 != 1, true,
@@ -431,8 +433,6 @@ TEST_CASE("gemm narrow on fp16 x (portable) matches the float64 reference") {
       run_case(type, {67, 14336, 9, GemmTile::Auto, true, true, true, Path::PortableX16});
       run_case(type, {4300, 6144, 20, GemmTile::Auto, false, true, true, Path::PortableX16});
     }
-  kernels::gemm_narrow_pairs_force(std::nullopt);
-  kernels::gemm_narrow_tokens32_force(std::nullopt);
 }
 
 // The sm_80+ narrow kernel: the same FP16 weights, but its own order of

@@ -22,6 +22,7 @@
 #include "engine/weight_repack.h"
 #include "kernels/gemm_wmma.h"
 #include "tests/kernels/gpu_test_util.h"
+#include "tests/kernels/narrow_overrides.h"
 #include "tests/kernels/narrow_x_pack.h"
 #include "tests/kernels/random_weights.h"
 
@@ -36,6 +37,13 @@ int device_major() {
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   return major;
+}
+
+int smem_optin() {
+  int device = 0, bytes = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  return bytes;
 }
 
 int sm_count() {
@@ -53,6 +61,7 @@ bool pairs_off_by_environment() {
 struct Outputs {
   std::vector<float> paired, tile32, tile16;  // tile16: fp16 x, pairs not allowed
   std::vector<float> paired32;                // 32-token blocks (17-32 tokens), else empty
+  kernels::NarrowLaunch paired_launch, paired32_launch;  // what they ran
 };
 
 // One matrix and n tokens of x; y starts as random values (the sums are
@@ -90,17 +99,21 @@ Outputs run_paths(WmmaPairs order, GgmlType type, int64_t rows, int64_t cols, in
     CUDA_CHECK(cudaDeviceSynchronize());
     return d_y.download();
   };
-  kernels::gemm_narrow_pairs_force(order);
-  kernels::gemm_narrow_tokens32_force(false);
-  out.paired = run([&] { kernels::launch_gemm_narrow_x16(a, d_x16.get(), nullptr); });
-  if (n > 16) {
-    kernels::gemm_narrow_tokens32_force(true);
-    out.paired32 = run([&] { kernels::launch_gemm_narrow_x16(a, d_x16.get(), nullptr); });
+  {
+    NarrowOverrides overrides;
+    overrides.pairs(order);
+    overrides.tokens32(false);
+    out.paired = run([&] { kernels::launch_gemm_narrow_x16(a, d_x16.get(), nullptr); });
+    out.paired_launch = kernels::gemm_narrow_last_launch();
+    if (n > 16) {
+      overrides.tokens32(true);
+      out.paired32 = run([&] { kernels::launch_gemm_narrow_x16(a, d_x16.get(), nullptr); });
+      out.paired32_launch = kernels::gemm_narrow_last_launch();
+    }
+    overrides.tokens32(std::nullopt);
+    overrides.pairs(WmmaPairs::None);
+    out.tile16 = run([&] { kernels::launch_gemm_narrow_x16(a, d_x16.get(), nullptr); });
   }
-  kernels::gemm_narrow_tokens32_force(std::nullopt);
-  kernels::gemm_narrow_pairs_force(WmmaPairs::None);
-  out.tile16 = run([&] { kernels::launch_gemm_narrow_x16(a, d_x16.get(), nullptr); });
-  kernels::gemm_narrow_pairs_force(std::nullopt);
   // The tile on fp32 x, in launches of 8 tokens or fewer.
   out.tile32 = run([&] {
     for (int t0 = 0; t0 < n; t0 += 8) {
@@ -136,10 +149,11 @@ TEST_CASE("paired B: the probe finds the device's wmma order") {
 struct Shape {
   int64_t rows, cols;
 };
-// 67 rows: 3 row blocks, 16-warp blocks either way; 4300: more blocks
-// than SMs, 8-warp blocks either way; 512 x 14336: long rows (k shares
-// of many stages).
-constexpr Shape kShapes[] = {{67, 4096}, {4300, 512}, {512, 14336}, {130, 1024}};
+// 67 rows: 3 row blocks, 16-warp blocks either way (12 in 32-token
+// blocks); 4300 and 8200: more blocks than SMs, 8-warp blocks either way
+// (6 in 32-token blocks; 8200 on any card of up to 256 SMs); 512 x 14336:
+// long rows (k shares of many stages).
+constexpr Shape kShapes[] = {{67, 4096}, {4300, 512}, {512, 14336}, {130, 1024}, {8200, 1024}};
 constexpr GgmlType kTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q4_K};
 
 // What a failure prints: the case.
@@ -183,6 +197,8 @@ TEST_CASE("paired B: bit for bit the tile path on fp32 x, at 1-32 tokens") {
           CAPTURE(what);
           const Outputs o = run_paths(order, type, s.rows, s.cols, n, i % 2 == 0, i % 3 != 1);
           ++i;
+          CHECK(o.paired_launch.order == order);  // the forced order ran
+          CHECK(o.paired_launch.tokens != 32);
           CHECK(std::memcmp(o.paired.data(), o.tile32.data(), o.paired.size() * sizeof(float)) ==
                 0);
           size_t first = 0;
@@ -201,17 +217,20 @@ TEST_CASE("paired B: bit for bit the tile path on fp32 x, at 1-32 tokens") {
 
 // 32-token blocks (17-32 tokens, gemm_narrow_tokens32_force) decode each
 // chunk once for four 8-token MMAs. Their blocks have other warp counts (12
-// or 6) than the 16-token blocks (16 or 8), so k is split into other
-// shares and the fp32 sums are added in another order: equal to rounding,
-// and somewhere not bit for bit (else the 32-token blocks did not run).
+// or 6) than the 16-token blocks (16 or 8), so k may be split into other
+// shares and the fp32 sums added in another order: equal to rounding. The
+// launch records say they ran, in the forced order, with both warp counts;
+// and each order's sums must differ from the 16-token blocks' somewhere.
 TEST_CASE("paired B in 32-token blocks: the 16-token blocks' sums to rounding") {
   const std::vector<WmmaPairs> orders = orders_to_compare();
   if (orders.empty()) {
     MESSAGE("no order of paired B runs here: nothing to compare");
     return;
   }
-  int compared = 0, differed = 0, i = 0;
-  for (WmmaPairs order : orders)
+  int compared = 0, i = 0;
+  for (WmmaPairs order : orders) {
+    int differed = 0;
+    bool warps12 = false, warps6 = false;
     for (GgmlType type : kTypes)
       for (const Shape& s : kShapes)
         for (int n : {17, 24, 32}) {
@@ -220,15 +239,24 @@ TEST_CASE("paired B in 32-token blocks: the 16-token blocks' sums to rounding") 
           const Outputs o = run_paths(order, type, s.rows, s.cols, n, i % 2 == 0, i % 3 != 1);
           ++i;
           REQUIRE(o.paired32.size() == o.paired.size());
-          float scale = 0.0f, worst = 0.0f;
+          CHECK(o.paired32_launch.order == order);
+          CHECK(o.paired32_launch.tokens == 32);
+          warps12 |= o.paired32_launch.warps == 12;
+          warps6 |= o.paired32_launch.warps == 6;
+          float scale = 0.0f;
           for (float v : o.paired) scale = std::max(scale, std::fabs(v));
+          size_t off = 0;  // NaN counts as off
           for (size_t e = 0; e < o.paired.size(); ++e)
-            worst = std::max(worst, std::fabs(o.paired32[e] - o.paired[e]));
-          CHECK(worst <= 1e-4f * scale);
+            off += !(std::fabs(o.paired32[e] - o.paired[e]) <= 1e-4f * scale);
+          CHECK(off == 0);
           ++compared;
           differed +=
               std::memcmp(o.paired32.data(), o.paired.data(), o.paired.size() * sizeof(float)) != 0;
         }
-  CHECK(compared == 36 * int(orders.size()));
-  CHECK(differed > 0);
+    CAPTURE(std::string(kernels::wmma_pairs_name(order)));
+    CHECK(differed > 0);
+    CHECK(warps6);
+    CHECK((warps12 || smem_optin() < 84 * 1024));  // 12-warp blocks need 84 KB
+  }
+  CHECK(compared == 45 * int(orders.size()));
 }
