@@ -144,6 +144,15 @@ __device__ __forceinline__ uint32_t mask_or_reg(uint32_t a, uint32_t b) {
   return d;
 }
 
+// Two bytes' high nibbles, at bits 4-7 and 20-23 of v, as the exact fp16
+// integers 64 + q in one LOP3 (64's ulp is 1/16: the nibble lands in the
+// mantissa's bits 4-7), with no shift down to bits 0-3 first;
+// Chunk::apply<true> takes them (it subtracts 64, not 1024: the same
+// values, bit for bit).
+__device__ __forceinline__ uint32_t high_nibbles_to_half2(uint32_t v) {
+  return mask_or<0x00F000F0u, 0x54005400u>(v);
+}
+
 // Int4 nibbles as exact fp16 integers 1024 + q, in natural order. Byte i of
 // the 16 holds value i (bits 0-3) and i+16 (bits 4-7); word t holds values
 // 4t..4t+3 and 16+4t..16+4t+3. After swapping its middle bytes (b0 b2 b1
@@ -197,8 +206,11 @@ struct Chunk<PackedFormat::Int4Sym32> {
   static __device__ Factors factors(uint32_t word) {
     return {__half2half2(__ushort_as_half((unsigned short)word)), {}};
   }
+  // kHigh: v holds 64 + q (high nibbles in place: kHighNibbles).
+  template <bool kHigh = false>
   static __device__ uint32_t apply(const Factors& f, uint32_t v) {
-    const __half2 off = u32_as_half2(0x64086408u);  // 1032 = 1024 + 8
+    // 1032 = 1024 + 8, or 72 = 64 + 8
+    const __half2 off = u32_as_half2(kHigh ? 0x54805480u : 0x64086408u);
     return half2_as_u32(__hmul2(__hsub2(u32_as_half2(v), off), f.a));
   }
   template <bool kXOrder = false>
@@ -223,8 +235,9 @@ struct Chunk<PackedFormat::Int4Affine32> {
     return {__half2half2(__ushort_as_half((unsigned short)(word & 0xFFFF))),
             __half2half2(__ushort_as_half((unsigned short)(word >> 16)))};
   }
+  template <bool kHigh = false>
   static __device__ uint32_t apply(const Factors& f, uint32_t v) {
-    const __half2 off = u32_as_half2(0x64006400u);
+    const __half2 off = u32_as_half2(kHigh ? 0x54005400u : 0x64006400u);  // 1024 or 64
     return half2_as_u32(__hfma2(__hsub2(u32_as_half2(v), off), f.a, f.b));
   }
   template <bool kXOrder = false>
@@ -262,8 +275,9 @@ struct Chunk<PackedFormat::Int4K256> {
     const __half2 w = u32_as_half2(word);
     return {__low2half2(w), __high2half2(w)};
   }
+  template <bool kHigh = false>
   static __device__ uint32_t apply(const Factors& f, uint32_t v) {
-    const __half2 off = u32_as_half2(0x64006400u);
+    const __half2 off = u32_as_half2(kHigh ? 0x54005400u : 0x64006400u);  // 1024 or 64
     return half2_as_u32(__hfma2(__hsub2(u32_as_half2(v), off), f.a, f.b));
   }
   template <bool kXOrder = false>

@@ -301,7 +301,7 @@ __device__ __forceinline__ void paired_chunk(
     for (int r = 0; r < kPairRegisters; ++r) {
       const uint32_t w = __byte_perm(words[r >> 1], 0, (r & 1) ? 0x4342 : 0x4140);
       lo[r] = Chunk<F>::apply(f, mask_or<0x000F000Fu, 0x64006400u>(w));
-      hi[r] = Chunk<F>::apply(f, mask_or<0x000F000Fu, 0x64006400u>(w >> 4));
+      hi[r] = Chunk<F>::template apply<true>(f, high_nibbles_to_half2(w));
     }
   } else {
     // Rows lane / 4 + 8j: their factors from lanes lane / 4 + 8j; their
@@ -320,7 +320,7 @@ __device__ __forceinline__ void paired_chunk(
           base + pair_reg_drow(kP, r) * kStageRowBytes + pair_reg_dk(kP, r));
       const uint32_t w = __byte_perm(v, 0, 0x4140);
       lo[r] = Chunk<F>::apply(f[j], mask_or<0x000F000Fu, 0x64006400u>(w));
-      hi[r] = Chunk<F>::apply(f[j], mask_or<0x000F000Fu, 0x64006400u>(w >> 4));
+      hi[r] = Chunk<F>::template apply<true>(f[j], high_nibbles_to_half2(w));
     }
   }
   constexpr bool kEmulated = kP == WmmaPairs::RowPerLane && pairs_emulated();
