@@ -257,7 +257,7 @@ void Session::start_job(std::shared_ptr<GenerationJob> job) {
   ++ctx_.active_generations;
   ++job_serial_;
   job_done_ = false;
-  half_closed_ = false;
+  watching_errors_ = false;
   header_sent_ = false;
   keep_alive_ = req_.keep_alive();
   chunked_ = req_.version() >= 11;
@@ -373,33 +373,31 @@ void Session::on_watch(uint64_t serial, error_code ec) {
   if (job_done_) return;
   bool gone = bool(ec);
   if (!gone) {
-    // Readable while we are answering: either the client hung up (EOF) or
-    // it pipelined its next request, which stays in the socket for later.
+    // Readable while we are answering: the client hung up (EOF), shut down
+    // its sending side, or pipelined its next request (which stays in the
+    // socket for later).
     const int fd = stream_.socket().native_handle();
     char c;
     ssize_t n = ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n > 0) return;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return do_watch();
-    // EOF: a client that closed its socket, or one that only shut down its
-    // sending side after the request (shutdown(SHUT_WR), `nc -N`) and still
-    // reads the answer. A Unix socket whose peer closed reports POLLHUP; a
-    // half-closed one does not. The half-closed client is answered; its
-    // socket stays readable, so from now on the watch waits for the error
-    // state alone, which a later hang-up sets (once: should that wait end
-    // without a hang-up, the watch ends there, not in a loop).
-    if (n == 0) {
-      pollfd p{fd, POLLIN, 0};
-      if (::poll(&p, 1, 0) == 1 && !(p.revents & (POLLHUP | POLLERR))) {
-        if (half_closed_) return;
-        half_closed_ = true;
-        spdlog::debug("client uid {} pid {} half-closed its connection; answering it", peer_.uid,
-                      peer_.pid);
-        watching_ = true;
-        stream_.socket().async_wait(
-            net::socket_base::wait_error,
-            beast::bind_front_handler(&Session::on_watch, shared_from_this(), job_serial_));
-        return;
-      }
+    // A Unix socket whose peer closed reports POLLHUP, with or without
+    // unread bytes; a half-closed one, or one holding a pipelined request,
+    // does not. Those clients are answered; their sockets stay readable, so
+    // from then on the watch waits for the error state alone, which a later
+    // hang-up sets (once: should that wait end without a hang-up, the watch
+    // ends there, not in a loop).
+    pollfd p{fd, POLLIN, 0};
+    const bool hung_up = n < 0 || (::poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR)));
+    if (!hung_up) {
+      if (watching_errors_) return;
+      watching_errors_ = true;
+      spdlog::debug("client uid {} pid {} {} its connection; answering it", peer_.uid, peer_.pid,
+                    n == 0 ? "half-closed" : "pipelined a request on");
+      watching_ = true;
+      stream_.socket().async_wait(
+          net::socket_base::wait_error,
+          beast::bind_front_handler(&Session::on_watch, shared_from_this(), job_serial_));
+      return;
     }
     gone = true;
   }

@@ -99,7 +99,9 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string write_buf_;
   uint64_t job_serial_ = 0;  // tells a stale watch completion from the current one
   bool watching_ = false;
-  bool half_closed_ = false;  // the client shut down its sending side during this job
+  // The client half-closed or pipelined during this job: the watch waits for
+  // a hang-up alone.
+  bool watching_errors_ = false;
   std::chrono::steady_clock::time_point request_started_;
   std::array<char, 4096> linger_buf_{};
 };

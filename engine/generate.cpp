@@ -70,7 +70,8 @@ Result<GenerateResult> generate(Backend& backend, const Tokenizer& tokenizer,
       token = sampler.sample_candidates(out.candidate_row_ids(0), out.candidate_row_logits(0));
     } else {
       if (options.on_logits) options.on_logits(out.row(0));
-      token = sampler.sample(std::span<float>(out.logits.data(), size_t(out.n_vocab)), history);
+      token = sampler.sample(std::span<float>(out.logits.data(), size_t(out.n_vocab)), history,
+                             prompt.size());
     }
     if (tokenizer.is_end_of_generation(token)) {
       result.finish = FinishReason::Stop;

@@ -31,18 +31,23 @@ int32_t argmax(std::span<const float> values) {
 Sampler::Sampler(const SamplingParams& params)
     : params_(params), seed_(params.seed ? *params.seed : std::random_device{}()), rng_(seed_) {}
 
-int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> history) {
+int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> history,
+                        size_t n_prompt) {
   const int32_t n = int32_t(logits.size());
-  if (!history.empty() && (params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f ||
-                           params_.frequency_penalty != 0.0f)) {
+  n_prompt = std::min(n_prompt, history.size());
+  if (params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f ||
+      params_.frequency_penalty != 0.0f) {
+    // Per token seen: its count in the output (0 for the prompt's alone).
     std::unordered_map<int32_t, int32_t> counts;
-    for (int32_t t : history)
-      if (t >= 0 && t < n) ++counts[t];
+    for (size_t i = 0; i < history.size(); ++i) {
+      const int32_t t = history[i];
+      if (t >= 0 && t < n) counts[t] += i >= n_prompt;
+    }
     for (auto [token, count] : counts) {
       float& l = logits[size_t(token)];
       if (params_.repetition_penalty != 1.0f)
         l = l > 0 ? l / params_.repetition_penalty : l * params_.repetition_penalty;
-      l -= params_.presence_penalty + params_.frequency_penalty * float(count);
+      if (count > 0) l -= params_.presence_penalty + params_.frequency_penalty * float(count);
     }
   }
   if (params_.temperature == 0.0f) return argmax(logits);

@@ -19,9 +19,11 @@ struct SamplingParams {
   int32_t top_k = 0;                // 0: off
   float top_p = 1.0f;               // 1: off
   float min_p = 0.0f;               // 0: off; keeps tokens with p >= min_p * p_max
-  float repetition_penalty = 1.0f;  // 1: off; >1 discourages tokens already seen
-  float presence_penalty = 0.0f;    // subtracted once from every token already seen
-  float frequency_penalty = 0.0f;   // subtracted per occurrence
+  float repetition_penalty = 1.0f;  // 1: off; >1 discourages tokens of the prompt or output
+  // OpenAI's: over the tokens generated so far only (never the prompt's,
+  // whose chat template repeats the end-of-turn token the answer must end on).
+  float presence_penalty = 0.0f;    // subtracted once from every token generated so far
+  float frequency_penalty = 0.0f;   // subtracted per occurrence in the output so far
   std::optional<uint64_t> seed;     // none: a random seed
 
   // Error naming the first parameter out of range (what an API returns as 400).
@@ -32,9 +34,11 @@ class Sampler {
  public:
   explicit Sampler(const SamplingParams& params);
 
-  // Picks a token. `history` is the sequence so far (prompt and output) for
-  // the penalties. `logits` is modified (penalties, temperature).
-  int32_t sample(std::span<float> logits, std::span<const int32_t> history);
+  // Picks a token. `history` is the sequence so far, its first `n_prompt`
+  // tokens the prompt, for the penalties (repetition: all of it; presence
+  // and frequency: the output). `logits` is modified (penalties,
+  // temperature).
+  int32_t sample(std::span<float> logits, std::span<const int32_t> history, size_t n_prompt);
 
   // How many of the best logits this sampler needs to choose exactly as
   // sample() would (1 when greedy; top_k when it is on), or 0 when it needs

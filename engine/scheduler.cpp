@@ -331,7 +331,7 @@ bool Scheduler::step() {
       VOLTAD_CHECK(row < out_.n_rows);
       std::span<float> logits(out_.logits.data() + row * out_.n_vocab, size_t(out_.n_vocab));
       ++row;
-      token = s.sampler.sample(logits, s.tokens);
+      token = s.sampler.sample(logits, s.tokens, size_t(s.n_prompt));
     }
     handle_token(s, token);
   }

@@ -101,7 +101,7 @@ TEST_CASE("the sampler picks the same token from its candidates as from the whol
       std::vector<float> row = random_row(rng, 1000);
       ForwardOutput out;
       select_candidates(row, 1, int64_t(row.size()), k, out);
-      const int32_t a = whole.sample(row, {});
+      const int32_t a = whole.sample(row, {}, 0);
       const int32_t b =
           from_candidates.sample_candidates(out.candidate_row_ids(0), out.candidate_row_logits(0));
       CHECK(a == b);

@@ -16,7 +16,7 @@ TEST_CASE("greedy picks the largest logit, lowest index among ties") {
   p.temperature = 0;
   Sampler s(p);
   auto l = logits_of({0.1f, 3.0f, -1.0f, 3.0f});
-  CHECK(s.sample(l, {}) == 1);
+  CHECK(s.sample(l, {}, 0) == 1);
 }
 
 TEST_CASE("the same seed gives the same tokens, another seed other tokens") {
@@ -31,7 +31,7 @@ TEST_CASE("the same seed gives the same tokens, another seed other tokens") {
     std::vector<int32_t> out;
     for (int i = 0; i < 50; ++i) {
       auto l = base;
-      out.push_back(s.sample(l, {}));
+      out.push_back(s.sample(l, {}, 0));
     }
     return out;
   };
@@ -47,7 +47,7 @@ TEST_CASE("top-k 1 is greedy at any temperature") {
   Sampler s(p);
   for (int i = 0; i < 20; ++i) {
     auto l = logits_of({0.0f, 0.5f, 0.4f});
-    CHECK(s.sample(l, {}) == 1);
+    CHECK(s.sample(l, {}, 0) == 1);
   }
 }
 
@@ -60,7 +60,7 @@ TEST_CASE("top-p keeps only the nucleus") {
   // p(0) ~ 0.84: the nucleus at 0.5 is token 0 alone.
   for (int i = 0; i < 50; ++i) {
     auto l = logits_of({3.0f, 1.0f, 0.0f, 0.0f});
-    CHECK(s.sample(l, {}) == 0);
+    CHECK(s.sample(l, {}, 0) == 0);
   }
 }
 
@@ -73,7 +73,7 @@ TEST_CASE("min-p drops tokens far below the best") {
   std::map<int32_t, int> seen;
   for (int i = 0; i < 300; ++i) {
     auto l = logits_of({2.0f, 2.0f, -3.0f});  // token 2 has p ~ 0.003 < 0.2 * 0.5
-    ++seen[s.sample(l, {})];
+    ++seen[s.sample(l, {}, 0)];
   }
   CHECK(seen[2] == 0);
   CHECK(seen[0] > 0);
@@ -89,7 +89,7 @@ TEST_CASE("sampling follows the distribution") {
   const int n = 4000;
   for (int i = 0; i < n; ++i) {
     auto l = logits_of({0.0f, float(std::log(3.0))});  // p(1) = 0.75
-    ones += s.sample(l, {}) == 1;
+    ones += s.sample(l, {}, 0) == 1;
   }
   CHECK(double(ones) / n == doctest::Approx(0.75).epsilon(0.05));
 }
@@ -101,7 +101,7 @@ TEST_CASE("penalties push seen tokens down") {
   Sampler s(p);
   auto l = logits_of({1.0f, 0.5f});
   std::vector<int32_t> history = {0, 0};
-  CHECK(s.sample(l, history) == 1);
+  CHECK(s.sample(l, history, 0) == 1);
   CHECK(l[0] == doctest::Approx(-1.0f));
 
   SamplingParams r;
@@ -110,7 +110,7 @@ TEST_CASE("penalties push seen tokens down") {
   Sampler s2(r);
   auto l2 = logits_of({2.0f, 1.0f, -1.0f});
   std::vector<int32_t> h2 = {0, 2};
-  CHECK(s2.sample(l2, h2) == 1);
+  CHECK(s2.sample(l2, h2, 2) == 1);  // the prompt's tokens too
   CHECK(l2[0] == doctest::Approx(0.5f));
   CHECK(l2[2] == doctest::Approx(-4.0f));
 }
@@ -124,4 +124,27 @@ TEST_CASE("parameters out of range are named") {
   CHECK(p.validate().error().message.find("temperature") == 0);
   p = {};
   CHECK(p.validate().ok());
+}
+
+// OpenAI's presence and frequency penalties count the output only: a chat
+// prompt holds the end-of-turn token several times, and penalising it
+// there kept answers from ever ending.
+TEST_CASE("presence and frequency penalties skip the prompt's tokens") {
+  SamplingParams p;
+  p.temperature = 0;
+  p.frequency_penalty = 2.0f;
+  p.presence_penalty = 0.5f;
+  Sampler s(p);
+  // Token 0 three times in the prompt, once in the output; token 2 only in
+  // the prompt.
+  const std::vector<int32_t> history = {0, 0, 2, 0, 1, 0};
+  auto l = logits_of({1.0f, 0.9f, 0.8f});
+  CHECK(s.sample(l, history, 4) == 2);
+  CHECK(l[0] == doctest::Approx(1.0f - 0.5f - 2.0f));  // once in the output
+  CHECK(l[1] == doctest::Approx(0.9f - 0.5f - 2.0f));  // once in the output
+  CHECK(l[2] == doctest::Approx(0.8f));                // the prompt's only
+  // All prompt: nothing penalised, the best logit wins.
+  auto l2 = logits_of({1.0f, 0.9f, 0.8f});
+  CHECK(s.sample(l2, history, history.size()) == 0);
+  CHECK(l2[0] == doctest::Approx(1.0f));
 }

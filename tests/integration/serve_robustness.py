@@ -270,7 +270,7 @@ check("40 streams read to [DONE], then closed: none counted as a hang-up",
 # A client that hangs up during a non-streamed answer (nothing is written
 # until the end, so only the watch can see it) cancels the generation:
 # closing at once, or after a half-close.
-def hang_up_during(half_close_first):
+def hang_up_during(half_close_first, pipeline_first=False):
     cancels = metrics(SOCK)["voltad_disconnect_cancels_total"]
     c = connect(SOCK, 10)
     c.sendall(build_request("POST", "/v1/completions", {"prompt": "Count:", "max_tokens": 400,
@@ -278,6 +278,9 @@ def hang_up_during(half_close_first):
     if half_close_first:
         c.shutdown(socket.SHUT_WR)
     wait_for(lambda: metrics(SOCK)["voltad_running_sequences"] >= 1, timeout=10)
+    if pipeline_first:
+        # The next request, sent before the answer (it waits in the socket).
+        c.sendall(build_request("GET", "/v1/models"))
     time.sleep(0.3)
     c.close()
     return wait_for(lambda: (lambda m: m["voltad_disconnect_cancels_total"] == cancels + 1
@@ -286,6 +289,7 @@ def hang_up_during(half_close_first):
 
 check("a hang-up during a non-streamed answer cancels it", hang_up_during(False))
 check("so does one after a half-close", hang_up_during(True))
+check("so does one after pipelining its next request", hang_up_during(False, pipeline_first=True))
 
 # Per-user limit: two running requests are this user's share; a third gets 429.
 held = []
