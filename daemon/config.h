@@ -19,6 +19,8 @@ std::string check_cpus_spec(const std::string& spec);
 std::string check_octal_mode(const std::string& mode);
 std::string check_instance_name(const std::string& name);
 std::string check_socket_path(const std::string& path);
+// model.path: not empty, and only the known ${...} variables.
+std::string check_model_path(const std::string& path);
 
 struct ModelSection {
   std::string path;
@@ -28,7 +30,7 @@ struct ModelSection {
   template <class V>
   void visit(V& v) {
     v(path, "path", std::string(), "GGUF model file to serve (Llama or Qwen family).",
-      required_string());
+      Check<std::string>{"required", check_model_path, true});
     v(name, "name", std::string(),
       "Model name shown in /v1/models and accepted in requests; empty: the file name without .gguf.");
     v(chat_template, "chat_template", std::string("auto"),

@@ -6,6 +6,7 @@
 #include <regex>
 
 #include "daemon/config.h"
+#include "daemon/config_paths.h"
 
 namespace voltad::config {
 
@@ -63,9 +64,15 @@ std::string check_socket_path(const std::string& path) {
   if (path.empty())
     return "empty (0 bytes); a Unix socket path is 1 to " + limit +
            " bytes; leave the key out for the default, ${RUNTIME_DIRECTORY}/voltad.sock";
+  if (std::string bad = path_variable_problem(path); !bad.empty()) return bad;
   if (path.find("${") != std::string::npos || path.size() <= kMax) return "";
   return "'" + path + "' is " + std::to_string(path.size()) +
          " bytes; a Unix socket path is at most " + limit + "; choose a shorter path";
+}
+
+std::string check_model_path(const std::string& path) {
+  if (path.empty()) return "must not be empty";
+  return path_variable_problem(path);
 }
 
 }  // namespace voltad::config

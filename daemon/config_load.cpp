@@ -5,14 +5,18 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <cstring>
-#include <tuple>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
 #include <sstream>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+
+#include "engine/utf8.h"
 
 namespace voltad::config {
 
@@ -120,11 +124,52 @@ std::optional<StringList> convert(const YAML::Node& n, std::string& why) {
   return out;
 }
 
+// The file's lines, for what YAML itself lets pass (scalar_problem).
+std::vector<std::string_view> split_lines(std::string_view text) {
+  std::vector<std::string_view> lines;
+  for (size_t start = 0; start <= text.size();) {
+    size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    lines.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return lines;
+}
+
+// What is wrong with a string value that YAML accepts: bytes that are not
+// UTF-8 (a model name no client could send back), or a quoted string that
+// does not end on the line it starts on. YAML lets a quoted string run on
+// over lines, so a missing closing quote swallows the keys after it into
+// one value; every string of voltad's config is one line.
+std::string scalar_problem(const YAML::Node& n, const std::vector<std::string_view>& lines) {
+  if (!utf8_is_valid(n.Scalar())) return "not valid UTF-8";
+  const YAML::Mark m = n.Mark();
+  if (m.line < 0 || size_t(m.line) >= lines.size()) return "";
+  const std::string_view line = lines[size_t(m.line)];
+  const size_t col = size_t(std::max(m.column, 0));
+  if (col >= line.size() || (line[col] != '"' && line[col] != '\'')) return "";
+  const char quote = line[col];
+  for (size_t i = col + 1; i < line.size(); ++i) {
+    if (quote == '"' && line[i] == '\\') {
+      ++i;  // an escaped character
+    } else if (line[i] == quote) {
+      if (quote == '\'' && i + 1 < line.size() && line[i + 1] == '\'') {
+        ++i;  // '' is a quote inside single quotes
+        continue;
+      }
+      return "";
+    }
+  }
+  return std::string("the string opened with ") + quote +
+         " here does not end on this line (a missing closing quote?); each value is one line";
+}
+
 // Reads one file's YAML into a Config, collecting every problem.
 class YamlReader {
  public:
-  YamlReader(const YAML::Node& root, std::string file, std::vector<Problem>& problems)
-      : root_(root), file_(std::move(file)), problems_(problems) {}
+  YamlReader(const YAML::Node& root, std::string file, std::vector<Problem>& problems,
+             std::vector<std::string_view> lines)
+      : root_(root), file_(std::move(file)), problems_(problems), lines_(std::move(lines)) {}
 
   template <class S>
   void section(S& s, const char* name, const char*) {
@@ -175,6 +220,12 @@ class YamlReader {
     std::string why;
     std::optional<T> value = convert<T>(n, why);
     if (!value) return add(n.Mark(), full + ": " + why);
+    if constexpr (std::is_same_v<T, std::string> || std::is_same_v<T, StringList>) {
+      for (const YAML::Node& s : n.IsSequence() ? std::vector<YAML::Node>(n.begin(), n.end())
+                                                : std::vector<YAML::Node>{n})
+        if (std::string bad = scalar_problem(s, lines_); !bad.empty())
+          return add(s.Mark(), full + ": " + bad);
+    }
     if (check.fn) {
       std::string bad = check.fn(*value);
       if (!bad.empty()) return add(n.Mark(), full + ": " + bad);
@@ -251,6 +302,7 @@ class YamlReader {
   std::vector<std::string> keys_;
   std::vector<std::string> sections_;
   std::vector<std::string> all_keys_;
+  std::vector<std::string_view> lines_;
 };
 
 // Prints the effective config with the help text as comments.
@@ -318,7 +370,15 @@ LoadResult load_config_text(const std::string& text, const std::string& file_nam
   result.config = Config::defaults();
   YAML::Node root;
   try {
-    root = YAML::Load(text);
+    // One document: a second one (after ---) would be dropped unread.
+    const std::vector<YAML::Node> docs = YAML::LoadAll(text);
+    if (!docs.empty()) root = docs[0];
+    if (docs.size() > 1) {
+      const YAML::Mark m = docs[1].Mark();
+      result.problems.push_back(
+          {file_name, m.line >= 0 ? m.line + 1 : 1, m.column >= 0 ? m.column + 1 : 1,
+           "a second YAML document (after ---): voltad reads one; put every section in it"});
+    }
   } catch (const YAML::ParserException& e) {
     Problem p;
     p.file = file_name;
@@ -328,7 +388,7 @@ LoadResult load_config_text(const std::string& text, const std::string& file_nam
     result.problems.push_back(p);
     return result;
   }
-  YamlReader reader(root, file_name, result.problems);
+  YamlReader reader(root, file_name, result.problems, split_lines(text));
   reader.set_all_keys(all_key_names());
   result.config.visit(reader);
   reader.check_top_level(all_key_names());
@@ -383,21 +443,24 @@ std::string dump_config(Config& config) {
 std::string config_reference_markdown() {
   Config c = Config::defaults();
   MarkdownWriter w;
-  w.out << "# Configuration reference\n\n"
-           "<!-- Generated by `voltad --config-reference` from daemon/config.h; "
-           "tests/daemon/test_config.cpp fails when this file is stale. "
-           "Regenerate with scripts/gen-config-doc.sh. -->\n\n"
-           "voltad reads one YAML file (`--config FILE`; default "
-           "`$CONFIGURATION_DIRECTORY/voltad.yaml`, else `/etc/voltad/voltad.yaml`). "
-           "`voltad --verify-config FILE` checks it and prints every problem as "
-           "`FILE:LINE:COL: message`; `voltad --dump-config` prints the effective values.\n\n"
-           "Types: a *duration* is `500ms`, `30s`, `2m` or `1h` (a bare number is seconds); a "
-           "*size* is a byte count with an optional unit (`KiB`, `MiB`, `GiB`, `TiB`, or decimal "
-           "`KB`, `MB`, `GB`, `TB`). Paths may use `${RUNTIME_DIRECTORY}`, `${STATE_DIRECTORY}` and "
-           "`${CONFIGURATION_DIRECTORY}`: systemd sets them; without systemd they are "
-           "`$XDG_RUNTIME_DIR/voltad` (or `/run/voltad` for root, `/tmp/voltad-UID` without "
-           "`XDG_RUNTIME_DIR`), `~/.local/state/voltad` (or `/var/lib/voltad`) and "
-           "`/etc/voltad`; and `${HOME}`.\n\n";
+  w.out
+      << "# Configuration reference\n\n"
+         "<!-- Generated by `voltad --config-reference` from daemon/config.h; "
+         "tests/daemon/test_config.cpp fails when this file is stale. "
+         "Regenerate with scripts/gen-config-doc.sh. -->\n\n"
+         "voltad reads one YAML file (`--config FILE`; default "
+         "`$CONFIGURATION_DIRECTORY/voltad.yaml`, else `/etc/voltad/voltad.yaml`). "
+         "`voltad --verify-config FILE` checks it and prints every problem as "
+         "`FILE:LINE:COL: message`; `voltad --dump-config` prints the effective values.\n\n"
+         "Types: a *duration* is `500ms`, `30s`, `2m` or `1h` (a bare number is seconds); a "
+         "*size* is a byte count with an optional unit (`KiB`, `MiB`, `GiB`, `TiB`, or decimal "
+         "`KB`, `MB`, `GB`, `TB`). Paths may use `${RUNTIME_DIRECTORY}`, `${STATE_DIRECTORY}` and "
+         "`${CONFIGURATION_DIRECTORY}`: systemd sets them; without systemd they are "
+         "`$XDG_RUNTIME_DIR/voltad` (or `/run/voltad` for root, `/tmp/voltad-UID` without "
+         "`XDG_RUNTIME_DIR`), `~/.local/state/voltad` (or `/var/lib/voltad`) and "
+         "`/etc/voltad`; and `${HOME}`. Any other `${...}` is a problem. Strings are UTF-8 "
+         "and one line each (a quoted string that does not end on its line is a problem: a "
+         "missing closing quote), and a file is one YAML document.\n\n";
   c.visit(w);
   return w.out.str();
 }

@@ -42,15 +42,40 @@ std::string configuration_directory() {
 
 std::string default_config_path() { return configuration_directory() + "/voltad.yaml"; }
 
+namespace {
+
+struct PathVariable {
+  const char* name;
+  std::string (*value)();
+};
+const PathVariable kPathVariables[] = {
+    {"${RUNTIME_DIRECTORY}", runtime_directory},
+    {"${STATE_DIRECTORY}", state_directory},
+    {"${CONFIGURATION_DIRECTORY}", configuration_directory},
+    {"${HOME}", home},
+};
+
+}  // namespace
+
+std::string path_variable_problem(const std::string& path) {
+  for (size_t pos = path.find("${"); pos != std::string::npos; pos = path.find("${", pos + 2)) {
+    const size_t end = path.find('}', pos);
+    if (end == std::string::npos)
+      return "'${' at byte " + std::to_string(pos) + " has no closing '}'";
+    const std::string name = path.substr(pos, end - pos + 1);
+    bool known = false;
+    for (const PathVariable& v : kPathVariables) known |= name == v.name;
+    if (!known)
+      return "unknown variable " + name +
+             " (known: ${RUNTIME_DIRECTORY}, ${STATE_DIRECTORY}, ${CONFIGURATION_DIRECTORY}, "
+             "${HOME})";
+  }
+  return "";
+}
+
 std::string expand_path(const std::string& path) {
-  struct { const char* name; std::string (*value)(); } vars[] = {
-      {"${RUNTIME_DIRECTORY}", runtime_directory},
-      {"${STATE_DIRECTORY}", state_directory},
-      {"${CONFIGURATION_DIRECTORY}", configuration_directory},
-      {"${HOME}", home},
-  };
   std::string out = path;
-  for (auto& v : vars) {
+  for (const PathVariable& v : kPathVariables) {
     std::string name = v.name;
     for (size_t pos; (pos = out.find(name)) != std::string::npos;) out.replace(pos, name.size(), v.value());
   }

@@ -11,6 +11,11 @@ namespace voltad::config {
 // the first is used.
 std::string expand_path(const std::string& path);
 
+// Empty when every "${" in `path` opens one of the four variables above;
+// else what is wrong ("unknown variable ${X} ...", "'${' with no '}'"), for
+// the config's checks: expand_path leaves anything else as it is.
+std::string path_variable_problem(const std::string& path);
+
 std::string runtime_directory();
 std::string state_directory();
 std::string configuration_directory();

@@ -183,6 +183,59 @@ TEST_CASE("YAML syntax errors carry their position") {
   CHECK(r.problems[0].line >= 2);
 }
 
+// YAML lets a quoted string run on over lines (yaml-cpp even to the end of
+// the file, with no closing quote): a forgotten quote would swallow the
+// keys below it into one value, and the file would check as valid.
+TEST_CASE("a quoted string that does not end on its line is a problem") {
+  auto r = load(
+      "model:\n  path: \"/models/m.gguf\nserver:\n  allow_users: [nobody]\nlog:\n  level: "
+      "loud\n");
+  REQUIRE(r.problems.size() == 1);
+  CHECK(r.problems[0].line == 2);
+  CHECK(r.problems[0].column == 9);
+  CHECK(r.problems[0].message.find("model.path: the string opened with \" here does not end") == 0);
+  // Single quotes too; here model.path went into the string as well.
+  r = load("server:\n  socket_group: 'voltad\nmodel:\n  path: /models/m.gguf\n");
+  REQUIRE(r.problems.size() == 2);
+  CHECK(r.problems[1].line == 2);
+  CHECK(r.problems[1].message.find("server.socket_group: the string opened with '") == 0);
+  // Closed quotes with escaped quotes inside are fine.
+  r = load("model:\n  path: \"/m \\\" x.gguf\"\n  name: 'it''s'\n");
+  REQUIRE_MESSAGE(r.ok(), problems_text(r));
+  CHECK(r.config.model.path == "/m \" x.gguf");
+  CHECK(r.config.model.name == "it's");
+}
+
+TEST_CASE("a second YAML document is a problem, not dropped unread") {
+  auto r = load(kMinimal + "---\nserver:\n  max_connections: notanumber\n");
+  REQUIRE(r.problems.size() == 1);
+  CHECK(r.problems[0].line == 4);
+  CHECK(r.problems[0].message.find("a second YAML document") == 0);
+}
+
+TEST_CASE("strings must be UTF-8 (a model name clients could not send back)") {
+  auto r = load(kMinimal +
+                "  name: \"caf\xe9\"\nserver:\n  allow_users: [alice, \"b\xff"
+                "b\"]\n");
+  REQUIRE(r.problems.size() == 2);
+  CHECK(r.problems[0].message == "model.name: not valid UTF-8");
+  CHECK(r.problems[1].message == "server.allow_users: not valid UTF-8");
+  CHECK(r.problems[1].line == 5);
+}
+
+TEST_CASE("paths may hold only the known ${...} variables") {
+  auto r = load(
+      "model:\n  path: ${STATE_DIRCTORY}/m.gguf\nserver:\n  socket_path: "
+      "${RUNTIME_DIRECTORY/v.sock\n");
+  REQUIRE(r.problems.size() == 2);
+  CHECK(r.problems[0].message.find("model.path: unknown variable ${STATE_DIRCTORY}") == 0);
+  CHECK(r.problems[1].message.find("server.socket_path: '${' at byte 0 has no closing '}'") == 0);
+  r = load(
+      "model:\n  path: ${HOME}/${STATE_DIRECTORY}/m.gguf\nserver:\n  socket_path: "
+      "${CONFIGURATION_DIRECTORY}/${RUNTIME_DIRECTORY}.sock\n");
+  CHECK_MESSAGE(r.ok(), problems_text(r));
+}
+
 TEST_CASE("three different mistakes give three problems in file order") {
   auto r = load(kMinimal + "memory:\n  vram_fraction: 2\nengine:\n  max_contxt: 100\nlog:\n  level: loud\n");
   REQUIRE_MESSAGE(r.problems.size() == 3, problems_text(r));
