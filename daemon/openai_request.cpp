@@ -62,7 +62,10 @@ std::optional<ApiError> parse_object(std::string_view body, Json& out) {
                            (at == std::string::npos ? what : what.substr(at + 2)),
                        {}, "invalid_json");
   }
-  if (!out.is_object()) return bad_request("the request body must be a JSON object");
+  if (!out.is_object())
+    return bad_request(std::string("the request body must be a JSON object, not ") +
+                           (out.is_array() ? "an array" : "a " + std::string(out.type_name())),
+                       {}, "invalid_json");
   return std::nullopt;
 }
 
@@ -239,6 +242,7 @@ std::optional<ApiError> parse_common(const Json& object, CompletionRequest& r) {
                            std::to_string(*max_tokens),
                        tokens_field);
   r.max_tokens = max_tokens;
+  r.max_tokens_field = tokens_field;
   VOLTAD_API_TRY(f.get("n", 1, 128, n));
   if (n && *n != 1) return bad_request("'n' must be 1: one choice per request is supported", "n");
   std::optional<int64_t> best_of;  // completions' field; on chat too, not silently ignored
@@ -268,8 +272,10 @@ std::optional<ApiError> parse_common(const Json& object, CompletionRequest& r) {
   VOLTAD_API_TRY(parse_stop(f, r.stop));
   VOLTAD_API_TRY(f.get("stream", r.stream));
   VOLTAD_API_TRY(f.get("ignore_eos", r.ignore_eos));
-  if (const Json* so = f.find("stream_options")) {
+  if (const Json* so = f.find("stream_options"); so && !so->is_null()) {
     if (!so->is_object()) return wrong_type("stream_options", "an object", *so);
+    if (!r.stream)  // as OpenAI answers
+      return bad_request("'stream_options' is only allowed with 'stream': true", "stream_options");
     auto iu = so->find("include_usage");
     if (iu != so->end() && !iu->is_null()) {
       if (!iu->is_boolean()) return wrong_type("stream_options.include_usage", "a boolean", *iu);

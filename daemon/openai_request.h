@@ -41,6 +41,7 @@ struct CompletionRequest {
   std::vector<int32_t> prompt_tokens;  // ...or as token ids
   std::optional<int64_t> max_tokens;   // none: the kind's default (above); past the
                                        // context: refused with the numbers (server_router)
+  std::string max_tokens_field = "max_tokens";  // or max_completion_tokens: what set it
   SamplingParams sampling;             // temperature defaults to 1, as in OpenAI's API
   std::vector<std::string> stop;
   bool stream = false;

@@ -162,17 +162,18 @@ RouteOutcome generation(const Call& c, CompletionRequest::Kind kind, std::functi
   g.prompt = prompt_tokens(*m, r);
   const int64_t room = int64_t(m->max_context) - int64_t(g.prompt.size());
   if (room < 1 || (r.max_tokens && *r.max_tokens > room)) {
-    std::string msg =
-        "this model's context is " + std::to_string(m->max_context) + " tokens; the prompt has " +
-        std::to_string(g.prompt.size()) +
-        (r.max_tokens ? " and max_tokens asks for " + std::to_string(*r.max_tokens) + " more"
-                      : ", which leaves no room to generate") +
-        ": shorten the prompt or lower max_tokens";
+    // The prompt alone fills the context: only a shorter one helps, so the
+    // error names it, not max_tokens.
+    const std::string prompt_field = kind == CompletionRequest::Kind::Chat ? "messages" : "prompt";
+    std::string msg = "this model's context is " + std::to_string(m->max_context) +
+                      " tokens; the prompt has " + std::to_string(g.prompt.size());
+    if (room < 1)
+      msg += ", which leaves no room to generate: shorten the prompt";
+    else
+      msg += " and " + r.max_tokens_field + " asks for " + std::to_string(*r.max_tokens) +
+             " more: shorten the prompt or lower " + r.max_tokens_field;
     out.response = c.error(
-        bad_request(msg,
-                    r.max_tokens ? "max_tokens"
-                                 : (kind == CompletionRequest::Kind::Chat ? "messages" : "prompt"),
-                    "context_length_exceeded"));
+        bad_request(msg, room < 1 ? prompt_field : r.max_tokens_field, "context_length_exceeded"));
     return out;
   }
   // Without max_tokens: a chat answer may run to the end of the context (as

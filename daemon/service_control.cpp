@@ -57,7 +57,10 @@ void log_event(const LifecycleEvent& e) {
                      e.status);
       break;
     case K::Progress:
-      spdlog::debug("loading: {} ({:.0f}%)", e.status, e.fraction * 100.0);
+      if (e.fraction < 0)  // no measure of how far (systemd_notify shows none either)
+        spdlog::debug("loading: {}", e.status);
+      else
+        spdlog::debug("loading: {} ({:.0f}%)", e.status, e.fraction * 100.0);
       break;
     case K::ReloadStarted:
       spdlog::info("reload: {}", e.status);

@@ -124,8 +124,11 @@ TEST_CASE("every wrong type or value is a 400 naming its field") {
       {R"({"messages":[{"role":"user","content":"x"}],"presence_penalty":3})", "presence_penalty"},
       {R"({"messages":[{"role":"user","content":"x"}],"stop":[1]})", "stop[0]"},
       {R"({"messages":[{"role":"user","content":"x"}],"stream":1})", "stream"},
-      {R"({"messages":[{"role":"user","content":"x"}],"stream_options":{"include_usage":"y"}})",
+      {R"({"messages":[{"role":"user","content":"x"}],"stream":true,"stream_options":{"include_usage":"y"}})",
        "stream_options.include_usage"},
+      // As OpenAI: stream_options without a stream.
+      {R"({"messages":[{"role":"user","content":"x"}],"stream_options":{"include_usage":true}})",
+       "stream_options"},
       {R"({"messages":[{"role":"user","content":"x"}],"n":3})", "n"},
       {R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]})", "tools"},
       {R"({"messages":[{"role":"user","content":"x"}],"logprobs":true})", "logprobs"},

@@ -99,6 +99,14 @@ check "prompt + max_tokens past the context: 400 with the numbers" py 'j["error"
 check "past the context: status 400" test "$(status "$r")" = 400
 r=$(api /v1/chat/completions -d '{"messages":[{"role":"user","content":"x"}],"max_tokens":100000000000}')
 check "a huge max_tokens: context_length_exceeded with its number" py 'j["error"]["code"]=="context_length_exceeded" and "100000000000" in j["error"]["message"]' <<<"$(body "$r")"
+check "... the field it names in param" py 'j["error"]["param"]=="max_tokens"' <<<"$(body "$r")"
+r=$(api /v1/chat/completions -d '{"messages":[{"role":"user","content":"x"}],"max_completion_tokens":600}')
+check "max_completion_tokens past the context: param names it" py 'j["error"]["code"]=="context_length_exceeded" and j["error"]["param"]=="max_completion_tokens" and "lower max_completion_tokens" in j["error"]["message"]' <<<"$(body "$r")"
+long=$(python3 -c 'print(" ".join(["word"] * 700))')
+r=$(api /v1/completions -d "{\"prompt\":\"$long\",\"max_tokens\":4}")
+check "a prompt longer than the context: param prompt, not max_tokens" py 'j["error"]["code"]=="context_length_exceeded" and j["error"]["param"]=="prompt" and "shorten the prompt" in j["error"]["message"] and "max_tokens" not in j["error"]["message"]' <<<"$(body "$r")"
+r=$(api /v1/chat/completions -d '[1]')
+check "a body that is JSON but not an object: invalid_json" py 'j["error"]["code"]=="invalid_json" and "an array" in j["error"]["message"]' <<<"$(body "$r")"
 
 export VOLTAD_SOCKET=$sock
 out=$("$bin/voltactl" status 2>&1)
