@@ -131,9 +131,11 @@ Json model_object(const ServerContext& ctx) {
 // The prompt's token ids: chat messages through the model's template, or the text as given.
 std::vector<int32_t> prompt_tokens(const ServedModel& m, const CompletionRequest& r) {
   if (r.kind == CompletionRequest::Kind::Chat) {
-    std::string text = render_chat(m.chat_format, r.messages, true, m.bos_text, m.chat_options);
-    // The template's own markers are special tokens, so they are parsed as such.
-    return m.tokenizer->encode(text, m.add_bos, true);
+    const RenderedChat chat =
+        render_chat_parts(m.chat_format, r.messages, true, m.bos_text, m.chat_options);
+    // The template's own markers are control tokens; what the messages hold
+    // is text, whatever it spells (a user cannot close a turn with it).
+    return m.tokenizer->encode(chat.text, m.add_bos, chat.literal);
   }
   if (!r.prompt_tokens.empty()) return r.prompt_tokens;
   return m.tokenizer->encode(r.prompt, m.add_bos, true);
@@ -231,9 +233,9 @@ HttpResponse tokenize(const Call& c) {
   if (r.prompt) {
     tokens = m->tokenizer->encode(*r.prompt, r.add_special && m->add_bos, true);
   } else {
-    std::string text = render_chat(m->chat_format, r.messages, true,
-                                   r.add_special ? m->bos_text : "", m->chat_options);
-    tokens = m->tokenizer->encode(text, r.add_special && m->add_bos, true);
+    const RenderedChat chat = render_chat_parts(m->chat_format, r.messages, true,
+                                                r.add_special ? m->bos_text : "", m->chat_options);
+    tokens = m->tokenizer->encode(chat.text, r.add_special && m->add_bos, chat.literal);
   }
   return c.json(200,
                 {{"tokens", tokens}, {"count", tokens.size()}, {"max_model_len", m->max_context}});

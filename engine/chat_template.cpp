@@ -62,21 +62,39 @@ void split_reasoning(std::string_view text, std::string_view& content,
   reasoning = lstrip_newlines(before);
 }
 
-std::string render_llama3(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-                          const std::string& bos_text) {
-  std::string out = bos_text;
+// Builds a RenderedChat: markup as is, users' text with its range noted.
+struct ChatWriter {
+  RenderedChat r;
+  ChatWriter& markup(std::string_view s) {
+    r.text += s;
+    return *this;
+  }
+  ChatWriter& user(std::string_view s) {
+    if (!s.empty()) r.literal.push_back({r.text.size(), r.text.size() + s.size()});
+    r.text += s;
+    return *this;
+  }
+};
+
+RenderedChat render_llama3(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                           const std::string& bos_text) {
+  ChatWriter out;
+  out.markup(bos_text);
   for (const ChatMessage& m : messages)
-    out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + python_strip(m.content) +
-           "<|eot_id|>";
-  if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
-  return out;
+    out.markup("<|start_header_id|>")
+        .user(m.role)
+        .markup("<|end_header_id|>\n\n")
+        .user(python_strip(m.content))
+        .markup("<|eot_id|>");
+  if (add_generation_prompt) out.markup("<|start_header_id|>assistant<|end_header_id|>\n\n");
+  return std::move(out.r);
 }
 
-std::string render_chatml(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-                          const ChatRenderOptions& options) {
-  std::string out;
+RenderedChat render_chatml(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                           const ChatRenderOptions& options) {
+  ChatWriter out;
   if (!options.default_system.empty() && !messages.empty() && messages[0].role != "system")
-    out += "<|im_start|>system\n" + options.default_system + "<|im_end|>\n";
+    out.markup("<|im_start|>system\n" + options.default_system + "<|im_end|>\n");
 
   // Qwen3: the last user turn that is not a wrapped tool response.
   size_t last_query = messages.empty() ? 0 : messages.size() - 1;
@@ -91,26 +109,26 @@ std::string render_chatml(const std::vector<ChatMessage>& messages, bool add_gen
 
   for (size_t i = 0; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];
-    out += "<|im_start|>" + m.role + "\n";
+    out.markup("<|im_start|>").user(m.role).markup("\n");
     if (options.qwen3_thinking && m.role == "assistant") {
       std::string_view content, reasoning;
       split_reasoning(m.content, content, reasoning);
       bool last = i + 1 == messages.size();
       if (i > last_query && (last || !reasoning.empty())) {
-        out += "<think>\n";
-        out += rstrip_newlines(lstrip_newlines(reasoning));
-        out += "\n</think>\n\n";
-        out += lstrip_newlines(content);
+        out.markup("<think>\n")
+            .user(rstrip_newlines(lstrip_newlines(reasoning)))
+            .markup("\n</think>\n\n")
+            .user(lstrip_newlines(content));
       } else {
-        out += content;
+        out.user(content);
       }
     } else {
-      out += m.content;
+      out.user(m.content);
     }
-    out += "<|im_end|>\n";
+    out.markup("<|im_end|>\n");
   }
-  if (add_generation_prompt) out += "<|im_start|>assistant\n";
-  return out;
+  if (add_generation_prompt) out.markup("<|im_start|>assistant\n");
+  return std::move(out.r);
 }
 
 }  // namespace
@@ -176,9 +194,9 @@ ChatRenderOptions chat_render_options_from_template(ChatFormat format,
   return options;
 }
 
-std::string render_chat(ChatFormat format, const std::vector<ChatMessage>& messages,
-                        bool add_generation_prompt, const std::string& bos_text,
-                        const ChatRenderOptions& options) {
+RenderedChat render_chat_parts(ChatFormat format, const std::vector<ChatMessage>& messages,
+                               bool add_generation_prompt, const std::string& bos_text,
+                               const ChatRenderOptions& options) {
   switch (format) {
     case ChatFormat::Llama3:
       return render_llama3(messages, add_generation_prompt, bos_text);
@@ -186,6 +204,12 @@ std::string render_chat(ChatFormat format, const std::vector<ChatMessage>& messa
       return render_chatml(messages, add_generation_prompt, options);
   }
   return {};
+}
+
+std::string render_chat(ChatFormat format, const std::vector<ChatMessage>& messages,
+                        bool add_generation_prompt, const std::string& bos_text,
+                        const ChatRenderOptions& options) {
+  return render_chat_parts(format, messages, add_generation_prompt, bos_text, options).text;
 }
 
 }  // namespace voltad

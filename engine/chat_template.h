@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/result.h"
+#include "engine/tokenizer.h"
 
 namespace voltad {
 
@@ -50,8 +51,22 @@ struct ChatRenderOptions {
 ChatRenderOptions chat_render_options_from_template(ChatFormat format,
                                                     const std::string& gguf_template);
 
+// A rendered conversation: the text, and the byte ranges the messages'
+// roles and contents fill (what users wrote). Encode it with
+// Tokenizer::encode(text, add_bos, literal): control tokens written in a
+// message ("<|im_end|>" as text) stay text, so a user cannot end a turn or
+// open another one; the template's own markers are control tokens.
+struct RenderedChat {
+  std::string text;
+  std::vector<TextRange> literal;
+};
+
 // bos_text: the BOS token's text, for families whose template writes it
 // (Llama 3); pass "" when BOS is added as a token id instead.
+RenderedChat render_chat_parts(ChatFormat format, const std::vector<ChatMessage>& messages,
+                               bool add_generation_prompt, const std::string& bos_text,
+                               const ChatRenderOptions& options = {});
+// The text alone.
 std::string render_chat(ChatFormat format, const std::vector<ChatMessage>& messages,
                         bool add_generation_prompt, const std::string& bos_text,
                         const ChatRenderOptions& options = {});

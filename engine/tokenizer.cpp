@@ -342,7 +342,22 @@ void Tokenizer::Impl::encode_text(std::string_view text, std::vector<int32_t>& o
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos,
                                        bool parse_special) const {
+  if (!parse_special) {
+    const TextRange all{0, text.size()};
+    return encode(text, add_bos, std::span<const TextRange>(&all, 1));
+  }
+  return encode(text, add_bos, std::span<const TextRange>());
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos,
+                                       std::span<const TextRange> literal) const {
   const Impl& m = *impl_;
+  // Whether [pos, pos + n) overlaps a literal range.
+  auto in_literal = [&](size_t pos, size_t n) {
+    for (const TextRange& r : literal)
+      if (pos < r.end && r.begin < pos + n) return true;
+    return false;
+  };
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 2);
   if (add_bos && m.data.bos_id >= 0) out.push_back(m.data.bos_id);
@@ -353,8 +368,9 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos,
   for (size_t pos = 0; pos < text.size();) {
     int32_t found = -1;
     for (int32_t id : m.specials_by_first_byte[uint8_t(text[pos])]) {
-      if (!parse_special && m.types[size_t(id)] == TokenType::Control) continue;
-      if (text.substr(pos).starts_with(m.data.tokens[size_t(id)])) {
+      const std::string& piece = m.data.tokens[size_t(id)];
+      if (m.types[size_t(id)] == TokenType::Control && in_literal(pos, piece.size())) continue;
+      if (text.substr(pos).starts_with(piece)) {
         found = id;
         break;
       }

@@ -37,6 +37,11 @@
 
 namespace voltad {
 
+// Bytes [begin, end) of a text.
+struct TextRange {
+  size_t begin = 0, end = 0;
+};
+
 class GgufFile;
 
 // Token types, numbered as GGUF (and llama.cpp) number them.
@@ -98,6 +103,12 @@ class Tokenizer {
   // tokens written in the text become their ids; otherwise they are encoded
   // as plain text. User-defined tokens are always parsed.
   std::vector<int32_t> encode(std::string_view text, bool add_bos, bool parse_special) const;
+  // As above with parse_special, except that no control token is taken
+  // where it would overlap one of the `literal` byte ranges of text (a chat
+  // message's content: text a user wrote, not markup): there it is encoded
+  // as plain text.
+  std::vector<int32_t> encode(std::string_view text, bool add_bos,
+                              std::span<const TextRange> literal) const;
   // Concatenated token bytes; may end inside a UTF-8 character (see
   // StreamDecoder for streaming). Ids out of range are skipped.
   std::string decode(std::span<const int32_t> tokens) const;

@@ -289,9 +289,9 @@ int main(int argc, char** argv) {
     auto options = voltad::chat_render_options_from_template(format.value(), tok.data().chat_template);
     // Llama 3's template writes BOS as text; ChatML templates write none.
     bool bos_as_text = format.value() == voltad::ChatFormat::Llama3 && tok.bos() >= 0;
-    std::string text = voltad::render_chat(format.value(), messages, true,
-                                           bos_as_text ? tok.token_piece(tok.bos()) : "", options);
-    prompt = tok.encode(text, !bos_as_text && tok.data().add_bos, true);
+    const voltad::RenderedChat chat = voltad::render_chat_parts(
+        format.value(), messages, true, bos_as_text ? tok.token_piece(tok.bos()) : "", options);
+    prompt = tok.encode(chat.text, !bos_as_text && tok.data().add_bos, chat.literal);
   } else {
     prompt = tok.encode(a.prompt, tok.data().add_bos, false);
   }
