@@ -120,6 +120,19 @@ boost::system::error_code exchange(net::io_context& ioc, beast::basic_stream<loc
   return result;
 }
 
+// An answer that is not HTTP at all (an SSH banner, another protocol): a
+// status of 0, as the answer "not what voltactl expects" (exit 1), not an
+// unreachable daemon.
+bool is_http_error(const boost::system::error_code& ec) {
+  return ec && ec.category() == make_error_code(http::error::bad_version).category();
+}
+ApiResponse not_http(const std::string& path, const boost::system::error_code& ec) {
+  ApiResponse r;
+  r.body = "the answer on " + path +
+           " is not HTTP (is another service listening there?): " + ec.message();
+  return r;
+}
+
 Result<ApiResponse> call(const std::string& path, int timeout_s, http::verb verb,
                          const std::string& target, const std::string& body) {
   net::io_context ioc;
@@ -135,6 +148,7 @@ Result<ApiResponse> call(const std::string& path, int timeout_s, http::verb verb
   const auto ec = exchange(ioc, stream, req, timeout_s,
                            [&](auto done) { http::async_read(stream, buffer, parser, done); });
   if (ec == beast::error::timeout) return no_answer(path, timeout_s);
+  if (is_http_error(ec)) return not_http(path, ec);
   if (ec) return make_error("talking to " + path + ": " + ec.message());
   ApiResponse r;
   r.status = int(parser.get().result_int());
@@ -177,6 +191,7 @@ Result<ApiResponse> ApiClient::stream(
     http::async_read_header(stream, buffer, parser, done);
   });
   if (head_ec == beast::error::timeout) return no_answer(socket_path_, answer_timeout_s_);
+  if (is_http_error(head_ec)) return not_http(socket_path_, head_ec);
   if (head_ec) return make_error("talking to " + socket_path_ + ": " + head_ec.message());
   stream.expires_never();
   boost::system::error_code ec;

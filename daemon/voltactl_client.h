@@ -14,7 +14,7 @@
 namespace voltad::ctl {
 
 struct ApiResponse {
-  int status = 0;
+  int status = 0;  // 0: the answer was not HTTP (body says what: another service?)
   std::string body;
   std::string retry_after;
   // A stream that began (200) and broke off before its end: why. The text

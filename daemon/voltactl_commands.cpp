@@ -98,8 +98,16 @@ int report(const Result<ApiResponse>& r) {
     std::fprintf(stderr, "voltactl: %s\n", r.error().message.c_str());
     return kExitUnavailable;
   }
-  std::fprintf(stderr, "voltactl: the server answered %d: %s\n", r->status,
-               error_message(r.value()).c_str());
+  if (r->status == 0) {  // not HTTP
+    std::fprintf(stderr, "voltactl: %s\n", r->body.c_str());
+  } else if (r->status == 200) {  // HTTP, but not what voltad answers
+    std::fprintf(stderr,
+                 "voltactl: the answer is not voltad's (is another service on the socket?): %s\n",
+                 r->body.substr(0, 200).c_str());
+  } else {
+    std::fprintf(stderr, "voltactl: the server answered %d: %s\n", r->status,
+                 error_message(r.value()).c_str());
+  }
   return kExitFailure;
 }
 

@@ -130,6 +130,15 @@ check "voltactl generate, a stream whose error is a bare string: exit 1 saying i
 out=$("$bin/voltactl" --socket "$tmp/odd.sock" bench --concurrency 1,2 --max-tokens 2 2>&1); rc=$?
 check "voltactl bench, streams of unexpected shapes: no abort (exit 0 or 1)" \
   test "$rc" -le 1
+start_fake "$tmp/ssh.sock" ssh
+out=$("$bin/voltactl" --socket "$tmp/ssh.sock" status 2>&1); rc=$?
+check "voltactl status, another service's banner: exit 1, not HTTP, said" \
+  test "$rc" -eq 1 -a "$(grep -c "is not HTTP (is another service listening there?)" <<<"$out")" -eq 1
+start_fake "$tmp/plain.sock" plain
+out=$("$bin/voltactl" --socket "$tmp/plain.sock" status 2>&1); rc=$?
+check "voltactl status, a web server that is not voltad: exit 1, said (not 'answered 200')" \
+  test "$rc" -eq 1 -a "$(grep -c "the answer is not voltad's" <<<"$out")" -eq 1 \
+  -a "$(grep -c "answered 200" <<<"$out")" -eq 0
 start_fake "$tmp/broken.sock" broken
 out=$("$bin/voltactl" --socket "$tmp/broken.sock" generate hello 2>&1); rc=$?
 check "voltactl generate, the stream cut off: exit 1, the text so far, why" \

@@ -3,7 +3,9 @@
   full    never accepts, its listen queue full (a connect blocks);
   odd     answers every request 200 with JSON of unexpected shapes (a
           stream's one event: {"error": "boom"});
-  broken  starts a stream, sends one chunk, then closes mid-answer.
+  broken  starts a stream, sends one chunk, then closes mid-answer;
+  ssh     another service: a banner that is not HTTP, then the close;
+  plain   a web server that is not voltad: 200 with a text body.
 usage: fake_voltad.py SOCKET MODE   (runs until killed; prints "ready")"""
 import os
 import socket
@@ -48,6 +50,13 @@ def answer(conn):
             return
         data += part
     target = head.split(" ")[1]
+    if mode == "ssh":
+        conn.sendall(b"SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n")
+        return conn.close()
+    if mode == "plain":
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n"
+                     b"Connection: close\r\n\r\nhello")
+        return conn.close()
     if mode == "odd" and target.startswith("/v1/completions"):
         return stream(conn, b'data: {"error": "boom", "usage": {"prompt_tokens": "x"}}\n\n'
                       b"data: [DONE]\n\n", whole=True)
