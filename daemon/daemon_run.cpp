@@ -73,7 +73,7 @@ std::optional<Failure> load_engine(const config::Config& cfg, const std::string&
   e.model = model.value();
   auto data = tokenizer_data_from_gguf(*e.model->file);
   if (!data.ok())
-    return Failure{kExitModelData, model_path + ": tokenizer: " + data.error().message};
+    return Failure{kExitModelData, "tokenizer: " + data.error().message};  // names the file
   std::string chat_template = data->chat_template;
   auto tokenizer = Tokenizer::create(std::move(data.value()));
   if (!tokenizer.ok())

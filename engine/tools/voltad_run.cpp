@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -248,10 +249,25 @@ int main(int argc, char** argv) {
     return kExitModel;
   }
   const auto& m = *model.value();
-  if (a.info) {
-    std::fputs(voltad::describe_model(*m.file, &m.config).c_str(), stdout);
-    return 0;
+  // The tokenizer too before --info answers: a file whose tokenizer voltad
+  // refuses is described, then why (exit 65), as one it cannot run.
+  // tokenizer_data_from_gguf's errors name the file; create's do not.
+  auto data = voltad::tokenizer_data_from_gguf(*m.file);
+  std::string tokenizer_error;
+  std::optional<voltad::Tokenizer> tokenizer;
+  if (!data) {
+    tokenizer_error = data.error().message;
+  } else if (auto t = voltad::Tokenizer::create(std::move(data).value()); !t) {
+    tokenizer_error = a.model + ": " + t.error().message;
+  } else {
+    tokenizer.emplace(std::move(t).value());
   }
+  if (a.info) std::fputs(voltad::describe_model(*m.file, &m.config).c_str(), stdout);
+  if (!tokenizer) {
+    std::fprintf(stderr, "voltad-run: %s\n", tokenizer_error.c_str());
+    return kExitModel;
+  }
+  if (a.info) return 0;
   if (a.prompt.empty())
     return usage("no prompt: pass -p PROMPT, -p - (standard input) or -f FILE (or --info)");
 #ifndef VOLTAD_HAVE_CUDA
@@ -263,16 +279,6 @@ int main(int argc, char** argv) {
   }
 #endif
 
-  auto data = voltad::tokenizer_data_from_gguf(*m.file);
-  if (!data) {
-    std::fprintf(stderr, "voltad-run: %s: %s\n", a.model.c_str(), data.error().message.c_str());
-    return kExitModel;
-  }
-  auto tokenizer = voltad::Tokenizer::create(std::move(data).value());
-  if (!tokenizer) {
-    std::fprintf(stderr, "voltad-run: %s: %s\n", a.model.c_str(), tokenizer.error().message.c_str());
-    return kExitModel;
-  }
   const voltad::Tokenizer& tok = tokenizer.value();
 
   std::vector<int32_t> prompt;

@@ -290,6 +290,24 @@ check "voltad-run --info, unsupported architecture: the file described" \
   grep -q "^  tensors:" <<<"$out"
 check "voltad-run --info, unsupported architecture: says why on stderr" \
   grep -q "architecture 'dequant-reference' is not supported" "$tmp/info.err"
+# ... and on one whose tokenizer voltad refuses (a BOS id past the
+# vocabulary, patched into a copy of the tiny model): described, then why,
+# the path said once.
+python3 - "$tiny" "$tmp/bad-bos.gguf" <<'GGUF'
+import struct, sys
+data = bytearray(open(sys.argv[1], "rb").read())
+key = b"tokenizer.ggml.bos_token_id"
+at = data.find(key) + len(key)
+assert at > len(key) and struct.unpack_from("<I", data, at)[0] == 4  # a uint32 follows
+struct.pack_into("<I", data, at + 4, 999999)
+open(sys.argv[2], "wb").write(data)
+GGUF
+out=$("$bin/voltad-run" -m "$tmp/bad-bos.gguf" --info 2>"$tmp/info.err"); rc=$?
+check "voltad-run --info, a tokenizer voltad refuses: exit 65, the file described" \
+  test "$rc" -eq 65 -a "$(grep -c "^tokenizer:" <<<"$out")" -eq 1
+check "voltad-run --info, a tokenizer voltad refuses: says why, the path once" \
+  test "$(grep -c "bos_token_id is not a token id" "$tmp/info.err")" -eq 1 \
+  -a "$(grep -o "bad-bos.gguf" "$tmp/info.err" | wc -l)" -eq 1
 "$bin/voltad-run" -m "$tiny" -p hi -n 3 --quiet --chat --template chatml --system be-brief \
   --threads 2 >/dev/null 2>&1
 check "voltad-run --chat --template chatml --system --threads: exit 0" test $? -eq 0
