@@ -378,10 +378,14 @@ Result<PlacementPlan> plan_for_engine(const Topology& topology, const config::Co
   PlanOptions cpu_only;
   cpu_only.gpu_required = false;
   plan = plan_placement(topology, want, cpu_only);
-  if (plan)
+  if (plan) {
+    plan->gpu_choice =
+        "none (no NVIDIA GPU, though engine.backend " + config.engine.backend + " needs one)";
     plan->shortfalls.push_back(
         "engine.backend is " + config.engine.backend + ", but " + why +
-        ". CPUs and memory are placed without a GPU and CUDA_VISIBLE_DEVICES is left as it is");
+        ". CPUs and memory are placed without a GPU and CUDA_VISIBLE_DEVICES is left as it is; "
+        "the engine then finds no GPU, and voltad stops there (exit 69)");
+  }
   return plan;
 }
 

@@ -69,6 +69,10 @@ out=$("$bin/voltad" --print-placement --topology-xml "$tmp/nogpu.xml" 2>&1); rc=
 check "no NVIDIA GPU, CUDA backend, gpu auto: exit 0" test "$rc" -eq 0
 check "... CPUs and memory placed without a GPU, said" \
   grep -q "CPUs and memory are placed without a GPU" <<<"$out"
+check "... the GPU line does not say the backend needs none, and the stop at start is said" \
+  test "$(grep -c "engine.backend needs none" <<<"$out")" -eq 0 \
+  -a "$(grep -c "though engine.backend cuda needs one" <<<"$out")" -eq 1 \
+  -a "$(grep -c "voltad stops there (exit 69)" <<<"$out")" -eq 1
 printf 'placement:\n  gpu: "0"\n' >"$tmp/gpu0.yaml"
 err=$("$bin/voltad" --print-placement --config "$tmp/gpu0.yaml" --topology-xml "$tmp/nogpu.xml" 2>&1 >/dev/null); rc=$?
 check "no NVIDIA GPU, gpu 0 named: exit 74" test "$rc" -eq 74
