@@ -354,6 +354,13 @@ int main(int argc, char** argv) {
     const std::string prefix = a.backend + " backend: ";
     std::fprintf(stderr, "voltad-run: %s%s\n", why.rfind(prefix, 0) == 0 ? "" : prefix.c_str(),
                  why.c_str());
+    // Without --ctx the context is the prompt plus -n: the backend's advice
+    // (the daemon's keys, --ctx) misses the option that set it.
+    if (a.ctx == 0 && why.find("KV cache") != std::string::npos)
+      std::fprintf(stderr,
+                   "voltad-run: the context here is the prompt plus -n (%lld tokens): a smaller "
+                   "-n needs less\n",
+                   static_cast<long long>(needed));
     // As voltad and voltad-bench: the model's fault 65, CUDA that cannot
     // run here (no driver, no GPU, no memory) 69.
     if (backend.error().model_data) return kExitModel;
