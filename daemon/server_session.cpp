@@ -7,6 +7,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 
+#include <cctype>
 #include <cerrno>
 #include <sstream>
 
@@ -36,6 +37,24 @@ ApiError status_error(int status, std::string message) {
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// An absolute-form target (RFC 9112 3.2.2: "http://host/v1/models", which a
+// server must accept) as its path and query; "http://host" alone is "/".
+void origin_form(HttpRequest& req) {
+  const std::string target(req.target());
+  const std::string_view t = target;
+  for (std::string_view scheme : {"http://", "https://"}) {
+    if (t.size() < scheme.size()) continue;
+    std::string head(t.substr(0, scheme.size()));
+    for (char& c : head) c = char(std::tolower(static_cast<unsigned char>(c)));
+    if (head != scheme) continue;
+    const size_t path = t.find_first_of("/?", scheme.size());
+    std::string rest = path == std::string_view::npos ? "/" : std::string(t.substr(path));
+    if (rest.front() == '?') rest.insert(0, "/");
+    req.target(rest);
+    return;
+  }
 }
 
 }  // namespace
@@ -114,6 +133,27 @@ void Session::on_header(error_code ec, size_t bytes) {
                      beast::bind_front_handler(&Session::on_read, self));
   };
   const auto& header = parser_->get();
+  // Codings voltad cannot undo: refused before the body (RFC 9112 6.1:
+  // 501 for a transfer coding it does not know; RFC 9110 15.5.16: 415 for
+  // a content coding), not read as if it were plain JSON.
+  if (auto te = header.find(http::field::transfer_encoding);
+      te != header.end() && !beast::iequals(te->value(), "chunked")) {
+    request_started_ = std::chrono::steady_clock::now();
+    return send(error_response(status_error(501, "Transfer-Encoding '" + std::string(te->value()) +
+                                                     "' is not supported: send the body as it "
+                                                     "is, with Content-Length, or chunked"),
+                               11, false),
+                true);
+  }
+  if (auto ce = header.find(http::field::content_encoding);
+      ce != header.end() && !beast::iequals(ce->value(), "identity")) {
+    request_started_ = std::chrono::steady_clock::now();
+    return send(error_response(status_error(415, "Content-Encoding '" + std::string(ce->value()) +
+                                                     "' is not supported: send the body "
+                                                     "uncompressed"),
+                               11, false),
+                true);
+  }
   if (header.version() >= 11 && !parser_->is_done() &&
       beast::iequals(header[http::field::expect], "100-continue")) {
     static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -159,6 +199,7 @@ void Session::on_read(error_code ec, size_t) {
 }
 
 void Session::handle_request() {
+  origin_form(req_);
   // Access is checked again for every request, so a reload that takes a
   // user off server.allow_users reaches connections already open.
   if (refusal_ == Refusal::None && !ctx_.access()->check(peer_).allowed) {

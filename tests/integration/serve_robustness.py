@@ -68,6 +68,23 @@ check("body over max_body_bytes: 413 (not a broken pipe)", status == 413, status
 # Invalid JSON and wrong types: 400 naming the field.
 status, _, body = request(SOCK, "POST", "/v1/chat/completions", b'{"messages": [', timeout=10)
 check("invalid JSON: 400 invalid_json", status == 400 and error_of(body)["code"] == "invalid_json", body)
+
+# Codings voltad cannot undo are refused, not read as plain JSON (RFC 9112
+# 6.1: 501; RFC 9110: 415); an absolute-form target is taken (RFC 9112
+# 3.2.2).
+gz_body = b'5\r\n{"a":\r\n0\r\n\r\n'
+status, _, body, closed = raw_exchange(
+    b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n" + gz_body)
+check("Transfer-Encoding gzip, chunked: 501, said", status == 501 and b"gzip, chunked" in body
+      and closed, (status, body))
+payload = json.dumps({"prompt": "x", "max_tokens": 1}).encode()
+status, _, body, _ = raw_exchange(
+    b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n%s"
+    % (len(payload), payload))
+check("Content-Encoding gzip: 415, said", status == 415 and b"uncompressed" in body, (status, body))
+status, _, body, _ = raw_exchange(b"GET http://localhost/v1/models HTTP/1.1\r\nHost: localhost\r\n"
+                                  b"Connection: close\r\n\r\n")
+check("an absolute-form target: answered as its path", status == 200 and b'"list"' in body, (status, body))
 cases = [
     ({"messages": [{"role": "user", "content": "x"}], "max_tokens": "5"}, "max_tokens"),
     ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
