@@ -219,7 +219,10 @@ class YamlReader {
     }
     std::string why;
     std::optional<T> value = convert<T>(n, why);
-    if (!value) return add(n.Mark(), full + ": " + why);
+    if (!value) {
+      if (!check.required && !check.describe.empty()) why += " (allowed: " + check.describe + ")";
+      return add(value_mark(name, n), full + ": " + why);
+    }
     if constexpr (std::is_same_v<T, std::string> || std::is_same_v<T, StringList>) {
       for (const YAML::Node& s : n.IsSequence() ? std::vector<YAML::Node>(n.begin(), n.end())
                                                 : std::vector<YAML::Node>{n})
@@ -281,6 +284,16 @@ class YamlReader {
     std::string best = nearest(key, keys_);
     if (!best.empty()) return msg + "; did you mean '" + best + "'?";
     return msg;
+  }
+
+  // Where a key's value is: an empty value (`path:` and nothing) has no
+  // place of its own (yaml-cpp marks the next token, maybe past the end),
+  // so its key's.
+  YAML::Mark value_mark(const char* name, const YAML::Node& n) const {
+    if (!n.IsNull()) return n.Mark();
+    for (auto it = node_.begin(); it != node_.end(); ++it)
+      if (it->first.IsScalar() && it->first.Scalar() == name) return it->first.Mark();
+    return n.Mark();
   }
 
   void add(const YAML::Mark& m, std::string message) {

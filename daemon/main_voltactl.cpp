@@ -27,7 +27,7 @@ constexpr const char* kUsage =
     "requests\n"
     "  plan [--json]                                                   the VRAM plan made at "
     "start, and the card now\n"
-    "The socket is --socket, else $VOLTAD_SOCKET, else the daemon's default (%s).\n"
+    "The socket is --socket, else $VOLTAD_SOCKET, else the daemon's default; here: %s.\n"
     "--timeout: how long an answer that is not a stream may take (default 30 s).\n"
     "A prompt that starts with '-' goes after --.\n";
 }
@@ -77,6 +77,10 @@ int main(int argc, char** argv) {
         return voltad::kExitUsage;
       }
       if (name == "--socket") {
+        if (value.empty()) {
+          std::fprintf(stderr, "voltactl: --socket needs a path, not an empty one\n");
+          return voltad::kExitUsage;
+        }
         socket = value;
       } else {
         char* end = nullptr;

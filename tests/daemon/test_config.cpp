@@ -223,6 +223,20 @@ TEST_CASE("strings must be UTF-8 (a model name clients could not send back)") {
   CHECK(r.problems[1].line == 5);
 }
 
+TEST_CASE("a value of the wrong form says what is allowed; an empty one is placed at its key") {
+  auto r = load(kMinimal + "server:\n  max_connections: 99999999999999999999\n");
+  REQUIRE(r.problems.size() == 1);
+  CHECK(r.problems[0].message ==
+        "server.max_connections: integer out of range: 99999999999999999999 (allowed: 1 to "
+        "65536)");
+  // yaml-cpp marks an empty value at the next token (here past the file's
+  // end): the problem goes to the key.
+  r = load("model:\n  path:\n");
+  REQUIRE(r.problems.size() == 1);
+  CHECK(r.problems[0].line == 2);
+  CHECK(r.problems[0].column == 3);
+}
+
 TEST_CASE("paths may hold only the known ${...} variables") {
   auto r = load(
       "model:\n  path: ${STATE_DIRCTORY}/m.gguf\nserver:\n  socket_path: "

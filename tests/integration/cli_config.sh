@@ -118,6 +118,9 @@ check "voltactl status, a daemon that no longer accepts: 69, no hang, said" \
   -a "$(grep -Ec "no answer from|not taking connections" <<<"$out")" -eq 1
 out=$("$bin/voltactl" --timeout 0 status 2>&1); rc=$?
 check "voltactl --timeout 0: usage error 64" test "$rc" -eq 64
+out=$("$bin/voltactl" --socket= status 2>&1); rc=$?
+check "voltactl --socket= (empty): usage error 64, said" \
+  test "$rc" -eq 64 -a "$(grep -c "needs a path, not an empty one" <<<"$out")" -eq 1
 start_fake "$tmp/odd.sock" odd
 for cmd in status models; do
   out=$("$bin/voltactl" --socket "$tmp/odd.sock" $cmd 2>&1); rc=$?
