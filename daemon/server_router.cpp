@@ -328,11 +328,17 @@ RouteOutcome route_request(ServerContext& ctx, const HttpRequest& req, const Pee
       out.response = method_not_allowed(c, "GET");
     else if (const std::string id = percent_decoded(path.substr(11)); id == ctx.model_name)
       out.response = c.json(200, model_object(ctx));
-    else
-      out.response = c.error(not_found("the model '" + id +
-                                           "' does not exist here; this server serves '" +
-                                           ctx.model_name + "'",
-                                       "model_not_found"));
+    else if (id.empty())
+      out.response = c.error(
+          not_found("no model id after /v1/models/ (GET /v1/models lists the models served)"));
+    else {
+      // As a completion naming it: param "model".
+      ApiError e = not_found(
+          "the model '" + id + "' does not exist here; this server serves '" + ctx.model_name + "'",
+          "model_not_found");
+      e.param = "model";
+      out.response = c.error(e);
+    }
     return out;
   }
   if (path == "/tokenize" || path == "/detokenize") {

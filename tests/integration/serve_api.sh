@@ -23,6 +23,9 @@ r=$(api "/v1/models/$model_id")
 check "/v1/models/{id}: 200" test "$(status "$r")" = 200
 r=$(api /v1/models/nope)
 check "/v1/models/nope: 404" test "$(status "$r")" = 404
+check "/v1/models/nope: model_not_found on param model" py 'j["error"]["code"]=="model_not_found" and j["error"]["param"]=="model"' <<<"$(body "$r")"
+r=$(api /v1/models/)
+check "/v1/models/ (no id): 404 saying so" py '"no model id" in j["error"]["message"]' <<<"$(body "$r")"
 # The SDKs percent-encode the id ("org/name" as "org%2Fname"): '.' as %2E here.
 r=$(api "/v1/models/${model_id//./%2E}")
 check "/v1/models/{id} percent-encoded: 200, the id decoded" \
