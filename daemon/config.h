@@ -159,7 +159,8 @@ struct MemorySection {
       "Share of the card's total memory voltad may plan for, counting what others use.",
       range(0.10, 0.98));
     v(kv_cache_bytes, "kv_cache_bytes", ByteSize{0},
-      "KV cache pool size; 0: what the budget leaves, capped by max_context x max_sequences.");
+      "KV cache pool size on the GPU; 0: what the budget leaves, capped by max_context x "
+      "max_sequences (the cpu backend always takes max_context x max_sequences).");
     v(monitor_interval, "monitor_interval", Duration{std::chrono::seconds(1)},
       "How often the card's total memory use is sampled.",
       range(Duration{std::chrono::milliseconds(100)}, Duration{std::chrono::hours(1)}));

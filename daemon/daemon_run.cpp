@@ -91,6 +91,13 @@ std::optional<Failure> load_engine(const config::Config& cfg, const std::string&
     spdlog::warn("{}: {}", model_path, w);
   ctx.lifecycle.report_progress("creating the " + cfg.engine.backend + " backend", -1);
   if (cfg.engine.backend == "cpu") {
+    // The memory section plans a GPU's memory: the CPU backend's cache is
+    // max_context x max_sequences, whatever it says.
+    if (cfg.memory.kv_cache_bytes.bytes != 0)
+      spdlog::warn(
+          "memory.kv_cache_bytes ({}) applies to a GPU's cache; the cpu backend sizes "
+          "its cache from engine.max_context x engine.max_sequences and ignores it",
+          config::format_byte_size(cfg.memory.kv_cache_bytes));
     CpuBackendOptions options;
     options.threads = int(ctx.placement.threads);  // the plan's: one per physical core
     options.max_context = int32_t(cfg.engine.max_context);
