@@ -300,6 +300,7 @@ void Session::start_job(std::shared_ptr<GenerationJob> job) {
   job_done_ = false;
   watching_errors_ = false;
   header_sent_ = false;
+  stream_timed_ = false;
   keep_alive_ = req_.keep_alive();
   chunked_ = req_.version() >= 11;
   do_watch();
@@ -383,8 +384,7 @@ void Session::on_write_stream(error_code ec, size_t) {
 void Session::end_job() {
   if (!job_) return;
   // A non-streamed answer is timed by send(), which follows.
-  if (job_->streaming)
-    ctx_.metrics.observe_request_seconds(endpoint_, seconds_since(request_started_));
+  time_stream();
   --ctx_.active_generations;
   ++job_serial_;  // a watch still pending is stale now
   if (watching_) {
@@ -472,8 +472,17 @@ void Session::on_linger(error_code ec, size_t) {
                           beast::bind_front_handler(&Session::on_linger, shared_from_this()));
 }
 
+// A stream counted in voltad_requests_total when its header went out is
+// timed once, when it ends or is cut off, so the two metrics agree.
+void Session::time_stream() {
+  if (!job_ || !job_->streaming || !header_sent_ || stream_timed_) return;
+  stream_timed_ = true;
+  ctx_.metrics.observe_request_seconds(endpoint_, seconds_since(request_started_));
+}
+
 void Session::do_close() {
   const std::shared_ptr<Session> keep = std::move(self_);  // alive to the end of this call
+  time_stream();
   if (job_) job_->stream->cancel();
   // The slot is free before our close reaches the client (where a deadline
   // passed, the stream has closed the socket already).

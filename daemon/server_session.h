@@ -59,6 +59,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void on_events();
   void do_write_stream(std::string data);
   void on_write_stream(error_code ec, size_t bytes);
+  void time_stream();
   void end_job();
 
   void do_watch();
@@ -102,6 +103,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // The client half-closed or pipelined during this job: the watch waits for
   // a hang-up alone.
   bool watching_errors_ = false;
+  bool stream_timed_ = false;  // this job's stream is in the duration histogram
   std::chrono::steady_clock::time_point request_started_;
   std::array<char, 4096> linger_buf_{};
 };

@@ -92,7 +92,7 @@ Result<GenerateResult> generate(Backend& backend, const Tokenizer& tokenizer,
     chunk.top_k = top_k;
     VOLTAD_TRY(backend.forward(std::span<const BatchChunk>(&chunk, 1), out));
   }
-  if (!stops.stopped()) emit(stops.push(decoder.flush()) + stops.flush());
+  if (!stops.stopped()) emit(stops.finish(decoder.flush()));
   result.decode_seconds = seconds_since(t1);
   return result;
 }

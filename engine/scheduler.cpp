@@ -375,7 +375,7 @@ void Scheduler::finish(Sequence& s, EndReason reason, std::string error) {
   // Text held back (an unfinished character, a possible stop-string start)
   // is released when the generation ends normally.
   if ((reason == EndReason::Stop || reason == EndReason::Length) && !s.stops.stopped())
-    last.text = s.stops.push(s.decoder.flush()) + s.stops.flush();
+    last.text = s.stops.finish(s.decoder.flush());
   last.done = true;
   last.end = reason;
   last.error = std::move(error);

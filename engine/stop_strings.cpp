@@ -34,6 +34,12 @@ std::string StopStringFilter::push(std::string_view text) {
   return out;
 }
 
+std::string StopStringFilter::finish(std::string_view last) {
+  std::string out = push(last);  // first: a + b would leave the order to the compiler
+  out += flush();
+  return out;
+}
+
 std::string StopStringFilter::flush() {
   if (stopped_) return {};
   std::string out;

@@ -18,6 +18,10 @@ class StopStringFilter {
   std::string push(std::string_view text);
   // End of generation (not by a stop string): the held-back remainder.
   std::string flush();
+  // End of generation with the decoder's last text (the U+FFFD of a cut
+  // character): push(last), then flush(), in that order, so the last text
+  // follows the held one and is checked against the stop strings with it.
+  std::string finish(std::string_view last);
   bool stopped() const { return stopped_; }
 
  private:

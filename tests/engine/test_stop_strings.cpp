@@ -34,3 +34,25 @@ TEST_CASE("no stop strings: everything passes at once") {
   CHECK(f.push("abc") == "abc");
   CHECK(f.flush().empty());
 }
+
+// The end of a generation: the decoder's last text (U+FFFD for a cut
+// character) comes after what the filter holds, and with it may complete a
+// stop string. (The callers once wrote push(last) + flush(), whose order
+// of evaluation C++ leaves open: GCC flushed first, so the held text came
+// out before the last, or the last was held and lost.)
+TEST_CASE("finish: the last text after the held one, checked with it") {
+  const std::string cut = "\xEF\xBF\xBD";  // U+FFFD
+  StopStringFilter a({" X"});
+  CHECK(a.push("\xF0\x9F\x98\x8A ") == "\xF0\x9F\x98\x8A");  // the space held
+  CHECK(a.finish(cut) == " " + cut);
+  CHECK_FALSE(a.stopped());
+
+  StopStringFilter b({"\xF0\x9F\x98\x8A " + cut});
+  CHECK(b.push("ok \xF0\x9F\x98\x8A ") == "ok ");
+  CHECK(b.finish(cut).empty());  // completes the stop string
+  CHECK(b.stopped());
+
+  StopStringFilter c({cut + "X"});
+  CHECK(c.push("ab") == "ab");
+  CHECK(c.finish(cut) == cut);  // held as a possible start, then released
+}

@@ -308,6 +308,26 @@ check("a hang-up during a non-streamed answer cancels it", hang_up_during(False)
 check("so does one after a half-close", hang_up_during(True))
 check("so does one after pipelining its next request", hang_up_during(False, pipeline_first=True))
 
+# A stream cut off by its client is counted once in voltad_requests_total
+# (when its header went out) and timed once in the duration histogram.
+def counted_and_timed():
+    m = metrics(SOCK)
+    return (m.get('voltad_requests_total{endpoint="/v1/completions",status="200"}', 0),
+            m.get('voltad_request_duration_seconds_count{endpoint="/v1/completions"}', 0))
+
+
+before = counted_and_timed()
+c = connect(SOCK, 10)
+c.sendall(build_request("POST", "/v1/completions", {"prompt": "Count:", "max_tokens": 400,
+                                                      "ignore_eos": True, "stream": True}))
+rd = Reader(c)
+st, _ = rd.head()
+c.close()
+wait_for(lambda: metrics(SOCK)["voltad_running_sequences"] == 0, timeout=10)
+after = counted_and_timed()
+check("a stream closed by its client: counted once and timed once",
+      st == 200 and after[0] - before[0] == 1 and after[1] - before[1] == 1, (before, after))
+
 # Per-user limit: two running requests are this user's share; a third gets 429.
 held = []
 for i in range(2):
