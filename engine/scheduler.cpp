@@ -342,14 +342,17 @@ bool Scheduler::step() {
 
 void Scheduler::handle_token(Sequence& s, int32_t token) {
   Clock::time_point now = Clock::now();
+  const bool end = !s.request.ignore_eos && tokenizer_.is_end_of_generation(token);
   if (observer_) {
+    // The end-of-sequence token is no token of the answer: no inter-token
+    // sample for it (the samples then match usage's completion_tokens).
     if (s.generated() == 0 && s.last_token == Clock::time_point{})
       observer_->on_first_token(seconds_between(s.submitted, now));
-    else
+    else if (!end)
       observer_->on_next_token(seconds_between(s.last_token, now));
   }
   s.last_token = now;
-  if (!s.request.ignore_eos && tokenizer_.is_end_of_generation(token)) {
+  if (end) {
     finish(s, EndReason::Stop);
     return;
   }

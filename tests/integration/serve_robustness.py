@@ -308,6 +308,18 @@ check("a hang-up during a non-streamed answer cancels it", hang_up_during(False)
 check("so does one after a half-close", hang_up_during(True))
 check("so does one after pipelining its next request", hang_up_during(False, pipeline_first=True))
 
+# An answer that ends on the end-of-sequence token: one inter-token sample
+# per token after the first (the end token is none of the answer's).
+before = metrics(SOCK)["voltad_inter_token_latency_seconds_count"]
+status, _, body = request(SOCK, "POST", "/v1/chat/completions", {
+    "messages": [{"role": "user", "content": "Say OK."}], "max_tokens": 40, "temperature": 0})
+answer = json.loads(body)
+after = metrics(SOCK)["voltad_inter_token_latency_seconds_count"]
+n = answer["usage"]["completion_tokens"]
+check("an answer ended by its end token: completion_tokens - 1 inter-token samples",
+      status == 200 and answer["choices"][0]["finish_reason"] == "stop" and after - before == n - 1,
+      (status, answer.get("choices"), n, before, after))
+
 # A stream cut off by its client is counted once in voltad_requests_total
 # (when its header went out) and timed once in the duration histogram.
 def counted_and_timed():
