@@ -385,6 +385,9 @@ void Scheduler::finish(Sequence& s, EndReason reason, std::string error) {
   last.prompt_tokens = s.n_prompt;
   last.completion_tokens = s.generated();
   if (observer_) observer_->on_finished(last);
+  // The stats without this sequence before its client can see the end: a
+  // client that asks /health right after its answer finds it gone.
+  publish_stats();
   s.stream->push(std::move(last));
 }
 
@@ -395,8 +398,12 @@ void Scheduler::remove_finished() {
 
 void Scheduler::publish_stats() {
   std::lock_guard lock(mu_);
-  stats_.waiting = int32_t(waiting_.size());
-  stats_.running = int32_t(running_.size());
+  // Finished sequences are out (they leave the lists at the step's end).
+  auto unfinished = [](const auto& v) {
+    return int32_t(std::count_if(v.begin(), v.end(), [](const SeqPtr& s) { return !s->finished; }));
+  };
+  stats_.waiting = unfinished(waiting_);
+  stats_.running = unfinished(running_);
   stats_.kv_blocks_used = pool_.used_blocks();
   stats_.kv_blocks_total = pool_blocks_;
   stats_.steps = steps_;

@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -118,6 +119,35 @@ TEST_CASE("a single greedy sequence matches generate()") {
   CHECK(got[0].text == expect);
   CHECK(got[0].last->prompt_tokens == 20);
   CHECK(backend->kv_pool().used_blocks() == 0);
+}
+
+// A client that asks for the stats as soon as its last event is there
+// (the stream's notify, on the engine thread) finds its sequence gone from
+// them and its KV blocks free, not counted until the step ends.
+TEST_CASE("the stats leave a sequence out before its end reaches the client") {
+  auto backend = fixture().backend(128, 4);
+  Scheduler s(*backend, *fixture().tokenizer, SchedulerOptions{});
+  std::mt19937 rng(3);
+  std::vector<std::shared_ptr<RequestStream>> streams(2);
+  std::vector<std::optional<SchedulerStats>> at_end(2);
+  for (size_t i = 0; i < 2; ++i) {
+    // The consumer takes every event as it comes (notify, on the engine
+    // thread), and reads the stats where it sees its end.
+    streams[i] = std::make_shared<RequestStream>([&, i] {
+      for (const StreamEvent& e : streams[i]->take())
+        if (e.done) at_end[i] = s.stats();
+    });
+    // Different lengths: the first ends while the second runs.
+    GenerationRequest r = greedy(random_prompt(rng, 8), int32_t(3 + 6 * i));
+    REQUIRE(s.submit(r, streams[i]).ok());
+  }
+  for (int steps = 0; steps < 1000 && !(at_end[0] && at_end[1]); ++steps) s.step();
+  REQUIRE(at_end[0]);
+  REQUIRE(at_end[1]);
+  CHECK(at_end[0]->running == 1);  // the second sequence alone
+  CHECK(at_end[1]->running == 0);
+  CHECK(at_end[1]->waiting == 0);
+  CHECK(at_end[1]->kv_blocks_used == 0);
 }
 
 TEST_CASE("batched, chunked prefill and preemption leave every output unchanged") {
