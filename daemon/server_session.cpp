@@ -9,6 +9,7 @@
 
 #include <cctype>
 #include <cerrno>
+#include <optional>
 #include <sstream>
 
 #include "daemon/log.h"
@@ -37,6 +38,28 @@ ApiError status_error(int status, std::string message) {
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// A Transfer-Encoding other than chunked (501) or a Content-Encoding other
+// than identity (415) in a request's header, or nothing.
+std::optional<ApiError> unsupported_coding(const HttpRequest::header_type& header) {
+  struct Coding {
+    http::field field;
+    const char* plain;
+    int status;
+    const char* instead;
+  };
+  for (const Coding& c :
+       {Coding{http::field::transfer_encoding, "chunked", 501,
+               "send the body as it is, with Content-Length, or chunked"},
+        Coding{http::field::content_encoding, "identity", 415, "send the body uncompressed"}}) {
+    auto it = header.find(c.field);
+    if (it != header.end() && !beast::iequals(it->value(), c.plain))
+      return status_error(c.status, std::string(it->name_string()) + " '" +
+                                        std::string(it->value()) +
+                                        "' is not supported: " + c.instead);
+  }
+  return std::nullopt;
 }
 
 // An absolute-form target (RFC 9112 3.2.2: "http://host/v1/models", which a
@@ -136,23 +159,9 @@ void Session::on_header(error_code ec, size_t bytes) {
   // Codings voltad cannot undo: refused before the body (RFC 9112 6.1:
   // 501 for a transfer coding it does not know; RFC 9110 15.5.16: 415 for
   // a content coding), not read as if it were plain JSON.
-  if (auto te = header.find(http::field::transfer_encoding);
-      te != header.end() && !beast::iequals(te->value(), "chunked")) {
+  if (std::optional<ApiError> e = unsupported_coding(header)) {
     request_started_ = std::chrono::steady_clock::now();
-    return send(error_response(status_error(501, "Transfer-Encoding '" + std::string(te->value()) +
-                                                     "' is not supported: send the body as it "
-                                                     "is, with Content-Length, or chunked"),
-                               11, false),
-                true);
-  }
-  if (auto ce = header.find(http::field::content_encoding);
-      ce != header.end() && !beast::iequals(ce->value(), "identity")) {
-    request_started_ = std::chrono::steady_clock::now();
-    return send(error_response(status_error(415, "Content-Encoding '" + std::string(ce->value()) +
-                                                     "' is not supported: send the body "
-                                                     "uncompressed"),
-                               11, false),
-                true);
+    return send(error_response(*e, 11, false), true);
   }
   if (header.version() >= 11 && !parser_->is_done() &&
       beast::iequals(header[http::field::expect], "100-continue")) {
