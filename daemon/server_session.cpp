@@ -454,8 +454,7 @@ void Session::on_watch(uint64_t serial, error_code ec) {
   spdlog::debug("client uid {} pid {} hung up during a generation; cancelling it", peer_.uid,
                 peer_.pid);
   ctx_.metrics.count_disconnect_cancel();
-  job_->stream->cancel();
-  do_close();
+  do_close();  // times the stream, then cancels it
 }
 
 void Session::do_linger() {
@@ -491,6 +490,8 @@ void Session::time_stream() {
 
 void Session::do_close() {
   const std::shared_ptr<Session> keep = std::move(self_);  // alive to the end of this call
+  // Timed before the cancel: the engine then frees the sequence, and one who
+  // sees it gone from /health finds the stream in the histogram too.
   time_stream();
   if (job_) job_->stream->cancel();
   // The slot is free before our close reaches the client (where a deadline

@@ -336,6 +336,8 @@ rd = Reader(c)
 st, _ = rd.head()
 c.close()
 wait_for(lambda: metrics(SOCK)["voltad_running_sequences"] == 0, timeout=10)
+# Both within a moment (the count at the header, the time at the cut).
+wait_for(lambda: counted_and_timed()[1] - before[1] >= 1, timeout=5)
 after = counted_and_timed()
 check("a stream closed by its client: counted once and timed once",
       st == 200 and after[0] - before[0] == 1 and after[1] - before[1] == 1, (before, after))
