@@ -62,7 +62,7 @@ class Metrics final : public SchedulerObserver {
   void count_disconnect_cancel();
 
   // SchedulerObserver (engine thread).
-  void on_first_token(double seconds_since_submit) override;
+  void on_first_token(double seconds_since_submit, int32_t prompt_tokens) override;
   void on_next_token(double seconds_since_previous_token) override;
   void on_finished(const StreamEvent& final_event) override;
 

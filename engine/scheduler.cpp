@@ -347,7 +347,7 @@ void Scheduler::handle_token(Sequence& s, int32_t token) {
     // The end-of-sequence token is no token of the answer: no inter-token
     // sample for it (the samples then match usage's completion_tokens).
     if (s.generated() == 0 && s.last_token == Clock::time_point{})
-      observer_->on_first_token(seconds_between(s.submitted, now));
+      observer_->on_first_token(seconds_between(s.submitted, now), s.n_prompt);
     else if (!end)
       observer_->on_next_token(seconds_between(s.last_token, now));
   }

@@ -67,7 +67,10 @@ struct SchedulerStats {
 class SchedulerObserver {
  public:
   virtual ~SchedulerObserver() = default;
-  virtual void on_first_token(double seconds_since_submit) = 0;
+  // Once a sequence: its prompt (prompt_tokens long) has been read and its
+  // first token sampled. A sequence cancelled or failed while it waited
+  // never gets here.
+  virtual void on_first_token(double seconds_since_submit, int32_t prompt_tokens) = 0;
   virtual void on_next_token(double seconds_since_previous_token) = 0;
   virtual void on_finished(const StreamEvent& final_event) = 0;
 };

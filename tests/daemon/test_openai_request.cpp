@@ -288,9 +288,9 @@ TEST_CASE("response shapes: full, streamed chunks, usage, errors") {
 
 TEST_CASE("metrics exposition: cumulative buckets, sum and count, escaped labels") {
   Metrics m;
-  m.on_first_token(0.003);
-  m.on_first_token(0.2);
-  m.on_first_token(100);
+  m.on_first_token(0.003, 5);
+  m.on_first_token(0.2, 7);
+  m.on_first_token(100, 0);
   m.count_request("/v1/completions", 200);
   m.count_request("/v1/completions", 200);
   m.count_request("/x\"y", 404);
@@ -313,4 +313,14 @@ TEST_CASE("metrics exposition: cumulative buckets, sum and count, escaped labels
   CHECK(text.find("voltad_info{model=\"a\\\"b\"} 1\n") != std::string::npos);
   CHECK(text.find("voltad_health_state{state=\"ready\"} 1\n") != std::string::npos);
   CHECK(text.find("# TYPE voltad_inter_token_latency_seconds histogram\n") != std::string::npos);
+  // Prompt tokens count at the first token, not again at the end.
+  CHECK(text.find("voltad_prompt_tokens_total 12\n") != std::string::npos);
+  StreamEvent last;
+  last.done = true;
+  last.prompt_tokens = 5;
+  last.completion_tokens = 4;
+  m.on_finished(last);
+  text = m.render(s);
+  CHECK(text.find("voltad_prompt_tokens_total 12\n") != std::string::npos);
+  CHECK(text.find("voltad_generated_tokens_total 4\n") != std::string::npos);
 }

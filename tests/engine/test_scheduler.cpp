@@ -216,6 +216,31 @@ TEST_CASE("a cancelled sequence frees its blocks at the next step; the others go
   CHECK(backend->kv_pool().used_blocks() == 0);
 }
 
+TEST_CASE("the observer hears of a prompt once it is read, not of one cancelled in the queue") {
+  struct Counting : SchedulerObserver {
+    std::vector<int32_t> first_token_prompts;
+    int finished = 0;
+    void on_first_token(double, int32_t prompt_tokens) override {
+      first_token_prompts.push_back(prompt_tokens);
+    }
+    void on_next_token(double) override {}
+    void on_finished(const StreamEvent&) override { ++finished; }
+  } observer;
+  auto backend = fixture().backend(128, 2);
+  Scheduler s(*backend, *fixture().tokenizer, SchedulerOptions{}, &observer);
+  std::mt19937 rng(5);
+  auto a = std::make_shared<RequestStream>(), b = std::make_shared<RequestStream>();
+  REQUIRE(s.submit(greedy(random_prompt(rng, 11), 6), a).ok());
+  REQUIRE(s.submit(greedy(random_prompt(rng, 9), 6), b).ok());
+  b->cancel();  // before any step: b never leaves the queue
+  std::vector<std::shared_ptr<RequestStream>> both{a, b};
+  auto got = run_to_end(s, both);
+  REQUIRE(got[1].last);
+  CHECK(got[1].last->end == EndReason::Cancelled);
+  CHECK(observer.first_token_prompts == std::vector<int32_t>{11});
+  CHECK(observer.finished == 2);
+}
+
 TEST_CASE("requests beyond the context are refused with the numbers") {
   auto backend = fixture().backend(64, 2);
   Scheduler s(*backend, *fixture().tokenizer, SchedulerOptions{});
