@@ -434,7 +434,11 @@ const TokenizerData& Tokenizer::data() const {
 StreamDecoder::StreamDecoder(const Tokenizer& tokenizer) : tokenizer_(&tokenizer) {}
 
 std::string StreamDecoder::push(int32_t token) {
-  pending_ += tokenizer_->token_piece(token);
+  // A control token is markup, not text: a generation that runs on past
+  // its end (ignore_eos) or opens a turn does not show <|eot_id|> or
+  // <|im_start|>. User-defined tokens (<think>) are text.
+  if (tokenizer_->token_type(token) != TokenType::Control)
+    pending_ += tokenizer_->token_piece(token);
   size_t keep = utf8_incomplete_tail(pending_);
   std::string out = utf8_sanitize(std::string_view(pending_).substr(0, pending_.size() - keep));
   pending_.erase(0, pending_.size() - keep);

@@ -133,7 +133,8 @@ class Tokenizer {
 
 // Turns a stream of generated tokens into text that is always valid UTF-8:
 // a character split across tokens is held back until it is complete, and
-// bytes that can never form a character become U+FFFD.
+// bytes that can never form a character become U+FFFD. Control tokens
+// (<|eot_id|>, <|im_start|>) add no text.
 class StreamDecoder {
  public:
   explicit StreamDecoder(const Tokenizer& tokenizer);

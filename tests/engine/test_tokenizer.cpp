@@ -232,6 +232,23 @@ TEST_CASE("StreamDecoder replaces bytes that can never form a character") {
   CHECK(stream.push(-5).empty());  // an id out of range adds nothing
 }
 
+TEST_CASE("StreamDecoder shows no control token; user-defined tokens are text") {
+  const Tokenizer* llama = shared_tokenizer("llama3");
+  StreamDecoder a(*llama);
+  std::string out = a.push(*llama->find_token("Hi"));
+  out += a.push(*llama->find_token("<|eot_id|>"));
+  out += a.push(*llama->find_token("<|start_header_id|>"));
+  out += a.push(*llama->find_token("!"));
+  CHECK(out == "Hi!");
+  const Tokenizer* qwen = shared_tokenizer("qwen3");
+  StreamDecoder q(*qwen);
+  REQUIRE(qwen->token_type(*qwen->find_token("<think>")) == TokenType::UserDefined);
+  out = q.push(*qwen->find_token("<|im_start|>"));
+  out += q.push(*qwen->find_token("<think>"));
+  out += q.push(*qwen->find_token("<|im_end|>"));
+  CHECK(out == "<think>");
+}
+
 TEST_CASE("loading a 150K vocabulary and encoding a few KB are fast") {
   const std::string dir = (voltad::test::tok_shared_dir() / "tokenizers" / "qwen3").string();
   auto t0 = std::chrono::steady_clock::now();
