@@ -89,7 +89,8 @@ Session::Session(net::local::stream_protocol::socket&& socket, ServerContext& ct
       peer_(std::move(peer)),
       refusal_(refusal),
       counted_(refusal == Refusal::None),  // the listener counted it accepted
-      connection_(std::move(connection)) {
+      connection_(std::move(connection)),
+      read_deadline_(stream_.get_executor()) {
   ++ctx_.open_connections;
 }
 
@@ -128,6 +129,12 @@ void Session::run() {
                 beast::bind_front_handler(&Session::do_read, shared_from_this()));
 }
 
+std::chrono::milliseconds Session::read_deadline() const {
+  const auto limit =
+      std::chrono::duration_cast<std::chrono::milliseconds>(ctx_.limits()->read_timeout);
+  return refusal_ == Refusal::None ? limit : std::min(limit, std::chrono::milliseconds(3000));
+}
+
 void Session::do_read() {
   parser_.emplace();
   parser_->header_limit(uint32_t(std::min<uint64_t>(ctx_.limits()->max_header_bytes, UINT32_MAX)));
@@ -136,18 +143,30 @@ void Session::do_read() {
   // deadline: a client that trickles bytes (slow loris) is cut off. A
   // refused connection gets a few seconds, not the whole read_timeout: it
   // holds a connection slot meanwhile.
-  const auto deadline = refusal_ == Refusal::None
-                            ? ctx_.limits()->read_timeout
-                            : std::min<decltype(ctx_.limits()->read_timeout)>(
-                                  ctx_.limits()->read_timeout, std::chrono::seconds(3));
-  stream_.expires_after(deadline);
+  const auto deadline = read_deadline();
+  stream_.expires_never();
+  reading_ = true;
+  read_timed_out_ = false;
+  read_deadline_.expires_after(deadline);
+  read_deadline_.async_wait(
+      beast::bind_front_handler(&Session::on_read_deadline, shared_from_this()));
   http::async_read_header(stream_, buffer_, *parser_,
                           beast::bind_front_handler(&Session::on_header, shared_from_this()));
+}
+
+void Session::on_read_deadline(error_code ec) {
+  // Cancelled, or expired just as the request completed (this handler was
+  // already queued when on_read cancelled it): nothing to do.
+  if (ec || !reading_) return;
+  read_timed_out_ = true;
+  error_code ignored;
+  stream_.socket().cancel(ignored);  // the pending read (or 100 Continue) ends aborted
 }
 
 // A client that sent "Expect: 100-continue" (curl does for large bodies)
 // waits for "100 Continue" before the body, or for a timeout of its own.
 void Session::on_header(error_code ec, size_t bytes) {
+  if (!ec && read_timed_out_) ec = net::error::operation_aborted;  // no time left for a body
   if (ec) return on_read(ec, bytes);  // a header too large, a timeout, a hang-up
   auto self = shared_from_this();
   auto read_body = [this, self](error_code write_ec, size_t) {
@@ -160,6 +179,8 @@ void Session::on_header(error_code ec, size_t bytes) {
   // 501 for a transfer coding it does not know; RFC 9110 15.5.16: 415 for
   // a content coding), not read as if it were plain JSON.
   if (std::optional<ApiError> e = unsupported_coding(header)) {
+    reading_ = false;
+    read_deadline_.cancel();
     request_started_ = std::chrono::steady_clock::now();
     return send(error_response(*e, 11, false), true);
   }
@@ -173,6 +194,8 @@ void Session::on_header(error_code ec, size_t bytes) {
 }
 
 void Session::on_read(error_code ec, size_t) {
+  reading_ = false;
+  read_deadline_.cancel();
   request_started_ = std::chrono::steady_clock::now();
   endpoint_ = "other";
   if (ec == http::error::end_of_stream) return do_close();
@@ -197,10 +220,21 @@ void Session::on_read(error_code ec, size_t) {
     return send(error_response(bad_request("malformed HTTP request: " + ec.message()), 11, false),
                 true);
   }
-  if (ec == beast::error::timeout && !parser_->got_some()) {
-    spdlog::debug("connection from uid {} pid {}: idle past server.read_timeout; closing it",
-                  peer_.uid, peer_.pid);
-    return do_close();
+  if (ec && read_timed_out_) {
+    if (!parser_->got_some()) {
+      spdlog::debug("connection from uid {} pid {}: idle past server.read_timeout; closing it",
+                    peer_.uid, peer_.pid);
+      return do_close();
+    }
+    spdlog::info(
+        "connection from uid {} pid {}: request incomplete at server.read_timeout; "
+        "answering 408 and closing it",
+        peer_.uid, peer_.pid);
+    ApiError e = status_error(408, "the request did not arrive whole within " +
+                                       std::to_string(read_deadline().count()) +
+                                       " ms (server.read_timeout)");
+    e.code = "request_timeout";
+    return send(error_response(e, 11, false), true);
   }
   if (ec) return fail(ec, "read");
   req_ = parser_->release();

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
@@ -48,7 +49,9 @@ class Session : public std::enable_shared_from_this<Session> {
   using Stream = boost::beast::basic_stream<boost::asio::local::stream_protocol>;
   using error_code = boost::beast::error_code;
 
+  std::chrono::milliseconds read_deadline() const;
   void do_read();
+  void on_read_deadline(error_code ec);
   void on_header(error_code ec, size_t bytes);
   void on_read(error_code ec, size_t bytes);
   void handle_request();
@@ -83,6 +86,12 @@ class Session : public std::enable_shared_from_this<Session> {
   boost::beast::flat_buffer buffer_;
   std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser_;
   HttpRequest req_;
+  // A request's read deadline (server.read_timeout). Not the stream's own
+  // timeout, which closes the socket: a client whose request has begun to
+  // arrive is told 408 first.
+  boost::asio::steady_timer read_deadline_;
+  bool reading_ = false;               // a request is being read; the deadline applies
+  bool read_timed_out_ = false;        // the deadline passed and cancelled the read
   std::shared_ptr<HttpResponse> res_;  // alive until its write completes
 
   // The generation in flight, if any, and the session's hold on itself

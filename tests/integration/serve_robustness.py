@@ -224,6 +224,27 @@ except OSError:
 check("an idle connection is closed after read_timeout", closed and 1.5 < time.time() - t0 < 6, time.time() - t0)
 idle.close()
 
+# A request whose body stops short is answered 408 at the deadline (the
+# client learns why), then closed; before, the socket was just closed.
+short = connect(SOCK, 10)
+t0 = time.time()
+short.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: 100\r\n\r\n{\"prompt\": ")
+data = b""
+try:
+    while True:
+        got = short.recv(65536)
+        if not got:
+            break
+        data += got
+except OSError:
+    pass
+elapsed = time.time() - t0
+check("an incomplete body gets 408 request_timeout at read_timeout, then the close",
+      data.startswith(b"HTTP/1.1 408") and b'"request_timeout"' in data and b"2000 ms" in data
+      and 1.5 < elapsed < 6, (data[:300], elapsed))
+short.close()
+
 # A client that shuts down its sending side after the request (shutdown(SHUT_WR),
 # `nc -N`) still reads: it gets the whole answer, streamed or not, and then
 # the server closes the connection.
