@@ -6,6 +6,13 @@
 
 namespace voltad {
 
+std::string answer_text(const Tokenizer& tokenizer, StreamDecoder& decoder, StopStringFilter& stops,
+                        int32_t token) {
+  if (tokenizer.token_type(token) == TokenType::Control)
+    return stops.push_marker(tokenizer.token_piece(token));
+  return stops.push(decoder.push(token));
+}
+
 namespace {
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
@@ -79,7 +86,7 @@ Result<GenerateResult> generate(Backend& backend, const Tokenizer& tokenizer,
     }
     result.tokens.push_back(token);
     history.push_back(token);
-    emit(stops.push(decoder.push(token)));
+    emit(answer_text(tokenizer, decoder, stops, token));
     if (stops.stopped()) {
       result.finish = FinishReason::Stop;
       break;

@@ -11,9 +11,16 @@
 
 #include "engine/backend.h"
 #include "engine/sampler.h"
+#include "engine/stop_strings.h"
 #include "engine/tokenizer.h"
 
 namespace voltad {
+
+// What a generated token adds to the answer: its text through the decoder
+// and the stop filter. A control token adds none (the decoder drops it),
+// yet ends the answer where a stop string names it.
+std::string answer_text(const Tokenizer& tokenizer, StreamDecoder& decoder, StopStringFilter& stops,
+                        int32_t token);
 
 struct GenerateOptions {
   int32_t max_tokens = 128;

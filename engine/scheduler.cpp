@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "engine/generate.h"
 #include "engine/stop_strings.h"
 
 namespace voltad {
@@ -357,7 +358,7 @@ void Scheduler::handle_token(Sequence& s, int32_t token) {
     return;
   }
   s.tokens.push_back(token);
-  std::string text = s.stops.push(s.decoder.push(token));
+  std::string text = answer_text(tokenizer_, s.decoder, s.stops, token);
   if (!text.empty()) {
     StreamEvent event;
     event.text = std::move(text);

@@ -34,6 +34,14 @@ std::string StopStringFilter::push(std::string_view text) {
   return out;
 }
 
+std::string StopStringFilter::push_marker(std::string_view marker) {
+  if (stopped_ || std::find(stops_.begin(), stops_.end(), marker) == stops_.end()) return {};
+  stopped_ = true;
+  std::string out;
+  out.swap(held_);  // held only as a possible start of a stop string: it is text
+  return out;
+}
+
 std::string StopStringFilter::finish(std::string_view last) {
   std::string out = push(last);  // first: a + b would leave the order to the compiler
   out += flush();

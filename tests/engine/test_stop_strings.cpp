@@ -56,3 +56,17 @@ TEST_CASE("finish: the last text after the held one, checked with it") {
   CHECK(c.push("ab") == "ab");
   CHECK(c.finish(cut) == cut);  // held as a possible start, then released
 }
+
+TEST_CASE("push_marker: a marker named by a stop string ends the stream, held text released") {
+  StopStringFilter f({"<|file_sep|>", "ab!"});
+  CHECK(f.push("xab") == "x");                  // "ab" held: a possible start of "ab!"
+  CHECK(f.push_marker("<|fim_pad|>").empty());  // not a stop string: nothing, held stays
+  CHECK_FALSE(f.stopped());
+  CHECK(f.push_marker("<|file_sep|>") == "ab");
+  CHECK(f.stopped());
+  CHECK(f.push("more").empty());
+  CHECK(f.push_marker("<|file_sep|>").empty());
+  StopStringFilter part({"<|file_sep|>x"});  // only whole stop strings match a marker
+  CHECK(part.push_marker("<|file_sep|>").empty());
+  CHECK_FALSE(part.stopped());
+}

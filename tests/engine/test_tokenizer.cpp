@@ -7,6 +7,7 @@
 #include <random>
 #include <sstream>
 
+#include "engine/generate.h"
 #include "engine/utf8.h"
 #include "test_tokenizer_support.h"
 
@@ -247,6 +248,30 @@ TEST_CASE("StreamDecoder shows no control token; user-defined tokens are text") 
   out += q.push(*qwen->find_token("<think>"));
   out += q.push(*qwen->find_token("<|im_end|>"));
   CHECK(out == "<think>");
+}
+
+TEST_CASE("a control token adds no text but ends the answer where a stop string names it") {
+  const Tokenizer* qwen = shared_tokenizer("qwen3");
+  const int32_t marker = *qwen->find_token("<|im_start|>");
+  REQUIRE(qwen->token_type(marker) == TokenType::Control);
+  REQUIRE_FALSE(qwen->is_end_of_generation(marker));
+  const auto run = [&](std::vector<std::string> stop) {
+    StreamDecoder decoder(*qwen);
+    StopStringFilter stops(std::move(stop));
+    std::string out;
+    for (int32_t id : qwen->encode("x = 1", false, false))
+      out += answer_text(*qwen, decoder, stops, id);
+    out += answer_text(*qwen, decoder, stops, marker);
+    for (int32_t id : qwen->encode("y = 2", false, false))
+      out += answer_text(*qwen, decoder, stops, id);
+    if (!stops.stopped()) out += stops.finish(decoder.flush());
+    return std::make_pair(out, stops.stopped());
+  };
+  // The stop names the marker: the answer ends before it; "x =" was held
+  // back (a possible start of "x = 1!") and is released whole.
+  CHECK(run({"<|im_start|>", "x = 1!"}) == std::make_pair(std::string("x = 1"), true));
+  // No stop names it: the marker is dropped and the answer goes on.
+  CHECK(run({"<|fim_pad|>"}) == std::make_pair(std::string("x = 1y = 2"), false));
 }
 
 TEST_CASE("loading a 150K vocabulary and encoding a few KB are fast") {
