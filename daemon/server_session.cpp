@@ -144,7 +144,10 @@ void Session::do_read() {
   // refused connection gets a few seconds, not the whole read_timeout: it
   // holds a connection slot meanwhile.
   const auto deadline = read_deadline();
-  stream_.expires_never();
+  // The stream's own timeout stays as a backstop well past the deadline:
+  // should the timer's cancel find no operation pending (a read step just
+  // completing), the retry below covers it, and this the unforeseen.
+  stream_.expires_after(deadline + std::chrono::seconds(10));
   reading_ = true;
   read_timed_out_ = false;
   read_deadline_.expires_after(deadline);
@@ -155,21 +158,29 @@ void Session::do_read() {
 }
 
 void Session::on_read_deadline(error_code ec) {
-  // Cancelled, or expired just as the request completed (this handler was
-  // already queued when on_read cancelled it): nothing to do.
-  if (ec || !reading_) return;
+  // Cancelled; or expired just as the request completed (this handler was
+  // already queued when on_read cancelled it), maybe with the next
+  // request's read started since, whose timer then lies ahead.
+  if (ec || !reading_ || read_deadline_.expiry() > net::steady_timer::clock_type::now()) return;
   read_timed_out_ = true;
   error_code ignored;
   stream_.socket().cancel(ignored);  // the pending read (or 100 Continue) ends aborted
+  // A read step that had just completed was not pending, and beast goes on
+  // to the next: cancel again shortly until on_header or on_read sees it.
+  read_deadline_.expires_after(std::chrono::milliseconds(100));
+  read_deadline_.async_wait(
+      beast::bind_front_handler(&Session::on_read_deadline, shared_from_this()));
 }
 
 // A client that sent "Expect: 100-continue" (curl does for large bodies)
 // waits for "100 Continue" before the body, or for a timeout of its own.
 void Session::on_header(error_code ec, size_t bytes) {
-  if (!ec && read_timed_out_) ec = net::error::operation_aborted;  // no time left for a body
+  // No time left for a body (a header complete without one is served).
+  if (!ec && read_timed_out_ && !parser_->is_done()) ec = net::error::operation_aborted;
   if (ec) return on_read(ec, bytes);  // a header too large, a timeout, a hang-up
   auto self = shared_from_this();
   auto read_body = [this, self](error_code write_ec, size_t) {
+    if (!write_ec && read_timed_out_) write_ec = net::error::operation_aborted;
     if (write_ec) return on_read(write_ec, 0);
     http::async_read(stream_, buffer_, *parser_,
                      beast::bind_front_handler(&Session::on_read, self));
@@ -221,7 +232,7 @@ void Session::on_read(error_code ec, size_t) {
                 true);
   }
   if (ec && read_timed_out_) {
-    if (!parser_->got_some()) {
+    if (!parser_->got_some() || ec == beast::error::timeout) {  // the backstop closed it
       spdlog::debug("connection from uid {} pid {}: idle past server.read_timeout; closing it",
                     peer_.uid, peer_.pid);
       return do_close();
@@ -231,8 +242,8 @@ void Session::on_read(error_code ec, size_t) {
         "answering 408 and closing it",
         peer_.uid, peer_.pid);
     ApiError e = status_error(408, "the request did not arrive whole within " +
-                                       std::to_string(read_deadline().count()) +
-                                       " ms (server.read_timeout)");
+                                       std::to_string(read_deadline().count()) + " ms" +
+                                       (refusal_ == Refusal::None ? " (server.read_timeout)" : ""));
     e.code = "request_timeout";
     return send(error_response(e, 11, false), true);
   }
