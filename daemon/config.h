@@ -88,7 +88,9 @@ struct ServerSection {
       "Largest HTTP request body accepted (413 beyond).",
       range(ByteSize{1 << 10}, ByteSize{1 << 30}));
     v(read_timeout, "read_timeout", Duration{std::chrono::seconds(30)},
-      "Deadline for reading one request; a slow client is cut off.",
+      "Deadline for reading one request, idle time before it included; an idle connection is "
+      "closed, and a request still incomplete at the deadline is answered 408 "
+      "(`request_timeout`) and closed.",
       range(Duration{std::chrono::seconds(1)}, Duration{std::chrono::hours(24)}));
     v(write_timeout, "write_timeout", Duration{std::chrono::seconds(30)},
       "Deadline for writing one response or streamed chunk.",
