@@ -16,6 +16,13 @@
 # Maintainer scripts and the package's own files: packaging/debian/.
 # Units in /lib (not /usr/lib): Debian 12 packages still ship them there.
 
+# A plain `cmake --install` gets that layout too: under /usr/local the units'
+# ExecStart= would name no file, and the D-Bus policy would lie where the
+# system bus does not look.
+if(CMAKE_INSTALL_PREFIX_INITIALIZED_TO_DEFAULT)
+  set(CMAKE_INSTALL_PREFIX /usr CACHE PATH "Install prefix (the units name /usr/bin)" FORCE)
+endif()
+
 set(CMAKE_INSTALL_DEFAULT_DIRECTORY_PERMISSIONS
     OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_EXECUTE WORLD_READ WORLD_EXECUTE)
 set(VOLTAD_DEB_DIR ${CMAKE_SOURCE_DIR}/packaging/debian)

@@ -263,9 +263,9 @@ int serve(const config::Config& cfg, const std::string& config_path) {
       return kExitModelData;
     }
     spdlog::error(
-        "no model to serve: model.path is '{}' in {}, and no file is there. Set model.path to a "
-        "GGUF file "
-        "(scripts/fetch-demo-model.sh fetches a small one).",
+        "no model to serve: model.path is '{}' in {}, and no file is there. Put a GGUF file "
+        "there or set model.path to one (to try voltad, the source tree's "
+        "scripts/fetch-demo-model.sh downloads a small one and prints its path).",
         model_path, config_path);
     return kExitNoModel;
   }

@@ -10,7 +10,9 @@
 # --package-only packages a tree that is already built (the tests package
 # the CI build that way, without a second compile).
 #
-# CUDA: AUTO (the default) builds the CUDA backend when nvcc is found. The
+# CUDA: ON by default: without nvcc the build stops (the packaged config's
+# backend is cuda; a package without it would not start). --cuda OFF makes
+# a CPU-only package on purpose; AUTO takes CUDA when nvcc is found. The
 # architectures default to the toolkit's list (70..90 with CUDA 12.x;
 # 75..90 with CUDA 13, which cannot build for the V100). A package for a
 # V100 server needs CUDA 12.x (12.9 at most):
@@ -23,7 +25,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 build=build-deb
-cuda=AUTO
+cuda=ON
 out=
 package_only=
 lintian=0
