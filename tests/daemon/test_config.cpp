@@ -324,3 +324,26 @@ TEST_CASE("durations and sizes parse and print back") {
   CHECK(format_byte_size(ByteSize{3ull << 30}) == "3GiB");
   CHECK(format_duration(Duration{std::chrono::milliseconds(1500)}) == "1500ms");
 }
+
+TEST_CASE("placement.cpus: lists of any length are checked without recursion") {
+  for (const char* good : {"auto", "all-threads", "0", "0-7", "0-7,16", "1,3,5-9,12"}) {
+    auto r = load(kMinimal + "placement:\n  cpus: \"" + good + "\"\n");
+    CHECK_MESSAGE(r.ok(), good << ": " << problems_text(r));
+  }
+  for (const char* bad : {"", "0-", "-1", "1,,2", "1,", ",1", "1-2-3", "a", "0x1", "1 ,2"}) {
+    auto r = load(kMinimal + "placement:\n  cpus: \"" + bad + "\"\n");
+    CHECK_MESSAGE(problems_text(r).find("placement.cpus: invalid CPU list") != std::string::npos,
+                  "'" << bad << "': " << problems_text(r));
+  }
+  // A 60 KB list (std::regex recursed once a character: a stack overflow,
+  // at a reload the serving daemon's), valid and then not; the bad one's
+  // message shows its start, not 60 KB.
+  std::string list;
+  for (int i = 0; i < 20000; ++i) list += (i ? "," : "") + std::to_string(i % 64);
+  CHECK(load(kMinimal + "placement:\n  cpus: \"" + list + "\"\n").ok());
+  auto r = load(kMinimal + "placement:\n  cpus: \"" + list + ",x\"\n");
+  const std::string text = problems_text(r);
+  CHECK(text.find("invalid CPU list '0,1,2,") != std::string::npos);
+  CHECK(text.size() < 400);
+  CHECK(load(kMinimal + "placement:\n  cpus: \"" + std::string(100000, '7') + "\"\n").ok());
+}
