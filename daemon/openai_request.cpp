@@ -1,5 +1,6 @@
 #include "daemon/openai_request.h"
 
+#include <charconv>
 #include <cmath>
 
 #include <nlohmann/json.hpp>
@@ -23,6 +24,9 @@ namespace {
 // recursive destructor on older releases; no OpenAI body nests past a few
 // levels, so anything deeper is refused before parsing.
 constexpr int kMaxDepth = 64;
+// Tokens one request may bias (OpenAI documents no limit; this bounds the
+// host's work a step).
+constexpr size_t kMaxLogitBias = 1024;
 
 std::optional<ApiError> check_depth(std::string_view body) {
   int depth = 0;
@@ -201,6 +205,34 @@ std::optional<ApiError> parse_messages(const Json& object, std::vector<ChatMessa
   return std::nullopt;
 }
 
+// {"TOKEN_ID": BIAS, ...}: ids as decimal strings (JSON keys are strings),
+// biases -100 to 100. Whether an id is in the vocabulary is the router's
+// to check (it knows the model).
+std::optional<ApiError> parse_logit_bias(const Fields& f,
+                                         std::vector<std::pair<int32_t, float>>& out) {
+  const Json* v = f.find("logit_bias");
+  if (!v) return std::nullopt;
+  if (!v->is_object())
+    return wrong_type("logit_bias", "an object of token ids to biases from -100 to 100", *v);
+  if (v->size() > kMaxLogitBias)
+    return bad_request("'logit_bias' has " + std::to_string(v->size()) + " tokens; at most " +
+                           std::to_string(kMaxLogitBias),
+                       "logit_bias");
+  for (const auto& [key, bias] : v->items()) {
+    int32_t id = -1;
+    auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+    if (key.empty() || ec != std::errc() || end != key.data() + key.size() || id < 0)
+      return bad_request("'logit_bias' key '" + key.substr(0, 40) + (key.size() > 40 ? "..." : "") +
+                             "' is not a token id (a whole number)",
+                         "logit_bias");
+    if (!bias.is_number() || !(bias.get<double>() >= -100 && bias.get<double>() <= 100))
+      return bad_request("'logit_bias." + key + "' must be a number between -100 and 100",
+                         "logit_bias");
+    out.emplace_back(id, bias.get<float>());
+  }
+  return std::nullopt;
+}
+
 std::optional<ApiError> parse_stop(const Fields& f, std::vector<std::string>& out) {
   const Json* v = f.find("stop");
   if (!v) return std::nullopt;
@@ -263,6 +295,7 @@ std::optional<ApiError> parse_common(const Json& object, CompletionRequest& r) {
   VOLTAD_API_TRY(f.get("presence_penalty", r.sampling.presence_penalty));
   VOLTAD_API_TRY(f.get("frequency_penalty", r.sampling.frequency_penalty));
   VOLTAD_API_TRY(f.get("repetition_penalty", r.sampling.repetition_penalty));
+  VOLTAD_API_TRY(parse_logit_bias(f, r.sampling.logit_bias));
   if (auto status = r.sampling.validate(); !status.ok()) {
     // validate() says "field: why".
     const std::string& m = status.error().message;
@@ -302,9 +335,6 @@ std::optional<ApiError> parse_common(const Json& object, CompletionRequest& r) {
     return bad_request("'logprobs' are not supported by this server", "logprobs");
   if (const Json* tl = f.find("top_logprobs"); tl && !tl->is_null())
     return bad_request("'top_logprobs' are not supported by this server", "top_logprobs");
-  if (const Json* lb = f.find("logit_bias");
-      lb && !lb->is_null() && !(lb->is_object() && lb->empty()))
-    return bad_request("'logit_bias' is not supported by this server", "logit_bias");
   if (const Json* fn = f.find("functions");
       fn && !fn->is_null() && !(fn->is_array() && fn->empty()))
     return bad_request("'functions' are not supported by this server", "functions");

@@ -188,6 +188,14 @@ RouteOutcome generation(const Call& c, CompletionRequest::Kind kind, std::functi
   else
     g.max_tokens = int32_t(std::min<int64_t>(kTextCompletionDefaultMaxTokens, room));
   g.sampling = r.sampling;
+  for (auto [token, bias] : g.sampling.logit_bias)
+    if (size_t(token) >= m->tokenizer->vocab_size()) {
+      out.response = c.error(bad_request("'logit_bias' key " + std::to_string(token) +
+                                             " is outside the vocabulary (" +
+                                             std::to_string(m->tokenizer->vocab_size()) + ")",
+                                         "logit_bias"));
+      return out;
+    }
   g.stop = r.stop;
   g.ignore_eos = r.ignore_eos;
   if (auto checked = m->scheduler->check(g); !checked.ok()) {

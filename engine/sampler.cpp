@@ -21,6 +21,11 @@ Status SamplingParams::validate() const {
     return bad("presence_penalty", "must be in [-2, 2]");
   if (!(frequency_penalty >= -2 && frequency_penalty <= 2))
     return bad("frequency_penalty", "must be in [-2, 2]");
+  for (auto [token, bias] : logit_bias)
+    if (token < 0 || !(bias >= -100 && bias <= 100))
+      return bad("logit_bias",
+                 "token " + std::to_string(token) + ": " +
+                     (token < 0 ? "not a token id" : "the bias must be in [-100, 100]"));
   return {};
 }
 
@@ -35,6 +40,8 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
                         size_t n_prompt) {
   const int32_t n = int32_t(logits.size());
   n_prompt = std::min(n_prompt, history.size());
+  for (auto [token, bias] : params_.logit_bias)
+    if (token >= 0 && token < n) logits[size_t(token)] += bias;
   if (params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f ||
       params_.frequency_penalty != 0.0f) {
     // Per token seen: its count in the output (0 for the prompt's alone).
@@ -69,8 +76,9 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
 }
 
 int32_t Sampler::candidates_needed(int32_t max_candidates) const {
+  // Penalties and biases change the order: every logit is needed.
   if (params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f ||
-      params_.frequency_penalty != 0.0f)
+      params_.frequency_penalty != 0.0f || !params_.logit_bias.empty())
     return 0;
   if (params_.temperature == 0.0f) return 1;
   return params_.top_k > 0 && params_.top_k <= max_candidates ? params_.top_k : 0;

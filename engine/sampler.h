@@ -8,6 +8,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/result.h"
@@ -25,6 +26,10 @@ struct SamplingParams {
   float presence_penalty = 0.0f;    // subtracted once from every token generated so far
   float frequency_penalty = 0.0f;   // subtracted per occurrence in the output so far
   std::optional<uint64_t> seed;     // none: a random seed
+  // OpenAI's logit_bias: added to a token's logit before anything else
+  // (-100 all but bans it, 100 all but forces it); ids past the vocabulary
+  // are the caller's to refuse (they are skipped here).
+  std::vector<std::pair<int32_t, float>> logit_bias;
 
   // Error naming the first parameter out of range (what an API returns as 400).
   Status validate() const;

@@ -3,6 +3,7 @@
 // SDKs parse.
 #include <doctest/doctest.h>
 
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "daemon/metrics.h"
@@ -80,6 +81,12 @@ TEST_CASE("defaults: no max_tokens, temperature 1, no stop; null is absent") {
   auto greedy = chat_ok(R"({"messages":[{"role":"user","content":"x"}],"top_p":0})");
   CHECK(greedy.sampling.temperature == 0.0f);
   CHECK(greedy.sampling.top_p == 1.0f);
+  auto biased = chat_ok(
+      R"({"messages":[{"role":"user","content":"x"}],"logit_bias":{"28":100,"7":-1.5,"0":-100}})");
+  REQUIRE(biased.sampling.logit_bias.size() == 3);
+  std::map<int32_t, float> bias(biased.sampling.logit_bias.begin(),
+                                biased.sampling.logit_bias.end());
+  CHECK(bias == std::map<int32_t, float>{{0, -100.0f}, {7, -1.5f}, {28, 100.0f}});
   // What changes nothing is accepted: no tools to call, text out, empty maps.
   chat_ok(R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"none","tools":[],)"
           R"("function_call":"auto","logit_bias":{},"functions":[],"modalities":["text"],)"
@@ -145,7 +152,16 @@ TEST_CASE("every wrong type or value is a 400 naming its field") {
        "response_format"},
       // What would change the answer is refused, not ignored.
       {R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":2})", "top_logprobs"},
-      {R"({"messages":[{"role":"user","content":"x"}],"logit_bias":{"28":100}})", "logit_bias"},
+      // logit_bias: token ids (as strings) to numbers in [-100, 100].
+      {R"({"messages":[{"role":"user","content":"x"}],"logit_bias":{"28":101}})", "logit_bias"},
+      {R"({"messages":[{"role":"user","content":"x"}],"logit_bias":{"28":"5"}})", "logit_bias"},
+      {R"({"messages":[{"role":"user","content":"x"}],"logit_bias":{"a":5}})", "logit_bias"},
+      {R"({"messages":[{"role":"user","content":"x"}],"logit_bias":{"-3":5}})", "logit_bias"},
+      {R"({"messages":[{"role":"user","content":"x"}],"logit_bias":{"3x":5}})", "logit_bias"},
+      {R"({"messages":[{"role":"user","content":"x"}],"logit_bias":{"":5}})", "logit_bias"},
+      {R"({"messages":[{"role":"user","content":"x"}],"logit_bias":{"99999999999":5}})",
+       "logit_bias"},
+      {R"({"messages":[{"role":"user","content":"x"}],"logit_bias":[1,2]})", "logit_bias"},
       {R"({"messages":[{"role":"user","content":"x"}],"functions":[{"name":"f"}]})", "functions"},
       {R"({"messages":[{"role":"user","content":"x"}],"function_call":{"name":"f"}})",
        "function_call"},

@@ -115,6 +115,27 @@ TEST_CASE("penalties push seen tokens down") {
   CHECK(l2[2] == doctest::Approx(-4.0f));
 }
 
+TEST_CASE("logit_bias moves the tokens it names, and asks for every logit") {
+  SamplingParams p;
+  p.temperature = 0;
+  CHECK(Sampler(p).candidates_needed(64) == 1);
+  p.logit_bias = {{0, -100.0f}, {2, 1.5f}, {99, 100.0f}};  // 99: past the vocabulary, skipped
+  Sampler s(p);
+  CHECK(s.candidates_needed(64) == 0);  // the GPU's top-k would miss a raised token
+  auto l = logits_of({3.0f, 2.0f, 1.0f});
+  CHECK(s.sample(l, {}, 0) == 2);  // 3 - 100, 2, 1 + 1.5
+  CHECK(l[0] == doctest::Approx(-97.0f));
+  // Sampled at a temperature, a banned token never comes up.
+  SamplingParams q;
+  q.seed = 1;
+  q.logit_bias = {{1, -100.0f}};
+  Sampler t(q);
+  for (int i = 0; i < 200; ++i) {
+    auto lq = logits_of({0.0f, 5.0f, 0.0f});
+    CHECK(t.sample(lq, {}, 0) != 1);
+  }
+}
+
 TEST_CASE("parameters out of range are named") {
   SamplingParams p;
   p.top_p = 0;
@@ -122,6 +143,11 @@ TEST_CASE("parameters out of range are named") {
   p = {};
   p.temperature = -1;
   CHECK(p.validate().error().message.find("temperature") == 0);
+  p = {};
+  p.logit_bias = {{3, 100.5f}};
+  CHECK(p.validate().error().message.find("logit_bias") == 0);
+  p.logit_bias = {{-1, 1.0f}};
+  CHECK(p.validate().error().message.find("logit_bias") == 0);
   p = {};
   CHECK(p.validate().ok());
 }

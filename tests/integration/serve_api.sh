@@ -62,6 +62,16 @@ r=$(api /v1/completions -d '{"prompt":"Once upon a time","max_tokens":4,"stream"
 b=$(body "$r")
 check "completions stream: chunks of text, then [DONE]" test "$(grep -c '"text_completion"' <<<"$b")" -ge 2 -a "$(grep '^data: ' <<<"$b" | tail -n 1)" = "data: [DONE]"
 
+# logit_bias: +100 on one token makes it the answer at every step; an id
+# past the vocabulary is refused on logit_bias.
+tok=$(body "$(api /tokenize -d '{"prompt":"Paris","add_special":false}')" | python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens"][0])')
+twice=$(body "$(api /detokenize -d "{\"tokens\":[$tok,$tok,$tok]}")" | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["prompt"]))')
+r=$(api /v1/completions -d "{\"prompt\":\"Once upon a time\",\"max_tokens\":3,\"temperature\":0,\"logit_bias\":{\"$tok\":100}}")
+check "completions with logit_bias +100: that token three times" py "j['choices'][0]['text']==$twice" <<<"$(body "$r")"
+r=$(api /v1/chat/completions -d '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":2,"logit_bias":{"99999999":5}}')
+check "logit_bias past the vocabulary: 400 on logit_bias" \
+  py 'j["error"]["param"]=="logit_bias" and "outside the vocabulary" in j["error"]["message"]' <<<"$(body "$r")"
+
 r=$(api /v1/completions -d '{"prompt":"Hello","max_tokens":4,"stop":["\n"," "]}')
 check "completions with stop strings: 200" test "$(status "$r")" = 200
 check "stop strings never appear in the output" py '" " not in j["choices"][0]["text"] and "\n" not in j["choices"][0]["text"]' <<<"$(body "$r")"
