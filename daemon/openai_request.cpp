@@ -221,7 +221,9 @@ std::optional<ApiError> parse_logit_bias(const Fields& f,
   for (const auto& [key, bias] : v->items()) {
     int32_t id = -1;
     auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
-    if (key.empty() || ec != std::errc() || end != key.data() + key.size() || id < 0)
+    // One spelling an id ("07" is not 7's): two keys must not bias one token twice.
+    if (key.empty() || ec != std::errc() || end != key.data() + key.size() || id < 0 ||
+        key != std::to_string(id))
       return bad_request("'logit_bias' key '" + key.substr(0, 40) + (key.size() > 40 ? "..." : "") +
                              "' is not a token id (a whole number)",
                          "logit_bias");

@@ -8,8 +8,10 @@ namespace voltad {
 
 std::string answer_text(const Tokenizer& tokenizer, StreamDecoder& decoder, StopStringFilter& stops,
                         int32_t token) {
-  if (tokenizer.token_type(token) == TokenType::Control)
-    return stops.push_marker(tokenizer.token_piece(token));
+  if (tokenizer.is_marker(token)) {
+    if (stops.stopped() || !stops.names_marker(tokenizer.token_piece(token))) return {};
+    return stops.stop_at_marker(decoder.flush());
+  }
   return stops.push(decoder.push(token));
 }
 

@@ -34,11 +34,13 @@ std::string StopStringFilter::push(std::string_view text) {
   return out;
 }
 
-std::string StopStringFilter::push_marker(std::string_view marker) {
-  if (stopped_ || std::find(stops_.begin(), stops_.end(), marker) == stops_.end()) return {};
+bool StopStringFilter::names_marker(std::string_view marker) const {
+  return std::find(stops_.begin(), stops_.end(), marker) != stops_.end();
+}
+
+std::string StopStringFilter::stop_at_marker(std::string_view last) {
+  std::string out = finish(last);  // empty if already stopped
   stopped_ = true;
-  std::string out;
-  out.swap(held_);  // held only as a possible start of a stop string: it is text
   return out;
 }
 

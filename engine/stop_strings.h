@@ -22,10 +22,13 @@ class StopStringFilter {
   // character): push(last), then flush(), in that order, so the last text
   // follows the held one and is checked against the stop strings with it.
   std::string finish(std::string_view last);
-  // A control token (<|file_sep|>): it adds no text, but it ends the stream
-  // where it is one of the stop strings, whole (a fill-in-the-middle client
-  // stops at the next file's marker); returns what may be emitted then.
-  std::string push_marker(std::string_view marker);
+  // A control token (<|im_start|>) adds no text, but it ends the stream
+  // where it is one of the stop strings, whole (a client that stops at the
+  // next turn's marker): names_marker says whether it is, stop_at_marker
+  // ends the stream there, releasing the held text and then `last` (the
+  // decoder's unfinished character, as in finish).
+  bool names_marker(std::string_view marker) const;
+  std::string stop_at_marker(std::string_view last);
   bool stopped() const { return stopped_; }
 
  private:

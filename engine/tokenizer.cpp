@@ -407,6 +407,10 @@ int32_t Tokenizer::eos() const {
   return impl_->data.eos_id;
 }
 
+bool Tokenizer::is_marker(int32_t token) const {
+  return token_type(token) == TokenType::Control || is_end_of_generation(token);
+}
+
 bool Tokenizer::is_end_of_generation(int32_t token) const {
   return token >= 0 && size_t(token) < impl_->end_of_generation.size() &&
          impl_->end_of_generation[size_t(token)];
@@ -437,8 +441,7 @@ std::string StreamDecoder::push(int32_t token) {
   // A control token is markup, not text: a generation that runs on past
   // its end (ignore_eos) or opens a turn does not show <|eot_id|> or
   // <|im_start|>. User-defined tokens (<think>) are text.
-  if (tokenizer_->token_type(token) != TokenType::Control)
-    pending_ += tokenizer_->token_piece(token);
+  if (!tokenizer_->is_marker(token)) pending_ += tokenizer_->token_piece(token);
   size_t keep = utf8_incomplete_tail(pending_);
   std::string out = utf8_sanitize(std::string_view(pending_).substr(0, pending_.size() - keep));
   pending_.erase(0, pending_.size() - keep);

@@ -120,6 +120,9 @@ class Tokenizer {
   // eos, eot, and whichever of <|eot_id|>, <|eom_id|>, <|im_end|>,
   // <|end_of_text|>, <|endoftext|> the vocabulary has.
   bool is_end_of_generation(int32_t token) const;
+  // Markup, not text: a control token, or an end-of-generation one (also
+  // where the file gives no token types).
+  bool is_marker(int32_t token) const;
   size_t vocab_size() const;
   std::optional<int32_t> find_token(std::string_view text) const;
   TokenType token_type(int32_t token) const;

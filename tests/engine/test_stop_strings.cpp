@@ -57,16 +57,21 @@ TEST_CASE("finish: the last text after the held one, checked with it") {
   CHECK(c.finish(cut) == cut);  // held as a possible start, then released
 }
 
-TEST_CASE("push_marker: a marker named by a stop string ends the stream, held text released") {
-  StopStringFilter f({"<|file_sep|>", "ab!"});
-  CHECK(f.push("xab") == "x");                  // "ab" held: a possible start of "ab!"
-  CHECK(f.push_marker("<|fim_pad|>").empty());  // not a stop string: nothing, held stays
-  CHECK_FALSE(f.stopped());
-  CHECK(f.push_marker("<|file_sep|>") == "ab");
+TEST_CASE("a marker a stop string names ends the stream: held text, then the decoder's last") {
+  StopStringFilter f({"<|im_start|>", "ab!"});
+  CHECK(f.push("xab") == "x");  // "ab" held: a possible start of "ab!"
+  CHECK_FALSE(f.names_marker("<|fim_pad|>"));
+  CHECK(f.names_marker("<|im_start|>"));
+  const std::string cut = "\xEF\xBF\xBD";  // the decoder's flushed half character
+  CHECK(f.stop_at_marker(cut) == "ab" + cut);
   CHECK(f.stopped());
   CHECK(f.push("more").empty());
-  CHECK(f.push_marker("<|file_sep|>").empty());
-  StopStringFilter part({"<|file_sep|>x"});  // only whole stop strings match a marker
-  CHECK(part.push_marker("<|file_sep|>").empty());
-  CHECK_FALSE(part.stopped());
+  CHECK(f.stop_at_marker("z").empty());
+  StopStringFilter part({"<|im_start|>x"});  // only whole stop strings name a marker
+  CHECK_FALSE(part.names_marker("<|im_start|>"));
+  // The last text may itself complete a stop string: cut there.
+  StopStringFilter g({"a" + cut});
+  CHECK(g.push("ba") == "b");
+  CHECK(g.stop_at_marker(cut).empty());
+  CHECK(g.stopped());
 }

@@ -315,3 +315,21 @@ TEST_CASE("merges in either tokenizer.json form give the same tokenizer") {
   CHECK(llama->ignore_merges);
   CHECK_FALSE(qwen->ignore_merges);
 }
+
+// A file without token types has every token Normal: its end-of-generation
+// tokens are markup all the same (ignore_eos runs past them unseen).
+TEST_CASE("end-of-generation tokens add no text, typed or not") {
+  TokenizerData d = small_vocab({"<|im_end|>"}, {});
+  REQUIRE(d.token_types.empty());
+  Tokenizer t = make(std::move(d));
+  const int32_t end = *t.find_token("<|im_end|>");
+  REQUIRE(t.token_type(end) != TokenType::Control);
+  CHECK(t.is_end_of_generation(end));
+  CHECK(t.is_marker(end));
+  CHECK_FALSE(t.is_marker(*t.find_token("a")));
+  StreamDecoder decoder(t);
+  std::string out = decoder.push(*t.find_token("a"));
+  out += decoder.push(end);
+  out += decoder.push(*t.find_token("b"));
+  CHECK(out == "ab");
+}
