@@ -48,6 +48,9 @@ constexpr const char* kUsage =
     "  --template NAME    chat template (with --chat): auto, llama3, chatml (default auto)\n"
     "  --temp T           temperature; 0 = greedy (default 0.8)\n"
     "  --top-k K --top-p P --min-p P --repeat-penalty R\n"
+    "  --presence-penalty P --frequency-penalty P\n"
+    "                     OpenAI's penalties on the output so far, -2 to 2 (default 0)\n"
+    "  --logit-bias ID=B  add B (-100 to 100) to token ID's logit (repeatable)\n"
     "  --seed S           random seed, for reproducible sampling\n"
     "  --stop TEXT        stop string (repeatable)\n"
     "  --backend NAME     cpu (default) or cuda (never chosen on its own)\n"
@@ -81,10 +84,30 @@ std::string option_message(std::string message) {
       {"top_k:", "--top-k:"},
       {"top_p:", "--top-p:"},
       {"min_p:", "--min-p:"},
-      {"repetition_penalty:", "--repeat-penalty:"}};
+      {"repetition_penalty:", "--repeat-penalty:"},
+      {"presence_penalty:", "--presence-penalty:"},
+      {"frequency_penalty:", "--frequency-penalty:"},
+      {"logit_bias:", "--logit-bias:"}};
   for (const auto& [field, option] : kNames)
     if (message.rfind(field, 0) == 0) return option + message.substr(std::strlen(field));
   return message;
+}
+
+// --logit-bias ID=BIAS into `out`: "" when taken, else what is wrong.
+// Its range is the sampler's to check; an id past the vocabulary is
+// checked once the model is read.
+std::string parse_logit_bias(const std::string& text, std::vector<std::pair<int32_t, float>>& out) {
+  const size_t eq = text.find('=');
+  int32_t id = 0;
+  float bias = 0;
+  if (eq == std::string::npos || !whole_number(std::string_view(text).substr(0, eq), id) ||
+      !whole_number(std::string_view(text).substr(eq + 1), bias))
+    return "--logit-bias takes TOKEN_ID=BIAS (such as 128009=-100), not '" + text + "'";
+  for (const auto& [given, _] : out)
+    if (given == id)
+      return "--logit-bias names token " + std::to_string(id) + " twice; give each token once";
+  out.emplace_back(id, bias);
+  return "";
 }
 
 int usage(const std::string& why) {
@@ -150,11 +173,21 @@ int main(int argc, char** argv) {
     else if (f == "--top-p") ok = next(v) && whole_number(v, a.sampling.top_p);
     else if (f == "--min-p") ok = next(v) && whole_number(v, a.sampling.min_p);
     else if (f == "--repeat-penalty") ok = next(v) && whole_number(v, a.sampling.repetition_penalty);
-    else if (f == "--seed") {
+    else if (f == "--presence-penalty")
+      ok = next(v) && whole_number(v, a.sampling.presence_penalty);
+    else if (f == "--frequency-penalty")
+      ok = next(v) && whole_number(v, a.sampling.frequency_penalty);
+    else if (f == "--logit-bias") {
+      if (!next(v)) return usage("bad or missing value for --logit-bias");
+      auto bias = parse_logit_bias(v, a.sampling.logit_bias);
+      if (!bias.empty()) return usage(bias);
+      continue;
+    } else if (f == "--seed") {
       uint64_t s = 0;
       ok = next(v) && whole_number(v, s);
       a.sampling.seed = s;
-    } else return usage("unknown argument '" + f + "'");
+    } else
+      return usage("unknown argument '" + f + "'");
     if (!ok) return usage("bad or missing value for " + f);
   }
   // An option that would change nothing is a mistake, not a choice: say so.
@@ -280,6 +313,10 @@ int main(int argc, char** argv) {
 #endif
 
   const voltad::Tokenizer& tok = tokenizer.value();
+  for (const auto& [id, _] : a.sampling.logit_bias)
+    if (id >= m.config.n_vocab)
+      return usage("--logit-bias: token " + std::to_string(id) + " is past the model's " +
+                   std::to_string(m.config.n_vocab) + "-token vocabulary");
 
   std::vector<int32_t> prompt;
   if (a.chat) {

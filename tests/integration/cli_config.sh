@@ -254,6 +254,32 @@ check "voltad-run -f DIRECTORY: 64, says so" \
 out=$("$bin/voltad-run" -m "$tiny" -p hi --temp -1 2>&1); rc=$?
 check "voltad-run --temp -1: 64, named as the option" \
   test "$rc" -eq 64 -a "$(grep -c -- "--temp: must be between 0 and 100" <<<"$out")" -eq 1
+# --logit-bias: +100 on a token makes greedy decoding repeat it, each
+# token its own; malformed, repeated or past-the-vocabulary ids are usage
+# errors (64) that name the option.
+plain=$("$bin/voltad-run" -m "$tiny" -p hi -n 6 --temp 0 --quiet 2>/dev/null)
+x=$("$bin/voltad-run" -m "$tiny" -p hi -n 6 --temp 0 --quiet --logit-bias 41=100 2>/dev/null)
+y=$("$bin/voltad-run" -m "$tiny" -p hi -n 6 --temp 0 --quiet --logit-bias 50=100 2>/dev/null)
+check "voltad-run --logit-bias ID=100: the token repeated, not the plain answer" \
+  test -n "$x" -a "$x" != "$plain" -a "$x" != "$y" -a "$x" = "$(printf "%s" "${x:0:1}${x:0:1}${x:0:1}${x:0:1}${x:0:1}${x:0:1}")"
+while IFS='|' read -r args why; do
+  # shellcheck disable=SC2086
+  out=$("$bin/voltad-run" -m "$tiny" -p hi -n 2 --quiet $args 2>&1); rc=$?
+  check "voltad-run $args: usage error 64" test "$rc" -eq 64
+  check "voltad-run $args: says why" grep -qF -- "voltad-run: $why" <<<"$out"
+done <<'CASES'
+--logit-bias 41|--logit-bias takes TOKEN_ID=BIAS (such as 128009=-100), not '41'
+--logit-bias x=5|--logit-bias takes TOKEN_ID=BIAS (such as 128009=-100), not 'x=5'
+--logit-bias 41=5 --logit-bias 41=-5|--logit-bias names token 41 twice; give each token once
+--logit-bias 41=101|--logit-bias: token 41: the bias must be in [-100, 100]
+--logit-bias -3=1|--logit-bias: token -3: not a token id
+--logit-bias 320=1|--logit-bias: token 320 is past the model's 320-token vocabulary
+--presence-penalty 3|--presence-penalty: must be in [-2, 2]
+--frequency-penalty -2.5|--frequency-penalty: must be in [-2, 2]
+CASES
+"$bin/voltad-run" -m "$tiny" -p hi -n 4 --temp 0 --quiet --presence-penalty 2 --frequency-penalty -2 \
+  --logit-bias 319=-100 >/dev/null 2>&1
+check "voltad-run with both penalties and a bias in range: exit 0" test $? -eq 0
 # voltad-run options that would have no effect are usage errors (64) that
 # say why, before the model is read; with what they need, they run.
 while IFS='|' read -r args why; do
