@@ -1,6 +1,5 @@
 #include "daemon/daemon_run.h"
 
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,7 +8,6 @@
 #include <boost/asio/strand.hpp>
 
 #include <atomic>
-#include <cerrno>
 #include <csignal>
 #include <ctime>
 #include <filesystem>
@@ -21,6 +19,7 @@
 #include "daemon/engine_warmup.h"
 #include "daemon/exit_codes.h"
 #include "daemon/log.h"
+#include "daemon/model_path_check.h"
 #include "daemon/placement_startup.h"
 #include "daemon/plan_command.h"
 #include "daemon/server_listener.h"
@@ -209,20 +208,6 @@ std::optional<Failure> load_engine(const config::Config& cfg, const std::string&
   return std::nullopt;
 }
 
-// The first directory above `path` this process may not enter (search
-// permission), or "" when every one may be: a model behind one is there
-// but unreadable, which "no file is there" would misstate.
-std::string unenterable_directory(const std::string& path) {
-  namespace fs = std::filesystem;
-  fs::path dir;
-  for (const fs::path& part : fs::path(path).parent_path()) {
-    dir /= part;
-    if (::faccessat(AT_FDCWD, dir.c_str(), X_OK, AT_EACCESS) != 0 && errno == EACCES)
-      return dir.string();
-  }
-  return "";
-}
-
 std::string default_model_name(const std::string& model_path) {
   std::string stem = std::filesystem::path(model_path).filename().string();
   if (stem.size() > 5 && stem.substr(stem.size() - 5) == ".gguf") stem.resize(stem.size() - 5);
@@ -236,38 +221,9 @@ int serve(const config::Config& cfg, const std::string& config_path) {
   // (Asio sends with MSG_NOSIGNAL; this covers every other path too).
   std::signal(SIGPIPE, SIG_IGN);
   const std::string model_path = config::expand_path(cfg.model.path);
-  std::error_code fec;
-  if (!std::filesystem::is_regular_file(model_path, fec)) {
-    if (const std::string dir = unenterable_directory(model_path); !dir.empty()) {
-      const bool home = dir == "/home" || dir == "/root" || dir.rfind("/run/user", 0) == 0;
-      spdlog::error(
-          "cannot open model file '{}' (model.path in {}): Permission denied: the directory "
-          "'{}' cannot be entered by uid {}. {}",
-          model_path, config_path, dir, ::geteuid(),
-          home ? "The units' ProtectHome=yes hides home directories from the service: keep "
-                 "models in /var/lib/voltad/models."
-               : "Every directory above the model must be traversable (x) by the daemon's "
-                 "user; /var/lib/voltad/models is.");
-      return kExitModelData;
-    }
-    if (std::filesystem::exists(model_path, fec)) {  // a directory, a FIFO, a device
-      spdlog::error(
-          "no model to serve: model.path is '{}' in {}, which is not a regular file. Set "
-          "model.path to a GGUF file.",
-          model_path, config_path);
-      return kExitNoModel;
-    }
-    if (fec == std::errc::permission_denied) {  // denied, by something else than a mode
-      spdlog::error("cannot open model file '{}' (model.path in {}): Permission denied", model_path,
-                    config_path);
-      return kExitModelData;
-    }
-    spdlog::error(
-        "no model to serve: model.path is '{}' in {}, and no file is there. Put a GGUF file "
-        "there or set model.path to one (to try voltad, the source tree's "
-        "scripts/fetch-demo-model.sh downloads a small one and prints its path).",
-        model_path, config_path);
-    return kExitNoModel;
+  if (auto problem = model_path_problem(model_path, config_path)) {
+    spdlog::error("{}", problem->message);
+    return problem->exit_code;
   }
   // Before any thread exists (threads inherit the memory policy; it cannot
   // be imposed on them later) and before CUDA reads CUDA_VISIBLE_DEVICES:

@@ -222,10 +222,13 @@ std::optional<ApiError> parse_logit_bias(const Fields& f,
     int32_t id = -1;
     auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
     // One spelling an id ("07" is not 7's): two keys must not bias one token twice.
-    if (key.empty() || ec != std::errc() || end != key.data() + key.size() || id < 0 ||
-        key != std::to_string(id))
+    const bool number =
+        !key.empty() && ec == std::errc() && end == key.data() + key.size() && id >= 0;
+    if (!number || key != std::to_string(id))
       return bad_request("'logit_bias' key '" + key.substr(0, 40) + (key.size() > 40 ? "..." : "") +
-                             "' is not a token id (a whole number)",
+                             (number ? "' is not written as a token id (" + std::to_string(id) +
+                                           ", with no leading zeros)"
+                                     : std::string("' is not a token id (a whole number)")),
                          "logit_bias");
     if (!bias.is_number() || !(bias.get<double>() >= -100 && bias.get<double>() <= 100))
       return bad_request("'logit_bias." + key + "' must be a number between -100 and 100",
@@ -301,8 +304,10 @@ std::optional<ApiError> parse_common(const Json& object, CompletionRequest& r) {
   if (auto status = r.sampling.validate(); !status.ok()) {
     // validate() says "field: why".
     const std::string& m = status.error().message;
-    return bad_request("'" + m.substr(0, m.find(':')) + "'" + m.substr(m.find(':')),
-                       m.substr(0, m.find(':')));
+    const std::string field = m.substr(0, m.find(':'));
+    return bad_request(
+        "'" + field + "'" + m.substr(m.find(':')) + (field == "top_p" ? ", or 0 (greedy)" : ""),
+        field);
   }
   VOLTAD_API_TRY(parse_stop(f, r.stop));
   VOLTAD_API_TRY(f.get("stream", r.stream));
@@ -395,6 +400,9 @@ std::optional<ApiError> parse_text_completion(std::string_view body, CompletionR
     }
   } else if (p.is_array() && p.size() > 1) {
     return bad_request("'prompt' holds several prompts; send one per request", "prompt");
+  } else if (p.is_array() && p.empty()) {
+    return bad_request("'prompt' is an empty array; send a string or at least one token id",
+                       "prompt");
   } else {
     return wrong_type("prompt", "a string, or an array of token ids", p);
   }

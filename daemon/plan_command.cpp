@@ -7,6 +7,7 @@
 #include "daemon/config_load.h"
 #include "daemon/config_paths.h"
 #include "daemon/exit_codes.h"
+#include "daemon/model_path_check.h"
 #include "engine/model.h"
 
 namespace voltad::plan {
@@ -112,9 +113,8 @@ PlanOutput render_plan(const PlanRequest& req) {
   if (model_path.empty())
     return fail(kExitNoModel,
                 "no model: pass --model FILE.gguf, or --config FILE whose model.path names one");
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(model_path, ec))
-    return fail(kExitNoModel, "no model file at '" + model_path + "'");
+  if (auto problem = model_path_problem(model_path, req.model_path.empty() ? config_path : ""))
+    return fail(problem->exit_code, problem->message);
   auto model = load_model(model_path);
   if (!model) return fail(kExitModelData, model.error().message);
   auto weight_bytes = repacked_weight_bytes(model.value()->weights, model.value()->config);

@@ -193,6 +193,7 @@ void Session::on_header(error_code ec, size_t bytes) {
     reading_ = false;
     read_deadline_.cancel();
     request_started_ = std::chrono::steady_clock::now();
+    endpoint_ = "other";  // as 413 and 431: refused before any route, not the last request's
     return send(error_response(*e, 11, false), true);
   }
   if (header.version() >= 11 && !parser_->is_done() &&

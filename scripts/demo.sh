@@ -135,8 +135,9 @@ voltad is running (pid $pid) on $sock, serving $(basename "$model") on backend $
   bench:    $root/build/bin/voltactl --socket $sock bench
   curl:     curl --unix-socket $sock http://localhost/v1/chat/completions \\
               -H 'Content-Type: application/json' -d '{"messages":[{"role":"user","content":"Hello"}]}'
-  OpenAI SDK (Python): OpenAI(base_url="http://localhost/v1", api_key="none",
-              http_client=httpx.Client(transport=httpx.HTTPTransport(uds="$sock")))
+  OpenAI SDK (Python, openai 3.x; with 1.x or 2.x, httpx for httpx2):
+              OpenAI(base_url="http://localhost/v1", api_key="none",
+              http_client=httpx2.Client(transport=httpx2.HTTPTransport(uds="$sock")))
   log:      $log
   stop:     kill $pid      (finishes running requests first, then exits)
 EOF

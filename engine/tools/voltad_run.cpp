@@ -165,10 +165,16 @@ int main(int argc, char** argv) {
     else if (f == "--chat") a.chat = true;
     else if (f == "--quiet") a.quiet = true;
     else if (f == "-n") ok = next(v) && whole_number(v, a.n) && a.n >= 0;
-    else if (f == "--threads")
-      ok = next(v) && whole_number(v, a.threads) && a.threads >= 0 && a.threads <= 1024;
-    else if (f == "--ctx") ok = next(v) && whole_number(v, a.ctx) && a.ctx > 0 && a.ctx <= kLongest;
-    else if (f == "--temp") ok = next(v) && whole_number(v, a.sampling.temperature);
+    else if (f == "--threads") {
+      ok = next(v) && whole_number(v, a.threads);
+      if (ok && (a.threads < 0 || a.threads > 1024))
+        return usage("--threads takes 0 (all) to 1024, not " + v);
+    } else if (f == "--ctx") {
+      ok = next(v) && whole_number(v, a.ctx);
+      if (ok && (a.ctx <= 0 || a.ctx > kLongest))
+        return usage("--ctx takes 1 to " + std::to_string(kLongest) + " tokens, not " + v);
+    } else if (f == "--temp")
+      ok = next(v) && whole_number(v, a.sampling.temperature);
     else if (f == "--top-k") ok = next(v) && whole_number(v, a.sampling.top_k);
     else if (f == "--top-p") ok = next(v) && whole_number(v, a.sampling.top_p);
     else if (f == "--min-p") ok = next(v) && whole_number(v, a.sampling.min_p);

@@ -188,6 +188,20 @@ TEST_CASE("every wrong type or value is a 400 naming its field") {
 
 // At most 16 stop strings of at most 1,024 bytes each, whether `stop` is
 // one string or a list (docs/API.md).
+// Messages that say what is wrong: a key with leading zeros is a whole
+// number, only not written as the id; top_p's 0 (greedy) is in range.
+TEST_CASE("errors for logit_bias keys and top_p say what would do") {
+  const ApiError zeros =
+      chat_error(R"({"messages":[{"role":"user","content":"x"}],"logit_bias":{"05":1}})");
+  CHECK(zeros.message.find("'05' is not written as a token id (5, with no leading zeros)") !=
+        std::string::npos);
+  const ApiError word =
+      chat_error(R"({"messages":[{"role":"user","content":"x"}],"logit_bias":{"a":1}})");
+  CHECK(word.message.find("'a' is not a token id (a whole number)") != std::string::npos);
+  const ApiError top_p = chat_error(R"({"messages":[{"role":"user","content":"x"}],"top_p":1.5})");
+  CHECK(top_p.message == "'top_p': must be in (0, 1], or 0 (greedy)");
+}
+
 TEST_CASE("stop strings: their number and length are limited, alone or in a list") {
   auto body = [](const std::string& stop) {
     return R"({"messages":[{"role":"user","content":"x"}],"stop":)" + stop + "}";
@@ -236,6 +250,11 @@ TEST_CASE("text completion prompts: a string, one string in a list, or token ids
   CHECK(parse_text_completion(R"({"prompt":[1,"b"]})", r)->param == "prompt[1]");
   CHECK(parse_text_completion(R"({"prompt":[-1]})", r)->param == "prompt");
   CHECK(parse_text_completion(R"({"prompt":5})", r)->param == "prompt");
+  // An empty list is said to be empty (not "not an array": it is one).
+  auto empty = parse_text_completion(R"({"prompt":[]})", r);
+  REQUIRE(empty);
+  CHECK(empty->param == "prompt");
+  CHECK(empty->message.find("empty array") != std::string::npos);
   CHECK(parse_text_completion(R"({})", r)->param == "prompt");
   CHECK(parse_text_completion(R"({"prompt":"x","echo":true})", r)->param == "echo");
   CHECK(parse_text_completion(R"({"prompt":"x","best_of":2})", r)->param == "best_of");

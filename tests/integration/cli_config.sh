@@ -61,6 +61,12 @@ printf 'model:\n  path: %s/none.gguf\n' "$tmp" >"$tmp/nomodel.yaml"
 out=$("$bin/voltad" --config "$tmp/nomodel.yaml" 2>&1); rc=$?
 check "missing model: exit 66" test "$rc" -eq 66
 check "missing model: says so and where" grep -q "no model to serve: model.path is '$tmp/none.gguf'" <<<"$out"
+out=$("$bin/voltad" --plan --config "$tmp/nomodel.yaml" --assume-vram 1GiB 2>&1); rc=$?
+check "--plan, missing model: 66, as the daemon says it" \
+  test "$rc" -eq 66 -a -n "$(grep -F "no model to serve: model.path is '$tmp/none.gguf' in $tmp/nomodel.yaml, and no file is there" <<<"$out")"
+out=$("$bin/voltad" --plan --model "$tmp" --assume-vram 1GiB 2>&1); rc=$?
+check "--plan --model DIRECTORY: 66, not a regular file" \
+  test "$rc" -eq 66 -a -n "$(grep -F "no model to serve: --model is '$tmp', which is not a regular file. Pass --model a GGUF file." <<<"$out")"
 
 # A model behind a directory the daemon's user cannot enter is there, but
 # unreadable: said as such, with the directory (exit 65), not "no file is
@@ -77,6 +83,13 @@ if [[ $(id -u) -eq 0 ]] && command -v setpriv >/dev/null && as_nobody "$bin/volt
   check "model behind an unenterable directory: exit 65" test "$rc" -eq 65
   check "model behind an unenterable directory: names it" \
     grep -q "Permission denied: the directory '$open/locked' cannot be entered by uid 65534" <<<"$out"
+  # --plan says what the daemon says, for model.path and for --model.
+  out=$(as_nobody "$bin/voltad" --plan --config "$open/locked.yaml" --assume-vram 1GiB 2>&1); rc=$?
+  check "--plan, model.path behind an unenterable directory: 65, names it, and where from" \
+    test "$rc" -eq 65 -a -n "$(grep -F "(model.path in $open/locked.yaml): Permission denied: the directory '$open/locked'" <<<"$out")"
+  out=$(as_nobody "$bin/voltad" --plan --model "$open/locked/m.gguf" --assume-vram 1GiB 2>&1); rc=$?
+  check "--plan --model behind an unenterable directory: 65, names it" \
+    test "$rc" -eq 65 -a -n "$(grep -F "(--model): Permission denied: the directory '$open/locked'" <<<"$out")"
   rm -rf "$open"
 else
   echo "skip the unenterable directory (needs root, setpriv, and a build uid 65534 can run)"
@@ -196,6 +209,7 @@ check "voltad-bench --kernels fast: usage error 64" test "$rc" -eq 64
 check "voltad-bench --kernels fast: says the choices" grep -q "auto or portable" <<<"$out"
 out=$("$bin/voltad-run" -m "$tmp/none.gguf" -p hi --threads 5000 2>&1); rc=$?
 check "voltad-run --threads 5000 (over 1024): usage error 64" test "$rc" -eq 64
+check "voltad-run --threads 5000: says the range" grep -qF -- "--threads takes 0 (all) to 1024, not 5000" <<<"$out"
 # One mode and one config file a run: a second one is a usage error, not a silent winner.
 for pair in "--verify-config $src/etc/voltad.yaml --dump-config" \
   "--dump-config --verify-config $src/etc/voltad.yaml" \
@@ -306,6 +320,7 @@ check "voltad-run --ctx 2: says the context that would do" \
   grep -q -- "--ctx 2 holds fewer tokens than the prompt (.*) plus -n (5); give --ctx" <<<"$out"
 out=$("$bin/voltad-run" -m "$tiny" -p hi --ctx 1048577 --quiet 2>&1); rc=$?
 check "voltad-run --ctx 1048577: usage error 64" test "$rc" -eq 64
+check "voltad-run --ctx 1048577: says the range" grep -qF -- "--ctx takes 1 to 1048576 tokens, not 1048577" <<<"$out"
 out=$("$bin/voltad-run" -m "$tiny" -p hi -n 2147483000 --ctx 100 --quiet 2>&1); rc=$?
 check "voltad-run -n 2147483000: usage error 64" test "$rc" -eq 64
 check "voltad-run -n 2147483000: says the longest context" grep -q "the longest context" <<<"$out"
