@@ -260,6 +260,32 @@ std::optional<ApiError> parse_stop(const Fields& f, std::vector<std::string>& ou
   return std::nullopt;
 }
 
+// Chat: `logprobs` (a boolean) and `top_logprobs` (0 to 20, with logprobs
+// true), as OpenAI's. Text completions: `logprobs`, how many of the
+// likeliest tokens to give beside each chosen one (0 to 20; OpenAI's limit
+// is 5), where false or null asks for none.
+std::optional<ApiError> parse_logprobs(const Fields& f, CompletionRequest& r) {
+  std::optional<int64_t> top;
+  if (r.kind == CompletionRequest::Kind::Chat) {
+    bool on = false;
+    VOLTAD_API_TRY(f.get("logprobs", on));
+    VOLTAD_API_TRY(f.get("top_logprobs", 0, kMaxTopLogprobs, top));
+    if (top && !on) return bad_request("'top_logprobs' needs 'logprobs': true", "top_logprobs");
+    r.logprobs = on ? int32_t(top.value_or(0)) : -1;
+    return std::nullopt;
+  }
+  if (f.find("top_logprobs"))
+    return bad_request(
+        "'top_logprobs' is a chat completion's field; a text completion's 'logprobs' is the "
+        "number of likeliest tokens (0 to " +
+            std::to_string(kMaxTopLogprobs) + ")",
+        "top_logprobs");
+  if (const Json* lp = f.find("logprobs"); lp && lp->is_boolean() && !lp->get<bool>()) return {};
+  VOLTAD_API_TRY(f.get("logprobs", 0, kMaxTopLogprobs, top));
+  r.logprobs = top ? int32_t(*top) : -1;
+  return std::nullopt;
+}
+
 // Fields chat and text completions share.
 std::optional<ApiError> parse_common(const Json& object, CompletionRequest& r) {
   Fields f(object);
@@ -335,13 +361,7 @@ std::optional<ApiError> parse_common(const Json& object, CompletionRequest& r) {
       return bad_request("'response_format' other than {\"type\": \"text\"} is not supported",
                          "response_format");
   }
-  // false or null: none asked for. Completions' integer form asks for the
-  // chosen token's even at 0, so any number is refused.
-  if (const Json* lp = f.find("logprobs");
-      lp && !lp->is_null() && !(lp->is_boolean() && !lp->get<bool>()))
-    return bad_request("'logprobs' are not supported by this server", "logprobs");
-  if (const Json* tl = f.find("top_logprobs"); tl && !tl->is_null())
-    return bad_request("'top_logprobs' are not supported by this server", "top_logprobs");
+  VOLTAD_API_TRY(parse_logprobs(f, r));
   if (const Json* fn = f.find("functions");
       fn && !fn->is_null() && !(fn->is_array() && fn->empty()))
     return bad_request("'functions' are not supported by this server", "functions");

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/chat_template.h"
+#include "engine/logprobs.h"
 #include "engine/sampler.h"
 
 namespace voltad {
@@ -47,6 +48,9 @@ struct CompletionRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool ignore_eos = false;     // extension (benchmarks): generate exactly max_tokens
+  // -1: none; else each token's log-probability and this many of the
+  // likeliest tokens beside it (chat: top_logprobs; completions: logprobs).
+  int32_t logprobs = -1;
 };
 
 std::optional<ApiError> parse_chat_completion(std::string_view body, CompletionRequest& out);

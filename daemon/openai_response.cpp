@@ -45,24 +45,72 @@ const char* finish_reason_name(EndReason reason) {
 }
 
 CompletionFormatter::CompletionFormatter(CompletionRequest::Kind kind, std::string id,
-                                         std::string model, int64_t created)
-    : kind_(kind), id_(std::move(id)), model_(std::move(model)), created_(created) {}
+                                         std::string model, int64_t created,
+                                         const Tokenizer* logprobs_tokenizer)
+    : kind_(kind),
+      id_(std::move(id)),
+      model_(std::move(model)),
+      created_(created),
+      tokenizer_(logprobs_tokenizer) {}
+
+Json CompletionFormatter::logprobs_json(const std::vector<TokenLogprob>& logprobs) const {
+  if (!tokenizer_) return nullptr;
+  // A token's bytes may be part of a character: "token" is them as text
+  // (U+FFFD where they are not UTF-8, when written), "bytes" exactly.
+  auto bytes = [](const std::string& piece) {
+    Json out = Json::array();
+    for (unsigned char b : piece) out.push_back(int(b));
+    return out;
+  };
+  if (kind_ == CompletionRequest::Kind::Chat) {
+    Json content = Json::array();
+    for (const TokenLogprob& t : logprobs) {
+      const std::string piece = tokenizer_->token_piece(t.token);
+      Json top = Json::array();
+      for (auto [id, lp] : t.top) {
+        const std::string p = tokenizer_->token_piece(id);
+        top.push_back({{"token", p}, {"logprob", lp}, {"bytes", bytes(p)}});
+      }
+      content.push_back({{"token", piece},
+                         {"logprob", t.logprob},
+                         {"bytes", bytes(piece)},
+                         {"top_logprobs", top}});
+    }
+    return {{"content", content}, {"refusal", nullptr}};
+  }
+  Json tokens = Json::array(), token_logprobs = Json::array(), top_logprobs = Json::array(),
+       offsets = Json::array();
+  for (const TokenLogprob& t : logprobs) {
+    tokens.push_back(tokenizer_->token_piece(t.token));
+    token_logprobs.push_back(t.logprob);
+    Json top = Json::object();
+    for (auto [id, lp] : t.top) top[tokenizer_->token_piece(id)] = lp;
+    top_logprobs.push_back(top);
+    offsets.push_back(t.text_offset);
+  }
+  return {{"tokens", tokens},
+          {"token_logprobs", token_logprobs},
+          {"top_logprobs", top_logprobs},
+          {"text_offset", offsets}};
+}
 
 std::string CompletionFormatter::chunk_object() const {
   return kind_ == CompletionRequest::Kind::Chat ? "chat.completion.chunk" : "text_completion";
 }
 
-std::string CompletionFormatter::response(const std::string& text, const StreamEvent& last) const {
+std::string CompletionFormatter::response(const std::string& text,
+                                          const std::vector<TokenLogprob>& logprobs,
+                                          const StreamEvent& last) const {
   Json choice;
   if (kind_ == CompletionRequest::Kind::Chat) {
     choice = {{"index", 0},
               {"message", {{"role", "assistant"}, {"content", text}}},
-              {"logprobs", nullptr},
+              {"logprobs", logprobs_json(logprobs)},
               {"finish_reason", finish_reason_name(last.end)}};
   } else {
     choice = {{"index", 0},
               {"text", text},
-              {"logprobs", nullptr},
+              {"logprobs", logprobs_json(logprobs)},
               {"finish_reason", finish_reason_name(last.end)}};
   }
   Json j = {
@@ -88,15 +136,19 @@ std::string CompletionFormatter::first_chunk() const {
               {"choices", Json::array({choice})}});
 }
 
-std::string CompletionFormatter::text_chunk(const std::string& text) const {
+std::string CompletionFormatter::text_chunk(const std::string& text,
+                                            const std::vector<TokenLogprob>& logprobs) const {
   Json choice;
   if (kind_ == CompletionRequest::Kind::Chat)
     choice = {{"index", 0},
               {"delta", {{"content", text}}},
-              {"logprobs", nullptr},
+              {"logprobs", logprobs_json(logprobs)},
               {"finish_reason", nullptr}};
   else
-    choice = {{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+    choice = {{"index", 0},
+              {"text", text},
+              {"logprobs", logprobs_json(logprobs)},
+              {"finish_reason", nullptr}};
   return sse({{"id", id_},
               {"object", chunk_object()},
               {"created", created_},
@@ -106,7 +158,7 @@ std::string CompletionFormatter::text_chunk(const std::string& text) const {
 
 std::string CompletionFormatter::final_chunks(const StreamEvent& last, bool include_usage) const {
   std::string out;
-  if (!last.text.empty()) out += text_chunk(last.text);
+  if (!last.text.empty() || !last.logprobs.empty()) out += text_chunk(last.text, last.logprobs);
   Json choice;
   if (kind_ == CompletionRequest::Kind::Chat)
     choice = {{"index", 0},

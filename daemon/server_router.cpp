@@ -198,6 +198,7 @@ RouteOutcome generation(const Call& c, CompletionRequest::Kind kind, std::functi
     }
   g.stop = r.stop;
   g.ignore_eos = r.ignore_eos;
+  g.logprobs = r.logprobs;
   if (auto checked = m->scheduler->check(g); !checked.ok()) {
     // What the scheduler refuses is the prompt (empty, a token id outside
     // the vocabulary, longer than the KV cache).
@@ -214,7 +215,8 @@ RouteOutcome generation(const Call& c, CompletionRequest::Kind kind, std::functi
     return out;
   }
   auto job = std::make_shared<GenerationJob>(
-      CompletionFormatter(kind, new_completion_id(kind), m->name, int64_t(std::time(nullptr))),
+      CompletionFormatter(kind, new_completion_id(kind), m->name, int64_t(std::time(nullptr)),
+                          r.logprobs >= 0 ? m->tokenizer : nullptr),
       r.stream, r.include_usage);
   job->stream = std::make_shared<RequestStream>(std::move(notify));
   job->user_slot = std::move(slot);

@@ -26,6 +26,7 @@ struct GenerationJob {
   bool streaming;
   bool include_usage;
   std::string text;  // accumulated for a non-streamed response
+  std::vector<TokenLogprob> logprobs;  // the same, where the request asked for them
   std::string endpoint;
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 };

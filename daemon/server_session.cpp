@@ -9,6 +9,7 @@
 
 #include <cctype>
 #include <cerrno>
+#include <iterator>
 #include <optional>
 #include <sstream>
 
@@ -384,11 +385,13 @@ void Session::on_events() {
   if (!job_->streaming) {
     for (StreamEvent& e : events) {
       job_->text += e.text;
+      std::move(e.logprobs.begin(), e.logprobs.end(), std::back_inserter(job_->logprobs));
       if (!e.done) continue;
-      HttpResponse res = e.end == EndReason::Error
-                             ? error_response(unavailable(e.error, 5), req_.version(), keep_alive_)
-                             : json_response(200, job_->format.response(job_->text, e),
-                                             req_.version(), keep_alive_);
+      HttpResponse res =
+          e.end == EndReason::Error
+              ? error_response(unavailable(e.error, 5), req_.version(), keep_alive_)
+              : json_response(200, job_->format.response(job_->text, job_->logprobs, e),
+                              req_.version(), keep_alive_);
       end_job();
       return send(std::move(res));
     }
@@ -398,7 +401,7 @@ void Session::on_events() {
   std::string data;
   for (StreamEvent& e : events) {
     if (!e.done) {
-      data += job_->format.text_chunk(e.text);
+      data += job_->format.text_chunk(e.text, e.logprobs);
       continue;
     }
     if (e.end == EndReason::Error) {

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/logprobs.h"
 #include "engine/sampler.h"
 
 namespace voltad {
@@ -24,6 +25,9 @@ struct GenerationRequest {
   SamplingParams sampling;
   std::vector<std::string> stop;  // stop strings; the output ends just before the first
   bool ignore_eos = false;        // end-of-generation tokens are ordinary tokens (benchmarks)
+  // -1: none. 0..kMaxTopLogprobs: each generated token's log-probability,
+  // with that many of the likeliest tokens beside it (StreamEvent::logprobs).
+  int32_t logprobs = -1;
 };
 
 // Why a generation ended. Stop and Length are OpenAI's finish reasons;
@@ -39,6 +43,11 @@ const char* end_reason_name(EndReason reason);  // "stop", "length", "cancelled"
 
 struct StreamEvent {
   std::string text;   // new text: valid UTF-8, never part of a stop string
+  // With GenerationRequest::logprobs: the tokens whose text this event
+  // completes (their text released, here or before), in order. A token
+  // whose text all falls in a stop string is not reported; nor is the
+  // end-of-generation token.
+  std::vector<TokenLogprob> logprobs;
   bool done = false;  // the last event of the stream; the fields below are set
   EndReason end = EndReason::Stop;
   std::string error;

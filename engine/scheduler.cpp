@@ -40,6 +40,14 @@ struct Scheduler::Sequence {
   GenerationRequest request;
   Clock::time_point submitted, last_token;
   bool finished = false;
+  // With request.logprobs: tokens whose text is not all released yet, and
+  // the answer's bytes released and made (released + held by the filter).
+  struct HeldLogprob {
+    int64_t end;  // the answer's bytes made once this token was decoded
+    TokenLogprob logprob;
+  };
+  std::deque<HeldLogprob> held_logprobs;
+  int64_t text_released = 0, text_made = 0;
 
   int32_t generated() const { return int32_t(tokens.size()) - n_prompt; }
   int64_t uncached() const { return int64_t(tokens.size()) - n_cached; }
@@ -85,6 +93,9 @@ SubmitResult Scheduler::check(const GenerationRequest& r) const {
     if (t < 0 || t >= vocab)
       return {Code::Invalid, "token id " + std::to_string(t) + " is outside the vocabulary (" +
                                  std::to_string(vocab) + " tokens)"};
+  if (r.logprobs < -1 || r.logprobs > kMaxTopLogprobs)
+    return {Code::Invalid, "logprobs: at most " + std::to_string(kMaxTopLogprobs) +
+                               " of the likeliest tokens, not " + std::to_string(r.logprobs)};
   auto sampling = r.sampling.validate();
   if (!sampling.ok()) return {Code::Invalid, sampling.error().message};
   return {};
@@ -300,7 +311,9 @@ bool Scheduler::step() {
     c.tokens =
         std::span<const int32_t>(p.seq->tokens).subspan(size_t(p.seq->n_cached), size_t(p.n));
     c.logits = p.n == p.seq->uncached() ? BatchChunk::Logits::Last : BatchChunk::Logits::None;
-    if (c.logits == BatchChunk::Logits::Last) c.top_k = p.seq->sampler.candidates_needed(kMaxCandidates);
+    // Log-probabilities need the whole row (its normalizer).
+    if (c.logits == BatchChunk::Logits::Last)
+      c.top_k = p.seq->request.logprobs >= 0 ? 0 : p.seq->sampler.candidates_needed(kMaxCandidates);
     chunks.push_back(c);
   }
   Status forwarded = backend_.forward(chunks, out_);
@@ -323,6 +336,7 @@ bool Scheduler::step() {
     s.n_cached += plan[i].n;
     if (chunks[i].logits != BatchChunk::Logits::Last) continue;
     int32_t token;
+    std::optional<TokenLogprob> logprob;
     if (chunks[i].top_k > 0) {
       VOLTAD_CHECK(candidate_row < out_.n_candidate_rows);
       token = s.sampler.sample_candidates(out_.candidate_row_ids(candidate_row),
@@ -332,16 +346,38 @@ bool Scheduler::step() {
       VOLTAD_CHECK(row < out_.n_rows);
       std::span<float> logits(out_.logits.data() + row * out_.n_vocab, size_t(out_.n_vocab));
       ++row;
+      // The row as the model made it: sample() reshapes it in place.
+      if (s.request.logprobs >= 0) raw_row_.assign(logits.begin(), logits.end());
       token = s.sampler.sample(logits, s.tokens, size_t(s.n_prompt));
+      if (s.request.logprobs >= 0) logprob = token_logprob(raw_row_, token, s.request.logprobs);
     }
-    handle_token(s, token);
+    handle_token(s, token, std::move(logprob));
   }
   remove_finished();
   publish_stats();
   return true;
 }
 
-void Scheduler::handle_token(Sequence& s, int32_t token) {
+// The held log-probabilities whose tokens' text is all released (not the
+// last tokens while the decoder holds the start of their character). At the
+// end: all of them, or after a stop string those whose text starts before
+// it (the client saw some of it).
+std::vector<TokenLogprob> Scheduler::release_logprobs(Sequence& s, bool end) {
+  std::vector<TokenLogprob> out;
+  while (!s.held_logprobs.empty()) {
+    Sequence::HeldLogprob& h = s.held_logprobs.front();
+    const bool released =
+        end ? !s.stops.stopped() || h.logprob.text_offset < s.text_released
+            : h.end <= s.text_released && !(s.decoder.holding() && h.end == s.text_made);
+    if (!released) break;
+    out.push_back(std::move(h.logprob));
+    s.held_logprobs.pop_front();
+  }
+  if (end) s.held_logprobs.clear();
+  return out;
+}
+
+void Scheduler::handle_token(Sequence& s, int32_t token, std::optional<TokenLogprob> logprob) {
   Clock::time_point now = Clock::now();
   const bool end = !s.request.ignore_eos && tokenizer_.is_end_of_generation(token);
   if (observer_) {
@@ -358,12 +394,16 @@ void Scheduler::handle_token(Sequence& s, int32_t token) {
     return;
   }
   s.tokens.push_back(token);
-  std::string text = answer_text(tokenizer_, s.decoder, s.stops, token);
-  if (!text.empty()) {
-    StreamEvent event;
-    event.text = std::move(text);
-    s.stream->push(std::move(event));
+  StreamEvent event;
+  event.text = answer_text(tokenizer_, s.decoder, s.stops, token);
+  s.text_released += int64_t(event.text.size());
+  if (logprob) {
+    logprob->text_offset = s.text_made;
+    s.text_made = s.text_released + int64_t(s.stops.held());
+    s.held_logprobs.push_back({s.text_made, std::move(*logprob)});
+    event.logprobs = release_logprobs(s, s.stops.stopped());
   }
+  if (!event.text.empty() || !event.logprobs.empty()) s.stream->push(std::move(event));
   if (s.stops.stopped())
     finish(s, EndReason::Stop);
   else if (s.generated() >= s.request.max_tokens)
@@ -378,8 +418,11 @@ void Scheduler::finish(Sequence& s, EndReason reason, std::string error) {
   StreamEvent last;
   // Text held back (an unfinished character, a possible stop-string start)
   // is released when the generation ends normally.
-  if ((reason == EndReason::Stop || reason == EndReason::Length) && !s.stops.stopped())
+  if ((reason == EndReason::Stop || reason == EndReason::Length) && !s.stops.stopped()) {
     last.text = s.stops.finish(s.decoder.flush());
+    s.text_released += int64_t(last.text.size());
+    last.logprobs = release_logprobs(s, true);
+  }
   last.done = true;
   last.end = reason;
   last.error = std::move(error);

@@ -32,6 +32,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -136,7 +137,8 @@ class Scheduler {
   void admit();
   void preempt(Sequence& victim);
   Sequence* newest_running();
-  void handle_token(Sequence& s, int32_t token);
+  void handle_token(Sequence& s, int32_t token, std::optional<TokenLogprob> logprob);
+  std::vector<TokenLogprob> release_logprobs(Sequence& s, bool end);
   void finish(Sequence& s, EndReason reason, std::string error = {});
   void remove_finished();
   void publish_stats();
@@ -168,6 +170,7 @@ class Scheduler {
   uint64_t steps_ = 0, preemptions_ = 0;
   std::atomic<std::chrono::steady_clock::rep> heartbeat_{0};  // written by the engine thread
   ForwardOutput out_;
+  std::vector<float> raw_row_;  // a row before sampling reshapes it (logprobs)
 };
 
 }  // namespace voltad

@@ -30,6 +30,8 @@ class StopStringFilter {
   bool names_marker(std::string_view marker) const;
   std::string stop_at_marker(std::string_view last);
   bool stopped() const { return stopped_; }
+  // Bytes pushed and not yet released (they may start a stop string).
+  size_t held() const { return held_.size(); }
 
  private:
   std::vector<std::string> stops_;

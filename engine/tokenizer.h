@@ -144,6 +144,8 @@ class StreamDecoder {
   std::string push(int32_t token);
   // Whatever is held back, as U+FFFD (the stream ended inside a character).
   std::string flush();
+  // Holding the start of a character (the last tokens' text is unfinished).
+  bool holding() const { return !pending_.empty(); }
 
  private:
   const Tokenizer* tokenizer_;

@@ -9,6 +9,7 @@
 #include "daemon/metrics.h"
 #include "daemon/openai_request.h"
 #include "daemon/openai_response.h"
+#include "tests/engine/scheduler_fixture.h"
 
 using namespace voltad;
 using Json = nlohmann::json;
@@ -138,7 +139,14 @@ TEST_CASE("every wrong type or value is a 400 naming its field") {
        "stream_options"},
       {R"({"messages":[{"role":"user","content":"x"}],"n":3})", "n"},
       {R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]})", "tools"},
-      {R"({"messages":[{"role":"user","content":"x"}],"logprobs":true})", "logprobs"},
+      {R"({"messages":[{"role":"user","content":"x"}],"logprobs":"yes"})", "logprobs"},
+      {R"({"messages":[{"role":"user","content":"x"}],"logprobs":1})", "logprobs"},
+      {R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":21})",
+       "top_logprobs"},
+      {R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":-1})",
+       "top_logprobs"},
+      {R"({"messages":[{"role":"user","content":"x"}],"logprobs":false,"top_logprobs":0})",
+       "top_logprobs"},
       {R"({"messages":[{"role":"user","content":"x"}],"best_of":2})", "best_of"},
       {R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}})",
        "response_format"},
@@ -258,8 +266,28 @@ TEST_CASE("text completion prompts: a string, one string in a list, or token ids
   CHECK(parse_text_completion(R"({})", r)->param == "prompt");
   CHECK(parse_text_completion(R"({"prompt":"x","echo":true})", r)->param == "echo");
   CHECK(parse_text_completion(R"({"prompt":"x","best_of":2})", r)->param == "best_of");
-  CHECK(parse_text_completion(R"({"prompt":"x","logprobs":0})", r)->param == "logprobs");
   REQUIRE_FALSE(parse_text_completion(R"({"prompt":"x","logprobs":null,"best_of":1})", r));
+  CHECK(r.logprobs == -1);
+}
+
+// Chat: logprobs true, top_logprobs 0-20 beside it; text completions:
+// logprobs N (0-20), false or null for none.
+TEST_CASE("logprobs requests: chat's two fields, completions' count") {
+  CHECK(chat_ok(R"({"messages":[{"role":"user","content":"x"}]})").logprobs == -1);
+  CHECK(chat_ok(R"({"messages":[{"role":"user","content":"x"}],"logprobs":false})").logprobs == -1);
+  CHECK(chat_ok(R"({"messages":[{"role":"user","content":"x"}],"logprobs":true})").logprobs == 0);
+  CHECK(chat_ok(R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":20})")
+            .logprobs == 20);
+  CompletionRequest r;
+  REQUIRE_FALSE(parse_text_completion(R"({"prompt":"x","logprobs":0})", r));
+  CHECK(r.logprobs == 0);
+  REQUIRE_FALSE(parse_text_completion(R"({"prompt":"x","logprobs":5})", r));
+  CHECK(r.logprobs == 5);
+  REQUIRE_FALSE(parse_text_completion(R"({"prompt":"x","logprobs":false})", r));
+  CHECK(r.logprobs == -1);
+  CHECK(parse_text_completion(R"({"prompt":"x","logprobs":21})", r)->param == "logprobs");
+  CHECK(parse_text_completion(R"({"prompt":"x","logprobs":true})", r)->param == "logprobs");
+  CHECK(parse_text_completion(R"({"prompt":"x","top_logprobs":2})", r)->param == "top_logprobs");
 }
 
 TEST_CASE("tokenize and detokenize bodies") {
@@ -284,7 +312,7 @@ TEST_CASE("response shapes: full, streamed chunks, usage, errors") {
   last.prompt_tokens = 5;
   last.completion_tokens = 3;
   CompletionFormatter chat(CompletionRequest::Kind::Chat, "chatcmpl-1", "m", 100);
-  Json full = Json::parse(chat.response("hi", last));
+  Json full = Json::parse(chat.response("hi", {}, last));
   CHECK(full["object"] == "chat.completion");
   CHECK(full["choices"][0]["message"]["content"] == "hi");
   CHECK(full["choices"][0]["finish_reason"] == "length");
@@ -312,7 +340,7 @@ TEST_CASE("response shapes: full, streamed chunks, usage, errors") {
   CompletionFormatter text(CompletionRequest::Kind::Text, "cmpl-1", "m", 100);
   CHECK(text.first_chunk().empty());
   CHECK(data_of(text.text_chunk("y"))["choices"][0]["text"] == "y");
-  CHECK(Json::parse(text.response("t", last))["object"] == "text_completion");
+  CHECK(Json::parse(text.response("t", {}, last))["object"] == "text_completion");
 
   ApiError e = bad_request("bad", "max_tokens", "c");
   Json err = Json::parse(error_body(e));
@@ -322,6 +350,56 @@ TEST_CASE("response shapes: full, streamed chunks, usage, errors") {
   CHECK(err["error"]["type"] == "invalid_request_error");
   CHECK(Json::parse(error_body(ApiError{}))["error"]["param"].is_null());
   CHECK(new_completion_id(CompletionRequest::Kind::Chat).rfind("chatcmpl-", 0) == 0);
+}
+
+// The tokens spelled by the model's tokenizer: text (U+FFFD where a token
+// is part of a character) and exact bytes; OpenAI's two shapes.
+TEST_CASE("logprobs in responses: chat's content list, completions' four lists") {
+  const Tokenizer& tok = *voltad::test::fixture().tokenizer;
+  const int32_t a = *tok.find_token("H"), b = *tok.find_token("in");
+  const int32_t partial = 186;  // one byte of a character: no text alone
+  REQUIRE(tok.token_piece(partial).size() == 1);
+  const int byte = int(static_cast<unsigned char>(tok.token_piece(partial)[0]));
+  REQUIRE(byte >= 0x80);
+  std::vector<TokenLogprob> lps(3);
+  lps[0] = {a, -0.5f, {{a, -0.5f}, {b, -1.5f}}, 0};
+  lps[1] = {b, -2.0f, {{a, -0.25f}, {b, -2.0f}}, 1};
+  lps[2] = {partial, -3.0f, {{partial, -3.0f}, {a, -4.0f}}, 3};
+  StreamEvent last;
+  last.done = true;
+  last.completion_tokens = 3;
+
+  CompletionFormatter chat(CompletionRequest::Kind::Chat, "chatcmpl-1", "m", 100, &tok);
+  Json content = Json::parse(chat.response("Hin", lps, last))["choices"][0]["logprobs"]["content"];
+  REQUIRE(content.size() == 3);
+  CHECK(content[0]["token"] == "H");
+  CHECK(content[0]["logprob"] == -0.5);
+  CHECK(content[0]["bytes"] == Json::array({int('H')}));
+  CHECK(content[0]["top_logprobs"].size() == 2);
+  CHECK(content[0]["top_logprobs"][1]["token"] == "in");
+  CHECK(content[0]["top_logprobs"][1]["logprob"] == -1.5);
+  CHECK(content[2]["token"] == "\xef\xbf\xbd");  // U+FFFD
+  CHECK(content[2]["bytes"] == Json::array({byte}));
+  // Streamed: the chunk's tokens; without logprobs asked for, null.
+  auto data_of = [](const std::string& event) { return Json::parse(event.substr(6)); };
+  Json chunk = data_of(chat.text_chunk("in", {lps[1]}));
+  CHECK(chunk["choices"][0]["logprobs"]["content"][0]["token"] == "in");
+  CompletionFormatter plain(CompletionRequest::Kind::Chat, "chatcmpl-2", "m", 100);
+  CHECK(data_of(plain.text_chunk("in", {lps[1]}))["choices"][0]["logprobs"].is_null());
+  CHECK(Json::parse(plain.response("Hin", lps, last))["choices"][0]["logprobs"].is_null());
+  // The last event's tokens ride on a text chunk before the finish.
+  StreamEvent tail = last;
+  tail.logprobs = {lps[2]};
+  const std::string end = chat.final_chunks(tail, false);
+  CHECK(data_of(end.substr(0, end.find("\n\n")))["choices"][0]["logprobs"]["content"][0]["bytes"] ==
+        Json::array({byte}));
+
+  CompletionFormatter text(CompletionRequest::Kind::Text, "cmpl-1", "m", 100, &tok);
+  Json lp = Json::parse(text.response("Hin", lps, last))["choices"][0]["logprobs"];
+  CHECK(lp["tokens"] == Json::array({"H", "in", "\xef\xbf\xbd"}));
+  CHECK(lp["token_logprobs"] == Json::array({-0.5, -2.0, -3.0}));
+  CHECK(lp["top_logprobs"][1] == Json({{"H", -0.25}, {"in", -2.0}}));
+  CHECK(lp["text_offset"] == Json::array({0, 1, 3}));
 }
 
 TEST_CASE("metrics exposition: cumulative buckets, sum and count, escaped labels") {

@@ -54,6 +54,30 @@ parts = list(client.completions.create(model=model, prompt="The sky is", max_tok
 check("completions stream: text chunks then a finish", any(p.choices[0].text for p in parts) and
       parts[-1].choices[0].finish_reason == "length", parts[-1])
 
+# Log-probabilities, as the SDK parses them: one entry a token of the answer,
+# whose bytes make its text; greedy chooses the likeliest of the top ones.
+r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "What is 2 + 2?"}],
+                                   max_tokens=8, temperature=0, logprobs=True, top_logprobs=3)
+content = r.choices[0].logprobs.content
+check("chat logprobs: one entry a token, their bytes the answer's text",
+      len(content) == r.usage.completion_tokens - (r.choices[0].finish_reason == "stop") and
+      bytes(b for c in content for b in c.bytes).decode() == r.choices[0].message.content, (content, r))
+check("chat logprobs: three alternatives each, the chosen one the likeliest (greedy)",
+      all(len(c.top_logprobs) == 3 and c.token == c.top_logprobs[0].token and c.logprob <= 0 and
+          c.top_logprobs[0].logprob >= c.top_logprobs[2].logprob for c in content), content)
+chunks = list(client.chat.completions.create(model=model, messages=[{"role": "user", "content": "What is 2 + 2?"}],
+                                             max_tokens=8, temperature=0, logprobs=True, stream=True))
+streamed = [c for ch in chunks if ch.choices and ch.choices[0].logprobs for c in ch.choices[0].logprobs.content]
+check("chat stream logprobs: the same tokens, chunk by chunk",
+      [c.token for c in streamed] == [c.token for c in content], (streamed, content))
+r = client.completions.create(model=model, prompt="The capital of France is", max_tokens=5, temperature=0,
+                              logprobs=2, extra_body={"ignore_eos": True})
+lp = r.choices[0].logprobs
+check("completions logprobs: tokens, their log-probabilities, 2 alternatives, offsets into the text",
+      len(lp.tokens) == 5 and "".join(lp.tokens) == r.choices[0].text and len(lp.token_logprobs) == 5 and
+      all(len(t) <= 2 for t in lp.top_logprobs) and
+      lp.text_offset == [sum(len(t.encode()) for t in lp.tokens[:i]) for i in range(5)], lp)
+
 try:
     client.chat.completions.create(model="no-such-model", messages=[{"role": "user", "content": "x"}], max_tokens=2)
     check("unknown model raises NotFoundError", False)

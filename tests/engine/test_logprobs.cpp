@@ -1,0 +1,173 @@
+// Log-probabilities of generated tokens (engine/logprobs.h) and how the
+// scheduler hands them out (StreamEvent::logprobs): one per token whose
+// text reaches the client, in order, from the model's own distribution.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "engine/logprobs.h"
+#include "engine/scheduler.h"
+#include "tests/engine/scheduler_fixture.h"
+
+using namespace voltad;
+using voltad::test::fixture;
+
+TEST_CASE("token_logprob: the log-softmax of the row, the likeliest first, ties to the lower id") {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 4.0f);
+  std::vector<float> logits(5000);
+  for (float& l : logits) l = normal(rng) + 30.0f;  // large values: the max must be taken out
+  logits[17] = logits[4000] = 80.0f;                // a tie at the top
+  double z = 0;
+  for (float l : logits) z += std::exp(double(l) - 80.0);
+  const double log_z = 80.0 + std::log(z);
+
+  const TokenLogprob t = token_logprob(logits, 123, 5);
+  CHECK(t.token == 123);
+  CHECK(t.logprob == doctest::Approx(double(logits[123]) - log_z).epsilon(1e-5));
+  REQUIRE(t.top.size() == 5);
+  std::vector<int32_t> order(logits.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t a, int32_t b) { return logits[size_t(a)] > logits[size_t(b)]; });
+  CHECK(t.top[0].first == 17);
+  CHECK(t.top[1].first == 4000);
+  for (size_t i = 0; i < 5; ++i) {
+    CHECK(t.top[i].first == order[i]);
+    CHECK(t.top[i].second ==
+          doctest::Approx(double(logits[size_t(order[i])]) - log_z).epsilon(1e-5));
+  }
+  // The probabilities of the whole row add up to 1.
+  double total = 0;
+  for (int32_t id = 0; id < int32_t(logits.size()); ++id)
+    total += std::exp(double(token_logprob(logits, id, 0).logprob));
+  CHECK(total == doctest::Approx(1.0).epsilon(1e-4));
+  CHECK(token_logprob(logits, 0, 0).top.empty());
+  CHECK(token_logprob(logits, 0, kMaxTopLogprobs).top.size() == size_t(kMaxTopLogprobs));
+}
+
+namespace {
+
+struct Run {
+  std::string text;
+  std::vector<TokenLogprob> logprobs;
+  std::optional<StreamEvent> last;
+};
+
+Run run_one(const GenerationRequest& r) {
+  auto backend = fixture().backend(128, 1);
+  Scheduler s(*backend, *fixture().tokenizer, SchedulerOptions{});
+  auto stream = std::make_shared<RequestStream>();
+  const SubmitResult submitted = s.submit(r, stream);
+  REQUIRE_MESSAGE(submitted.ok(), submitted.message);
+  Run out;
+  for (int steps = 0; steps < 1000 && !out.last; ++steps) {
+    s.step();
+    for (StreamEvent& e : stream->take()) {
+      out.text += e.text;
+      out.logprobs.insert(out.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
+      if (e.done) out.last = e;
+    }
+  }
+  REQUIRE(out.last);
+  return out;
+}
+
+GenerationRequest request(int32_t max_tokens, int32_t logprobs) {
+  GenerationRequest r;
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int32_t> token(3, 319);
+  for (int i = 0; i < 12; ++i) r.prompt.push_back(token(rng));
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = 0;
+  r.ignore_eos = true;
+  r.logprobs = logprobs;
+  return r;
+}
+
+// The text the tokens decode to, as the stream decoder writes it.
+std::string decoded(const std::vector<TokenLogprob>& logprobs) {
+  StreamDecoder d(*fixture().tokenizer);
+  std::string text;
+  for (const TokenLogprob& t : logprobs) text += d.push(t.token);
+  return text + d.flush();
+}
+
+}  // namespace
+
+TEST_CASE("the scheduler reports every generated token once, in order, as its text") {
+  const Run run = run_one(request(16, 3));
+  REQUIRE(run.logprobs.size() == 16);
+  CHECK(run.last->completion_tokens == 16);
+  CHECK(decoded(run.logprobs) == run.text);
+  for (const TokenLogprob& t : run.logprobs) {
+    REQUIRE(t.top.size() == 3);
+    // Greedy picks the likeliest token: the first of the top ones.
+    CHECK(t.token == t.top[0].first);
+    CHECK(t.logprob == t.top[0].second);
+    CHECK(t.logprob <= 0.0f);
+    CHECK(t.top[1].second <= t.top[0].second);
+  }
+  // Offsets: where each token's text starts, rising to the text's length.
+  CHECK(run.logprobs[0].text_offset == 0);
+  for (size_t i = 1; i < run.logprobs.size(); ++i)
+    CHECK(run.logprobs[i].text_offset >= run.logprobs[i - 1].text_offset);
+  CHECK(run.logprobs.back().text_offset <= int64_t(run.text.size()));
+  // Without logprobs asked for, none come.
+  CHECK(run_one(request(16, -1)).logprobs.empty());
+}
+
+TEST_CASE("a stop string: the tokens whose text the client sees, and no more") {
+  const Run full = run_one(request(24, 0));
+  REQUIRE(full.text.size() >= 12);
+  // Stop strings from along the text (some inside a character's bytes, some
+  // at U+FFFD): the answer ends before the first, and the tokens reported
+  // are those whose text starts before that end.
+  for (size_t at = 1; at + 2 < full.text.size(); at += 2) {
+    const std::string stop = full.text.substr(at, 2);
+    CAPTURE(at);
+    GenerationRequest r = request(24, 0);
+    r.stop = {stop};
+    const Run cut = run_one(r);
+    REQUIRE(cut.text.size() <= at);
+    CHECK(full.text.rfind(cut.text, 0) == 0);
+    size_t expected = 0;
+    while (expected < full.logprobs.size() &&
+           full.logprobs[expected].text_offset < int64_t(cut.text.size()))
+      ++expected;
+    REQUIRE(cut.logprobs.size() == expected);
+    for (size_t i = 0; i < expected; ++i) {
+      CHECK(cut.logprobs[i].token == full.logprobs[i].token);
+      CHECK(cut.logprobs[i].text_offset == full.logprobs[i].text_offset);
+    }
+  }
+}
+
+// The log-probabilities are the model's, not the sampler's: a bias that
+// forces a token does not make it certain in them.
+TEST_CASE("logit_bias steers the choice, not the reported log-probabilities") {
+  const Run plain = run_one(request(6, 1));
+  const int32_t forced = 42;
+  GenerationRequest r = request(6, 1);
+  r.sampling.logit_bias = {{forced, 100.0f}};
+  const Run biased = run_one(r);
+  REQUIRE(biased.logprobs.size() == 6);
+  for (const TokenLogprob& t : biased.logprobs) CHECK(t.token == forced);
+  // At the first step both runs saw the same row: its top token and the
+  // forced one's log-probability as the model gave them.
+  CHECK(biased.logprobs[0].top[0] == plain.logprobs[0].top[0]);
+  CHECK(biased.logprobs[0].logprob < -0.01f);
+}
+
+TEST_CASE("logprobs beyond the limit are refused") {
+  auto backend = fixture().backend(128, 1);
+  Scheduler s(*backend, *fixture().tokenizer, SchedulerOptions{});
+  CHECK(s.check(request(4, kMaxTopLogprobs)).ok());
+  const SubmitResult over = s.check(request(4, kMaxTopLogprobs + 1));
+  CHECK_FALSE(over.ok());
+  CHECK(over.message.find("logprobs") != std::string::npos);
+  CHECK_FALSE(s.check(request(4, -2)).ok());
+}
