@@ -4,9 +4,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/utf8.h"
+
 namespace voltad {
 
-using Json = nlohmann::json;
+// Ordered: fields stay in the order written (top_logprobs likeliest first).
+using Json = nlohmann::ordered_json;
 
 namespace {
 
@@ -14,6 +17,12 @@ Json usage_json(const StreamEvent& last) {
   return {{"prompt_tokens", last.prompt_tokens},
           {"completion_tokens", last.completion_tokens},
           {"total_tokens", last.prompt_tokens + last.completion_tokens}};
+}
+
+// "\xe2": a byte as Python writes it in a bytes literal.
+std::string fmt_byte(unsigned char b) {
+  static const char* hex = "0123456789abcdef";
+  return std::string("\\x") + hex[b >> 4] + hex[b & 15];
 }
 
 std::string sse(const Json& j) {
@@ -78,13 +87,25 @@ Json CompletionFormatter::logprobs_json(const std::vector<TokenLogprob>& logprob
     }
     return {{"content", content}, {"refusal", nullptr}};
   }
+  // Completions spell a token that is not UTF-8 by its bytes, as OpenAI's
+  // do ("bytes:\xe2\x82"), so that two such tokens stay apart as keys.
+  auto spell = [&](int32_t id) {
+    std::string piece = tokenizer_->token_piece(id);
+    if (utf8_is_valid(piece)) return piece;
+    std::string out = "bytes:";
+    for (unsigned char b : piece) out += fmt_byte(b);
+    return out;
+  };
   Json tokens = Json::array(), token_logprobs = Json::array(), top_logprobs = Json::array(),
        offsets = Json::array();
   for (const TokenLogprob& t : logprobs) {
-    tokens.push_back(tokenizer_->token_piece(t.token));
+    tokens.push_back(spell(t.token));
     token_logprobs.push_back(t.logprob);
+    // Likeliest first (an ordered object), the first of two tokens spelled
+    // alike kept, and the chosen token always there (OpenAI's: up to N + 1).
     Json top = Json::object();
-    for (auto [id, lp] : t.top) top[tokenizer_->token_piece(id)] = lp;
+    for (auto [id, lp] : t.top) top.emplace(spell(id), lp);
+    top.emplace(spell(t.token), t.logprob);
     top_logprobs.push_back(top);
     offsets.push_back(t.text_offset);
   }

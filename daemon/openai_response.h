@@ -46,7 +46,7 @@ class CompletionFormatter {
   std::string chunk_object() const;  // "chat.completion.chunk" / "text_completion"
   // OpenAI's logprobs object for these tokens (chat: {"content": [...]};
   // completions: tokens, token_logprobs, top_logprobs, text_offset), or null.
-  nlohmann::json logprobs_json(const std::vector<TokenLogprob>& logprobs) const;
+  nlohmann::ordered_json logprobs_json(const std::vector<TokenLogprob>& logprobs) const;
 
   CompletionRequest::Kind kind_;
   std::string id_, model_;

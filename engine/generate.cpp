@@ -7,12 +7,17 @@
 namespace voltad {
 
 std::string answer_text(const Tokenizer& tokenizer, StreamDecoder& decoder, StopStringFilter& stops,
-                        int32_t token) {
+                        int32_t token, std::string* decoded) {
+  std::string scratch;
+  std::string& text = decoded ? *decoded : scratch;
+  text.clear();
   if (tokenizer.is_marker(token)) {
     if (stops.stopped() || !stops.names_marker(tokenizer.token_piece(token))) return {};
-    return stops.stop_at_marker(decoder.flush());
+    text = decoder.flush();
+    return stops.stop_at_marker(text);
   }
-  return stops.push(decoder.push(token));
+  text = decoder.push(token);
+  return stops.push(text);
 }
 
 namespace {

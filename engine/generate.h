@@ -18,9 +18,10 @@ namespace voltad {
 
 // What a generated token adds to the answer: its text through the decoder
 // and the stop filter. A control token adds none (the decoder drops it),
-// yet ends the answer where a stop string names it.
+// yet ends the answer where a stop string names it. `decoded`, when given,
+// receives the decoder's text (before the stop filter holds or cuts it).
 std::string answer_text(const Tokenizer& tokenizer, StreamDecoder& decoder, StopStringFilter& stops,
-                        int32_t token);
+                        int32_t token, std::string* decoded = nullptr);
 
 struct GenerateOptions {
   int32_t max_tokens = 128;

@@ -18,8 +18,8 @@ struct TokenLogprob {
   // The `top_n` likeliest tokens (the chosen one among them when it is one
   // of them), best first, ties to the lower id.
   std::vector<std::pair<int32_t, float>> top;
-  // Where the token's text starts in the answer's text (bytes), for text
-  // completions' text_offset; set by the scheduler.
+  // Where the token's text starts in the answer's text, in characters
+  // (code points), for text completions' text_offset; set by the scheduler.
   int64_t text_offset = 0;
 };
 

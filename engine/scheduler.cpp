@@ -13,6 +13,12 @@ namespace {
 double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
+
+// Characters (code points) in valid UTF-8: its bytes that start one.
+int64_t utf8_length(std::string_view text) {
+  return std::count_if(text.begin(), text.end(),
+                       [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; });
+}
 }  // namespace
 
 struct Scheduler::Sequence {
@@ -40,14 +46,15 @@ struct Scheduler::Sequence {
   GenerationRequest request;
   Clock::time_point submitted, last_token;
   bool finished = false;
-  // With request.logprobs: tokens whose text is not all released yet, and
-  // the answer's bytes released and made (released + held by the filter).
+  // With request.logprobs: tokens whose text is not all released yet; the
+  // answer's bytes released, and decoded (released, or held by the stop
+  // filter), and its characters decoded.
   struct HeldLogprob {
-    int64_t end;  // the answer's bytes made once this token was decoded
+    int64_t start, end;  // the token's text in the answer, in bytes
     TokenLogprob logprob;
   };
   std::deque<HeldLogprob> held_logprobs;
-  int64_t text_released = 0, text_made = 0;
+  int64_t text_released = 0, text_made = 0, chars_made = 0;
 
   int32_t generated() const { return int32_t(tokens.size()) - n_prompt; }
   int64_t uncached() const { return int64_t(tokens.size()) - n_cached; }
@@ -367,7 +374,7 @@ std::vector<TokenLogprob> Scheduler::release_logprobs(Sequence& s, bool end) {
   while (!s.held_logprobs.empty()) {
     Sequence::HeldLogprob& h = s.held_logprobs.front();
     const bool released =
-        end ? !s.stops.stopped() || h.logprob.text_offset < s.text_released
+        end ? !s.stops.stopped() || h.start < s.text_released
             : h.end <= s.text_released && !(s.decoder.holding() && h.end == s.text_made);
     if (!released) break;
     out.push_back(std::move(h.logprob));
@@ -395,12 +402,18 @@ void Scheduler::handle_token(Sequence& s, int32_t token, std::optional<TokenLogp
   }
   s.tokens.push_back(token);
   StreamEvent event;
-  event.text = answer_text(tokenizer_, s.decoder, s.stops, token);
+  std::string decoded;
+  event.text = answer_text(tokenizer_, s.decoder, s.stops, token, &decoded);
   s.text_released += int64_t(event.text.size());
   if (logprob) {
-    logprob->text_offset = s.text_made;
-    s.text_made = s.text_released + int64_t(s.stops.held());
-    s.held_logprobs.push_back({s.text_made, std::move(*logprob)});
+    // The token's text starts after what its decoded text owes to earlier
+    // tokens (the U+FFFD of a character they started and it did not finish).
+    const size_t owed = s.decoder.owed_to_earlier();
+    const int64_t start = s.text_made + int64_t(owed);
+    logprob->text_offset = s.chars_made + utf8_length(std::string_view(decoded).substr(0, owed));
+    s.text_made += int64_t(decoded.size());
+    s.chars_made += utf8_length(decoded);
+    s.held_logprobs.push_back({start, s.text_made, std::move(*logprob)});
     event.logprobs = release_logprobs(s, s.stops.stopped());
   }
   if (!event.text.empty() || !event.logprobs.empty()) s.stream->push(std::move(event));

@@ -441,15 +441,25 @@ std::string StreamDecoder::push(int32_t token) {
   // A control token is markup, not text: a generation that runs on past
   // its end (ignore_eos) or opens a turn does not show <|eot_id|> or
   // <|im_start|>. User-defined tokens (<think>) are text.
+  const size_t held = pending_.size();
   if (!tokenizer_->is_marker(token)) pending_ += tokenizer_->token_piece(token);
   size_t keep = utf8_incomplete_tail(pending_);
   std::string out = utf8_sanitize(std::string_view(pending_).substr(0, pending_.size() - keep));
+  owed_ = 0;
+  if (held > 0 && pending_.size() - keep > 0) {
+    // The held bytes start one character (utf8_incomplete_tail kept them
+    // whole): this token either finished it, or they become U+FFFD.
+    const Utf8Char first = utf8_decode(pending_, 0);
+    if (!(first.valid && first.length > held))
+      owed_ = utf8_sanitize(std::string_view(pending_).substr(0, held)).size();
+  }
   pending_.erase(0, pending_.size() - keep);
   return out;
 }
 
 std::string StreamDecoder::flush() {
   std::string out = utf8_sanitize(pending_);
+  owed_ = out.size();
   pending_.clear();
   return out;
 }

@@ -146,10 +146,16 @@ class StreamDecoder {
   std::string flush();
   // Holding the start of a character (the last tokens' text is unfinished).
   bool holding() const { return !pending_.empty(); }
+  // How many bytes at the start of the last push()'s or flush()'s text
+  // belong to earlier tokens: the U+FFFD of a character they started and
+  // the last token did not finish (all of flush()'s). A character the last
+  // token finished is shared, and counted as its own.
+  size_t owed_to_earlier() const { return owed_; }
 
  private:
   const Tokenizer* tokenizer_;
   std::string pending_;  // at most 3 bytes: the start of an unfinished character
+  size_t owed_ = 0;
 };
 
 }  // namespace voltad

@@ -396,10 +396,20 @@ TEST_CASE("logprobs in responses: chat's content list, completions' four lists")
 
   CompletionFormatter text(CompletionRequest::Kind::Text, "cmpl-1", "m", 100, &tok);
   Json lp = Json::parse(text.response("Hin", lps, last))["choices"][0]["logprobs"];
-  CHECK(lp["tokens"] == Json::array({"H", "in", "\xef\xbf\xbd"}));
+  // A token that is not UTF-8 is spelled by its bytes, as OpenAI's are.
+  static const char* hex = "0123456789abcdef";
+  const std::string spelled = std::string("bytes:\\x") + hex[byte >> 4] + hex[byte & 15];
+  CHECK(lp["tokens"] == Json::array({"H", "in", spelled}));
   CHECK(lp["token_logprobs"] == Json::array({-0.5, -2.0, -3.0}));
   CHECK(lp["top_logprobs"][1] == Json({{"H", -0.25}, {"in", -2.0}}));
+  CHECK(lp["top_logprobs"][2] == Json({{spelled, -3.0}, {"H", -4.0}}));
   CHECK(lp["text_offset"] == Json::array({0, 1, 3}));
+  // Likeliest first in the text, and the chosen token always among them.
+  std::vector<TokenLogprob> unlikely = {{b, -5.0f, {{a, -0.125f}}, 0}};
+  const std::string body = text.response("in", unlikely, last);
+  CHECK(body.find(R"("top_logprobs":[{"H":-0.125,"in":-5.0}])") != std::string::npos);
+  CHECK(Json::parse(body)["choices"][0]["logprobs"]["top_logprobs"][0] ==
+        Json({{"H", -0.125}, {"in", -5.0}}));
 }
 
 TEST_CASE("metrics exposition: cumulative buckets, sum and count, escaped labels") {

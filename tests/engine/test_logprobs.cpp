@@ -7,6 +7,7 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <string_view>
 
 #include "engine/logprobs.h"
 #include "engine/scheduler.h"
@@ -88,6 +89,12 @@ GenerationRequest request(int32_t max_tokens, int32_t logprobs) {
   return r;
 }
 
+// Characters (code points) in valid UTF-8: text_offset's unit.
+int64_t chars(std::string_view text) {
+  return std::count_if(text.begin(), text.end(),
+                       [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; });
+}
+
 // The text the tokens decode to, as the stream decoder writes it.
 std::string decoded(const std::vector<TokenLogprob>& logprobs) {
   StreamDecoder d(*fixture().tokenizer);
@@ -115,7 +122,7 @@ TEST_CASE("the scheduler reports every generated token once, in order, as its te
   CHECK(run.logprobs[0].text_offset == 0);
   for (size_t i = 1; i < run.logprobs.size(); ++i)
     CHECK(run.logprobs[i].text_offset >= run.logprobs[i - 1].text_offset);
-  CHECK(run.logprobs.back().text_offset <= int64_t(run.text.size()));
+  CHECK(run.logprobs.back().text_offset <= chars(run.text));
   // Without logprobs asked for, none come.
   CHECK(run_one(request(16, -1)).logprobs.empty());
 }
@@ -135,8 +142,7 @@ TEST_CASE("a stop string: the tokens whose text the client sees, and no more") {
     REQUIRE(cut.text.size() <= at);
     CHECK(full.text.rfind(cut.text, 0) == 0);
     size_t expected = 0;
-    while (expected < full.logprobs.size() &&
-           full.logprobs[expected].text_offset < int64_t(cut.text.size()))
+    while (expected < full.logprobs.size() && full.logprobs[expected].text_offset < chars(cut.text))
       ++expected;
     REQUIRE(cut.logprobs.size() == expected);
     for (size_t i = 0; i < expected; ++i) {
@@ -170,4 +176,134 @@ TEST_CASE("logprobs beyond the limit are refused") {
   CHECK_FALSE(over.ok());
   CHECK(over.message.find("logprobs") != std::string::npos);
   CHECK_FALSE(s.check(request(4, -2)).ok());
+}
+
+namespace {
+
+// A model that says a script: each step's row is one-hot on the script's
+// next token (-1 past its end: the last again), so partial characters,
+// markers and stop strings can be placed exactly.
+class ScriptedBackend final : public Backend {
+ public:
+  ScriptedBackend(std::vector<int32_t> script, int32_t n_prompt)
+      : script_(std::move(script)), n_prompt_(n_prompt), pool_(64, 128) {}
+  std::string name() const override { return "scripted"; }
+  Status forward(std::span<const BatchChunk> chunks, ForwardOutput& out) override {
+    const int64_t vocab = int64_t(fixture().tokenizer->vocab_size());
+    std::vector<float> rows;
+    for (const BatchChunk& c : chunks) {
+      if (c.logits != BatchChunk::Logits::Last) continue;
+      const size_t made = size_t(c.start_pos + int32_t(c.tokens.size()) - n_prompt_);
+      const int32_t next = script_[std::min(made, script_.size() - 1)];
+      for (int64_t id = 0; id < vocab; ++id) rows.push_back(id == next ? 10.0f : 0.0f);
+    }
+    set_output_rows(chunks, std::move(rows), vocab, out);
+    return {};
+  }
+  KvBlockPool& kv_pool() override { return pool_; }
+
+ private:
+  std::vector<int32_t> script_;
+  int32_t n_prompt_;
+  KvBlockPool pool_;
+};
+
+Run run_script(std::vector<int32_t> script, std::vector<std::string> stop,
+               bool ignore_eos = false) {
+  ScriptedBackend backend(std::move(script), 4);
+  Scheduler s(backend, *fixture().tokenizer, SchedulerOptions{});
+  GenerationRequest r;
+  r.prompt = {5, 6, 7, 8};
+  r.max_tokens = 12;
+  r.sampling.temperature = 0;
+  r.stop = std::move(stop);
+  r.ignore_eos = ignore_eos;
+  r.logprobs = 1;
+  auto stream = std::make_shared<RequestStream>();
+  REQUIRE(s.submit(r, stream).ok());
+  Run out;
+  for (int steps = 0; steps < 100 && !out.last; ++steps) {
+    s.step();
+    for (StreamEvent& e : stream->take()) {
+      out.text += e.text;
+      out.logprobs.insert(out.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
+      if (e.done) out.last = e;
+    }
+  }
+  REQUIRE(out.last);
+  return out;
+}
+
+int32_t token_of(std::string_view piece) {
+  const Tokenizer& t = *fixture().tokenizer;
+  for (int32_t id = 0; id < int32_t(t.vocab_size()); ++id)
+    if (t.token_piece(id) == piece && !t.is_marker(id)) return id;
+  FAIL("no token for the piece");
+  return -1;
+}
+
+std::vector<int32_t> tokens_of(const Run& run) {
+  std::vector<int32_t> ids;
+  for (const TokenLogprob& t : run.logprobs) ids.push_back(t.token);
+  return ids;
+}
+
+}  // namespace
+
+// A character started and never finished becomes U+FFFD before the next
+// token's text: that token's offset is after it, so a stop string at that
+// token takes it out (and only it).
+TEST_CASE("a cut character: offsets after its U+FFFD, and a stop string there") {
+  const int32_t h = token_of("H"), cut = token_of("\xe2"), in = token_of("in");
+  const Run full = run_script({h, cut, in, h}, {});
+  CHECK(full.text.substr(0, 7) == "H\xef\xbf\xbdinH");
+  REQUIRE(full.logprobs.size() >= 4);
+  CHECK(full.logprobs[0].text_offset == 0);
+  CHECK(full.logprobs[1].text_offset == 1);  // the U+FFFD: the cut character's
+  CHECK(full.logprobs[2].text_offset == 2);  // "in", after it (characters)
+  CHECK(full.logprobs[3].text_offset == 4);
+  const Run stopped = run_script({h, cut, in, h}, {"in"});
+  CHECK(stopped.text == "H\xef\xbf\xbd");
+  CHECK(tokens_of(stopped) == std::vector<int32_t>{h, cut});
+}
+
+// A character finished by the next token is shared: both start where it does.
+TEST_CASE("a character split over two tokens: both start at it") {
+  const int32_t h = token_of("H");
+  const int32_t e2 = token_of("\xe2"), x82 = token_of("\x82"), xac = token_of("\xac");
+  const Run run = run_script({h, e2, x82, xac, h}, {});
+  CHECK(run.text.substr(0, 5) == "H\xe2\x82\xacH");  // H, the euro sign, H
+  REQUIRE(run.logprobs.size() >= 5);
+  for (int i = 1; i <= 3; ++i) CHECK(run.logprobs[size_t(i)].text_offset == 1);
+  CHECK(run.logprobs[4].text_offset == 2);
+  // A stop string at the euro sign: no token of it is listed.
+  const Run stopped = run_script({h, e2, x82, xac, h}, {"\xe2\x82\xac"});
+  CHECK(stopped.text == "H");
+  CHECK(tokens_of(stopped) == std::vector<int32_t>{h});
+}
+
+// The stop at a control token releases a cut character's U+FFFD first;
+// the control token itself is not listed.
+TEST_CASE("a stop at a control token after a cut character") {
+  const Tokenizer& t = *fixture().tokenizer;
+  int32_t marker = -1;
+  for (int32_t id = 0; id < int32_t(t.vocab_size()) && marker < 0; ++id)
+    if (t.is_marker(id) && !t.is_end_of_generation(id)) marker = id;
+  REQUIRE(marker >= 0);
+  const int32_t h = token_of("H"), cut = token_of("\xe2");
+  const Run run = run_script({h, cut, marker, h}, {t.token_piece(marker)});
+  CHECK(run.text == "H\xef\xbf\xbd");
+  CHECK(tokens_of(run) == std::vector<int32_t>{h, cut});
+}
+
+// The end-of-sequence token ends the answer and is not listed; every token
+// before it is, once.
+TEST_CASE("an answer that ends at the end-of-sequence token") {
+  const Tokenizer& t = *fixture().tokenizer;
+  const int32_t h = token_of("H"), in = token_of("in");
+  const Run run = run_script({h, in, h, t.eos()}, {});
+  CHECK(run.text == "HinH");
+  CHECK(run.last->end == EndReason::Stop);
+  CHECK(run.last->completion_tokens == 3);
+  CHECK(tokens_of(run) == std::vector<int32_t>{h, in, h});
 }

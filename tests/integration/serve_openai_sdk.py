@@ -56,27 +56,35 @@ check("completions stream: text chunks then a finish", any(p.choices[0].text for
 
 # Log-probabilities, as the SDK parses them: one entry a token of the answer,
 # whose bytes make its text; greedy chooses the likeliest of the top ones.
+# Long enough to end at the end-of-sequence token, which is not listed (nor
+# counted in usage).
 r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "What is 2 + 2?"}],
-                                   max_tokens=8, temperature=0, logprobs=True, top_logprobs=3)
+                                   max_tokens=60, temperature=0, logprobs=True, top_logprobs=3)
 content = r.choices[0].logprobs.content
 check("chat logprobs: one entry a token, their bytes the answer's text",
-      len(content) == r.usage.completion_tokens - (r.choices[0].finish_reason == "stop") and
+      len(content) == r.usage.completion_tokens and r.choices[0].finish_reason == "stop" and
       bytes(b for c in content for b in c.bytes).decode() == r.choices[0].message.content, (content, r))
 check("chat logprobs: three alternatives each, the chosen one the likeliest (greedy)",
       all(len(c.top_logprobs) == 3 and c.token == c.top_logprobs[0].token and c.logprob <= 0 and
           c.top_logprobs[0].logprob >= c.top_logprobs[2].logprob for c in content), content)
 chunks = list(client.chat.completions.create(model=model, messages=[{"role": "user", "content": "What is 2 + 2?"}],
-                                             max_tokens=8, temperature=0, logprobs=True, stream=True))
+                                             max_tokens=60, temperature=0, logprobs=True, stream=True))
 streamed = [c for ch in chunks if ch.choices and ch.choices[0].logprobs for c in ch.choices[0].logprobs.content]
 check("chat stream logprobs: the same tokens, chunk by chunk",
       [c.token for c in streamed] == [c.token for c in content], (streamed, content))
-r = client.completions.create(model=model, prompt="The capital of France is", max_tokens=5, temperature=0,
+r = client.completions.create(model=model, prompt="Le café près de la gare", max_tokens=8, temperature=0.9, seed=3,
                               logprobs=2, extra_body={"ignore_eos": True})
 lp = r.choices[0].logprobs
-check("completions logprobs: tokens, their log-probabilities, 2 alternatives, offsets into the text",
-      len(lp.tokens) == 5 and "".join(lp.tokens) == r.choices[0].text and len(lp.token_logprobs) == 5 and
-      all(len(t) <= 2 for t in lp.top_logprobs) and
-      lp.text_offset == [sum(len(t.encode()) for t in lp.tokens[:i]) for i in range(5)], lp)
+text = r.choices[0].text
+# Offsets count characters (as Python's str does), and each token's text is
+# there; each dict holds the 2 likeliest and the chosen token, likeliest first.
+check("completions logprobs: tokens, their log-probabilities, offsets into the text (characters)",
+      len(lp.tokens) == 8 and "".join(lp.tokens) == text and len(lp.token_logprobs) == 8 and
+      lp.text_offset == [len("".join(lp.tokens[:i])) for i in range(8)] and
+      all(text[o:].startswith(t) for o, t in zip(lp.text_offset, lp.tokens)), lp)
+check("completions top_logprobs: 2 alternatives and the chosen token, likeliest first",
+      all(tok in d and 2 <= len(d) <= 3 and list(d.values()) == sorted(d.values(), reverse=True)
+          for tok, d in zip(lp.tokens, lp.top_logprobs)), lp)
 
 try:
     client.chat.completions.create(model="no-such-model", messages=[{"role": "user", "content": "x"}], max_tokens=2)
