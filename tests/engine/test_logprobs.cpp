@@ -58,9 +58,8 @@ struct Run {
   std::optional<StreamEvent> last;
 };
 
-Run run_one(const GenerationRequest& r) {
-  auto backend = fixture().backend(128, 1);
-  Scheduler s(*backend, *fixture().tokenizer, SchedulerOptions{});
+// Submits one request and steps until its last event: what it streamed.
+Run submit_and_run(Scheduler& s, const GenerationRequest& r) {
   auto stream = std::make_shared<RequestStream>();
   const SubmitResult submitted = s.submit(r, stream);
   REQUIRE_MESSAGE(submitted.ok(), submitted.message);
@@ -75,6 +74,12 @@ Run run_one(const GenerationRequest& r) {
   }
   REQUIRE(out.last);
   return out;
+}
+
+Run run_one(const GenerationRequest& r) {
+  auto backend = fixture().backend(128, 1);
+  Scheduler s(*backend, *fixture().tokenizer, SchedulerOptions{});
+  return submit_and_run(s, r);
 }
 
 GenerationRequest request(int32_t max_tokens, int32_t logprobs) {
@@ -219,19 +224,7 @@ Run run_script(std::vector<int32_t> script, std::vector<std::string> stop,
   r.stop = std::move(stop);
   r.ignore_eos = ignore_eos;
   r.logprobs = 1;
-  auto stream = std::make_shared<RequestStream>();
-  REQUIRE(s.submit(r, stream).ok());
-  Run out;
-  for (int steps = 0; steps < 100 && !out.last; ++steps) {
-    s.step();
-    for (StreamEvent& e : stream->take()) {
-      out.text += e.text;
-      out.logprobs.insert(out.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
-      if (e.done) out.last = e;
-    }
-  }
-  REQUIRE(out.last);
-  return out;
+  return submit_and_run(s, r);
 }
 
 int32_t token_of(std::string_view piece) {
