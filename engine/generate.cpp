@@ -106,7 +106,11 @@ Result<GenerateResult> generate(Backend& backend, const Tokenizer& tokenizer,
     chunk.top_k = top_k;
     VOLTAD_TRY(backend.forward(std::span<const BatchChunk>(&chunk, 1), out));
   }
-  if (!stops.stopped()) emit(stops.finish(decoder.flush()));
+  if (!stops.stopped()) {
+    emit(stops.finish(decoder.flush()));
+    // The flushed text (a cut character's U+FFFD) may complete a stop string.
+    if (stops.stopped()) result.finish = FinishReason::Stop;
+  }
   result.decode_seconds = seconds_since(t1);
   return result;
 }

@@ -4,6 +4,7 @@
 
 #include "engine/generate.h"
 #include "engine/stop_strings.h"
+#include "engine/utf8.h"
 
 namespace voltad {
 
@@ -403,12 +404,22 @@ void Scheduler::handle_token(Sequence& s, int32_t token, std::optional<TokenLogp
   s.tokens.push_back(token);
   StreamEvent event;
   std::string decoded;
+  const bool was_holding = s.decoder.holding();
   event.text = answer_text(tokenizer_, s.decoder, s.stops, token, &decoded);
   s.text_released += int64_t(event.text.size());
   if (logprob) {
     // The token's text starts after what its decoded text owes to earlier
     // tokens (the U+FFFD of a character they started and it did not finish).
-    const size_t owed = s.decoder.owed_to_earlier();
+    // A control token that decodes nothing has left the decoder as it was.
+    const size_t owed = decoded.empty() ? 0 : s.decoder.owed_to_earlier();
+    if (was_holding && !decoded.empty()) {
+      // The tokens that started the held character (their text so far
+      // empty, ending where it starts) end after it now: the character
+      // finished, or its U+FFFD.
+      const int64_t first = owed ? int64_t(owed) : int64_t(utf8_decode(decoded, 0).length);
+      for (Sequence::HeldLogprob& h : s.held_logprobs)
+        if (h.end == s.text_made) h.end = s.text_made + first;
+    }
     const int64_t start = s.text_made + int64_t(owed);
     logprob->text_offset = s.chars_made + utf8_length(std::string_view(decoded).substr(0, owed));
     s.text_made += int64_t(decoded.size());
@@ -433,6 +444,8 @@ void Scheduler::finish(Sequence& s, EndReason reason, std::string error) {
   // is released when the generation ends normally.
   if ((reason == EndReason::Stop || reason == EndReason::Length) && !s.stops.stopped()) {
     last.text = s.stops.finish(s.decoder.flush());
+    // The flushed text (a cut character's U+FFFD) may complete a stop string.
+    if (s.stops.stopped()) reason = EndReason::Stop;
     s.text_released += int64_t(last.text.size());
     last.logprobs = release_logprobs(s, true);
   }

@@ -213,13 +213,13 @@ class ScriptedBackend final : public Backend {
   KvBlockPool pool_;
 };
 
-Run run_script(std::vector<int32_t> script, std::vector<std::string> stop,
-               bool ignore_eos = false) {
+Run run_script(std::vector<int32_t> script, std::vector<std::string> stop, bool ignore_eos = false,
+               int32_t max_tokens = 12) {
   ScriptedBackend backend(std::move(script), 4);
   Scheduler s(backend, *fixture().tokenizer, SchedulerOptions{});
   GenerationRequest r;
   r.prompt = {5, 6, 7, 8};
-  r.max_tokens = 12;
+  r.max_tokens = max_tokens;
   r.sampling.temperature = 0;
   r.stop = std::move(stop);
   r.ignore_eos = ignore_eos;
@@ -299,4 +299,51 @@ TEST_CASE("an answer that ends at the end-of-sequence token") {
   CHECK(run.last->end == EndReason::Stop);
   CHECK(run.last->completion_tokens == 3);
   CHECK(tokens_of(run) == std::vector<int32_t>{h, in, h});
+}
+
+// While the stop filter holds a character's start, the tokens that made
+// it are not listed: the stop string that then matches takes them too.
+TEST_CASE("a held character: its tokens wait for it, and a stop string takes them") {
+  const int32_t a = token_of("a"), b = token_of("b"), c = token_of("c");
+  const int32_t c3 = token_of("\xc3"), a9 = token_of("\xa9");
+  const int32_t e2 = token_of("\xe2"), x82 = token_of("\x82"), xac = token_of("\xac");
+  Run run = run_script({a, c3, a9, b}, {"\xc3\xa9"
+                                        "b"});  // "éb"
+  CHECK(run.text == "a");
+  CHECK(tokens_of(run) == std::vector<int32_t>{a});
+  run = run_script({a, e2, x82, xac, b}, {"\xe2\x82\xac"
+                                          "b"});  // "€b"
+  CHECK(run.text == "a");
+  CHECK(tokens_of(run) == std::vector<int32_t>{a});
+  run = run_script({a, e2, b, c}, {"\xef\xbf\xbd"
+                                   "bc"});  // U+FFFD, "bc"
+  CHECK(run.text == "a");
+  CHECK(tokens_of(run) == std::vector<int32_t>{a});
+}
+
+// A control token that decodes to nothing takes nothing from the token
+// before it (which revealed a cut character's U+FFFD).
+TEST_CASE("a control token after a cut character keeps its place") {
+  const Tokenizer& t = *fixture().tokenizer;
+  int32_t marker = -1;
+  for (int32_t id = 0; id < int32_t(t.vocab_size()) && marker < 0; ++id)
+    if (t.is_marker(id) && !t.is_end_of_generation(id)) marker = id;
+  REQUIRE(marker >= 0);
+  const int32_t a = token_of("a"), e2 = token_of("\xe2"), b = token_of("b"), c = token_of("c"),
+                d = token_of("d");
+  const Run run = run_script({a, e2, b, marker, c, d}, {"bcx", "d"});
+  CHECK(run.text ==
+        "a\xef\xbf\xbd"
+        "bc");
+  CHECK(tokens_of(run) == std::vector<int32_t>{a, e2, b, marker, c});
+}
+
+// max_tokens ends inside a character; its U+FFFD completes a stop string:
+// the answer ends there, for the stop string (not the length).
+TEST_CASE("a stop string matched by the last, cut character ends for stop") {
+  const int32_t a = token_of("a"), e2 = token_of("\xe2");
+  const Run run = run_script({a, e2}, {"\xef\xbf\xbd"}, false, 2);
+  CHECK(run.text == "a");
+  CHECK(run.last->end == EndReason::Stop);
+  CHECK(tokens_of(run) == std::vector<int32_t>{a});
 }
