@@ -235,6 +235,15 @@ int32_t token_of(std::string_view piece) {
   return -1;
 }
 
+// A control token that does not end generation (<|im_start|>).
+int32_t a_control_token() {
+  const Tokenizer& t = *fixture().tokenizer;
+  for (int32_t id = 0; id < int32_t(t.vocab_size()); ++id)
+    if (t.is_marker(id) && !t.is_end_of_generation(id)) return id;
+  FAIL("no control token");
+  return -1;
+}
+
 std::vector<int32_t> tokens_of(const Run& run) {
   std::vector<int32_t> ids;
   for (const TokenLogprob& t : run.logprobs) ids.push_back(t.token);
@@ -279,10 +288,7 @@ TEST_CASE("a character split over two tokens: both start at it") {
 // the control token itself is not listed.
 TEST_CASE("a stop at a control token after a cut character") {
   const Tokenizer& t = *fixture().tokenizer;
-  int32_t marker = -1;
-  for (int32_t id = 0; id < int32_t(t.vocab_size()) && marker < 0; ++id)
-    if (t.is_marker(id) && !t.is_end_of_generation(id)) marker = id;
-  REQUIRE(marker >= 0);
+  const int32_t marker = a_control_token();
   const int32_t h = token_of("H"), cut = token_of("\xe2");
   const Run run = run_script({h, cut, marker, h}, {t.token_piece(marker)});
   CHECK(run.text == "H\xef\xbf\xbd");
@@ -324,11 +330,7 @@ TEST_CASE("a held character: its tokens wait for it, and a stop string takes the
 // A control token that decodes to nothing takes nothing from the token
 // before it (which revealed a cut character's U+FFFD).
 TEST_CASE("a control token after a cut character keeps its place") {
-  const Tokenizer& t = *fixture().tokenizer;
-  int32_t marker = -1;
-  for (int32_t id = 0; id < int32_t(t.vocab_size()) && marker < 0; ++id)
-    if (t.is_marker(id) && !t.is_end_of_generation(id)) marker = id;
-  REQUIRE(marker >= 0);
+  const int32_t marker = a_control_token();
   const int32_t a = token_of("a"), e2 = token_of("\xe2"), b = token_of("b"), c = token_of("c"),
                 d = token_of("d");
   const Run run = run_script({a, e2, b, marker, c, d}, {"bcx", "d"});
