@@ -460,7 +460,7 @@ std::string CudaBackend::device_name() const { return impl_->device_name; }
 std::string CudaBackend::kernels_in_use() const {
   // Paired B: the narrow GEMM's 4-bit weights into wmma fragments in
   // registers (kernels/wmma_pairs.h; the order the probe found).
-  // 32-token blocks named where they are on (VOLTAD_NARROW_TOKENS32=1).
+  // 32-token blocks named where they are on (the default; VOLTAD_NARROW_TOKENS32=0 off).
   if (impl_->options.kernels == kernels::KernelSet::Portable)
     return kernels::gemm_narrow_pairs() == kernels::WmmaPairs::None
                ? "portable"

@@ -10,7 +10,7 @@
 // few blocks): a 4096-row matrix gives the 32x64 tile 64 blocks, and each
 // waits on memory once per stage. Here:
 //   - a block owns 32 weight rows (one per lane) and 16 tokens (32 for
-//     17-32 tokens of paired B with VOLTAD_NARROW_TOKENS32=1; 8 where
+//     17-32 tokens of paired B unless VOLTAD_NARROW_TOKENS32=0; 8 where
 //     a launch has 8 or fewer: no padding tokens' x, one MMA a k step,
 //     and room in the registers: Q4_K's 48-56 bytes of spills gone; b8
 //     +15% Q4_K_M, +11% Q4_0 under `portable`, run 44), and splits
@@ -61,7 +61,7 @@ using namespace gemm_decode;
 
 constexpr int kNarrowTokens = 16;  // tokens a block: one wmma fragment (or kNarrowTokens8)
 constexpr int kNarrowTokens8 = 8;  // at 8 tokens or fewer: m8n32k16 fragments
-// 17-32 tokens in one block (paired B only, VOLTAD_NARROW_TOKENS32): each
+// 17-32 tokens in one block (paired B only; VOLTAD_NARROW_TOKENS32=0 off): each
 // chunk's B decoded once for four 8-token MMAs, not once in each of two
 // 16-token blocks. ptxas gives it 155-162 registers (sm_70 and sm_90), so
 // 12 warps an SM: blocks of kNarrowWarps32 warps, or half that two an SM.

@@ -120,8 +120,8 @@ WmmaPairs narrow_pairs_for(bool eight_token_blocks, cudaStream_t stream) {
 
 bool narrow_tokens32_switch() {
   static const bool env = [] {
-    const char* v = std::getenv("VOLTAD_NARROW_TOKENS32");
-    return v && v[0] == '1';
+    const char* v = std::getenv("VOLTAD_NARROW_TOKENS32");  // =0: two 16-token blocks
+    return !(v && v[0] == '0');
   }();
   const int forced = g_tokens32_forced.load();
   return forced == kTokens32Unforced ? env : forced == 1;

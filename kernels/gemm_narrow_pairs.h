@@ -17,9 +17,9 @@ namespace voltad::kernels {
 // inside a capture).
 WmmaPairs narrow_pairs_for(bool eight_token_blocks, cudaStream_t stream);
 
-// VOLTAD_NARROW_TOKENS32=1 in the environment, or a test's
-// gemm_narrow_tokens32_force: 17-32 tokens in 32-token blocks where paired B
-// runs (the launch asks narrow_pairs_for).
+// On unless VOLTAD_NARROW_TOKENS32=0 is in the environment, or as a test's
+// gemm_narrow_tokens32_force says: 17-32 tokens in 32-token blocks where
+// paired B runs (the launch asks narrow_pairs_for).
 bool narrow_tokens32_switch();
 
 }  // namespace voltad::kernels

@@ -26,6 +26,7 @@
 #include <mma.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "kernels/cuda_check.h"
 #include "kernels/device_common.cuh"
@@ -252,6 +253,14 @@ GemmTile gemm_pick_tile(int n, int64_t rows) {
   const bool narrow_fits = (rows + 31) / 32 <= 65535;  // its grid's y dimension
   if (n <= 16 && narrow_fits) return GemmTile::N16;
   if (n <= kGemmNarrowMaxTokens && narrow_fits && (rows + 63) / 64 < 2 * int64_t(sms))
+    return GemmTile::N16;
+  // Probe (run 52): 32-token blocks of paired B decode each weight once for
+  // the whole launch; then the wide products may stay narrow too.
+  static const bool wide32 = [] {
+    const char* v = std::getenv("VOLTAD_NARROW_WIDE32");
+    return v && v[0] == '1';
+  }();
+  if (wide32 && n <= kGemmNarrowMaxTokens && narrow_fits && gemm_narrow_tokens32())
     return GemmTile::N16;
   // Cost model: waves of blocks times the work of one block, over a
   // relative efficiency of the tile (smaller tiles re-read more and keep the

@@ -123,11 +123,12 @@ void gemm_narrow_pairs_force(std::optional<WmmaPairs> order);
 bool gemm_narrow_pairs_runs(WmmaPairs order);
 // Tests: 32-token blocks for launches of 17-32 tokens on fp16 x where paired
 // B runs (true), never (false), or as VOLTAD_NARROW_TOKENS32 says (nullopt;
-// =1 in the environment: on; off by default until measured).
+// on unless it is 0).
 void gemm_narrow_tokens32_force(std::optional<bool> on);
 // Whether launches of 17-32 tokens on fp16 x take 32-token blocks: switched
-// on (VOLTAD_NARROW_TOKENS32=1 in the environment, off until measured
-// against two 16-token blocks, docs/PERFORMANCE.md run 51; or a test's
+// on (the default since run 52, docs/PERFORMANCE.md: batch 24 +2.6% and
+// +5.6%, batch 32 +1.8% and +5.1% under `portable` on the H200;
+// VOLTAD_NARROW_TOKENS32=0 turns them off; or a test's
 // gemm_narrow_tokens32_force) and paired B running at that size.
 bool gemm_narrow_tokens32();
 
