@@ -14,12 +14,6 @@ namespace {
 double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
-
-// Characters (code points) in valid UTF-8: its bytes that start one.
-int64_t utf8_length(std::string_view text) {
-  return std::count_if(text.begin(), text.end(),
-                       [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; });
-}
 }  // namespace
 
 struct Scheduler::Sequence {
@@ -421,9 +415,10 @@ void Scheduler::handle_token(Sequence& s, int32_t token, std::optional<TokenLogp
         if (h.end == s.text_made) h.end = s.text_made + first;
     }
     const int64_t start = s.text_made + int64_t(owed);
-    logprob->text_offset = s.chars_made + utf8_length(std::string_view(decoded).substr(0, owed));
+    logprob->text_offset =
+        s.chars_made + int64_t(utf8_length(std::string_view(decoded).substr(0, owed)));
     s.text_made += int64_t(decoded.size());
-    s.chars_made += utf8_length(decoded);
+    s.chars_made += int64_t(utf8_length(decoded));
     s.held_logprobs.push_back({start, s.text_made, std::move(*logprob)});
     event.logprobs = release_logprobs(s, s.stops.stopped());
   }

@@ -125,6 +125,11 @@ bool utf8_is_valid(std::string_view s) {
   return true;
 }
 
+size_t utf8_length(std::string_view s) {
+  return size_t(
+      std::count_if(s.begin(), s.end(), [](char c) { return !is_continuation(uint8_t(c)); }));
+}
+
 size_t utf8_incomplete_tail(std::string_view s) {
   // The last lead byte within 3 bytes of the end, if what follows it is a
   // valid but short prefix of its sequence.

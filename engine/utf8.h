@@ -26,6 +26,9 @@ void utf8_append(std::string& out, char32_t cp);
 
 bool utf8_is_valid(std::string_view s);
 
+// Characters (code points) in valid UTF-8: the bytes that start one.
+size_t utf8_length(std::string_view s);
+
 // How many bytes at the end of s begin a character that more bytes could
 // still complete (0 to 3).
 size_t utf8_incomplete_tail(std::string_view s);

@@ -11,6 +11,7 @@
 
 #include "engine/logprobs.h"
 #include "engine/scheduler.h"
+#include "engine/utf8.h"
 #include "tests/engine/scheduler_fixture.h"
 
 using namespace voltad;
@@ -94,10 +95,9 @@ GenerationRequest request(int32_t max_tokens, int32_t logprobs) {
   return r;
 }
 
-// Characters (code points) in valid UTF-8: text_offset's unit.
+// Characters (code points): text_offset's unit.
 int64_t chars(std::string_view text) {
-  return std::count_if(text.begin(), text.end(),
-                       [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; });
+  return int64_t(utf8_length(text));
 }
 
 // The text the tokens decode to, as the stream decoder writes it.

@@ -129,3 +129,12 @@ TEST_CASE("the class table agrees with the definitions it was generated from") {
   CHECK(unicode_canonical_composition(U'e', U'e') == 0);
   CHECK(unicode_canonical_decomposition(U'a').empty());
 }
+
+TEST_CASE("utf8_length counts characters, not bytes") {
+  CHECK(utf8_length("") == 0);
+  CHECK(utf8_length("abc") == 3);
+  CHECK(utf8_length("caf\xc3\xa9") == 4);                   // é: 2 bytes
+  CHECK(utf8_length("\xe2\x82\xac\xf0\x9f\x98\x80") == 2);  // €, 😀
+  CHECK(utf8_length("a\xef\xbf\xbd"
+                    "b") == 3);  // U+FFFD
+}
