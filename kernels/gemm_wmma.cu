@@ -249,18 +249,22 @@ GemmTile gemm_pick_tile(int n, int64_t rows) {
   // Decode-sized batches (docs/KERNEL-NOTES.md, "Narrow GEMM"): the narrow
   // kernel, which decodes every weight once per 16 tokens; from 17 tokens
   // on, a matrix with rows for two waves of 32x64 tiles runs faster on those
-  // (H200: 28672 rows at 32 tokens 104 against 219 us; 4096 rows 53 against 35).
+  // (H200: 28672 rows at 32 tokens 104 against 219 us; 4096 rows 53 against 35),
+  // unless the 32-token blocks run (below).
   const bool narrow_fits = (rows + 31) / 32 <= 65535;  // its grid's y dimension
   if (n <= 16 && narrow_fits) return GemmTile::N16;
   if (n <= kGemmNarrowMaxTokens && narrow_fits && (rows + 63) / 64 < 2 * int64_t(sms))
     return GemmTile::N16;
-  // Probe (run 52): 32-token blocks of paired B decode each weight once for
-  // the whole launch; then the wide products may stay narrow too.
-  static const bool wide32 = [] {
-    const char* v = std::getenv("VOLTAD_NARROW_WIDE32");
-    return v && v[0] == '1';
+  // Where the 32-token blocks of paired B run (they decode each weight once
+  // for the whole launch), the wide products stay narrow up to 24 tokens.
+  // Run 53 (H100, Llama-3-8B Q4_K_M / Q4_0, portable, end to end): 17
+  // tokens +3.6% / +2.8%, 24 +3.2% / +2.9%, 32 -0.4% / -2.1%.
+  // VOLTAD_NARROW_WIDE_MAX=N moves the bound (16: the tiles from 17 tokens).
+  static const int wide_max = [] {
+    const char* v = std::getenv("VOLTAD_NARROW_WIDE_MAX");
+    return v && *v ? std::atoi(v) : 24;
   }();
-  if (wide32 && n <= kGemmNarrowMaxTokens && narrow_fits && gemm_narrow_tokens32())
+  if (n <= wide_max && n <= kGemmNarrowMaxTokens && narrow_fits && gemm_narrow_tokens32())
     return GemmTile::N16;
   // Cost model: waves of blocks times the work of one block, over a
   // relative efficiency of the tile (smaller tiles re-read more and keep the
