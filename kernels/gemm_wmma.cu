@@ -256,13 +256,14 @@ GemmTile gemm_pick_tile(int n, int64_t rows) {
   if (n <= kGemmNarrowMaxTokens && narrow_fits && (rows + 63) / 64 < 2 * int64_t(sms))
     return GemmTile::N16;
   // Where the 32-token blocks of paired B run (they decode each weight once
-  // for the whole launch), the wide products stay narrow up to 24 tokens.
+  // for the whole launch), the wide products stay narrow up to 28 tokens.
   // Run 53 (H100, Llama-3-8B Q4_K_M / Q4_0, portable, end to end): 17
-  // tokens +3.6% / +2.8%, 24 +3.2% / +2.9%, 32 -0.4% / -2.1%.
-  // VOLTAD_NARROW_WIDE_MAX=N moves the bound (16: the tiles from 17 tokens).
+  // tokens +3.6% / +2.8%, 24 +3.2% / +2.9%, 28 +4.7% / +2.7%, 32 -0.9% /
+  // -2.1% (29-31 unmeasured). VOLTAD_NARROW_WIDE_MAX=N moves the bound (16:
+  // the tiles from 17 tokens).
   static const int wide_max = [] {
     const char* v = std::getenv("VOLTAD_NARROW_WIDE_MAX");
-    return v && *v ? std::atoi(v) : 24;
+    return v && *v ? std::atoi(v) : 28;
   }();
   if (n <= wide_max && n <= kGemmNarrowMaxTokens && narrow_fits && gemm_narrow_tokens32())
     return GemmTile::N16;
