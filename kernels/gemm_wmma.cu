@@ -265,7 +265,14 @@ GemmTile gemm_pick_tile(int n, int64_t rows) {
     const char* v = std::getenv("VOLTAD_NARROW_WIDE_MAX");
     return v && *v ? std::atoi(v) : 28;
   }();
-  if (n <= wide_max && n <= kGemmNarrowMaxTokens && narrow_fits && gemm_narrow_tokens32())
+  // Probe (run 53): VOLTAD_NARROW_WIDE_ROWS=R keeps products of more rows
+  // (the lm head) in the tiles.
+  static const int64_t wide_rows = [] {
+    const char* v = std::getenv("VOLTAD_NARROW_WIDE_ROWS");
+    return v && *v ? std::atoll(v) : int64_t(1) << 40;
+  }();
+  if (n <= wide_max && rows <= wide_rows && n <= kGemmNarrowMaxTokens && narrow_fits &&
+      gemm_narrow_tokens32())
     return GemmTile::N16;
   // Cost model: waves of blocks times the work of one block, over a
   // relative efficiency of the tile (smaller tiles re-read more and keep the
