@@ -247,32 +247,33 @@ void launch_format(const GemmArgs& a, GemmTile tile, cudaStream_t stream) {
 GemmTile gemm_pick_tile(int n, int64_t rows) {
   const int sms = device_sm_count();
   // Decode-sized batches (docs/KERNEL-NOTES.md, "Narrow GEMM"): the narrow
-  // kernel, which decodes every weight once per 16 tokens; from 17 tokens
-  // on, a matrix with rows for two waves of 32x64 tiles runs faster on those
-  // (H200: 28672 rows at 32 tokens 104 against 219 us; 4096 rows 53 against 35),
-  // unless the 32-token blocks run (below).
+  // kernel, which decodes every weight once per 16 tokens (32 where the
+  // 32-token blocks of paired B run).
   const bool narrow_fits = (rows + 31) / 32 <= 65535;  // its grid's y dimension
-  if (n <= 16 && narrow_fits) return GemmTile::N16;
-  if (n <= kGemmNarrowMaxTokens && narrow_fits && (rows + 63) / 64 < 2 * int64_t(sms))
-    return GemmTile::N16;
-  // Where the 32-token blocks of paired B run (they decode each weight once
-  // for the whole launch), the wide products stay narrow up to 28 tokens.
-  // Run 53 (H100, Llama-3-8B Q4_K_M / Q4_0, portable, end to end): 17
-  // tokens +3.6% / +2.8%, 24 +3.2% / +2.9%, 28 +4.7% / +2.7%, 32 -0.9% /
-  // -2.1% (29-31 unmeasured). VOLTAD_NARROW_WIDE_MAX=N moves the bound (16:
-  // the tiles from 17 tokens).
+  // The lm head's rows (kGemmHeadRows and more): the 32x64 tiles from 17
+  // tokens (run 53, H100, 128,256 x 4,096 Q6_K at 32 tokens: 451 us against
+  // the narrow kernel's 922). VOLTAD_NARROW_HEAD_TILES_FROM=N: from N tokens.
+  static const int head_tiles_from = [] {
+    const char* v = std::getenv("VOLTAD_NARROW_HEAD_TILES_FROM");
+    return v && *v ? std::atoi(v) : 17;
+  }();
+  const bool head = rows >= kGemmHeadRows;
+  const bool narrow = narrow_fits && !(head && n >= head_tiles_from);
+  if (n <= 16 && narrow) return GemmTile::N16;
+  // From 17 tokens, a matrix with rows for two waves of 32x64 tiles ran
+  // faster on those with 16-token blocks (H200: 28672 rows at 32 tokens 104
+  // against 219 us; 4096 rows 53 against 35), but not with the 32-token
+  // blocks: run 53 (H100, portable, end to end, gate|up narrow and the lm
+  // head in the tiles, against both in the tiles): Llama-3-8B Q4_K_M / Q4_0
+  // 17 tokens +8.1% / +9.5%, 24 +8.0% / +8.9%, 32 +4.9% / +4.0%.
+  // VOLTAD_NARROW_WIDE_MAX=16 gives the tiles from 17 tokens again.
   static const int wide_max = [] {
     const char* v = std::getenv("VOLTAD_NARROW_WIDE_MAX");
-    return v && *v ? std::atoi(v) : 28;
+    return v && *v ? std::atoi(v) : kGemmNarrowMaxTokens;
   }();
-  // Probe (run 53): VOLTAD_NARROW_WIDE_ROWS=R keeps products of more rows
-  // (the lm head) in the tiles.
-  static const int64_t wide_rows = [] {
-    const char* v = std::getenv("VOLTAD_NARROW_WIDE_ROWS");
-    return v && *v ? std::atoll(v) : int64_t(1) << 40;
-  }();
-  if (n <= wide_max && rows <= wide_rows && n <= kGemmNarrowMaxTokens && narrow_fits &&
-      gemm_narrow_tokens32())
+  const bool wide_narrow = n <= wide_max && gemm_narrow_tokens32();
+  if (n <= kGemmNarrowMaxTokens && narrow &&
+      (wide_narrow || (rows + 63) / 64 < 2 * int64_t(sms)))
     return GemmTile::N16;
   // Cost model: waves of blocks times the work of one block, over a
   // relative efficiency of the tile (smaller tiles re-read more and keep the

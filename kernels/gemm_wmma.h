@@ -36,6 +36,10 @@ namespace voltad::kernels {
 
 constexpr int kGemmMinTokens = 4;         // below this, launch_matvec is faster (H200, portable)
 constexpr int kGemmNarrowMaxTokens = 32;  // up to this, launch_gemm picks the narrow kernel
+// Products of this many rows or more (an lm head: 128,256 rows for Llama-3,
+// 151,936 for Qwen3; the widest gate|up, Llama-3-70B's, has 57,344) take
+// the tiles from 17 tokens (gemm_pick_tile).
+constexpr int64_t kGemmHeadRows = 65536;
 
 struct GemmArgs {
   PackedMatrixView w;        // (rows, cols), on the device
