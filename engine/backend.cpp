@@ -4,6 +4,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "engine/logprobs.h"
+
 namespace voltad {
 
 Status validate_chunks(std::span<const BatchChunk> chunks, int64_t n_vocab,
@@ -30,6 +32,8 @@ Status validate_chunks(std::span<const BatchChunk> chunks, int64_t n_vocab,
                         std::to_string(kMaxCandidates));
     if (c.top_k > 0 && c.logits != BatchChunk::Logits::Last)
       return make_error(where + ": candidates (top_k) are for the last token's logits only");
+    if (c.log_z && c.top_k == 0)
+      return make_error(where + ": a row's normalizer (log_z) comes with candidates (top_k)");
     for (size_t j = 0; j < i; ++j)
       if (chunks[j].seq_id == c.seq_id)
         return make_error(where + ": the sequence appears twice in one step");
@@ -43,10 +47,20 @@ int32_t candidate_k_of(std::span<const BatchChunk> chunks) {
   return k;
 }
 
+bool log_z_wanted(std::span<const BatchChunk> chunks) {
+  return std::any_of(chunks.begin(), chunks.end(),
+                     [](const BatchChunk& c) { return c.top_k > 0 && c.log_z; });
+}
+
 void select_candidates(std::span<const float> rows, int64_t n_rows, int64_t n_vocab, int32_t k,
-                       ForwardOutput& out) {
+                       bool log_z, ForwardOutput& out) {
   out.candidate_k = k;
   out.n_candidate_rows = n_rows;
+  out.candidate_log_z.clear();
+  if (log_z)
+    for (int64_t r = 0; r < n_rows; ++r)
+      out.candidate_log_z.push_back(
+          float(row_log_normalizer(rows.subspan(size_t(r * n_vocab), size_t(n_vocab)))));
   out.candidate_ids.resize(size_t(n_rows * k));
   out.candidate_logits.resize(size_t(n_rows * k));
   std::vector<int32_t> ids(static_cast<size_t>(n_vocab));
@@ -75,7 +89,7 @@ void set_output_rows(std::span<const BatchChunk> chunks, std::vector<float>&& al
   if (k == 0) {
     out.logits = std::move(all_rows);
     out.n_rows = int64_t(out.logits.size()) / std::max<int64_t>(n_vocab, 1);
-    select_candidates({}, 0, n_vocab, 0, out);
+    select_candidates({}, 0, n_vocab, 0, false, out);
     return;
   }
   std::vector<float> full, wanted;
@@ -92,7 +106,8 @@ void set_output_rows(std::span<const BatchChunk> chunks, std::vector<float>&& al
   }
   out.logits = std::move(full);
   out.n_rows = int64_t(out.logits.size() / row_floats);
-  select_candidates(wanted, int64_t(wanted.size() / row_floats), n_vocab, k, out);
+  select_candidates(wanted, int64_t(wanted.size() / row_floats), n_vocab, k, log_z_wanted(chunks),
+                    out);
 }
 
 }  // namespace voltad

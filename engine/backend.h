@@ -32,6 +32,9 @@ struct BatchChunk {
   // top_k pairs across PCIe instead of the whole vocabulary. At most
   // kMaxCandidates.
   int32_t top_k = 0;
+  // With top_k > 0: also the log of the row's softmax normalizer,
+  // ForwardOutput::candidate_log_z (log-probabilities without the row).
+  bool log_z = false;
 };
 
 constexpr int32_t kMaxCandidates = 64;
@@ -51,6 +54,9 @@ struct ForwardOutput {
   std::vector<float> candidate_logits;
   int64_t n_candidate_rows = 0;
   int32_t candidate_k = 0;
+  // One per candidate row when a chunk of the step asked for it
+  // (BatchChunk::log_z), else empty: log(sum(exp(logit))) over the row.
+  std::vector<float> candidate_log_z;
 
   std::span<const float> row(int64_t i) const {
     return std::span<const float>(logits).subspan(size_t(i * n_vocab), size_t(n_vocab));
@@ -68,11 +74,15 @@ struct ForwardOutput {
 // The largest top_k among chunks that ask for candidates (0: none do).
 int32_t candidate_k_of(std::span<const BatchChunk> chunks);
 
+// Whether a chunk of the step asks for its row's normalizer (log_z).
+bool log_z_wanted(std::span<const BatchChunk> chunks);
+
 // Fills out's candidate rows from full logits rows: row r of `rows`
 // (n_vocab floats each) becomes candidate row r, the k best, best first, ties
-// to the lower id. What a backend without a faster way does.
+// to the lower id, and with `log_z` its normalizer too. What a backend
+// without a faster way does.
 void select_candidates(std::span<const float> rows, int64_t n_rows, int64_t n_vocab, int32_t k,
-                       ForwardOutput& out);
+                       bool log_z, ForwardOutput& out);
 
 // Sets out from the logits of every requested row (chunk order, n_vocab
 // each): full rows where chunks want them, candidates where they ask for top_k.

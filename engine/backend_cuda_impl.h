@@ -28,6 +28,7 @@
 #include "kernels/gather.h"
 #include "kernels/gemm_sm80.h"
 #include "kernels/gemm_wmma.h"
+#include "kernels/log_sum_exp.h"
 #include "kernels/matvec.h"
 #include "kernels/norm.h"
 #include "kernels/rope.h"

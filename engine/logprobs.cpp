@@ -7,15 +7,15 @@
 
 namespace voltad {
 
-TokenLogprob token_logprob(std::span<const float> logits, int32_t chosen, int32_t top_n) {
-  VOLTAD_CHECK(!logits.empty() && chosen >= 0 && size_t(chosen) < logits.size() && top_n >= 0 &&
-               top_n <= kMaxTopLogprobs);
+double row_log_normalizer(std::span<const float> logits) {
+  VOLTAD_CHECK(!logits.empty());
   // log(sum(exp(l))) = max + log(sum(exp(l - max))): each term in float
   // (in (0, 1]), summed in double over 8 lanes. About 0.4 ms for a row of
-  // 128k on a slow core, paid only by a request that asks (double exp took
-  // half as long again).
+  // 128k on a slow core, paid only by a request that asks and whose row
+  // comes whole (double exp took half as long again).
   float max = logits[0];
   for (float l : logits) max = l > max ? l : max;
+  if (max == -INFINITY) return -INFINITY;
   double lanes[8] = {};
   size_t i = 0;
   for (; i + 8 <= logits.size(); i += 8)
@@ -23,7 +23,13 @@ TokenLogprob token_logprob(std::span<const float> logits, int32_t chosen, int32_
   for (; i < logits.size(); ++i) lanes[0] += double(std::exp(logits[i] - max));
   double sum = 0;
   for (double lane : lanes) sum += lane;
-  const double log_z = double(max) + std::log(sum);
+  return double(max) + std::log(sum);
+}
+
+TokenLogprob token_logprob(std::span<const float> logits, int32_t chosen, int32_t top_n) {
+  VOLTAD_CHECK(!logits.empty() && chosen >= 0 && size_t(chosen) < logits.size() && top_n >= 0 &&
+               top_n <= kMaxTopLogprobs);
+  const double log_z = row_log_normalizer(logits);
   auto logprob = [&](int32_t id) { return float(double(logits[size_t(id)]) - log_z); };
 
   TokenLogprob out;
@@ -50,6 +56,21 @@ TokenLogprob token_logprob(std::span<const float> logits, int32_t chosen, int32_
   }
   out.top.reserve(best.size());
   for (int32_t id : best) out.top.emplace_back(id, logprob(id));
+  return out;
+}
+
+TokenLogprob candidate_logprob(std::span<const int32_t> ids, std::span<const float> logits,
+                               double log_z, int32_t chosen, int32_t top_n) {
+  VOLTAD_CHECK(ids.size() == logits.size() && top_n >= 0 && top_n <= kMaxTopLogprobs &&
+               size_t(top_n) <= ids.size());
+  const auto at = std::find(ids.begin(), ids.end(), chosen);
+  VOLTAD_CHECK(at != ids.end());  // the sampler chose among the candidates
+  auto logprob = [&](size_t i) { return float(double(logits[i]) - log_z); };
+  TokenLogprob out;
+  out.token = chosen;
+  out.logprob = logprob(size_t(at - ids.begin()));
+  out.top.reserve(size_t(top_n));
+  for (size_t i = 0; i < size_t(top_n); ++i) out.top.emplace_back(ids[i], logprob(i));
   return out;
 }
 

@@ -23,8 +23,19 @@ struct TokenLogprob {
   int64_t text_offset = 0;
 };
 
+// log(sum(exp(l))) over a row (at least one value, finite or -inf): what a
+// logit less is its log-probability.
+double row_log_normalizer(std::span<const float> logits);
+
 // `logits`: one row as the model made it (at least one value, finite).
 // `top_n` in [0, kMaxTopLogprobs].
 TokenLogprob token_logprob(std::span<const float> logits, int32_t chosen, int32_t top_n);
+
+// The same from a row's best tokens alone (a backend's candidates: ids and
+// their logits, best first, ties to the lower id, at least top_n of them and
+// the chosen token among them) and the row's log_z (row_log_normalizer, or
+// the GPU's): what a request with logprobs needs without the whole row.
+TokenLogprob candidate_logprob(std::span<const int32_t> ids, std::span<const float> logits,
+                               double log_z, int32_t chosen, int32_t top_n);
 
 }  // namespace voltad

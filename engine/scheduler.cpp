@@ -313,9 +313,15 @@ bool Scheduler::step() {
     c.tokens =
         std::span<const int32_t>(p.seq->tokens).subspan(size_t(p.seq->n_cached), size_t(p.n));
     c.logits = p.n == p.seq->uncached() ? BatchChunk::Logits::Last : BatchChunk::Logits::None;
-    // Log-probabilities need the whole row (its normalizer).
-    if (c.logits == BatchChunk::Logits::Last)
-      c.top_k = p.seq->request.logprobs >= 0 ? 0 : p.seq->sampler.candidates_needed(kMaxCandidates);
+    if (c.logits == BatchChunk::Logits::Last) {
+      // Where the sampler chooses among the best few (greedy, top_k), so can
+      // log-probabilities: those few, at least as many as the request lists,
+      // and the row's normalizer, not the whole row.
+      const int32_t wanted = p.seq->sampler.candidates_needed(kMaxCandidates);
+      const int32_t listed = p.seq->request.logprobs;
+      c.top_k = listed < 0 || wanted == 0 ? wanted : std::max(wanted, std::max(listed, 1));
+      c.log_z = listed >= 0 && c.top_k > 0;
+    }
     chunks.push_back(c);
   }
   Status forwarded = backend_.forward(chunks, out_);
@@ -341,8 +347,14 @@ bool Scheduler::step() {
     std::optional<TokenLogprob> logprob;
     if (chunks[i].top_k > 0) {
       VOLTAD_CHECK(candidate_row < out_.n_candidate_rows);
-      token = s.sampler.sample_candidates(out_.candidate_row_ids(candidate_row),
-                                          out_.candidate_row_logits(candidate_row));
+      const auto ids = out_.candidate_row_ids(candidate_row);
+      const auto values = out_.candidate_row_logits(candidate_row);
+      token = s.sampler.sample_candidates(ids, values);
+      if (s.request.logprobs >= 0) {
+        VOLTAD_CHECK(size_t(candidate_row) < out_.candidate_log_z.size());
+        logprob = candidate_logprob(ids, values, out_.candidate_log_z[size_t(candidate_row)], token,
+                                    s.request.logprobs);
+      }
       ++candidate_row;
     } else {
       VOLTAD_CHECK(row < out_.n_rows);

@@ -38,7 +38,7 @@ TEST_CASE("select_candidates: the k best, best first, ties to the lower id, NaN 
                              0.5f,
                              -1.0f};
   ForwardOutput out;
-  select_candidates(rows, 2, 5, 4, out);
+  select_candidates(rows, 2, 5, 4, false, out);
   REQUIRE(out.n_candidate_rows == 2);
   REQUIRE(out.candidate_k == 4);
   CHECK(std::vector<int32_t>(out.candidate_row_ids(0).begin(), out.candidate_row_ids(0).end()) ==
@@ -73,6 +73,14 @@ TEST_CASE("set_output_rows: full rows and candidate rows each in chunk order") {
   // Row 0 is {0, 1, 2, 3, 4, 5} permuted by v*7 % 6 = v: ids 5 then 4.
   CHECK(out.candidate_row_ids(0)[0] == 5);
   CHECK(out.candidate_row_ids(0)[1] == 4);
+  CHECK(out.candidate_log_z.empty());  // no chunk asked for it
+  // With the normalizer: log(e^0 + ... + e^5) for the candidate row.
+  chunks[0].log_z = true;
+  set_output_rows(chunks, std::vector<float>(all), vocab, out);
+  REQUIRE(out.candidate_log_z.size() == 1);
+  double z = 0;
+  for (int v = 0; v < vocab; ++v) z += std::exp(double(v));
+  CHECK(out.candidate_log_z[0] == doctest::Approx(std::log(z)).epsilon(1e-6));
 }
 
 TEST_CASE("the sampler picks the same token from its candidates as from the whole row") {
@@ -100,7 +108,7 @@ TEST_CASE("the sampler picks the same token from its candidates as from the whol
     for (int i = 0; i < 200; ++i) {
       std::vector<float> row = random_row(rng, 1000);
       ForwardOutput out;
-      select_candidates(row, 1, int64_t(row.size()), k, out);
+      select_candidates(row, 1, int64_t(row.size()), k, false, out);
       const int32_t a = whole.sample(row, {}, 0);
       const int32_t b =
           from_candidates.sample_candidates(out.candidate_row_ids(0), out.candidate_row_logits(0));

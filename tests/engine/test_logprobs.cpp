@@ -169,8 +169,124 @@ TEST_CASE("logit_bias steers the choice, not the reported log-probabilities") {
   for (const TokenLogprob& t : biased.logprobs) CHECK(t.token == forced);
   // At the first step both runs saw the same row: its top token and the
   // forced one's log-probability as the model gave them.
-  CHECK(biased.logprobs[0].top[0] == plain.logprobs[0].top[0]);
+  CHECK(biased.logprobs[0].top[0].first == plain.logprobs[0].top[0].first);
+  CHECK(biased.logprobs[0].top[0].second ==
+        doctest::Approx(plain.logprobs[0].top[0].second).epsilon(1e-5));
   CHECK(biased.logprobs[0].logprob < -0.01f);
+}
+
+TEST_CASE("candidate_logprob: the same as token_logprob from the best ids and the normalizer") {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<float> row(3000);
+  for (float& l : row) l = std::round(normal(rng) * 4.0f) / 4.0f;  // ties among the best
+  ForwardOutput out;
+  select_candidates(row, 1, int64_t(row.size()), 32, true, out);
+  REQUIRE(out.candidate_log_z.size() == 1);
+  CHECK(double(out.candidate_log_z[0]) == doctest::Approx(row_log_normalizer(row)).epsilon(1e-6));
+  const auto ids = out.candidate_row_ids(0);
+  for (int32_t top_n : {0, 1, 7, kMaxTopLogprobs})
+    for (size_t pick : {size_t(0), size_t(5), size_t(31)}) {
+      CAPTURE(top_n);
+      CAPTURE(pick);
+      const TokenLogprob a = token_logprob(row, ids[pick], top_n);
+      const TokenLogprob b = candidate_logprob(ids, out.candidate_row_logits(0),
+                                               out.candidate_log_z[0], ids[pick], top_n);
+      CHECK(b.token == a.token);
+      CHECK(b.logprob == doctest::Approx(a.logprob).epsilon(1e-5));
+      REQUIRE(b.top.size() == a.top.size());
+      for (size_t i = 0; i < a.top.size(); ++i) {
+        CHECK(b.top[i].first == a.top[i].first);
+        CHECK(b.top[i].second == doctest::Approx(a.top[i].second).epsilon(1e-5));
+      }
+    }
+  // A row of -inf only has no finite normalizer; the kernel says the same.
+  const std::vector<float> none(4, -INFINITY);
+  CHECK(row_log_normalizer(none) == -INFINITY);
+}
+
+TEST_CASE("a backend gives a row's normalizer with its candidates, and only with them") {
+  auto backend = fixture().backend(128, 1);
+  const std::vector<int32_t> prompt = {5, 6, 7, 8};
+  REQUIRE(backend->kv_pool().reserve(0, int64_t(prompt.size())));
+  std::vector<BatchChunk> chunks(1);
+  chunks[0].tokens = prompt;
+  ForwardOutput whole, best;
+  REQUIRE(backend->forward(chunks, whole).ok());
+  REQUIRE(whole.n_rows == 1);
+  chunks[0].log_z = true;
+  const Status refused = backend->forward(chunks, best);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().message.find("log_z") != std::string::npos);
+  chunks[0].top_k = 4;
+  REQUIRE(backend->forward(chunks, best).ok());
+  REQUIRE(best.candidate_log_z.size() == 1);
+  CHECK(double(best.candidate_log_z[0]) ==
+        doctest::Approx(row_log_normalizer(whole.row(0))).epsilon(1e-6));
+}
+
+namespace {
+
+// The fixture's model, with the chunks of each step written down.
+class RecordingBackend final : public Backend {
+ public:
+  explicit RecordingBackend(Backend& inner) : inner_(inner) {}
+  std::string name() const override { return "recording"; }
+  Status forward(std::span<const BatchChunk> chunks, ForwardOutput& out) override {
+    seen.insert(seen.end(), chunks.begin(), chunks.end());
+    return inner_.forward(chunks, out);
+  }
+  KvBlockPool& kv_pool() override { return inner_.kv_pool(); }
+  std::vector<BatchChunk> seen;
+
+ private:
+  Backend& inner_;
+};
+
+Run run_recorded(const GenerationRequest& r, std::vector<BatchChunk>& seen) {
+  auto backend = fixture().backend(128, 1);
+  RecordingBackend recording(*backend);
+  Scheduler s(recording, *fixture().tokenizer, SchedulerOptions{});
+  Run run = submit_and_run(s, r);
+  seen = std::move(recording.seen);
+  return run;
+}
+
+}  // namespace
+
+// Greedy and top_k sampling choose among a row's best few: a request with
+// logprobs then asks for those (at least as many as it lists) and the row's
+// normalizer, not the whole row across PCIe. A logit_bias needs the row: the
+// same answer and log-probabilities the other way.
+TEST_CASE("logprobs come from the candidates and the normalizer where the sampler allows") {
+  for (int32_t top_k : {0, 3, 30}) {
+    CAPTURE(top_k);
+    GenerationRequest r = request(8, 5);
+    if (top_k > 0) r.sampling.temperature = 0.8f, r.sampling.top_k = top_k, r.sampling.seed = 9;
+    std::vector<BatchChunk> seen;
+    const Run fast = run_recorded(r, seen);
+    REQUIRE_FALSE(seen.empty());
+    for (const BatchChunk& c : seen)
+      if (c.logits == BatchChunk::Logits::Last) {
+        CHECK(c.top_k == std::max(top_k, 5));
+        CHECK(c.log_z);
+      }
+    r.sampling.logit_bias = {{3, 0.0f}};
+    const Run whole = run_recorded(r, seen);
+    for (const BatchChunk& c : seen) CHECK(c.top_k == 0);
+    CHECK(whole.text == fast.text);
+    REQUIRE(whole.logprobs.size() == fast.logprobs.size());
+    for (size_t i = 0; i < fast.logprobs.size(); ++i) {
+      CHECK(fast.logprobs[i].token == whole.logprobs[i].token);
+      CHECK(fast.logprobs[i].logprob == doctest::Approx(whole.logprobs[i].logprob).epsilon(1e-5));
+      REQUIRE(fast.logprobs[i].top.size() == 5);
+      for (size_t j = 0; j < 5; ++j) {
+        CHECK(fast.logprobs[i].top[j].first == whole.logprobs[i].top[j].first);
+        CHECK(fast.logprobs[i].top[j].second ==
+              doctest::Approx(whole.logprobs[i].top[j].second).epsilon(1e-5));
+      }
+    }
+  }
 }
 
 TEST_CASE("logprobs beyond the limit are refused") {

@@ -29,6 +29,7 @@
 #include "engine/backend_cuda.h"
 #include "engine/chat_template.h"
 #include "engine/generate.h"
+#include "engine/logprobs.h"
 #include "engine/tokenizer.h"
 #include "engine/vram_plan.h"
 #include "kernels/gemm_sm80.h"
@@ -290,6 +291,17 @@ TEST_CASE("SmolLM2 on CUDA: greedy text as the reference, batched and single agr
     }
     CHECK(ids[0] == std::max_element(full.begin(), full.end()) - full.begin());
   }
+  CHECK(mixed.candidate_log_z.empty());  // none asked
+  // With the rows' normalizers (logprobs without the rows): one a candidate row.
+  chunks[2].log_z = true;
+  ForwardOutput normalized;
+  REQUIRE(cuda->forward(chunks, normalized).ok());
+  REQUIRE(normalized.n_candidate_rows == 2);
+  REQUIRE(normalized.candidate_log_z.size() == 2);
+  for (int64_t r = 0; r < 2; ++r)
+    CHECK(double(normalized.candidate_log_z[size_t(r)]) ==
+          doctest::Approx(row_log_normalizer(batched.row(r + 1))).epsilon(1e-5));
+  chunks[2].log_z = false;
   chunks[1].top_k = chunks[2].top_k = 0;
   // Batched and alone run different kernel variants (rows per warp, batch
   // slices, GEMM from 25 tokens), so their fp32 sums differ in order: ~1e-3

@@ -1,6 +1,7 @@
 // GPU top-k against a CPU selection: one pass (rows of at most 4096 values)
 // and two (longer rows, vocabulary sizes of real models), every k shape,
-// rows with repeated values (ties to the lower index), -inf and NaN.
+// rows with repeated values (ties to the lower index), -inf and NaN; and
+// the rows' normalizers beside them (kernels/log_sum_exp.h).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "kernels/log_sum_exp.h"
 #include "kernels/topk.h"
 #include "tests/kernels/gpu_test_util.h"
 
@@ -90,4 +92,41 @@ TEST_CASE("topk: vocabulary-sized rows (two passes)") {
   check_topk(8, 128256, 40, false);  // Llama 3, a decode batch of 8
   check_topk(2, 151936, 64, true);   // Qwen, many ties
   check_topk(1, 262144, 64, false);  // the limit at k = 64
+}
+
+// The normalizer that comes with the candidates (kernels/log_sum_exp.h),
+// against the host's double sum: large values (the max must come out),
+// vocabulary-sized rows, a row stride beyond n, -inf among the values, a
+// row of -inf only.
+TEST_CASE("row_log_sum_exp: log(sum(exp(x))) of each row") {
+  for (int64_t n : {int64_t(1), int64_t(300), int64_t(128256), int64_t(151936)}) {
+    CAPTURE(n);
+    const int rows = 4;
+    const int64_t ld = n + 5;
+    std::vector<float> x = random_floats(size_t(rows * ld), 6.0f);
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (i % 97 == 3) x[i] = -INFINITY;
+      if (i / size_t(ld) == 1) x[i] += 60.0f;  // row 1 large
+    }
+    for (int64_t i = 0; i < n; ++i) x[size_t(2 * ld + i)] = -INFINITY;  // row 2: -inf only
+    x[size_t(3 * ld)] = 5.0f;  // row 3 starts with a number, whatever row 0's first is
+    DeviceBuffer<float> d_x(x), d_out{size_t(rows)};
+    poison(d_out);
+    kernels::launch_row_log_sum_exp(d_x.get(), ld, rows, n, d_out.get(), nullptr);
+    CUDA_CHECK(cudaGetLastError());
+    const std::vector<float> got = d_out.download();
+    for (int r = 0; r < rows; ++r) {
+      CAPTURE(r);
+      const float* row = x.data() + size_t(r) * size_t(ld);
+      double max = -INFINITY;
+      for (int64_t i = 0; i < n; ++i) max = std::max(max, double(row[i]));
+      if (max == -INFINITY) {
+        CHECK(got[size_t(r)] == -INFINITY);
+        continue;
+      }
+      double sum = 0;
+      for (int64_t i = 0; i < n; ++i) sum += std::exp(double(row[i]) - max);
+      CHECK(got[size_t(r)] == doctest::Approx(max + std::log(sum)).epsilon(1e-6));
+    }
+  }
 }
