@@ -203,6 +203,21 @@ TEST_CASE("CUDA logits follow transformers on every tiny fixture model") {
           auto r = out.row(0);
           CHECK(std::max_element(r.begin(), r.end()) - r.begin() == std::max_element(ref.begin(), ref.end()) - ref.begin());
         }
+        // The same position again (its KV written again, the same up to the
+        // order of split sums), now as
+        // candidates with the row's normalizer (logprobs without the row):
+        // the GPU top-k and kernels/log_sum_exp.cu against this row.
+        one.top_k = 8;
+        one.log_z = true;
+        one.logits = BatchChunk::Logits::Last;
+        ForwardOutput best;
+        REQUIRE(backend->forward(std::span<const BatchChunk>(&one, 1), best).ok());
+        REQUIRE(best.candidate_log_z.size() == 1);
+        auto row = out.row(0);
+        CHECK(best.candidate_row_logits(0)[0] ==
+              doctest::Approx(*std::max_element(row.begin(), row.end())).epsilon(1e-5));
+        CHECK(double(best.candidate_log_z[0]) ==
+              doctest::Approx(row_log_normalizer(row)).epsilon(1e-5));
       }
       backend->kv_pool().release(0);
     }
