@@ -66,7 +66,12 @@ class Sampler {
   // Softmax at the temperature over candidates_ (sorted, cut to top-k), then
   // min-p, top-p, and the draw.
   int32_t draw();
+  // The same over a whole row without top-k: no order (no top-p either),
+  // or candidates_ (the row, unsorted) with top-p.
+  int32_t draw_row(std::span<const float> logits);
+  int32_t draw_nucleus();
   std::vector<std::pair<float, int32_t>> candidates_;
+  std::vector<float> weights_;
 };
 
 // The index of the largest value (the lowest index among ties).

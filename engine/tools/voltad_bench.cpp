@@ -1,6 +1,7 @@
 // voltad-bench: how fast the engine runs a model on this GPU.
 //
 //   voltad-bench -m MODEL.gguf [-p 512] [-n 128] [-b 1,2,4,8,16] [--ctx N] [--json]
+//   voltad-bench --sampling [--vocab 128256] [--json]
 //
 // Prefill: tokens/s for one prompt of -p tokens. Decode: for each batch size
 // b, b sequences at context --ctx decode -n steps together; tokens/s per
@@ -9,6 +10,8 @@
 // and that as a fraction of the device's copy bandwidth measured first.
 // Warm-up steps are excluded; times are medians. Speed does not depend on
 // the values, so random-weight models (voltad-mkmodel) measure real shapes.
+// --sampling times the host's side of a step instead: choosing a token for
+// one sequence under several sampling settings (engine/sampler_timing.h).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -23,6 +26,7 @@
 #include "engine/kv_block_pool.h"
 #endif
 #include "engine/model.h"
+#include "engine/sampler_timing.h"
 #include "engine/whole_number.h"
 
 namespace {
@@ -33,6 +37,7 @@ constexpr const char* kUsage =
     "[--json]\n"
     "                    [--max-context N] [--device-time]\n"
     "                    [--omit norms,rope,attention,swiglu,matvecs|qkv,wo,gate_up,down,output]\n"
+    "       voltad-bench --sampling [--vocab N] [--json]\n"
     "  --kernels: auto (per-architecture variants where the card has them, the\n"
     "             default) or portable (only what a V100 runs)\n"
     "  --top-k K: each decode step returns the K best logits per sequence, as the\n"
@@ -48,7 +53,10 @@ constexpr const char* kUsage =
     "  --device-time: events around each decode step's device work; the rows\n"
     "             add the median device time and the median of the rest, the\n"
     "             host's time outside the events (preparing the step, waking\n"
-    "             from its sync; launches after the first event count as device)\n";
+    "             from its sync; launches after the first event count as device)\n"
+    "  --sampling: no model or GPU: the host's time to choose one sequence's token\n"
+    "             (and its logprobs from a whole row), per sampling setting, for a\n"
+    "             row of --vocab logits (default 128256, Llama 3's; 64 to 1048576)\n";
 constexpr const char* kOmitKinds[] = {"norms", "rope", "attention", "swiglu", "matvecs",
                                       "qkv",   "wo",   "gate_up",   "down",   "output"};
 
@@ -95,6 +103,8 @@ int main(int argc, char** argv) {
   std::vector<int> batches = {1, 2, 4, 8, 16};
   bool json = false, kv_int8 = false, graphs = true, device_time = false;
   std::string kernel_set = "auto", omit_list;
+  bool sampling = false;
+  int vocab = 128256;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -116,7 +126,12 @@ int main(int argc, char** argv) {
     else if (a == "--repeat") { if (!count(repeat, 1, 1000)) return 64; }
     else if (a == "--max-context") { if (!count(max_context, 16, 1 << 20)) return 64; }
     else if (a == "--json") json = true;
-    else if (a == "--no-graphs") graphs = false;
+    else if (a == "--sampling")
+      sampling = true;
+    else if (a == "--vocab") {
+      if (!count(vocab, 64, 1 << 20)) return 64;
+    } else if (a == "--no-graphs")
+      graphs = false;
     else if (a == "--device-time")
       device_time = true;
     else if (a == "--top-k") { if (!count(top_k, 0, 64)) return 64; }
@@ -157,6 +172,21 @@ int main(int argc, char** argv) {
     else if (a == "--version")
       return std::printf("voltad-bench %s\n", VOLTAD_VERSION), 0;
     else return std::fprintf(stderr, "voltad-bench: unknown argument '%s'\n%s", a.c_str(), kUsage), 64;
+  }
+  if (sampling) {
+    const auto timings = voltad::time_sampling(vocab, 200);
+    if (json) {
+      std::printf("{\"vocab\": %d, \"sampling_ms_per_token\": {", vocab);
+      for (size_t i = 0; i < timings.size(); ++i)
+        std::printf("%s\"%s\": %.4f", i ? ", " : "", timings[i].setting.c_str(),
+                    timings[i].ms_per_token);
+      std::printf("}}\n");
+    } else {
+      std::printf("host time to choose one sequence's token, a row of %d logits:\n", vocab);
+      for (const auto& t : timings)
+        std::printf("  %8.3f ms  %s\n", t.ms_per_token, t.setting.c_str());
+    }
+    return 0;
   }
   if (top_k < 0 || top_k > 64) return std::fprintf(stderr, "voltad-bench: --top-k must be 0..64\n"), 64;
   if (model_path.empty() || prompt < 0 || steps < 1 || ctx < 1 || repeat < 1 || batches.empty() ||

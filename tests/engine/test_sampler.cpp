@@ -1,7 +1,9 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <random>
 
 #include "engine/sampler.h"
 
@@ -173,4 +175,111 @@ TEST_CASE("presence and frequency penalties skip the prompt's tokens") {
   auto l2 = logits_of({1.0f, 0.9f, 0.8f});
   CHECK(s.sample(l2, history, history.size()) == 0);
   CHECK(l2[0] == doctest::Approx(1.0f));
+}
+
+namespace {
+
+// The sampler as first written: the whole row sorted by logit (ties to the
+// lower id), the softmax at the temperature, min-p, top-p, and the draw in
+// that order, from a generator seeded alike: what the faster paths
+// (no order without top-k and top-p; a sorted prefix for top-p) must match.
+int32_t sorted_reference(std::vector<float> logits, const SamplingParams& p, std::mt19937_64& rng) {
+  std::vector<std::pair<float, int32_t>> c;
+  for (int32_t i = 0; i < int32_t(logits.size()); ++i) c.push_back({logits[size_t(i)], i});
+  std::sort(c.begin(), c.end(), [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  });
+  if (p.top_k > 0 && size_t(p.top_k) < c.size()) c.resize(size_t(p.top_k));
+  const float max_logit = c[0].first;
+  double sum = 0;
+  for (auto& x : c) sum += (x.first = std::exp((x.first - max_logit) / p.temperature));
+  for (auto& x : c) x.first = float(x.first / sum);
+  if (p.min_p > 0) {
+    size_t k = 1;
+    while (k < c.size() && c[k].first >= p.min_p * c[0].first) ++k;
+    c.resize(k);
+  }
+  if (p.top_p < 1.0f) {
+    double cumulative = 0;
+    size_t k = 0;
+    while (k < c.size()) {
+      cumulative += c[k++].first;
+      if (cumulative >= p.top_p) break;
+    }
+    c.resize(std::max<size_t>(k, 1));
+  }
+  double total = 0;
+  for (auto& x : c) total += x.first;
+  double r = std::uniform_real_distribution<double>(0.0, total)(rng);
+  for (auto& x : c)
+    if ((r -= x.first) <= 0) return x.second;
+  return c.back().second;
+}
+
+}  // namespace
+
+// Top-p (with or without min-p) sorts only as much of the row as the
+// nucleus needs: a nucleus inside the first stretch of 512, one that needs
+// several stretches (a flat row), and the whole row. The same token as the
+// sorted reference from the same seed, but where float sums in another
+// order move a draw across a boundary (rare).
+TEST_CASE("top-p over a long row: the tokens of the fully sorted sampler") {
+  std::mt19937 rng(3);
+  struct Case {
+    float spread, top_p, min_p;
+  };
+  for (Case k : {Case{4.0f, 0.9f, 0.0f}, Case{0.3f, 0.95f, 0.0f}, Case{0.05f, 0.999f, 0.0f},
+                 Case{1.0f, 0.9f, 0.02f}}) {
+    CAPTURE(k.spread);
+    CAPTURE(k.top_p);
+    SamplingParams p;
+    p.temperature = 0.9f;
+    p.top_p = k.top_p;
+    p.min_p = k.min_p;
+    p.seed = 77;
+    Sampler fast(p);
+    std::mt19937_64 reference_rng(77);
+    std::normal_distribution<float> normal(0.0f, k.spread);
+    int same = 0;
+    const int draws = 200;
+    for (int i = 0; i < draws; ++i) {
+      std::vector<float> row(20000);
+      for (float& l : row) l = std::round(normal(rng) * 64.0f) / 64.0f;  // ties too
+      std::vector<float> copy = row;
+      same += fast.sample(copy, {}, 0) == sorted_reference(row, p, reference_rng);
+    }
+    CHECK(same >= draws - 4);
+  }
+}
+
+// Without top-k and top-p the draw needs no order: the distribution is the
+// softmax (with min-p, of the tokens it keeps), the seed reproduces it.
+TEST_CASE("sampling without top-k or top-p follows the softmax, min-p too") {
+  for (float min_p : {0.0f, 0.3f}) {
+    CAPTURE(min_p);
+    SamplingParams p;
+    p.temperature = 0.5f;
+    p.min_p = min_p;
+    p.seed = 5;
+    Sampler s(p);
+    // At T = 0.5 a token's weight is e^(2 l): p = {0.5, 0.25, 0.125, 0.125}
+    // without min-p.
+    const std::vector<float> row = {0.0f, float(std::log(0.5) / 2), float(std::log(0.25) / 2),
+                                    float(std::log(0.25) / 2)};
+    std::map<int32_t, int> seen;
+    const int n = 8000;
+    for (int i = 0; i < n; ++i) {
+      std::vector<float> l = row;
+      ++seen[s.sample(l, {}, 0)];
+    }
+    if (min_p == 0.0f) {
+      CHECK(double(seen[0]) / n == doctest::Approx(0.5).epsilon(0.05));
+      CHECK(double(seen[1]) / n == doctest::Approx(0.25).epsilon(0.08));
+      CHECK(double(seen[2] + seen[3]) / n == doctest::Approx(0.25).epsilon(0.08));
+    } else {
+      // min-p 0.3 keeps p >= 0.3 x 0.5: tokens 0 and 1, renormalized.
+      CHECK(seen[2] + seen[3] == 0);
+      CHECK(double(seen[0]) / n == doctest::Approx(2.0 / 3).epsilon(0.05));
+    }
+  }
 }

@@ -207,6 +207,20 @@ check "voltad-run --kernels fast: says the choices" grep -q -- "--kernels must b
 out=$("$bin/voltad-bench" -m "$tmp/none.gguf" --kernels fast 2>&1); rc=$?
 check "voltad-bench --kernels fast: usage error 64" test "$rc" -eq 64
 check "voltad-bench --kernels fast: says the choices" grep -q "auto or portable" <<<"$out"
+# --sampling: the host's sampling timed, no model or GPU (any build); JSON
+# with every setting, each a positive time; --vocab's range named.
+out=$("$bin/voltad-bench" --sampling --vocab 2000 --json 2>&1); rc=$?
+check "voltad-bench --sampling: exit 0 without a model or GPU" test "$rc" -eq 0
+check "voltad-bench --sampling --json: every setting timed" python3 -c '
+import json, sys
+j = json.loads(sys.argv[1])
+t = j["sampling_ms_per_token"]
+assert j["vocab"] == 2000 and len(t) == 7, j
+assert all(v > 0 for v in t.values()), t
+assert "temperature 1 (OpenAI'"'"'s default)" in t, t' "$out"
+out=$("$bin/voltad-bench" --sampling --vocab 10 2>&1); rc=$?
+check "voltad-bench --vocab 10: usage error 64" test "$rc" -eq 64
+check "voltad-bench --vocab 10: says the range" grep -qF -- "--vocab takes a whole number from 64 to 1048576" <<<"$out"
 out=$("$bin/voltad-run" -m "$tmp/none.gguf" -p hi --threads 5000 2>&1); rc=$?
 check "voltad-run --threads 5000 (over 1024): usage error 64" test "$rc" -eq 64
 check "voltad-run --threads 5000: says the range" grep -qF -- "--threads takes 0 (all) to 1024, not 5000" <<<"$out"
