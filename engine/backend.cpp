@@ -54,13 +54,14 @@ bool log_z_wanted(std::span<const BatchChunk> chunks) {
 
 void select_candidates(std::span<const float> rows, int64_t n_rows, int64_t n_vocab, int32_t k,
                        bool log_z, ForwardOutput& out) {
+  k = int32_t(std::min<int64_t>(k, n_vocab));  // a tiny model's vocabulary
   out.candidate_k = k;
   out.n_candidate_rows = n_rows;
   out.candidate_log_z.clear();
   if (log_z)
     for (int64_t r = 0; r < n_rows; ++r)
       out.candidate_log_z.push_back(
-          float(row_log_normalizer(rows.subspan(size_t(r * n_vocab), size_t(n_vocab)))));
+          row_log_normalizer(rows.subspan(size_t(r * n_vocab), size_t(n_vocab))));
   out.candidate_ids.resize(size_t(n_rows * k));
   out.candidate_logits.resize(size_t(n_rows * k));
   std::vector<int32_t> ids(static_cast<size_t>(n_vocab));

@@ -56,7 +56,7 @@ struct ForwardOutput {
   int32_t candidate_k = 0;
   // One per candidate row when a chunk of the step asked for it
   // (BatchChunk::log_z), else empty: log(sum(exp(logit))) over the row.
-  std::vector<float> candidate_log_z;
+  std::vector<double> candidate_log_z;
 
   std::span<const float> row(int64_t i) const {
     return std::span<const float>(logits).subspan(size_t(i * n_vocab), size_t(n_vocab));
@@ -78,9 +78,9 @@ int32_t candidate_k_of(std::span<const BatchChunk> chunks);
 bool log_z_wanted(std::span<const BatchChunk> chunks);
 
 // Fills out's candidate rows from full logits rows: row r of `rows`
-// (n_vocab floats each) becomes candidate row r, the k best, best first, ties
-// to the lower id, and with `log_z` its normalizer too. What a backend
-// without a faster way does.
+// (n_vocab floats each) becomes candidate row r, the k best (at most
+// n_vocab), best first, ties to the lower id, and with `log_z` its
+// normalizer too. What a backend without a faster way does.
 void select_candidates(std::span<const float> rows, int64_t n_rows, int64_t n_vocab, int32_t k,
                        bool log_z, ForwardOutput& out);
 

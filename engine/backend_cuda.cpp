@@ -254,8 +254,8 @@ Status CudaBackend::Impl::allocate_workspace() {
   }
   selected = reinterpret_cast<float*>(take(ws.selected, S * size_t(c.dim) * f, "final activations"));
   logits = reinterpret_cast<float*>(take(ws.logits, S * size_t(c.n_vocab) * f, "logits"));
-  // ids, then logits, then the rows' normalizers (log_z)
-  const size_t candidate_ints = 2 * S * size_t(kMaxCandidates) + S;
+  // ids, then logits, then the rows' normalizers (log_z, doubles)
+  const size_t candidate_ints = 2 * S * size_t(kMaxCandidates) + 2 * S;
   candidates = reinterpret_cast<int32_t*>(take(ws.candidates, candidate_ints * sizeof(int32_t), "top-k candidates"));
   topk_fits = gpu_topk_fits(c.n_vocab);
   const size_t scratch = topk_fits ? kernels::topk_scratch_bytes(int(S), c.n_vocab, kMaxCandidates) : 0;
@@ -648,7 +648,8 @@ Status CudaBackend::step(std::span<const BatchChunk> chunks, ForwardOutput& out)
   }
   const size_t vocab = size_t(c.n_vocab);
   const size_t n_cand_values = size_t(n_candidate) * size_t(k);
-  // The normalizers follow the values: one copy brings all three.
+  // The normalizers (doubles, 8-byte aligned: 2 * n_cand_values ints
+  // before them) follow the values: one copy brings all three.
   const size_t n_log_z = n_candidate > 0 && log_z_wanted(chunks) ? size_t(n_candidate) : 0;
   if (n_candidate > 0) {
     int32_t* ids = m.candidates;
@@ -658,10 +659,10 @@ Status CudaBackend::step(std::span<const BatchChunk> chunks, ForwardOutput& out)
                          st);
     if (n_log_z > 0)
       kernels::launch_row_log_sum_exp(rows, c.n_vocab, n_candidate, c.n_vocab,
-                                      reinterpret_cast<float*>(m.candidates + 2 * n_cand_values),
+                                      reinterpret_cast<double*>(m.candidates + 2 * n_cand_values),
                                       st);
     CUDA_CHECK(cudaMemcpyAsync(m.h_candidates, m.candidates,
-                               (2 * n_cand_values + n_log_z) * sizeof(int32_t),
+                               2 * n_cand_values * sizeof(int32_t) + n_log_z * sizeof(double),
                                cudaMemcpyDeviceToHost, st));
   }
   if (n_full > 0)
@@ -687,7 +688,7 @@ Status CudaBackend::step(std::span<const BatchChunk> chunks, ForwardOutput& out)
   out.candidate_ids.assign(m.h_candidates, m.h_candidates + n_cand_values);
   const float* h_values = reinterpret_cast<const float*>(m.h_candidates + n_cand_values);
   out.candidate_logits.assign(h_values, h_values + n_cand_values);
-  const float* h_log_z = h_values + n_cand_values;
+  const auto* h_log_z = reinterpret_cast<const double*>(m.h_candidates + 2 * n_cand_values);
   out.candidate_log_z.assign(h_log_z, h_log_z + n_log_z);
   return {};
 }

@@ -61,8 +61,8 @@ TokenLogprob token_logprob(std::span<const float> logits, int32_t chosen, int32_
 
 TokenLogprob candidate_logprob(std::span<const int32_t> ids, std::span<const float> logits,
                                double log_z, int32_t chosen, int32_t top_n) {
-  VOLTAD_CHECK(ids.size() == logits.size() && top_n >= 0 && top_n <= kMaxTopLogprobs &&
-               size_t(top_n) <= ids.size());
+  VOLTAD_CHECK(ids.size() == logits.size() && top_n >= 0 && top_n <= kMaxTopLogprobs);
+  top_n = int32_t(std::min(size_t(top_n), ids.size()));  // a vocabulary smaller than top_n
   const auto at = std::find(ids.begin(), ids.end(), chosen);
   VOLTAD_CHECK(at != ids.end());  // the sampler chose among the candidates
   auto logprob = [&](size_t i) { return float(double(logits[i]) - log_z); };

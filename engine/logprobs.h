@@ -32,9 +32,9 @@ double row_log_normalizer(std::span<const float> logits);
 TokenLogprob token_logprob(std::span<const float> logits, int32_t chosen, int32_t top_n);
 
 // The same from a row's best tokens alone (a backend's candidates: ids and
-// their logits, best first, ties to the lower id, at least top_n of them and
-// the chosen token among them) and the row's log_z (row_log_normalizer, or
-// the GPU's): what a request with logprobs needs without the whole row.
+// their logits, best first, ties to the lower id, at least top_n of them or
+// the whole vocabulary, and the chosen token among them) and the row's log_z (row_log_normalizer,
+// or the GPU's): what a request with logprobs needs without the whole row.
 TokenLogprob candidate_logprob(std::span<const int32_t> ids, std::span<const float> logits,
                                double log_z, int32_t chosen, int32_t top_n);
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "engine/generate.h"
+#include "engine/row_draws.h"
 #include "engine/stop_strings.h"
 #include "engine/utf8.h"
 
@@ -63,7 +64,9 @@ Scheduler::Scheduler(Backend& backend, const Tokenizer& tokenizer, SchedulerOpti
       options_(options),
       observer_(observer),
       max_context_(pool_.max_seq_tokens()),
-      pool_blocks_(pool_.n_blocks()) {
+      pool_blocks_(pool_.n_blocks()),
+      row_draw_threads_(options.row_draw_threads > 0 ? options.row_draw_threads
+                                                     : voltad::row_draw_threads()) {
   VOLTAD_CHECK(options_.max_sequences > 0 && options_.max_batch_tokens > 0 &&
                options_.stream_queue_limit > 0);
   stats_.kv_blocks_total = pool_blocks_;
@@ -338,35 +341,49 @@ bool Scheduler::step() {
     publish_stats();
     return true;
   }
+  // The tokens first: from the candidates here; from whole rows on several
+  // threads when there are many (independent samplers); then handed out in
+  // the plan's order.
+  std::vector<int32_t> tokens(plan.size(), -1);
+  std::vector<std::optional<TokenLogprob>> logprobs(plan.size());
+  std::vector<RowDraw> draws;
+  std::vector<size_t> drawn;  // the plan index of each draw
   int64_t row = 0, candidate_row = 0;
   for (size_t i = 0; i < plan.size(); ++i) {
     Sequence& s = *plan[i].seq;
     s.n_cached += plan[i].n;
     if (chunks[i].logits != BatchChunk::Logits::Last) continue;
-    int32_t token;
-    std::optional<TokenLogprob> logprob;
     if (chunks[i].top_k > 0) {
       VOLTAD_CHECK(candidate_row < out_.n_candidate_rows);
       const auto ids = out_.candidate_row_ids(candidate_row);
       const auto values = out_.candidate_row_logits(candidate_row);
-      token = s.sampler.sample_candidates(ids, values);
+      tokens[i] = s.sampler.sample_candidates(ids, values);
       if (s.request.logprobs >= 0) {
         VOLTAD_CHECK(size_t(candidate_row) < out_.candidate_log_z.size());
-        logprob = candidate_logprob(ids, values, out_.candidate_log_z[size_t(candidate_row)], token,
-                                    s.request.logprobs);
+        logprobs[i] = candidate_logprob(ids, values, out_.candidate_log_z[size_t(candidate_row)],
+                                        tokens[i], s.request.logprobs);
       }
       ++candidate_row;
     } else {
       VOLTAD_CHECK(row < out_.n_rows);
-      std::span<float> logits(out_.logits.data() + row * out_.n_vocab, size_t(out_.n_vocab));
+      RowDraw d;
+      d.sampler = &s.sampler;
+      d.logits = std::span<float>(out_.logits.data() + row * out_.n_vocab, size_t(out_.n_vocab));
+      d.history = s.tokens;
+      d.n_prompt = size_t(s.n_prompt);
+      d.logprobs = s.request.logprobs;
+      draws.push_back(d);
+      drawn.push_back(i);
       ++row;
-      // The row as the model made it: sample() reshapes it in place.
-      if (s.request.logprobs >= 0) raw_row_.assign(logits.begin(), logits.end());
-      token = s.sampler.sample(logits, s.tokens, size_t(s.n_prompt));
-      if (s.request.logprobs >= 0) logprob = token_logprob(raw_row_, token, s.request.logprobs);
     }
-    handle_token(s, token, std::move(logprob));
   }
+  draw_rows(draws, row_draw_threads_);
+  for (size_t d = 0; d < draws.size(); ++d) {
+    tokens[drawn[d]] = draws[d].token;
+    logprobs[drawn[d]] = std::move(draws[d].logprob);
+  }
+  for (size_t i = 0; i < plan.size(); ++i)
+    if (tokens[i] >= 0) handle_token(*plan[i].seq, tokens[i], std::move(logprobs[i]));
   remove_finished();
   publish_stats();
   return true;

@@ -50,6 +50,9 @@ struct SchedulerOptions {
   // An idle engine loop still wakes this often to beat its heartbeat, so a
   // watchdog can tell "idle" from "stuck in a forward pass".
   std::chrono::milliseconds heartbeat_interval{1000};
+  // Threads that choose tokens from whole rows of logits in a step with
+  // several (engine/row_draws.h); 0: row_draw_threads().
+  int32_t row_draw_threads = 0;
 };
 
 // A snapshot for /metrics and /health.
@@ -170,7 +173,7 @@ class Scheduler {
   uint64_t steps_ = 0, preemptions_ = 0;
   std::atomic<std::chrono::steady_clock::rep> heartbeat_{0};  // written by the engine thread
   ForwardOutput out_;
-  std::vector<float> raw_row_;  // a row before sampling reshapes it (logprobs)
+  const int row_draw_threads_;
 };
 
 }  // namespace voltad

@@ -3,8 +3,10 @@
 // One block a row: its max, then the sum of exp(x - max). Each term is a
 // float in (0, 1]; a thread sums its share (n / 256 terms, ~500 for a
 // vocabulary of 128k) in float and the block sums the threads' partial sums
-// in double. A row of 128k floats is 512 KB read once more after the lm
-// head wrote it: about a microsecond on a V100's HBM2.
+// in double, and the result is a double (max + log(sum)): a near-certain
+// token's log-probability, a tiny difference from log_z, keeps its digits.
+// A row of 128k floats is 512 KB read once more after the lm head wrote it,
+// by one block: a few microseconds a step.
 #include <cmath>
 
 #include "kernels/cuda_check.h"
@@ -25,7 +27,8 @@ __device__ __forceinline__ double warp_sum_double(double v) {
 }
 
 __global__ void __launch_bounds__(kThreads)
-    kernel_row_log_sum_exp(const float* x, int64_t ld, int64_t n, float* out) {
+    kernel_row_log_sum_exp(const float* x, int64_t ld, int64_t n, double* out) {
+  wait_for_previous_kernel();  // the row is the step's (launch.cuh)
   __shared__ float max_of_warp[kThreads / 32];
   __shared__ double sum_of_warp[kThreads / 32];
   const float* row = x + int64_t(blockIdx.x) * ld;
@@ -40,7 +43,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int w = 1; w < kThreads / 32; ++w) m = fmaxf(m, max_of_warp[w]);
   if (m == -INFINITY) {  // every value -inf: the normalizer is 0
-    if (threadIdx.x == 0) out[blockIdx.x] = -INFINITY;
+    if (threadIdx.x == 0) out[blockIdx.x] = -double(INFINITY);
     return;
   }
 
@@ -52,16 +55,16 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x == 0) {
     total = 0.0;
     for (int w = 0; w < kThreads / 32; ++w) total += sum_of_warp[w];
-    out[blockIdx.x] = float(double(m) + log(total));
+    out[blockIdx.x] = double(m) + log(total);
   }
 }
 
 }  // namespace
 
-void launch_row_log_sum_exp(const float* x, int64_t ld, int rows, int64_t n, float* out,
+void launch_row_log_sum_exp(const float* x, int64_t ld, int rows, int64_t n, double* out,
                             cudaStream_t stream) {
   if (rows == 0) return;
-  VOLTAD_KERNEL_REQUIRE(rows > 0, "log_sum_exp: rows >= 0");
+  VOLTAD_KERNEL_REQUIRE(rows > 0, "log_sum_exp: rows >= 0 (none: nothing to do)");
   VOLTAD_KERNEL_REQUIRE(x && out && n >= 1 && ld >= n, "log_sum_exp: buffers, n >= 1, ld >= n");
   launch_kernel(kernel_row_log_sum_exp, unsigned(rows), kThreads, 0, stream, x, ld, n, out);
   CUDA_CHECK(cudaGetLastError());

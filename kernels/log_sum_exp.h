@@ -11,9 +11,9 @@
 namespace voltad::kernels {
 
 // For each of `rows` rows of n values (row stride ld >= n): out[row] =
-// max + log(sum(exp(x - max))); -inf for a row of -inf only. Values are
+// max + log(sum(exp(x - max))), in double; -inf for a row of -inf only. Values are
 // meant to be finite or -inf (logits); NaN or +inf make the result NaN.
-void launch_row_log_sum_exp(const float* x, int64_t ld, int rows, int64_t n, float* out,
+void launch_row_log_sum_exp(const float* x, int64_t ld, int rows, int64_t n, double* out,
                             cudaStream_t stream);
 
 }  // namespace voltad::kernels

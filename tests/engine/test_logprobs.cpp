@@ -465,3 +465,97 @@ TEST_CASE("a stop string matched by the last, cut character ends for stop") {
   CHECK(run.last->end == EndReason::Stop);
   CHECK(tokens_of(run) == std::vector<int32_t>{a});
 }
+
+namespace {
+
+// Several requests in one scheduler (one batch a step): each one's run.
+std::vector<Run> run_batch(const std::vector<GenerationRequest>& requests,
+                           SchedulerOptions options) {
+  auto backend = fixture().backend(128, int32_t(requests.size()));
+  options.max_sequences = int32_t(requests.size());
+  Scheduler s(*backend, *fixture().tokenizer, options);
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (const GenerationRequest& r : requests) {
+    streams.push_back(std::make_shared<RequestStream>());
+    const SubmitResult submitted = s.submit(r, streams.back());
+    REQUIRE_MESSAGE(submitted.ok(), submitted.message);
+  }
+  std::vector<Run> runs(requests.size());
+  bool all = false;
+  for (int steps = 0; steps < 1000 && !all; ++steps) {
+    s.step();
+    all = true;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      for (StreamEvent& e : streams[i]->take()) {
+        runs[i].text += e.text;
+        runs[i].logprobs.insert(runs[i].logprobs.end(), e.logprobs.begin(), e.logprobs.end());
+        if (e.done) runs[i].last = e;
+      }
+      all = all && runs[i].last;
+    }
+  }
+  REQUIRE(all);
+  return runs;
+}
+
+void check_same(const Run& a, const Run& b) {
+  CHECK(a.text == b.text);
+  REQUIRE(a.logprobs.size() == b.logprobs.size());
+  for (size_t j = 0; j < a.logprobs.size(); ++j) {
+    CHECK(a.logprobs[j].token == b.logprobs[j].token);
+    CHECK(a.logprobs[j].logprob == doctest::Approx(b.logprobs[j].logprob).epsilon(1e-5));
+    REQUIRE(a.logprobs[j].top.size() == b.logprobs[j].top.size());
+    for (size_t t = 0; t < a.logprobs[j].top.size(); ++t)
+      CHECK(a.logprobs[j].top[t].first == b.logprobs[j].top[t].first);
+  }
+}
+
+}  // namespace
+
+// One step's rows each chosen their own way: greedy with logprobs and top-k
+// sampling (candidates, some with the normalizer), temperature alone and a
+// logit_bias (whole rows, drawn on several threads when there are several).
+// Each request answers as it does alone, whatever the threads; top_logprobs
+// 20 with top_k 3 lists 20.
+TEST_CASE("a batch of requests sampled in different ways: each as alone, on 1 or 4 threads") {
+  std::vector<GenerationRequest> rs(6, request(6, -1));
+  rs[0].logprobs = 3;  // greedy
+  rs[1].sampling.temperature = 0.8f, rs[1].sampling.top_k = 10, rs[1].sampling.seed = 4;
+  rs[2].logprobs = 2, rs[2].sampling.logit_bias = {{3, 0.0f}};
+  rs[3].logprobs = 20, rs[3].sampling.temperature = 1.0f, rs[3].sampling.top_k = 3;
+  rs[3].sampling.seed = 5;
+  rs[4].logprobs = 1, rs[4].sampling.temperature = 1.0f, rs[4].sampling.seed = 6;
+  rs[5].sampling.temperature = 1.2f, rs[5].sampling.top_p = 0.9f, rs[5].sampling.seed = 7;
+  for (size_t i = 0; i < rs.size(); ++i) rs[i].prompt[i] = int32_t(40 + i);  // six prompts
+  SchedulerOptions serial, parallel;
+  serial.row_draw_threads = 1;
+  parallel.row_draw_threads = 4;
+  const std::vector<Run> one = run_batch(rs, serial), four = run_batch(rs, parallel);
+  for (size_t i = 0; i < rs.size(); ++i) {
+    CAPTURE(i);
+    check_same(one[i], four[i]);
+    check_same(one[i], run_one(rs[i]));
+    if (rs[i].logprobs >= 0) {
+      REQUIRE_FALSE(one[i].logprobs.empty());
+      CHECK(one[i].logprobs[0].top.size() == size_t(rs[i].logprobs));
+    }
+  }
+}
+
+// A model whose vocabulary is smaller than top_logprobs: the whole
+// vocabulary listed, from candidates as from the row (no read past it).
+TEST_CASE("top_logprobs beyond a tiny vocabulary lists the vocabulary") {
+  std::vector<float> row = {0.5f, 2.0f, -1.0f, 2.0f, 0.0f, 1.0f};
+  ForwardOutput out;
+  select_candidates(row, 1, int64_t(row.size()), 20, true, out);
+  REQUIRE(out.candidate_k == 6);
+  const TokenLogprob t = candidate_logprob(out.candidate_row_ids(0), out.candidate_row_logits(0),
+                                           out.candidate_log_z[0], 1, kMaxTopLogprobs);
+  const TokenLogprob whole = token_logprob(row, 1, kMaxTopLogprobs);
+  REQUIRE(t.top.size() == 6);
+  REQUIRE(whole.top.size() == 6);
+  for (size_t i = 0; i < 6; ++i) {
+    CHECK(t.top[i].first == whole.top[i].first);
+    CHECK(t.top[i].second == doctest::Approx(whole.top[i].second).epsilon(1e-6));
+  }
+}
