@@ -675,13 +675,15 @@ Status CudaBackend::step(std::span<const BatchChunk> chunks, ForwardOutput& out)
   if (float ms = 0.0f;
       m.step_end && cudaEventElapsedTime(&ms, m.step_begin, m.step_end) == cudaSuccess)
     m.last_step_device_s = double(ms) * 1e-3;
-  std::vector<float> full(m.h_logits, m.h_logits + size_t(n_full) * vocab);
   if (candidate_k_of(chunks) > 0 && k == 0) {
     // The vocabulary is beyond the GPU top-k's limits: choose on the host.
-    set_output_rows(chunks, std::move(full), c.n_vocab, out);
+    set_output_rows(chunks, std::vector<float>(m.h_logits, m.h_logits + size_t(n_full) * vocab),
+                    c.n_vocab, out);
     return {};
   }
-  out.logits = std::move(full);
+  // Into the rows' storage of the last step (a scheduler's output is reused):
+  // no fresh 16 MB to fault in at batch 32 (1.9 -> 1.2 ms on a slow core).
+  out.logits.assign(m.h_logits, m.h_logits + size_t(n_full) * vocab);
   out.n_rows = n_full;
   out.candidate_k = k;
   out.n_candidate_rows = n_candidate;
