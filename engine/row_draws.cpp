@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -16,17 +17,23 @@ void draw_one(RowDraw& d) {
     return;
   }
   // The row as the model made it: sample() reshapes it in place.
-  const std::vector<float> raw(d.logits.begin(), d.logits.end());
+  thread_local std::vector<float> raw;
+  raw.assign(d.logits.begin(), d.logits.end());
   d.token = d.sampler->sample(d.logits, d.history, d.n_prompt);
   d.logprob = token_logprob(raw, d.token, d.logprobs);
 }
 }  // namespace
 
-void draw_rows(std::span<RowDraw> draws, int threads) {
-  const size_t workers = std::min(draws.size(), size_t(std::max(threads, 1)));
+int draw_rows(std::span<RowDraw> draws, int threads) {
+  // Threads pay only for big rows: starting one takes ~50 us, a row of 128k
+  // ~0.5 ms, one of a tiny model's 256 ~1 us.
+  size_t logits = 0;
+  for (const RowDraw& d : draws) logits += d.logits.size();
+  const size_t workers =
+      logits < kRowDrawParallelLogits ? 1 : std::min(draws.size(), size_t(std::max(threads, 1)));
   if (workers <= 1) {
     for (RowDraw& d : draws) draw_one(d);
-    return;
+    return 1;
   }
   // A row at a time to whichever thread is free (rows differ in cost: top-p
   // on a flat row sorts more). Threads per step: at ~0.5 ms a row on a slow
@@ -37,8 +44,13 @@ void draw_rows(std::span<RowDraw> draws, int threads) {
   };
   std::vector<std::jthread> helpers;
   helpers.reserve(workers - 1);
-  for (size_t w = 1; w < workers; ++w) helpers.emplace_back(work);
+  try {
+    for (size_t w = 1; w < workers; ++w) helpers.emplace_back(work);
+  } catch (const std::system_error&) {
+    // No thread to be had (a task limit): the rows left are this thread's.
+  }
   work();
+  return int(helpers.size()) + 1;
 }
 
 int row_draw_threads() {

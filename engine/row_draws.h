@@ -25,13 +25,18 @@ struct RowDraw {
   std::optional<TokenLogprob> logprob;
 };
 
+// A step's rows hold at least this many logits in all before other threads
+// share them (two rows of Llama 3's 128k do; a tiny model's never).
+constexpr size_t kRowDrawParallelLogits = size_t(1) << 18;
+
 // Fills each draw's token (and logprob), on up to `threads` threads (this
-// one among them; 1: this one alone).
-void draw_rows(std::span<RowDraw> draws, int threads);
+// one among them; 1: this one alone), where the rows are big enough.
+// Returns the threads that drew.
+int draw_rows(std::span<RowDraw> draws, int threads);
 
 // The threads draw_rows is given by default: the CPUs this thread may run
-// on (its affinity, which the daemon's placement narrows to the GPU's
-// socket), at most 8.
+// on (its affinity, which the daemon's placement binds to the GPU's socket,
+// hwloc_set_cpubind), at most 8.
 int row_draw_threads();
 
 }  // namespace voltad

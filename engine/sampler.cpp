@@ -68,7 +68,9 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
   // Without top-k or top-p no order is needed: the softmax and the draw in
   // one pass over the row. Sorting a row of 128k took ~13 ms a token on a
   // slow core, more than a batched decode step on the GPU.
-  const bool top_k = params_.top_k > 0 && params_.top_k < n;
+  // With top-k (even one past the vocabulary) the sorted draw, as
+  // sample_candidates does from a backend's candidates.
+  const bool top_k = params_.top_k > 0;
   if (!top_k && params_.top_p >= 1.0f) return draw_row(logits);
 
   candidates_.clear();
@@ -77,7 +79,7 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
   if (!top_k) return draw_nucleus();
   // The top-k best, best first, ties to the lower id (what sample_candidates
   // gets from a backend); then the softmax at the temperature.
-  const auto keep = std::ptrdiff_t(params_.top_k);
+  const auto keep = std::ptrdiff_t(std::min(params_.top_k, n));
   std::partial_sort(candidates_.begin(), candidates_.begin() + keep, candidates_.end(), by_logit);
   candidates_.resize(size_t(keep));
   return draw();
@@ -88,12 +90,14 @@ int32_t Sampler::draw_row(std::span<const float> logits) {
   // where p_max = 1 / sum: the weights of at least min_p.
   float max_logit = logits[0];
   for (float l : logits) max_logit = l > max_logit ? l : max_logit;
-  const float inv_t = 1.0f / params_.temperature;
+  // Divided by T, as draw() does (a multiply by 1 / T overflows for T near
+  // the smallest float).
+  const float t = params_.temperature;
   weights_.resize(logits.size());
   double total = 0;
   for (size_t i = 0; i < logits.size(); ++i) {
-    float w = std::exp((logits[i] - max_logit) * inv_t);
-    if (w < params_.min_p) w = 0;
+    float w = std::exp((logits[i] - max_logit) / t);
+    if (!(w >= params_.min_p)) w = 0;  // NaN too
     weights_[i] = w;
     total += double(w);
   }
@@ -115,9 +119,9 @@ int32_t Sampler::draw_nucleus() {
   // the whole row for a flat one.
   float max_logit = candidates_[0].first;
   for (const auto& c : candidates_) max_logit = c.first > max_logit ? c.first : max_logit;
-  const float inv_t = params_.temperature > 0 ? 1.0f / params_.temperature : 1.0f;
+  const float t = params_.temperature;  // divided by, as in draw()
   double sum = 0;
-  for (const auto& c : candidates_) sum += std::exp((c.first - max_logit) * inv_t);
+  for (const auto& c : candidates_) sum += std::exp((c.first - max_logit) / t);
   const float floor = params_.min_p * float(1.0 / sum);  // p_max is 1 / sum
   size_t sorted = 0, kept = 0;
   double cumulative = 0;
@@ -136,7 +140,7 @@ int32_t Sampler::draw_nucleus() {
       std::sort(first, last, by_logit);
     }
     for (; sorted < end && !done; ++sorted) {
-      const float p = float(std::exp((candidates_[sorted].first - max_logit) * inv_t) / sum);
+      const float p = float(std::exp((candidates_[sorted].first - max_logit) / t) / sum);
       if (p < floor && sorted > 0) {
         done = true;
         break;

@@ -283,3 +283,24 @@ TEST_CASE("sampling without top-k or top-p follows the softmax, min-p too") {
     }
   }
 }
+
+// A temperature near the smallest float (valid: above 0) is all but greedy
+// on every path: 1 / T would overflow, so the weights divide by T.
+TEST_CASE("a tiny temperature picks the best token with top-p, min-p or neither") {
+  for (float top_p : {1.0f, 0.9f})
+    for (float min_p : {0.0f, 0.1f}) {
+      CAPTURE(top_p);
+      CAPTURE(min_p);
+      SamplingParams p;
+      p.temperature = 1e-39f;
+      p.top_p = top_p;
+      p.min_p = min_p;
+      p.seed = 2;
+      REQUIRE(p.validate().ok());
+      Sampler s(p);
+      for (int i = 0; i < 20; ++i) {
+        auto l = logits_of({1.0f, 5.0f, 2.0f, -3.0f, 0.5f});
+        CHECK(s.sample(l, {}, 0) == 1);
+      }
+    }
+}
