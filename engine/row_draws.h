@@ -27,7 +27,7 @@ struct RowDraw {
 
 // A step's rows hold at least this many logits in all before other threads
 // share them (two rows of Llama 3's 128k do; a tiny model's never).
-constexpr size_t kRowDrawParallelLogits = size_t(1) << 18;
+constexpr size_t kRowDrawParallelLogits = size_t(1) << 17;
 
 // Fills each draw's token (and logprob), on up to `threads` threads (this
 // one among them; 1: this one alone), where the rows are big enough.
