@@ -534,6 +534,7 @@ Status CudaBackend::warm_up() {
     BatchChunk prompt;
     prompt.tokens = std::span<const int32_t>(zeros.data(), size_t(T));
     prompt.top_k = top_k;
+    prompt.log_z = top_k > 0;  // the normalizer's kernel (logprobs) loaded and run once too
     VOLTAD_TRY(forward(std::span<const BatchChunk>(&prompt, 1), out));
     m.pool.release(0);
     for (int32_t n = 1; n <= S; ++n) {
