@@ -153,14 +153,7 @@ int32_t Sampler::draw_nucleus() {
     done = done || sorted == candidates_.size();
   }
   candidates_.resize(std::max<size_t>(kept, 1));
-  double total = 0;
-  for (const auto& c : candidates_) total += c.first;
-  double r = std::uniform_real_distribution<double>(0.0, total)(rng_);
-  for (const auto& c : candidates_) {
-    r -= c.first;
-    if (r <= 0) return c.second;
-  }
-  return candidates_.back().second;
+  return pick();
 }
 
 int32_t Sampler::candidates_needed(int32_t max_candidates) const {
@@ -204,10 +197,14 @@ int32_t Sampler::draw() {
     }
     candidates_.resize(std::max<size_t>(k, 1));
   }
+  return pick();
+}
+
+int32_t Sampler::pick() {
   double total = 0;
-  for (auto& c : candidates_) total += c.first;
+  for (const auto& c : candidates_) total += c.first;
   double r = std::uniform_real_distribution<double>(0.0, total)(rng_);
-  for (auto& c : candidates_) {
+  for (const auto& c : candidates_) {
     r -= c.first;
     if (r <= 0) return c.second;
   }

@@ -70,6 +70,8 @@ class Sampler {
   // or candidates_ (the row, unsorted) with top-p.
   int32_t draw_row(std::span<const float> logits);
   int32_t draw_nucleus();
+  // One of candidates_ (probabilities, not yet normalized), drawn in order.
+  int32_t pick();
   std::vector<std::pair<float, int32_t>> candidates_;
   std::vector<float> weights_;
 };

@@ -389,14 +389,7 @@ TEST_CASE("gemm narrow tile matches the float64 reference for every weight type 
   CHECK(kernels::gemm_pick_tile(16, 28672) == GemmTile::N16);
   CHECK(kernels::gemm_pick_tile(32, 4096) == GemmTile::N16);
   CHECK(kernels::gemm_pick_tile(33, 4096) != GemmTile::N16);
-  // Gate|up's rows (two waves of 32x64 tiles) from 17 tokens: narrow where
-  // the 32-token blocks run, the tiles otherwise; an lm head's, the tiles.
-  const bool blocks32 = kernels::gemm_narrow_tokens32();
-  CHECK((kernels::gemm_pick_tile(17, 28672) == GemmTile::N16) == blocks32);
-  CHECK((kernels::gemm_pick_tile(32, 28672) == GemmTile::N16) == blocks32);
-  CHECK(kernels::gemm_pick_tile(16, 128256) == GemmTile::N16);
-  CHECK(kernels::gemm_pick_tile(17, 128256) != GemmTile::N16);
-  CHECK(kernels::gemm_pick_tile(32, 128256) != GemmTile::N16);
+  // Gate|up's and an lm head's rows from 17 tokens: tests/kernels/test_gemm_pairs.cpp.
 }
 
 // The portable narrow kernel on x already in fp16 (launch_gemm_narrow_x16,

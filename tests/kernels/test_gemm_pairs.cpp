@@ -28,6 +28,7 @@
 
 using namespace voltad;
 using namespace voltad::test;
+using kernels::GemmTile;
 using kernels::WmmaPairs;
 
 namespace {
@@ -259,4 +260,26 @@ TEST_CASE("paired B in 32-token blocks: the 16-token blocks' sums to rounding") 
     CHECK((warps12 || smem_optin() < 84 * 1024));  // 12-warp blocks need 84 KB
   }
   CHECK(compared == 45 * int(orders.size()));
+}
+
+// Which kernel takes the wide products from 17 tokens (gemm_pick_tile, run
+// 53): gate|up's rows (two waves of 32x64 tiles) stay narrow where the
+// 32-token blocks run and take the tiles where they do not; an lm head's
+// take the tiles either way, and stay narrow to 16 tokens.
+TEST_CASE("32-token blocks: gate|up narrow to 32 tokens, an lm head in the tiles from 17") {
+  NarrowOverrides overrides;
+  for (bool blocks32 : {false, true}) {
+    overrides.tokens32(blocks32);
+    CAPTURE(blocks32);
+    if (blocks32 && !kernels::gemm_narrow_tokens32()) {
+      MESSAGE("no order of paired B runs here: the 32-token blocks do not");
+      continue;
+    }
+    CHECK(kernels::gemm_narrow_tokens32() == blocks32);
+    CHECK((kernels::gemm_pick_tile(17, 28672) == GemmTile::N16) == blocks32);
+    CHECK((kernels::gemm_pick_tile(32, 28672) == GemmTile::N16) == blocks32);
+    CHECK(kernels::gemm_pick_tile(16, 128256) == GemmTile::N16);
+    CHECK(kernels::gemm_pick_tile(17, 128256) != GemmTile::N16);
+    CHECK(kernels::gemm_pick_tile(32, 128256) != GemmTile::N16);
+  }
 }
