@@ -719,6 +719,19 @@ bool narrow_tokens8() {
   return on;
 }
 
+// VOLTAD_NARROW_WARPS32=4 in the environment: blocks of 4 warps (three an
+// SM) where the grid is more than a wave, for a comparison (Nsight Compute,
+// run 54: gate|up's 6-warp blocks split a 4,096-column row's 32 stages
+// 6, 6, 6, 6, 6, 2, and their warps wait 13.5% of the time at the block's
+// final barrier; 4 warps take 8 stages each).
+int narrow_warps32_env() {
+  static const int w = [] {
+    const char* v = std::getenv("VOLTAD_NARROW_WARPS32");
+    return v && v[0] == '4' ? 4 : kNarrowWarps32 / 2;
+  }();
+  return w;
+}
+
 // One block a row range for all its tokens: 12 warps a block where the
 // blocks fit the SMs once over and the shared memory allows, else 6 (two
 // an SM).
@@ -729,6 +742,8 @@ void launch_narrow_tokens32(const GemmArgs& a, int sms, const uint32_t* xh, cuda
   if (int64_t(grid.x) * grid.y <= sms && narrow_smem_fits<F, kNarrowWarps32, kNarrowTokens32>())
     launch_narrow_x<F, kNarrowWarps32, kNarrowTokens32, NarrowX::Fp16, kP>(a, grid, true, xh,
                                                                            stream);
+  else if (narrow_warps32_env() == 4)
+    launch_narrow_x<F, 4, kNarrowTokens32, NarrowX::Fp16, kP>(a, grid, true, xh, stream);
   else
     launch_narrow_x<F, kNarrowWarps32 / 2, kNarrowTokens32, NarrowX::Fp16, kP>(a, grid, true, xh,
                                                                                stream);

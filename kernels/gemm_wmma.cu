@@ -250,12 +250,15 @@ GemmTile gemm_pick_tile(int n, int64_t rows) {
   // kernel, which decodes every weight once per 16 tokens (32 where the
   // 32-token blocks of paired B run).
   const bool narrow_fits = (rows + 31) / 32 <= 65535;  // its grid's y dimension
-  // The lm head's rows (kGemmHeadRows and more): the 32x64 tiles from 17
+  // The lm head's rows (kGemmHeadRows and more): the 32x64 tiles from 9
   // tokens (run 53, H100, 128,256 x 4,096 Q6_K at 32 tokens: 451 us against
-  // the narrow kernel's 922). VOLTAD_NARROW_HEAD_TILES_FROM=N: from N tokens.
+  // the narrow kernel's 922; run 54, end to end, portable, from 9 against
+  // from 17: 12 and 16 tokens +1.2-1.9% on Llama-3-8B Q4_K_M and Q4_0,
+  // +1.9-2.2% on Qwen3-8B; auto even; from 5: 8 tokens -4.6 to -4.9%).
+  // VOLTAD_NARROW_HEAD_TILES_FROM=N: from N tokens.
   static const int head_tiles_from = [] {
     const char* v = std::getenv("VOLTAD_NARROW_HEAD_TILES_FROM");
-    return v && *v ? std::atoi(v) : 17;
+    return v && *v ? std::atoi(v) : 9;
   }();
   const bool head = rows >= kGemmHeadRows;
   const bool narrow = narrow_fits && !(head && n >= head_tiles_from);

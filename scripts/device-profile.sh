@@ -22,6 +22,9 @@
 # layers), with Nsight Compute's warp state and source sections, and prints where their warps stall
 # (scripts/ncu-stalls.py: reasons, and the SASS instructions with the most
 # samples), with each launch's duration, DRAM throughput and issue rate.
+# --name-base demangled matches REGEX against the whole demangled name, template
+# arguments included (e.g. 'kernel_gemm_narrow.*\(int\)32,' for the 32-token
+# blocks alone).
 # Comparison switches pass through the environment, e.g.
 # VOLTAD_MATVEC_STREAM=0 bash scripts/device-profile.sh --stalls kernel_matvec
 set -euo pipefail
@@ -34,6 +37,7 @@ kernel_set=auto
 stalls=""
 skip=200
 count=8
+name_base=function
 while (($#)); do
   case $1 in
     --model) model=$2; shift 2 ;;
@@ -44,7 +48,8 @@ while (($#)); do
     --stalls) stalls=$2; shift 2 ;;
     --skip) skip=$2; shift 2 ;;
     --count) count=$2; shift 2 ;;
-    *) echo "usage: $0 [--model FILE] [--steps N] [--batch N] [--ctx N] [--kernels auto|portable] [--stalls REGEX [--skip N] [--count N]]" >&2
+    --name-base) name_base=$2; shift 2 ;;
+    *) echo "usage: $0 [--model FILE] [--steps N] [--batch N] [--ctx N] [--kernels auto|portable] [--stalls REGEX [--skip N] [--count N] [--name-base function|demangled]]" >&2
        exit 64 ;;
   esac
 done
@@ -53,7 +58,7 @@ mkdir -p "$out"
 ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || true)
 [[ -n $ncu ]] || { echo "device-profile: no ncu on this machine" >&2; exit 1; }
 if [[ -n $stalls ]]; then
-  "$ncu" --clock-control none -k "regex:$stalls" --launch-skip "$skip" --launch-count "$count" \
+  "$ncu" --clock-control none --kernel-name-base "$name_base" -k "regex:$stalls" --launch-skip "$skip" --launch-count "$count" \
     --section SpeedOfLight --section SchedulerStats --section WarpStateStats --section SourceCounters \
     --section Occupancy --section LaunchStats \
     --import-source no -f -o "$out/stalls" \
