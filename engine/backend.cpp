@@ -34,6 +34,11 @@ Status validate_chunks(std::span<const BatchChunk> chunks, int64_t n_vocab,
       return make_error(where + ": candidates (top_k) are for the last token's logits only");
     if (c.log_z && c.top_k == 0)
       return make_error(where + ": a row's normalizer (log_z) comes with candidates (top_k)");
+    if (c.noise.on && c.top_k == 0)
+      return make_error(where + ": noise ranks candidates (top_k), which it has none of");
+    if (c.noise.on && !(c.noise.temperature > 0 && std::isfinite(c.noise.temperature)))
+      return make_error(where + ": noise at temperature " + std::to_string(c.noise.temperature) +
+                        "; it must be positive");
     for (size_t j = 0; j < i; ++j)
       if (chunks[j].seq_id == c.seq_id)
         return make_error(where + ": the sequence appears twice in one step");
@@ -53,7 +58,8 @@ bool log_z_wanted(std::span<const BatchChunk> chunks) {
 }
 
 void select_candidates(std::span<const float> rows, int64_t n_rows, int64_t n_vocab, int32_t k,
-                       bool log_z, ForwardOutput& out) {
+                       bool log_z, ForwardOutput& out, std::span<const kernels::RowNoise> noise) {
+  VOLTAD_CHECK(noise.empty() || int64_t(noise.size()) == n_rows);
   k = int32_t(std::min<int64_t>(k, n_vocab));  // a tiny model's vocabulary
   out.candidate_k = k;
   out.n_candidate_rows = n_rows;
@@ -65,8 +71,18 @@ void select_candidates(std::span<const float> rows, int64_t n_rows, int64_t n_vo
   out.candidate_ids.resize(size_t(n_rows * k));
   out.candidate_logits.resize(size_t(n_rows * k));
   std::vector<int32_t> ids(static_cast<size_t>(n_vocab));
+  std::vector<float> keys;
   for (int64_t r = 0; r < n_rows; ++r) {
-    const float* row = rows.data() + r * n_vocab;
+    const float* logits = rows.data() + r * n_vocab;
+    const float* row = logits;  // what the row is ranked by
+    if (!noise.empty() && noise[size_t(r)].on) {
+      const kernels::RowNoise& rn = noise[size_t(r)];
+      const uint64_t base = kernels::noise_base(rn);
+      keys.resize(size_t(n_vocab));
+      for (int64_t i = 0; i < n_vocab; ++i)
+        keys[size_t(i)] = kernels::noise_key(logits[i], rn.temperature, base, i);
+      row = keys.data();
+    }
     // NaN ranks below every number, as in kernels/topk.h.
     auto better = [row](int32_t a, int32_t b) {
       const bool a_nan = std::isnan(row[a]), b_nan = std::isnan(row[b]);
@@ -78,7 +94,7 @@ void select_candidates(std::span<const float> rows, int64_t n_rows, int64_t n_vo
     std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), better);
     for (int32_t i = 0; i < k; ++i) {
       out.candidate_ids[size_t(r * k + i)] = ids[size_t(i)];
-      out.candidate_logits[size_t(r * k + i)] = row[ids[size_t(i)]];
+      out.candidate_logits[size_t(r * k + i)] = logits[ids[size_t(i)]];
     }
   }
 }
@@ -94,9 +110,11 @@ void set_output_rows(std::span<const BatchChunk> chunks, std::vector<float>&& al
     return;
   }
   std::vector<float> full, wanted;
+  std::vector<kernels::RowNoise> noise;  // the candidate rows'
   const size_t row_floats = size_t(n_vocab);
   size_t row = 0;
   for (const BatchChunk& c : chunks) {
+    if (c.top_k > 0) noise.push_back(c.noise);
     size_t rows = c.logits == BatchChunk::Logits::All ? c.tokens.size()
                                                       : c.logits == BatchChunk::Logits::Last;
     auto first = all_rows.begin() + std::ptrdiff_t(row * row_floats);
@@ -108,7 +126,7 @@ void set_output_rows(std::span<const BatchChunk> chunks, std::vector<float>&& al
   out.logits = std::move(full);
   out.n_rows = int64_t(out.logits.size() / row_floats);
   select_candidates(wanted, int64_t(wanted.size() / row_floats), n_vocab, k, log_z_wanted(chunks),
-                    out);
+                    out, noise);
 }
 
 }  // namespace voltad

@@ -15,6 +15,7 @@
 
 #include "engine/kv_block_pool.h"
 #include "engine/result.h"
+#include "kernels/gumbel.h"
 
 namespace voltad {
 
@@ -35,6 +36,12 @@ struct BatchChunk {
   // With top_k > 0: also the log of the row's softmax normalizer,
   // ForwardOutput::candidate_log_z (log-probabilities without the row).
   bool log_z = false;
+  // With top_k > 0 and noise.on: the candidates are ranked by their
+  // Gumbel keys (kernels/gumbel.h), so the first is a draw at
+  // noise.temperature, the same on every backend; their values are still
+  // the logits. How a sampler at a temperature alone chooses without the
+  // whole row (Sampler::noise).
+  kernels::RowNoise noise;
 };
 
 constexpr int32_t kMaxCandidates = 64;
@@ -45,7 +52,8 @@ constexpr int32_t kMaxCandidates = 64;
 // - Candidate rows: one per chunk with top_k > 0, in chunk order, each
 //   candidate_k (the largest top_k of the step) pairs of token id and logit,
 //   best first, ties to the lower id (the order argmax and the CPU sampler
-//   use). A chunk that asked for fewer reads the first top_k of its row.
+//   use; by Gumbel key for a chunk with noise). A chunk that asked for fewer
+//   reads the first top_k of its row.
 struct ForwardOutput {
   std::vector<float> logits;
   int64_t n_rows = 0;
@@ -80,9 +88,11 @@ bool log_z_wanted(std::span<const BatchChunk> chunks);
 // Fills out's candidate rows from full logits rows: row r of `rows`
 // (n_vocab floats each) becomes candidate row r, the k best (at most
 // n_vocab), best first, ties to the lower id, and with `log_z` its
-// normalizer too. What a backend without a faster way does.
+// normalizer too; a row whose noise (one a row, or none for all) is on is
+// ranked by its Gumbel keys. What a backend without a faster way does.
 void select_candidates(std::span<const float> rows, int64_t n_rows, int64_t n_vocab, int32_t k,
-                       bool log_z, ForwardOutput& out);
+                       bool log_z, ForwardOutput& out,
+                       std::span<const kernels::RowNoise> noise = {});
 
 // Sets out from the logits of every requested row (chunk order, n_vocab
 // each): full rows where chunks want them, candidates where they ask for top_k.

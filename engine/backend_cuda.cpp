@@ -254,8 +254,9 @@ Status CudaBackend::Impl::allocate_workspace() {
   }
   selected = reinterpret_cast<float*>(take(ws.selected, S * size_t(c.dim) * f, "final activations"));
   logits = reinterpret_cast<float*>(take(ws.logits, S * size_t(c.n_vocab) * f, "logits"));
-  // ids, then logits, then the rows' normalizers (log_z, doubles)
-  const size_t candidate_ints = 2 * S * size_t(kMaxCandidates) + 2 * S;
+  // ids, then logits, then the rows' normalizers (log_z, doubles), then
+  // their noise (kernels::RowNoise, 24 bytes; 8-byte aligned after the rest)
+  const size_t candidate_ints = 2 * S * size_t(kMaxCandidates) + 2 * S + 6 * S;
   candidates = reinterpret_cast<int32_t*>(take(ws.candidates, candidate_ints * sizeof(int32_t), "top-k candidates"));
   topk_fits = gpu_topk_fits(c.n_vocab);
   const size_t scratch = topk_fits ? kernels::topk_scratch_bytes(int(S), c.n_vocab, kMaxCandidates) : 0;
@@ -544,6 +545,7 @@ Status CudaBackend::warm_up() {
         decode[size_t(s)].seq_id = s;
         decode[size_t(s)].tokens = std::span<const int32_t>(zeros.data(), 1);
         decode[size_t(s)].top_k = top_k;
+        if (top_k > 0) decode[size_t(s)].noise = {uint64_t(s), 0, 1.0f, 1};  // drawn on the GPU
       }
       VOLTAD_TRY(forward(decode, out));
       for (int32_t s = 0; s < n; ++s) m.pool.release(s);
@@ -656,8 +658,24 @@ Status CudaBackend::step(std::span<const BatchChunk> chunks, ForwardOutput& out)
     int32_t* ids = m.candidates;
     float* values = reinterpret_cast<float*>(m.candidates + n_cand_values);
     const float* rows = m.logits + size_t(n_full) * vocab;
+    // Rows sampled by their noise (BatchChunk::noise): one RowNoise each,
+    // uploaded from the pinned buffer's tail (the copy back does not reach it).
+    const size_t noise_at = 2 * size_t(S) * size_t(kMaxCandidates) + 2 * size_t(S);
+    auto* h_noise = reinterpret_cast<kernels::RowNoise*>(m.h_candidates + noise_at);
+    auto* d_noise = reinterpret_cast<kernels::RowNoise*>(m.candidates + noise_at);
+    bool noisy = false;
+    int r = 0;
+    for (const BatchChunk& ch : chunks) {
+      if (ch.logits != BatchChunk::Logits::Last || ch.top_k == 0) continue;
+      h_noise[r++] = ch.noise;
+      noisy = noisy || ch.noise.on;
+    }
+    VOLTAD_CHECK(r == n_candidate);
+    if (noisy)
+      CUDA_CHECK(cudaMemcpyAsync(d_noise, h_noise, size_t(n_candidate) * sizeof(kernels::RowNoise),
+                                 cudaMemcpyHostToDevice, st));
     kernels::launch_topk(rows, c.n_vocab, n_candidate, c.n_vocab, k, ids, values, m.topk_scratch,
-                         st);
+                         st, noisy ? d_noise : nullptr);
     if (n_log_z > 0)
       kernels::launch_row_log_sum_exp(rows, c.n_vocab, n_candidate, c.n_vocab,
                                       reinterpret_cast<double*>(m.candidates + 2 * n_cand_values),

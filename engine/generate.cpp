@@ -71,7 +71,10 @@ Result<GenerateResult> generate(Backend& backend, const Tokenizer& tokenizer,
     chunk.start_pos = int32_t(start);
     chunk.tokens = std::span<const int32_t>(prompt).subspan(start, n);
     chunk.logits = start + n == prompt.size() ? BatchChunk::Logits::Last : BatchChunk::Logits::None;
-    if (chunk.logits == BatchChunk::Logits::Last) chunk.top_k = top_k;
+    if (chunk.logits == BatchChunk::Logits::Last) {
+      chunk.top_k = top_k;
+      if (top_k > 0) chunk.noise = sampler.noise();  // off unless it draws by noise
+    }
     VOLTAD_TRY(backend.forward(std::span<const BatchChunk>(&chunk, 1), out));
     if (options.on_prefill) options.on_prefill(start + n, prompt.size());
   }
@@ -104,6 +107,7 @@ Result<GenerateResult> generate(Backend& backend, const Tokenizer& tokenizer,
     chunk.start_pos = int32_t(history.size() - 1);
     chunk.tokens = std::span<const int32_t>(&history.back(), 1);
     chunk.top_k = top_k;
+    if (top_k > 0) chunk.noise = sampler.noise();
     VOLTAD_TRY(backend.forward(std::span<const BatchChunk>(&chunk, 1), out));
   }
   if (!stops.stopped()) {

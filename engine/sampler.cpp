@@ -65,6 +65,20 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
     }
   }
   if (params_.temperature == 0.0f) return argmax(logits);
+  if (draws_by_noise()) {
+    // The largest key (NaN last, ties to the lower id), as the top-k does.
+    const kernels::RowNoise rn = noise();
+    const uint64_t base = kernels::noise_base(rn);
+    ++draws_;
+    int32_t best = -1;
+    float best_key = 0;
+    for (int32_t i = 0; i < n; ++i) {
+      const float key = kernels::noise_key(logits[size_t(i)], rn.temperature, base, i);
+      if (std::isnan(key)) continue;
+      if (best < 0 || key > best_key) best = i, best_key = key;
+    }
+    return best < 0 ? 0 : best;
+  }
   // Without top-k or top-p no order is needed: the softmax and the draw in
   // one pass over the row. Sorting a row of 128k took ~13 ms a token on a
   // slow core, more than a batched decode step on the GPU.
@@ -161,13 +175,34 @@ int32_t Sampler::candidates_needed(int32_t max_candidates) const {
   if (params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f ||
       params_.frequency_penalty != 0.0f || !params_.logit_bias.empty())
     return 0;
-  if (params_.temperature == 0.0f) return 1;
+  if (params_.temperature == 0.0f || draws_by_noise()) return 1;
   return params_.top_k > 0 && params_.top_k <= max_candidates ? params_.top_k : 0;
+}
+
+bool Sampler::draws_by_noise() const {
+  return params_.temperature > 0.0f && params_.top_k == 0 && params_.top_p >= 1.0f &&
+         params_.min_p == 0.0f && params_.repetition_penalty == 1.0f &&
+         params_.presence_penalty == 0.0f && params_.frequency_penalty == 0.0f &&
+         params_.logit_bias.empty();
+}
+
+kernels::RowNoise Sampler::noise() const {
+  kernels::RowNoise n;
+  if (!draws_by_noise()) return n;
+  n.seed = seed_;
+  n.draw = draws_;
+  n.temperature = params_.temperature;
+  n.on = 1;
+  return n;
 }
 
 int32_t Sampler::sample_candidates(std::span<const int32_t> ids, std::span<const float> logits) {
   VOLTAD_CHECK(!ids.empty() && ids.size() == logits.size());
   if (params_.temperature == 0.0f) return ids[0];
+  if (draws_by_noise()) {
+    ++draws_;
+    return ids[0];
+  }
   const size_t keep = std::min(ids.size(), size_t(params_.top_k));
   candidates_.clear();
   for (size_t i = 0; i < keep; ++i) candidates_.push_back({logits[i], ids[i]});

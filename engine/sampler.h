@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/result.h"
+#include "kernels/gumbel.h"
 
 namespace voltad {
 
@@ -46,14 +47,26 @@ class Sampler {
   int32_t sample(std::span<float> logits, std::span<const int32_t> history, size_t n_prompt);
 
   // How many of the best logits this sampler needs to choose exactly as
-  // sample() would (1 when greedy; top_k when it is on), or 0 when it needs
-  // the whole row (penalties, or no top_k while sampling). A backend can
-  // then send only those candidates (BatchChunk::top_k).
+  // sample() would (1 when greedy or when it draws by noise; top_k when it
+  // is on), or 0 when it needs the whole row (penalties, or no top_k while
+  // sampling with top-p or min-p). A backend can then send only those
+  // candidates (BatchChunk::top_k).
   int32_t candidates_needed(int32_t max_candidates) const;
   // Picks from candidates: the best `candidates_needed()` (or more) token
-  // ids and logits, best first, ties to the lower id. The same token
-  // sample() picks from the whole row, given the same random state.
+  // ids and logits, best first, ties to the lower id (where it draws by
+  // noise: ranked by the keys of noise(), as BatchChunk::noise asks a
+  // backend to). The same token sample() picks from the whole row, given
+  // the same random state.
   int32_t sample_candidates(std::span<const int32_t> ids, std::span<const float> logits);
+
+  // Whether it samples at a temperature with no other filter or change
+  // (OpenAI's default: top_p 1, no penalties): then it draws by the Gumbel
+  // keys of kernels/gumbel.h, the token with the largest logit / T + G,
+  // which a backend can rank on the GPU (one candidate a row).
+  bool draws_by_noise() const;
+  // The noise of its next draw (on where draws_by_noise()): its seed and the
+  // number of draws so far.
+  kernels::RowNoise noise() const;
 
   const SamplingParams& params() const { return params_; }
   uint64_t seed() const { return seed_; }
@@ -62,6 +75,7 @@ class Sampler {
   SamplingParams params_;
   uint64_t seed_;
   std::mt19937_64 rng_;
+  uint64_t draws_ = 0;  // tokens picked so far (the noise's counter)
 
   // Softmax at the temperature over candidates_ (sorted, cut to top-k), then
   // min-p, top-p, and the draw.

@@ -319,11 +319,18 @@ bool Scheduler::step() {
     if (c.logits == BatchChunk::Logits::Last) {
       // Where the sampler chooses among the best few (greedy, top_k), so can
       // log-probabilities: those few, at least as many as the request lists,
-      // and the row's normalizer, not the whole row.
-      const int32_t wanted = p.seq->sampler.candidates_needed(kMaxCandidates);
+      // and the row's normalizer, not the whole row. A sampler that draws by
+      // noise takes the first of its row ranked by its keys, which are not
+      // the best logits a top_logprobs list needs: with one, the whole row.
+      const Sampler& sampler = p.seq->sampler;
+      const int32_t wanted = sampler.candidates_needed(kMaxCandidates);
       const int32_t listed = p.seq->request.logprobs;
-      c.top_k = listed < 0 || wanted == 0 ? wanted : std::max(wanted, std::max(listed, 1));
+      const bool noise = sampler.draws_by_noise();
+      c.top_k = listed < 0 || wanted == 0 ? wanted
+                : noise && listed > 0     ? 0
+                                          : std::max(wanted, std::max(listed, 1));
       c.log_z = listed >= 0 && c.top_k > 0;
+      if (noise && c.top_k > 0) c.noise = sampler.noise();
     }
     chunks.push_back(c);
   }

@@ -292,7 +292,9 @@ CudaWorkspace cuda_workspace_bytes(const ModelConfig& m, const EngineLimits& l) 
                                   uint64_t(kActivationRecordFloats) * 4);
   w.selected = align256(s * uint64_t(m.dim) * 4);
   w.logits = align256(s * uint64_t(m.n_vocab) * 4);
-  w.candidates = align256(s * (uint64_t(kMaxCandidates) * 8 + 8));
+  // Per sequence: its candidates, its log_z and its noise (kernels/gumbel.h's
+  // RowNoise, 24 bytes).
+  w.candidates = align256(s * (uint64_t(kMaxCandidates) * 8 + 8 + 24));
   w.topk_scratch = gpu_topk_fits(m.n_vocab) && topk_chunks(m.n_vocab) > 1
                        ? align256(s * uint64_t(topk_chunks(m.n_vocab)) * uint64_t(kMaxCandidates) * 8)
                        : 0;

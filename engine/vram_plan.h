@@ -53,7 +53,8 @@ struct CudaWorkspace {
   uint64_t quantized_x_scales;  // (T, W/32, 4) fp32: {d1, d2, sum x, 0} per 32 values
   uint64_t selected;            // (S, dim) fp32: the rows whose logits are computed
   uint64_t logits;              // (S, n_vocab) fp32
-  uint64_t candidates;  // (S, kMaxCandidates) int32 ids + fp32 logits, S fp64 log_z: GPU top-k
+  uint64_t
+      candidates;  // (S, kMaxCandidates) int32 ids + fp32 logits, S fp64 log_z, S noise: GPU top-k
   uint64_t topk_scratch;        // (S, ceil(n_vocab / kTopKChunk), kMaxCandidates) id+logit pairs;
                                 // 0 for one chunk, or a vocabulary the GPU top-k cannot take
   uint64_t step_indices;        // (5 T + S ceil(max_context/16)) int32: per token its id,

@@ -14,11 +14,13 @@
 //      (key descending, index ascending): the output is sorted.
 // Pass 1 (grid chunks x rows) does this per chunk of kTopKChunk values;
 // pass 2 (one block per row) over the chunks' k candidates each. A row of at
-// most kTopKChunk values takes pass 1 alone.
+// most kTopKChunk values takes pass 1 alone. A row with noise (RowNoise::on)
+// is ranked by its Gumbel keys (kernels/gumbel.h) and reports its logits.
 #include <climits>
 
 #include "kernels/cuda_check.h"
 #include "kernels/device_common.cuh"
+#include "kernels/gumbel.h"
 #include "kernels/launch.cuh"
 #include "kernels/topk.h"
 
@@ -142,34 +144,54 @@ __device__ void block_top_k(SelectShared& sm, int m, int k) {
 }
 
 // Writes the block's winners: to the final output or to the chunk's
-// candidate slots.
+// candidate slots. raw_row: a noisy row's logits (the keys are not its
+// values), else null.
 __device__ void emit(const SelectShared& sm, int k, int32_t* ids_out, float* vals_out,
-                     uint32_t* cand_keys, int32_t* cand_ids) {
+                     uint32_t* cand_keys, int32_t* cand_ids, const float* raw_row, int64_t n) {
   for (int s = threadIdx.x; s < k; s += blockDim.x) {
     if (cand_keys) {
       cand_keys[s] = sm.win_keys[s];
       cand_ids[s] = sm.win_ids[s];
     } else {
-      ids_out[s] = sm.win_ids[s];
-      vals_out[s] = key_to_float(sm.win_keys[s]);
+      const int32_t id = sm.win_ids[s];
+      ids_out[s] = id;
+      vals_out[s] = !raw_row ? key_to_float(sm.win_keys[s])
+                    : id < n ? raw_row[id]
+                             : __int_as_float(0x7FC00000);
     }
   }
+}
+
+// The row's noise, or null where it has none.
+__device__ __forceinline__ const RowNoise* row_noise(const RowNoise* noise, int row) {
+  return noise && noise[row].on ? noise + row : nullptr;
 }
 
 // Chunks shorter than k are padded with keys 0 (NaN's key) and distinct
 // indices above any real one, which lose every tie.
 __global__ void __launch_bounds__(kThreads)
     kernel_topk_chunks(const float* logits, int64_t ld, int64_t n, int k, bool final_pass,
-                       uint32_t* cand_keys, int32_t* cand_ids, int32_t* out_ids, float* out_vals) {
+                       uint32_t* cand_keys, int32_t* cand_ids, int32_t* out_ids, float* out_vals,
+                       const RowNoise* noise) {
   wait_for_previous_kernel();
   __shared__ SelectShared sm;
   const int row = blockIdx.y, chunk = blockIdx.x, chunks = gridDim.x;
   const int64_t begin = int64_t(chunk) * kTopKChunk;
   const int m = n - begin < kTopKChunk ? int(n - begin) : kTopKChunk;
   const float* src = logits + int64_t(row) * ld + begin;
-  for (int i = threadIdx.x; i < m; i += blockDim.x) {
-    sm.keys[i] = float_to_key(src[i]);
-    sm.ids[i] = int32_t(begin + i);
+  const RowNoise* rn = row_noise(noise, row);
+  if (rn) {
+    const uint64_t base = noise_base(*rn);
+    const float t = rn->temperature;
+    for (int i = threadIdx.x; i < m; i += blockDim.x) {
+      sm.keys[i] = float_to_key(noise_key(src[i], t, base, begin + i));
+      sm.ids[i] = int32_t(begin + i);
+    }
+  } else {
+    for (int i = threadIdx.x; i < m; i += blockDim.x) {
+      sm.keys[i] = float_to_key(src[i]);
+      sm.ids[i] = int32_t(begin + i);
+    }
   }
   for (int i = m + threadIdx.x; i < k; i += blockDim.x) {
     sm.keys[i] = 0;
@@ -179,14 +201,16 @@ __global__ void __launch_bounds__(kThreads)
   block_top_k(sm, max(m, k), k);
   const int64_t slot = (int64_t(row) * chunks + chunk) * k;
   if (final_pass)
-    emit(sm, k, out_ids + int64_t(row) * k, out_vals + int64_t(row) * k, nullptr, nullptr);
+    emit(sm, k, out_ids + int64_t(row) * k, out_vals + int64_t(row) * k, nullptr, nullptr,
+         rn ? logits + int64_t(row) * ld : nullptr, n);
   else
-    emit(sm, k, nullptr, nullptr, cand_keys + slot, cand_ids + slot);
+    emit(sm, k, nullptr, nullptr, cand_keys + slot, cand_ids + slot, nullptr, n);
 }
 
 __global__ void __launch_bounds__(kThreads)
     kernel_topk_merge(const uint32_t* cand_keys, const int32_t* cand_ids, int chunks, int k,
-                      int32_t* out_ids, float* out_vals) {
+                      int32_t* out_ids, float* out_vals, const float* logits, int64_t ld, int64_t n,
+                      const RowNoise* noise) {
   wait_for_previous_kernel();
   __shared__ SelectShared sm;
   const int row = blockIdx.x, m = chunks * k;
@@ -196,13 +220,14 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
   block_top_k(sm, m, k);
-  emit(sm, k, out_ids + int64_t(row) * k, out_vals + int64_t(row) * k, nullptr, nullptr);
+  emit(sm, k, out_ids + int64_t(row) * k, out_vals + int64_t(row) * k, nullptr, nullptr,
+       row_noise(noise, row) ? logits + int64_t(row) * ld : nullptr, n);
 }
 
 }  // namespace
 
 void launch_topk(const float* logits, int64_t ld, int rows, int64_t n, int k, int32_t* out_ids,
-                 float* out_vals, void* scratch, cudaStream_t stream) {
+                 float* out_vals, void* scratch, cudaStream_t stream, const RowNoise* noise) {
   if (rows == 0) return;
   VOLTAD_KERNEL_REQUIRE(k >= 1 && k <= kTopKMax && k <= n, "topk: 1 <= k <= min(64, n)");
   VOLTAD_KERNEL_REQUIRE(ld >= n && logits && out_ids && out_vals, "topk: buffers and row stride");
@@ -212,7 +237,7 @@ void launch_topk(const float* logits, int64_t ld, int rows, int64_t n, int k, in
   VOLTAD_KERNEL_REQUIRE(rows <= 65535, "topk: at most 65535 rows");
   if (chunks == 1) {
     launch_kernel(kernel_topk_chunks, dim3(1, unsigned(rows)), kThreads, 0, stream, logits, ld, n,
-                  k, true, nullptr, nullptr, out_ids, out_vals);
+                  k, true, nullptr, nullptr, out_ids, out_vals, noise);
     CUDA_CHECK(cudaGetLastError());
     return;
   }
@@ -221,10 +246,10 @@ void launch_topk(const float* logits, int64_t ld, int rows, int64_t n, int k, in
   int32_t* cand_ids =
       reinterpret_cast<int32_t*>(cand_keys + size_t(rows) * size_t(chunks) * size_t(k));
   launch_kernel(kernel_topk_chunks, dim3(unsigned(chunks), unsigned(rows)), kThreads, 0, stream,
-                logits, ld, n, k, false, cand_keys, cand_ids, nullptr, nullptr);
+                logits, ld, n, k, false, cand_keys, cand_ids, nullptr, nullptr, noise);
   CUDA_CHECK(cudaGetLastError());
   launch_kernel(kernel_topk_merge, unsigned(rows), kThreads, 0, stream, cand_keys, cand_ids,
-                int(chunks), k, out_ids, out_vals);
+                int(chunks), k, out_ids, out_vals, logits, ld, n, noise);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -25,7 +25,13 @@ inline size_t topk_scratch_bytes(int rows, int64_t n, int k) {
 
 // Limits: 1 <= k <= min(kTopKMax, n) and ceil(n / kTopKChunk) * k <= 4096
 // (n <= 262144 at k = 64). out_ids and out_vals: rows x k, row-major.
+// noise: null, or one RowNoise a row (device memory, kernels/gumbel.h):
+// a row whose noise is on is ranked by its keys logit / T + G instead of its
+// logits (its first id is then a draw at temperature T), and out_vals still
+// holds its logits.
+struct RowNoise;
 void launch_topk(const float* logits, int64_t ld, int rows, int64_t n, int k, int32_t* out_ids,
-                 float* out_vals, void* scratch, cudaStream_t stream);
+                 float* out_vals, void* scratch, cudaStream_t stream,
+                 const RowNoise* noise = nullptr);
 
 }  // namespace voltad::kernels

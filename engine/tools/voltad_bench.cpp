@@ -34,7 +34,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: voltad-bench -m MODEL.gguf [-p 512] [-n 128] [-b 1,2,4,8,16] [--ctx 512] [--repeat 3]\n"
     "                    [--kv fp16|int8] [--kernels auto|portable] [--no-graphs] [--top-k K] "
-    "[--json]\n"
+    "[--noise] [--json]\n"
     "                    [--max-context N] [--device-time]\n"
     "                    [--omit norms,rope,attention,swiglu,matvecs|qkv,wo,gate_up,down,output]\n"
     "       voltad-bench --sampling [--vocab N] [--json]\n"
@@ -42,6 +42,9 @@ constexpr const char* kUsage =
     "             default) or portable (only what a V100 runs)\n"
     "  --top-k K: each decode step returns the K best logits per sequence, as the\n"
     "             server does for greedy (1) or top-k sampling (0: whole rows)\n"
+    "  --noise:   the K candidates ranked by Gumbel keys at temperature 1, as the\n"
+    "             server asks for a request at a temperature alone (OpenAI's\n"
+    "             default): the token is drawn on the GPU\n"
     "  --max-context N: the longest sequence the engine is made for, as a\n"
     "             daemon's engine.max_context (default and least: the larger of\n"
     "             --ctx + -n + 1 and -p + 1); the decode graphs plan their\n"
@@ -101,7 +104,7 @@ int main(int argc, char** argv) {
   std::string model_path;
   int prompt = 512, steps = 128, ctx = 512, repeat = 3, top_k = 1, max_context = 0;
   std::vector<int> batches = {1, 2, 4, 8, 16};
-  bool json = false, kv_int8 = false, graphs = true, device_time = false;
+  bool json = false, kv_int8 = false, graphs = true, device_time = false, noise = false;
   std::string kernel_set = "auto", omit_list;
   bool sampling = false;
   int vocab = 128256;
@@ -134,7 +137,9 @@ int main(int argc, char** argv) {
       graphs = false;
     else if (a == "--device-time")
       device_time = true;
-    else if (a == "--top-k") { if (!count(top_k, 0, 64)) return 64; }
+    else if (a == "--top-k") { if (!count(top_k, 0, 64)) return 64;
+    } else if (a == "--noise")
+      noise = true;
     else if (a == "--omit") {
       if (i + 1 >= argc)
         return std::fprintf(stderr,
@@ -208,8 +213,8 @@ int main(int argc, char** argv) {
                         max_context, needed),
            64;
 #ifndef VOLTAD_HAVE_CUDA
-  (void)json, (void)kv_int8, (void)top_k, (void)graphs, (void)prompt, (void)steps, (void)ctx,
-      (void)repeat, (void)device_time;
+  (void)json, (void)kv_int8, (void)top_k, (void)noise, (void)graphs, (void)prompt, (void)steps,
+      (void)ctx, (void)repeat, (void)device_time;
   std::fprintf(stderr, "voltad-bench: this build has no CUDA backend (configure with -DVOLTAD_CUDA=ON)\n");
   return 69;
 #else
@@ -317,6 +322,7 @@ int main(int argc, char** argv) {
         chunks[size_t(s)].start_pos = ctx + std::max(0, i - warmup);
         chunks[size_t(s)].tokens = std::span<const int32_t>(&next[size_t(s)], 1);
         chunks[size_t(s)].top_k = top_k;
+        if (noise && top_k > 0) chunks[size_t(s)].noise = {uint64_t(s), uint64_t(i), 1.0f, 1};
       }
       auto t0 = clock::now();
       auto st = b.forward(chunks, out);
@@ -350,7 +356,8 @@ int main(int argc, char** argv) {
   if (json) {
     std::printf("{\n  \"model\": \"%s\",\n  \"device\": \"%s\",\n  \"copy_bandwidth_gbps\": %.1f,\n", model_path.c_str(),
                 b.device_name().c_str(), bandwidth.value() / 1e9);
-    std::printf("  \"top_k\": %d,\n  \"kernels\": \"%s\",\n", top_k, b.kernels_in_use().c_str());
+    std::printf("  \"top_k\": %d,\n  \"noise\": %s,\n  \"kernels\": \"%s\",\n", top_k,
+                noise && top_k > 0 ? "true" : "false", b.kernels_in_use().c_str());
     if (o.omit.any()) std::printf("  \"omitted_kernels_timing_only\": \"%s\",\n", omit_list.c_str());
     std::printf("  \"max_context\": %d,\n  \"device_time\": %s,\n", max_context,
                 device_time ? "true" : "false");

@@ -120,6 +120,56 @@ TEST_CASE("the sampler picks the same token from its candidates as from the whol
   }
 }
 
+// A sampler at a temperature alone (OpenAI's default) draws by the Gumbel
+// keys of its seed and draw (kernels/gumbel.h): a backend that ranks the
+// row by them (BatchChunk::noise) sends one candidate, the token itself,
+// and its logit.
+TEST_CASE("a sampler at a temperature alone draws by noise: one candidate, the whole row's token") {
+  std::mt19937 rng(5);
+  SamplingParams p;
+  p.temperature = 0.8f;
+  p.seed = 99;
+  Sampler whole(p), from_candidates(p);
+  REQUIRE(from_candidates.draws_by_noise());
+  REQUIRE(from_candidates.candidates_needed(kMaxCandidates) == 1);
+  int not_best = 0;
+  for (int i = 0; i < 300; ++i) {
+    std::vector<float> row = random_row(rng, 1000);
+    const kernels::RowNoise n = from_candidates.noise();
+    CHECK(n.on == 1);
+    CHECK(n.seed == 99);
+    CHECK(n.draw == uint64_t(i));
+    CHECK(n.temperature == 0.8f);
+    // A second row without noise in the same call keeps the plain order.
+    const kernels::RowNoise rows_noise[2] = {n, kernels::RowNoise{}};
+    std::vector<float> two = row;
+    two.insert(two.end(), row.begin(), row.end());
+    ForwardOutput out;
+    select_candidates(two, 2, int64_t(row.size()), 4, false, out, rows_noise);
+    const int32_t a = whole.sample(row, {}, 0);
+    const int32_t b =
+        from_candidates.sample_candidates(out.candidate_row_ids(0), out.candidate_row_logits(0));
+    CHECK(a == b);
+    CHECK(out.candidate_row_logits(0)[0] == row[size_t(b)]);  // its logit, not its key
+    CHECK(out.candidate_row_ids(1)[0] == argmax(row));
+    not_best += a != argmax(row);
+  }
+  CHECK(not_best > 30);  // it samples: the best logit is not always drawn
+  // Any other filter or change needs more than the keys' first.
+  for (int which = 0; which < 6; ++which) {
+    SamplingParams q = p;
+    if (which == 0) q.temperature = 0;
+    if (which == 1) q.top_p = 0.9f;
+    if (which == 2) q.min_p = 0.05f;
+    if (which == 3) q.top_k = 40;
+    if (which == 4) q.frequency_penalty = 0.5f;
+    if (which == 5) q.logit_bias = {{3, 1.0f}};
+    CAPTURE(which);
+    CHECK_FALSE(Sampler(q).draws_by_noise());
+    CHECK(Sampler(q).noise().on == 0);
+  }
+}
+
 TEST_CASE("penalties or sampling without top-k need the whole row") {
   SamplingParams p;
   p.temperature = 0;
@@ -131,7 +181,13 @@ TEST_CASE("penalties or sampling without top-k need the whole row") {
   CHECK(Sampler(p).candidates_needed(64) == 0);
   p.presence_penalty = 0;
   p.temperature = 1.0f;
-  CHECK(Sampler(p).candidates_needed(64) == 0);  // top_k off
+  CHECK(Sampler(p).candidates_needed(64) == 1);  // by noise: its keys' first
+  p.top_p = 0.9f;
+  CHECK(Sampler(p).candidates_needed(64) == 0);  // top_k off, top-p on
+  p.top_p = 1.0f;
+  p.min_p = 0.1f;
+  CHECK(Sampler(p).candidates_needed(64) == 0);
+  p.min_p = 0.0f;
   p.top_k = 65;
   CHECK(Sampler(p).candidates_needed(64) == 0);  // more than a backend returns
   p.top_k = 64;

@@ -289,6 +289,50 @@ TEST_CASE("logprobs come from the candidates and the normalizer where the sample
   }
 }
 
+// A request at a temperature alone (OpenAI's default) is drawn by noise: the
+// backend ranks its row by the Gumbel keys of its seed and draw
+// (BatchChunk::noise) and sends one candidate, the token, with its logit and
+// the row's normalizer for its logprob. With a top_logprobs list the best
+// logits are needed: whole rows, drawn on the host by the same keys, so
+// the same tokens.
+TEST_CASE("a request at a temperature alone is drawn by noise: one candidate, whole rows' tokens") {
+  std::vector<Run> runs;
+  for (int32_t listed : {-1, 0, 3}) {
+    CAPTURE(listed);
+    GenerationRequest r = request(10, listed);
+    r.sampling.temperature = 1.5f;
+    r.sampling.seed = 21;
+    std::vector<BatchChunk> seen;
+    runs.push_back(run_recorded(r, seen));
+    uint64_t draw = 0;
+    for (const BatchChunk& c : seen) {
+      if (c.logits != BatchChunk::Logits::Last) continue;
+      CHECK(c.top_k == (listed > 0 ? 0 : 1));
+      CHECK(c.log_z == (listed == 0));
+      CHECK(c.noise.on == (listed > 0 ? 0u : 1u));
+      if (!c.noise.on) continue;
+      CHECK(c.noise.seed == 21);
+      CHECK(c.noise.draw == draw++);
+      CHECK(c.noise.temperature == 1.5f);
+    }
+  }
+  CHECK(runs[0].text == runs[1].text);
+  CHECK(runs[1].text == runs[2].text);
+  REQUIRE(runs[1].logprobs.size() == 10);
+  REQUIRE(runs[2].logprobs.size() == 10);
+  for (size_t i = 0; i < 10; ++i) {
+    CHECK(runs[1].logprobs[i].token == runs[2].logprobs[i].token);
+    CHECK(runs[1].logprobs[i].logprob ==
+          doctest::Approx(runs[2].logprobs[i].logprob).epsilon(1e-5));
+  }
+  // It samples: another seed, another text.
+  GenerationRequest other = request(10, -1);
+  other.sampling.temperature = 1.5f;
+  other.sampling.seed = 22;
+  std::vector<BatchChunk> seen;
+  CHECK(run_recorded(other, seen).text != runs[0].text);
+}
+
 TEST_CASE("logprobs beyond the limit are refused") {
   auto backend = fixture().backend(128, 1);
   Scheduler s(*backend, *fixture().tokenizer, SchedulerOptions{});

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <random>
 
@@ -280,6 +281,50 @@ TEST_CASE("sampling without top-k or top-p follows the softmax, min-p too") {
       // min-p 0.3 keeps p >= 0.3 x 0.5: tokens 0 and 1, renormalized.
       CHECK(seen[2] + seen[3] == 0);
       CHECK(double(seen[0]) / n == doctest::Approx(2.0 / 3).epsilon(0.05));
+    }
+  }
+}
+
+// At a temperature alone the sampler draws by Gumbel keys (kernels/gumbel.h):
+// the softmax at the temperature, a NaN or -inf logit never, the same
+// tokens for the same seed, from the draw's number and not from a state
+// (a sampler made again at draw n gives what the first gave there).
+TEST_CASE("drawing by noise follows the softmax at the temperature") {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (float t : {1.0f, 0.5f, 2.0f}) {
+    CAPTURE(t);
+    SamplingParams p;
+    p.temperature = t;
+    p.seed = 17;
+    Sampler s(p), again(p);
+    REQUIRE(s.draws_by_noise());
+    const std::vector<float> row = {0.0f, float(std::log(2.0)), float(std::log(4.0)), nan, -inf,
+                                    -1.0f};
+    double z = 0;
+    std::vector<double> want;
+    for (float l : row) want.push_back(std::isfinite(l) ? std::exp(double(l) / t) : 0.0);
+    for (double w : want) z += w;
+    std::map<int32_t, int> seen;
+    const int n = 40000;
+    std::vector<int32_t> first;
+    for (int i = 0; i < n; ++i) {
+      std::vector<float> l = row;
+      const int32_t tok = s.sample(l, {}, 0);
+      ++seen[tok];
+      if (i < 50) first.push_back(tok);
+    }
+    CHECK(seen[3] == 0);
+    CHECK(seen[4] == 0);
+    for (int32_t tok : {0, 1, 2, 5}) {
+      CAPTURE(tok);
+      const double pr = want[size_t(tok)] / z;
+      // Four standard deviations of a binomial count.
+      CHECK(std::abs(double(seen[tok]) / n - pr) < 4 * std::sqrt(pr * (1 - pr) / n));
+    }
+    for (int i = 0; i < 50; ++i) {
+      std::vector<float> l = row;
+      CHECK(again.sample(l, {}, 0) == first[size_t(i)]);
     }
   }
 }

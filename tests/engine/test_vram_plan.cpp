@@ -104,7 +104,7 @@ TEST_CASE("workspace: each buffer by its formula, 256-byte aligned, total their 
   CHECK(w.quantized_x_scales == 2048ull * (14336 / 32) * 4 * 4);
   CHECK(w.selected == 16 * 4096 * 4);
   CHECK(w.logits == 16ull * 128256 * 4);
-  CHECK(w.candidates == 8448);  // 16 x (64 x 8 + 8), rounded up to 256
+  CHECK(w.candidates == 8704);  // 16 x (64 x 8 + 8 + 24), rounded up to 256
   // 128256 / 4096 = 32 first-pass chunks of the top-k, 64 pairs each per sequence.
   CHECK(w.topk_scratch == 16ull * 32 * 64 * 8);
   // Per token: id, position, KV slot, block-table row, logits row; then a

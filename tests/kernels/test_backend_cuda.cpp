@@ -33,6 +33,7 @@
 #include "engine/tokenizer.h"
 #include "engine/vram_plan.h"
 #include "kernels/gemm_sm80.h"
+#include "kernels/gumbel.h"
 #include "tests/engine/test_gguf_support.h"
 #include "tests/kernels/random_weights.h"
 
@@ -317,6 +318,29 @@ TEST_CASE("SmolLM2 on CUDA: greedy text as the reference, batched and single agr
     CHECK(double(normalized.candidate_log_z[size_t(r)]) ==
           doctest::Approx(row_log_normalizer(batched.row(r + 1))).epsilon(1e-5));
   chunks[2].log_z = false;
+  // Drawn on the device (BatchChunk::noise): the noisy row's first candidate
+  // is the largest Gumbel key of the row the step gives in full, its value
+  // that row's logit; the plain row keeps its order.
+  chunks[2].noise = {77, 5, 0.9f, 1};
+  ForwardOutput drawn;
+  REQUIRE(cuda->forward(chunks, drawn).ok());
+  REQUIRE(drawn.n_candidate_rows == 2);
+  CHECK(drawn.candidate_row_ids(0)[0] == mixed.candidate_row_ids(0)[0]);
+  {
+    auto full = batched.row(2);
+    const uint64_t base = kernels::noise_base(chunks[2].noise);
+    std::vector<float> keys;
+    for (size_t i = 0; i < full.size(); ++i)
+      keys.push_back(kernels::noise_key(full[i], 0.9f, base, int64_t(i)));
+    const auto want = std::max_element(keys.begin(), keys.end()) - keys.begin();
+    const int32_t got = drawn.candidate_row_ids(1)[0];
+    const float scale = std::abs(*std::max_element(full.begin(), full.end()));
+    REQUIRE(got >= 0);
+    REQUIRE(size_t(got) < full.size());
+    CHECK(keys[size_t(got)] >= keys[size_t(want)] - 1e-5f * scale);  // the draw, or a near tie
+    CHECK(std::abs(drawn.candidate_row_logits(1)[0] - full[size_t(got)]) <= 1e-5f * scale);
+  }
+  chunks[2].noise = {};
   chunks[1].top_k = chunks[2].top_k = 0;
   // Batched and alone run different kernel variants (rows per warp, batch
   // slices, GEMM from 25 tokens), so their fp32 sums differ in order: ~1e-3
