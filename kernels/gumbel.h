@@ -5,7 +5,8 @@
 // counter-based generator, a function of (seed, draw, token), so that the
 // GPU's top-k (kernels/topk.h, one candidate a row) and the host's sampler
 // (engine/sampler.h) pick the same token from the same row, whatever the
-// batch, without a row crossing PCIe.
+// batch, without a row crossing PCIe (but where two keys lie within an ulp:
+// the host's logf and the GPU's may differ by one).
 //
 // The generator is the SplitMix64 finalizer (Steele, Lea and Flood,
 // "Fast splittable pseudorandom number generators", OOPSLA 2014) applied to
@@ -47,10 +48,14 @@ VOLTAD_HD inline uint64_t noise_base(const RowNoise& n) {
   return splitmix64(n.seed ^ splitmix64(n.draw));
 }
 
-// Token i's uniform in (0, 1): 24 bits, offset by half a step (never 0 or 1).
+// Token i's uniform in (0, 1): 23 bits, offset by half a step, never 0 or
+// 1. (24 bits would not do: 2^24 - 0.5 rounds to 2^24 in a float, u to 1,
+// and the key to +inf, a token drawn whatever its logit one time in 2^24.)
+VOLTAD_HD inline float uniform_of_bits(uint64_t h) {
+  return (float(uint32_t(h >> 41)) + 0.5f) * (1.0f / 8388608.0f);
+}
 VOLTAD_HD inline float noise_uniform(uint64_t base, int64_t i) {
-  const uint64_t h = splitmix64(base + uint64_t(i));
-  return (float(uint32_t(h >> 40)) + 0.5f) * (1.0f / 16777216.0f);
+  return uniform_of_bits(splitmix64(base + uint64_t(i)));
 }
 
 // Token i's key: logit + T G, G = -log(-log(u)), in one rounding (fmaf,

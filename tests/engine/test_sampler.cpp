@@ -329,6 +329,26 @@ TEST_CASE("drawing by noise follows the softmax at the temperature") {
   }
 }
 
+// A logit far above the rest of a vocabulary-sized row is always drawn: no
+// token's noise is infinite (a uniform of exactly 1 would make it so).
+TEST_CASE("drawing by noise: a dominant logit of a 128k row is always drawn") {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.seed = 3;
+  Sampler s(p);
+  std::vector<float> row(128256, 0.0f);
+  row[4242] = 40.0f;  // the rest together: about 128k e^-40, 5e-13
+  for (int i = 0; i < 400; ++i) {
+    std::vector<float> l = row;
+    CHECK(s.sample(l, {}, 0) == 4242);
+  }
+  // The uniform's extremes stay inside (0, 1), and so the keys finite.
+  CHECK(kernels::uniform_of_bits(~uint64_t(0)) < 1.0f);
+  CHECK(kernels::uniform_of_bits(0) > 0.0f);
+  CHECK(std::isfinite(std::log(-std::log(kernels::uniform_of_bits(~uint64_t(0))))));
+  CHECK(std::isfinite(std::log(-std::log(kernels::uniform_of_bits(0)))));
+}
+
 // A temperature near the smallest float (valid: above 0) is all but greedy
 // on every path: 1 / T would overflow, so the weights divide by T.
 TEST_CASE("a tiny temperature picks the best token with top-p, min-p or neither") {

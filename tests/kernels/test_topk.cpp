@@ -170,6 +170,27 @@ TEST_CASE("topk: rows ranked by Gumbel keys, one pass and two") {
   check_noisy_topk(6, 4096, 1);
   check_noisy_topk(8, 128256, 1);  // a decode batch drawing its tokens
   check_noisy_topk(4, 151936, 8);
+  // A logit 40 above the rest of a 128k row is always the draw (no key is
+  // infinite): 8 rows, 8 seeds.
+  const int rows = 8;
+  const int64_t n = 128256;
+  std::vector<float> logits(size_t(rows * n), 0.0f);
+  std::vector<kernels::RowNoise> noise(static_cast<size_t>(rows));
+  for (int r = 0; r < rows; ++r) {
+    logits[size_t(r * n + 1000 * r + 7)] = 40.0f;
+    noise[size_t(r)] = {uint64_t(r), uint64_t(r * r), 1.0f, 1};
+  }
+  std::vector<uint8_t> noise_bytes(noise.size() * sizeof(kernels::RowNoise));
+  std::memcpy(noise_bytes.data(), noise.data(), noise_bytes.size());
+  DeviceBuffer<float> d_logits(logits), d_vals{size_t(rows)};
+  DeviceBuffer<int32_t> d_ids{size_t(rows)};
+  DeviceBuffer<uint8_t> d_scratch(kernels::topk_scratch_bytes(rows, n, 1));
+  DeviceBuffer<uint8_t> d_noise(noise_bytes);
+  kernels::launch_topk(d_logits.get(), n, rows, n, 1, d_ids.get(), d_vals.get(), d_scratch.get(),
+                       nullptr, reinterpret_cast<const kernels::RowNoise*>(d_noise.get()));
+  CUDA_CHECK(cudaGetLastError());
+  const std::vector<int32_t> ids = d_ids.download();
+  for (int r = 0; r < rows; ++r) CHECK(ids[size_t(r)] == 1000 * r + 7);
 }
 
 // The normalizer that comes with the candidates (kernels/log_sum_exp.h),
