@@ -1,0 +1,805 @@
+// The narrow GEMM: batched decode (2..32 tokens) on FP16 tensor cores
+// through wmma m16n16k16, or m8n32k16 for 8 tokens or fewer and for paired
+// B (sm_70+).
+// Contract in gemm_wmma.h (GemmTile::N16);
+// measurements in docs/KERNEL-NOTES.md ("Narrow GEMM").
+//
+// At a few tokens a GEMM is a matvec: the weights must stream at the
+// memory's bandwidth, and the arithmetic hides behind them. The prefill
+// tiles do the opposite (one 64-value stage of loads in flight per block,
+// few blocks): a 4096-row matrix gives the 32x64 tile 64 blocks, and each
+// waits on memory once per stage. Here:
+//   - a block owns 32 weight rows (one per lane) and 16 tokens (32 for
+//     17-32 tokens of paired B unless VOLTAD_NARROW_TOKENS32=0; 8 where
+//     a launch has 8 or fewer: no padding tokens' x, one MMA a k step,
+//     and room in the registers: Q4_K's 48-56 bytes of spills gone; b8
+//     +15% Q4_K_M, +11% Q4_0 under `portable`, run 44), and splits
+//     k over its warps (16 where the blocks fit the SMs once over, else 8,
+//     two blocks per SM; 12 or 6 in 32-token blocks), so even a 4096-row
+//     matrix keeps ~16 warps per SM streaming;
+//   - the 4-bit formats' nibbles (Q6_K's too at 8 tokens) come a stage of
+//     4 chunks ahead through shared memory, 8 rows' contiguous bytes a
+//     load, and the rest of the stage (scales) in one to three vector
+//     loads a lane (StageSide); the other formats keep kDepth chunks (32
+//     values, 16+ bytes each) of the lane's row in flight, refilling a slot
+//     as soon as it is decoded. The kernel is bound by its L1, paid per
+//     cache line a load touches (run 46);
+//   - a warp decodes one chunk per lane into its own shared tile (32 rows x
+//     32 k), stages the matching 32 k of x (the block's tokens, loaded two
+//     chunks ahead) as FP16 beside it, and runs 2 x 2 wmma (2 x 1 at 8
+//     tokens); no block-wide barrier
+//     until the end. The 4-bit formats on fp16 x build the weights' B
+//     fragments in registers instead where a probe found the device's
+//     wmma order (paired B: paired_chunk below, kernels/wmma_pairs.h);
+//   - the warps' partial sums meet in shared memory, are added in warp
+//     order (deterministic), and go out with the bias and the residual add.
+// Weights decode with kernels/gemm_decode.cuh, the prefill GEMM's own code,
+// so both see the same FP16 weights; x is rounded to FP16 as there.
+#include <cuda_fp16.h>
+#include <mma.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
+
+#include "kernels/cuda_check.h"
+#include "kernels/device_common.cuh"
+#include "kernels/gemm_decode.cuh"
+#include "kernels/gemm_narrow_pairs.h"
+#include "kernels/gemm_wmma.h"
+#include "kernels/launch.cuh"
+#include "kernels/wmma_pairs.h"
+
+namespace voltad::kernels {
+
+namespace {
+
+namespace wmma = nvcuda::wmma;
+using namespace gemm_decode;
+
+constexpr int kNarrowTokens = 16;  // tokens a block: one wmma fragment (or kNarrowTokens8)
+constexpr int kNarrowTokens8 = 8;  // at 8 tokens or fewer: m8n32k16 fragments
+// 17-32 tokens in one block (paired B only; VOLTAD_NARROW_TOKENS32=0 off): each
+// chunk's B decoded once for four 8-token MMAs, not once in each of two
+// 16-token blocks. ptxas gives it 155-162 registers (sm_70 and sm_90), so
+// 12 warps an SM: blocks of kNarrowWarps32 warps, or half that two an SM.
+constexpr int kNarrowTokens32 = 32;
+constexpr int kNarrowWarps32 = 12;
+constexpr int kNarrowRows = 32;                // weight rows per block: one per lane
+constexpr int kNarrowLd = 32 + 8;              // shared row stride in halves (80 bytes:
+                                               // 8 lanes' 16-byte stores hit distinct banks)
+constexpr int kNarrowRedLd = kNarrowRows + 4;  // fp32 partial sums, floats per row
+
+// Chunks per lane in flight: ~64 bytes of weights per lane within 128
+// registers (two 8-warp blocks share an SM). Even, so that x's two slots
+// (below) line up with the unrolled loop.
+template <PackedFormat F>
+constexpr int depth_for() {
+  switch (F) {
+    case PackedFormat::Int4Sym32:
+    case PackedFormat::Int4Affine32:
+    case PackedFormat::Int4K256:
+      return 4;
+    default:
+      return 2;
+  }
+}
+
+// Formats whose 16-byte chunks of nibbles (`quants`) a warp stages through
+// shared memory, kStageChunks chunks of its 32 rows at a time: lane l
+// loads 16 bytes at row 8i + l/4, chunk l%4 (i = 0..3), so that one load
+// instruction touches 8 rows' 64 contiguous bytes, where lane = row
+// touched 32 rows (32 cache lines a load). Nsight Compute on the H200 had
+// the kernel bound by the L1 (85-88% busy, DRAM 11-16%) at 16 tokens.
+// The rest of a chunk (scales) is still read by the lane of its row, a
+// stage ahead: once a stage as vector loads where the rows are whole
+// stages (StageSide, below), else a chunk at a time. Q6_K's
+// nibbles (its crumbs, scales and d stay the lane's) are staged in the
+// 8-token blocks, and in the 16-token ones where x comes in fp16 (kHalfX):
+// there they fit the registers (109-126 under ptxas for sm_90, no spills).
+// Batch 8 +6.6% (Llama-3-8B Q4_K_M) and +6.4% (Qwen3-8B) under `portable`
+// (run 46 in docs/PERFORMANCE.md); at 16 tokens with fp16 x batch 16
+// +4.4-4.8%, batch 32 +6.7-7.1% (run 47). With fp32 x in the 16-token
+// blocks they spilled and lost 3.1-3.4% at 8-32 tokens
+// (docs/PERFORMANCE-RUNS-43.md).
+template <PackedFormat F, int T, bool kHalfX>
+constexpr bool staged_quants() {
+  return F == PackedFormat::Int4Sym32 || F == PackedFormat::Int4Affine32 ||
+         F == PackedFormat::Int4K256 ||
+         (F == PackedFormat::Int6K256 && (T == kNarrowTokens8 || kHalfX));
+}
+constexpr int kStageChunks = 4;
+constexpr int kStageRowBytes = kStageChunks * 16;
+constexpr int kStageWarpBytes = kNarrowRows * kStageRowBytes;
+
+// Byte offset of row r's piece j in a warp's stage. The piece index is
+// XORed with bits 1-2 of the row, so that both the copy (8 lanes: rows
+// 2m, 2m+1, pieces 0-3) and the reads (8 lanes: 8 rows, one piece) fall in
+// 8 different 16-byte bank groups. Paired B's RowPerLane reads rows
+// b..b+3 and b+8..b+11 a quarter warp (kernels/wmma_pairs.h), whose bits
+// 1-2 repeat: there the key is bits 1 and 3 (kRowPerLane), which the copy
+// keeps conflict-free too (rows 2m and 2m+1 share a key).
+template <bool kRowPerLane = false>
+__device__ __forceinline__ int stage_offset(int r, int j) {
+  const int key = kRowPerLane ? ((r >> 1) & 1) | ((r >> 2) & 2) : (r >> 1) & 3;
+  return r * kStageRowBytes + ((j ^ key) << 4);
+}
+
+// Chunk<F>::load for the staged formats: no `quants` (the stage has them)
+// and no Q4_K header (read once a stage); the other reads as GlobalMemory.
+struct SideMemory {
+  static __device__ __forceinline__ uint4 u128(const uint8_t*) { return make_uint4(0, 0, 0, 0); }
+  static __device__ __forceinline__ uint4 u128i(const uint8_t*, int64_t) {
+    return make_uint4(0, 0, 0, 0);
+  }
+  static __device__ __forceinline__ uint2 u64(const uint8_t* p) { return GlobalMemory::u64(p); }
+  static __device__ __forceinline__ uint32_t u32(const uint8_t* p, int64_t i) {
+    return GlobalMemory::u32(p, i);
+  }
+  static __device__ __forceinline__ uint32_t u16(const uint8_t* p, int64_t i) {
+    return GlobalMemory::u16(p, i);
+  }
+};
+
+// The rest of a staged chunk (its scales; Q6_K's crumbs too) for the
+// lane's row, read once a stage for the stage's kStageChunks chunks where
+// the rows are whole stages (kWholeX): a lane's loads a stage are then 1-3
+// vector loads instead of 1-3 scalar loads a chunk. Each load of this kind
+// touches 32 rows' cache lines (a lane a row), so its count, not its bytes,
+// is what the L1 pays: Nsight Compute had the 8-token kernels' L1 87-90%
+// busy (run 46 in docs/PERFORMANCE.md). load(r, cs, new_super) reads the
+// stage at chunk cs, the 8-chunk super-block's data (Q4_K's header, Q6_K's
+// d) only where new_super (else it is the stage before's); fill(ch, j)
+// gives chunk j of the stage its fields but `q` (the stage's nibbles).
+template <PackedFormat F>
+struct StageSide {  // the formats not staged
+  __device__ void load(const RowPointers&, int, bool) {}
+  __device__ void fill(Chunk<F>&, int) const {}
+};
+template <>
+struct StageSide<PackedFormat::Int4Sym32> {
+  uint2 d;  // fp16 d of chunks 0-3
+  __device__ void load(const RowPointers& r, int cs, bool) {
+    d = *reinterpret_cast<const uint2*>(r.scales + 2 * cs);
+  }
+  __device__ void fill(Chunk<PackedFormat::Int4Sym32>& ch, int j) const {
+    ch.d = ((j < 2 ? d.x : d.y) >> (16 * (j & 1))) & 0xFFFFu;
+  }
+};
+template <>
+struct StageSide<PackedFormat::Int4Affine32> {
+  uint4 dm;  // fp16 {d, m} of chunks 0-3
+  __device__ void load(const RowPointers& r, int cs, bool) {
+    dm = __ldg(reinterpret_cast<const uint4*>(r.scales + 4 * cs));
+  }
+  __device__ void fill(Chunk<PackedFormat::Int4Affine32>& ch, int j) const {
+    ch.dm = j == 0 ? dm.x : j == 1 ? dm.y : j == 2 ? dm.z : dm.w;
+  }
+};
+template <>
+struct StageSide<PackedFormat::Int4K256> {
+  uint4 hdr;  // the stage lies in one super-block of 8 chunks
+  __device__ void load(const RowPointers& r, int cs, bool new_super) {
+    if (new_super) hdr = GlobalMemory::u128i(r.scales, cs >> 3);
+  }
+  __device__ void fill(Chunk<PackedFormat::Int4K256>& ch, int) const { ch.hdr = hdr; }
+};
+template <>
+struct StageSide<PackedFormat::Int6K256> {
+  uint4 crumbs[2];  // 8 bytes a chunk
+  uint2 sc;         // two int8 sub-scales a chunk
+  uint32_t d;       // fp16 d of the stage's super-block
+  __device__ void load(const RowPointers& r, int cs, bool new_super) {
+    crumbs[0] = load_weights_16(r.high + 8 * cs);
+    crumbs[1] = load_weights_16(r.high + 8 * cs + 16);
+    sc = *reinterpret_cast<const uint2*>(r.scales + 2 * cs);
+    if (new_super) d = GlobalMemory::u16(r.super_, cs >> 3);
+  }
+  __device__ void fill(Chunk<PackedFormat::Int6K256>& ch, int j) const {
+    const uint4& c = crumbs[j >> 1];
+    ch.crumbs = (j & 1) ? make_uint2(c.z, c.w) : make_uint2(c.x, c.y);
+    ch.sc = ((j < 2 ? sc.x : sc.y) >> (16 * (j & 1))) & 0xFFFFu;
+    ch.d = d;
+  }
+};
+
+// Where a launch's x comes from:
+//   Fp32: fp32 rows of any length and alignment, each load checked;
+//   Fp32Whole (kWholeX below): fp32 rows 16-byte aligned, `cols` whole
+//     stages of chunks and the weights' sections 16-byte aligned;
+//   Fp16: as Fp32Whole, but x already rounded to fp16 by the kernel that
+//     made it, in kernels/narrow_x.cuh's layout (launch_gemm_narrow_x16),
+//     and the weights decoded in that layout's k order (decode<true>): a
+//     lane's x a chunk is one 16-byte load at 8 tokens, not two, and no
+//     conversions.
+enum class NarrowX : uint8_t { Fp32, Fp32Whole, Fp16 };
+
+// Chunk c of the lane's row as 16 half2 words: in natural k order, or
+// with kXOrder in narrow_x.cuh's (the formats of decodes_in_x_order).
+template <bool kXOrder, PackedFormat F>
+__device__ __forceinline__ void decode_chunk(const Chunk<F>& ch, int64_t c, uint32_t (&h)[16]) {
+  if constexpr (kXOrder)
+    ch.template decode<true>(c, h);
+  else
+    ch.decode(c, h);
+}
+
+// T: the block's tokens (kNarrowTokens, kNarrowTokens8 for 8 or fewer, or
+// kNarrowTokens32).
+template <PackedFormat F, int W, int T, NarrowX kX>
+struct NarrowShape {
+  static constexpr size_t kTileBytes = size_t(W) * (kNarrowRows + T) * kNarrowLd * sizeof(__half);
+  static constexpr size_t kPipeBytes =
+      kTileBytes + (staged_quants<F, T, kX == NarrowX::Fp16>() ? size_t(W) * kStageWarpBytes : 0);
+  static constexpr size_t kRedBytes = size_t(W) * T * kNarrowRedLd * sizeof(float);
+  static constexpr size_t kSmemBytes = kPipeBytes > kRedBytes ? kPipeBytes : kRedBytes;
+  static_assert(kSmemBytes <= 96 * 1024, "fits the V100's shared memory");
+};
+
+// W warps split k. Block (blockIdx.x, blockIdx.y) computes tokens
+// T*x .. T*x+T-1 for rows 32*y .. 32*y+31: the blocks of one row range are
+// consecutive, so they run side by side and all but the first mostly find
+// the weights in L2. T = 16: 2 x 2 m16n16k16 MMAs a chunk; T = 8 (a
+// launch of 8 tokens or fewer): 2 m8n32k16, half the x and no padding
+// tokens.
+//
+// kWholeX (NarrowX::Fp32Whole and Fp16): x's rows are 16-byte aligned and
+// `cols` is whole stages of chunks (every model's products; launch_narrow):
+// x comes as one 16-byte load a token a chunk (half a token's chunk: Fp16)
+// with no checks, lanes past the last token reading the last one's. Any
+// lane's sums past the last row or token are never written, so nothing is
+// zeroed for them, and loads past a warp's last chunk are skipped (never
+// decoded): the chunk loop keeps only the checks that end it. xh: the fp16
+// x (NarrowX::Fp16), else unused.
+// RowPerLane's kernels off sm_70 (tests only: gemm_narrow_pairs_force)
+// emulate its fragments through the weight tile: true in device code for
+// sm_75 and later, where RowPerLane is not native (pairs_built_natively).
+__host__ __device__ constexpr bool pairs_emulated() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750
+  return true;
+#else
+  return false;
+#endif
+}
+
+// One chunk of paired B (see gemm_narrow_body): chunk d of the stage (c in
+// the row), its x pieces xv (kGroups tokens' 8-value pieces a lane, in
+// narrow_x.cuh's order) into the x tile in natural order, the B fragments
+// from the stage, and the MMAs into acc[g][0] (tokens 8g..8g+7).
+template <PackedFormat F, WmmaPairs kP, int kGroups>
+__device__ __forceinline__ void paired_chunk(
+    const StageSide<F>& side, int d, int c, const uint8_t* stage, int lane,
+    const uint4 (&xv)[kGroups], __half* sw, __half* sx, int xt,
+    wmma::fragment<wmma::accumulator, 8, 32, 16, float> (&acc)[kGroups][1]) {
+  // x: lane's words 4i..4i+3 (i = lane % 4) hold values (4i, 4i+2),
+  // (4i+1, 4i+3), (16+4i, 18+4i), (17+4i, 19+4i); natural pairs by PRMT.
+  const int i4 = 4 * (lane & 3);
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g) {
+    const uint4 v = xv[g];
+    __half* row = sx + (xt + 8 * g) * kNarrowLd;
+    *reinterpret_cast<uint2*>(row + i4) =
+        make_uint2(__byte_perm(v.x, v.y, 0x5410), __byte_perm(v.x, v.y, 0x7632));
+    *reinterpret_cast<uint2*>(row + 16 + i4) =
+        make_uint2(__byte_perm(v.z, v.w, 0x5410), __byte_perm(v.z, v.w, 0x7632));
+  }
+  Chunk<F> ch;
+  side.fill(ch, d);
+  const uint32_t word = ch.factor_word(c);
+  // Register r: bytes k, k + 1 of row n's chunk (k = pair_lane_k +
+  // pair_reg_dk) as (byte k, 0, byte k + 1, 0); lo: values k, k + 1 (first
+  // MMA), hi: k + 16, k + 17 (second).
+  uint32_t lo[kPairRegisters], hi[kPairRegisters];
+  if constexpr (kP == WmmaPairs::RowPerLane) {
+    const Factors f = Chunk<F>::factors(word);
+    const int n = pair_lane_row(kP, lane);
+    const uint4 q = *reinterpret_cast<const uint4*>(stage + stage_offset<true>(n, d));
+    const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int r = 0; r < kPairRegisters; ++r) {
+      const uint32_t w = __byte_perm(words[r >> 1], 0, (r & 1) ? 0x4342 : 0x4140);
+      lo[r] = Chunk<F>::apply(f, mask_or<0x000F000Fu, 0x64006400u>(w));
+      hi[r] = Chunk<F>::template apply<true>(f, high_nibbles_to_half2(w));
+    }
+  } else {
+    // Rows lane / 4 + 8j: their factors from lanes lane / 4 + 8j; their
+    // chunks at one swizzle (stage_offset's, bits 1-2 of the row: the
+    // same for the four).
+    Factors f[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      f[j] = Chunk<F>::factors(__shfl_sync(0xFFFFFFFFu, word, (lane >> 2) + 8 * j));
+    const int n = pair_lane_row(kP, lane);
+    const uint8_t* base = stage + stage_offset(n, d) + pair_lane_k(kP, lane);
+#pragma unroll
+    for (int r = 0; r < kPairRegisters; ++r) {
+      const int j = pair_reg_drow(kP, r) / 8;
+      const uint32_t v = *reinterpret_cast<const unsigned short*>(
+          base + pair_reg_drow(kP, r) * kStageRowBytes + pair_reg_dk(kP, r));
+      const uint32_t w = __byte_perm(v, 0, 0x4140);
+      lo[r] = Chunk<F>::apply(f[j], mask_or<0x000F000Fu, 0x64006400u>(w));
+      hi[r] = Chunk<F>::template apply<true>(f[j], high_nibbles_to_half2(w));
+    }
+  }
+  constexpr bool kEmulated = kP == WmmaPairs::RowPerLane && pairs_emulated();
+  if constexpr (kEmulated) {
+    // RowPerLane off the V100 (tests): the lane's row into the weight tile,
+    // in natural k order, for load_matrix_sync to read in this device's order.
+    uint4* row = reinterpret_cast<uint4*>(sw + pair_lane_row(kP, lane) * kNarrowLd);
+    row[0] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    row[1] = make_uint4(lo[4], lo[5], lo[6], lo[7]);
+    row[2] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+    row[3] = make_uint4(hi[4], hi[5], hi[6], hi[7]);
+  }
+  __syncwarp();  // x's tile (and the emulation's weight tile) written
+#pragma unroll
+  for (int kk = 0; kk < 2; ++kk) {
+    wmma::fragment<wmma::matrix_b, 8, 32, 16, __half, wmma::col_major> b;
+    static_assert(decltype(b)::num_elements == 2 * kPairRegisters, "m8n32k16's B: 16 a lane");
+    if constexpr (kEmulated) {
+      wmma::load_matrix_sync(b, sw + kk * 16, kNarrowLd);
+    } else {
+#pragma unroll
+      for (int r = 0; r < kPairRegisters; ++r) memcpy(&b.x[2 * r], kk ? &hi[r] : &lo[r], 4);
+    }
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) {
+      wmma::fragment<wmma::matrix_a, 8, 32, 16, __half, wmma::row_major> xa;
+      wmma::load_matrix_sync(xa, sx + 8 * g * kNarrowLd + kk * 16, kNarrowLd);
+      wmma::mma_sync(acc[g][0], xa, b, acc[g][0]);
+    }
+  }
+  __syncwarp();  // x's tile is rewritten for the next chunk
+}
+
+// Paired B (kP not None; kernels/wmma_pairs.h): the 4-bit formats on fp16 x
+// (kX Fp16, the nibbles staged). No weight tile: each lane reads its
+// fragment's pairs of nibble bytes from the stage (Quads: 8 two-byte reads
+// a chunk, each pair's row factors shuffled from the lane of that row;
+// RowPerLane: the lane's own row, one 16-byte read) and decodes them into
+// the two B fragments of the chunk (values k, k + 1 from the low nibbles of
+// bytes k, k + 1, values k + 16, k + 17 from their high nibbles). x goes
+// through its tile in natural k order (the fp16 pairs re-paired with PRMTs),
+// so the MMAs see the operands of the tile path on fp32 x in the same
+// order: the same sums, bit for bit. 16-token blocks run two m8n32k16 MMAs
+// a k step on the same B (8 tokens each).
+template <PackedFormat F, int W, int T, NarrowX kX, WmmaPairs kP>
+__device__ __forceinline__ void gemm_narrow_body(const GemmArgs& a, bool x_vec,
+                                                 const uint32_t* xh) {
+  using S = NarrowShape<F, W, T, kX>;
+  static_assert(T == kNarrowTokens || T == kNarrowTokens8 || T == kNarrowTokens32,
+                "8, 16 or 32 tokens a block");
+  constexpr bool kWholeX = kX != NarrowX::Fp32, kHalfX = kX == NarrowX::Fp16;
+  static_assert(!kHalfX || decodes_in_x_order<F>(), "weights in the fp16 x's k order");
+  constexpr int kXPerLane = kHalfX ? T / 8 : T / 4;  // 16-byte loads of x a lane a chunk
+  using XPiece = std::conditional_t<kHalfX, uint4, float4>;
+  constexpr bool kStaged = staged_quants<F, T, kHalfX>();
+  constexpr int kDepth = kStaged ? kStageChunks : depth_for<F>();
+  constexpr bool kPaired = kP != WmmaPairs::None;
+  static_assert(!kPaired || (kHalfX && kStaged && F != PackedFormat::Int6K256),
+                "paired B: the 4-bit formats on fp16 x");
+  static_assert(T != kNarrowTokens32 || kPaired, "32-token blocks: paired B only");
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t rows = a.w.layout.rows, cols = a.w.layout.cols;
+  // Chunks of a row: ints (a row of 2^31 chunks would be 2^36 values).
+  const int chunks = int((cols + 31) / 32);
+  const int64_t r0 = int64_t(blockIdx.y) * kNarrowRows;
+  const int t0 = int(blockIdx.x) * T;
+
+  // This warp's chunks: an equal share of the row, in order (whole stages
+  // where the quants are staged: a stage then lies in one Q4_K header's 8).
+  int share = (chunks + W - 1) / W;
+  if (kStaged) share = (share + kStageChunks - 1) / kStageChunks * kStageChunks;
+  const int c_begin = warp * share < chunks ? warp * share : chunks;
+  const int c_end = c_begin + share < chunks ? c_begin + share : chunks;
+  // The row whose factors this lane reads (its own but in RowPerLane).
+  const int own = kPaired ? pair_owned_row(kP, lane) : lane;
+  const RowPointers wrow = row_pointers(a.w, r0 + own < rows ? r0 + own : rows - 1);
+
+  __half* sw = reinterpret_cast<__half*>(smem) + warp * (kNarrowRows + T) * kNarrowLd;
+  __half* sx = sw + kNarrowRows * kNarrowLd;
+
+  // x: lane reads 4 floats (k = xk..xk+3 of the chunk) of tokens
+  // xt, xt + 4, ...: 8 lanes cover a token's 128 contiguous bytes.
+  // Fp16: 8 fp16 (piece xk / 8 of the chunk's 4) of tokens xt, xt + 8, with
+  // the 8 lanes of a quarter warp on tokens m and m + 4 (m = lane / 8),
+  // whose rows of sx fall in distinct banks (80-byte rows: tokens m and
+  // m + 1 would share one).
+  const int xt = kHalfX ? (lane >> 3) + 4 * ((lane >> 2) & 1) : lane >> 3;
+  const int xk = kHalfX ? (lane & 3) * 8 : (lane & 7) * 4;
+  // kWholeX: each token's x at k = xk, past the last token the last one's.
+  const float* xrow[kWholeX && !kHalfX ? kXPerLane : 1];
+  const uint32_t* xhrow[kHalfX ? kXPerLane : 1];
+  const int64_t xh_chunk = int64_t((a.n + 7) / 8 * 8) * 16;  // words a chunk of every token
+  if constexpr (kHalfX) {
+#pragma unroll
+    for (int j = 0; j < kXPerLane; ++j) {
+      const int t = t0 + xt + 8 * j;
+      xhrow[j] = xh + int64_t(t < a.n ? t : a.n - 1) * 16 + xk / 2;
+    }
+  } else if constexpr (kWholeX) {
+#pragma unroll
+    for (int j = 0; j < kXPerLane; ++j) {
+      const int t = t0 + xt + 4 * j;
+      xrow[j] = a.x + int64_t(t < a.n ? t : a.n - 1) * a.ldx + xk;
+    }
+  }
+  // Loads for a chunk past the warp's last are skipped: never used.
+  auto load_x = [&](XPiece(&v)[kXPerLane], int c) {
+    if (c >= c_end) return;
+    if constexpr (kHalfX) {
+#pragma unroll
+      for (int j = 0; j < kXPerLane; ++j)
+        v[j] = load_activation(reinterpret_cast<const uint4*>(xhrow[j] + c * xh_chunk));
+    } else if constexpr (kWholeX) {
+#pragma unroll
+      for (int j = 0; j < kXPerLane; ++j)
+        v[j] = load_activation(reinterpret_cast<const float4*>(xrow[j] + 32 * c));
+    } else {
+      // Zeros past the last token and past `cols` (the weights there are
+      // zeros, and 0 * x must not meet an infinite x).
+      const int64_t k = int64_t(c) * 32 + xk;
+#pragma unroll
+      for (int j = 0; j < kXPerLane; ++j) {
+        const int t = t0 + xt + 4 * j;
+        v[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (t >= a.n) continue;
+        const float* p = a.x + int64_t(t) * a.ldx + k;
+        if (x_vec && k + 4 <= cols) {
+          v[j] = load_activation(reinterpret_cast<const float4*>(p));
+        } else {
+          v[j].x = k < cols ? p[0] : 0.0f;
+          v[j].y = k + 1 < cols ? p[1] : 0.0f;
+          v[j].z = k + 2 < cols ? p[2] : 0.0f;
+          v[j].w = k + 3 < cols ? p[3] : 0.0f;
+        }
+      }
+    }
+  };
+  // A lane past the last row reads the last row: its sums are never written.
+  auto load_w = [&](Chunk<F>& ch, int c) {
+    if (c >= c_end) return;
+    if constexpr (kStaged)
+      ch.template load<SideMemory>(wrow, c);
+    else
+      ch.template load<GlobalMemory>(wrow, c);
+  };
+  // The staged quants: piece i of this lane is row 8i + lane/4, chunk
+  // stage + lane%4, loaded a stage ahead; Q4_K's header for the lane's row.
+  uint8_t* stage = smem + S::kTileBytes * (kStaged ? 1 : 0) + warp * kStageWarpBytes;
+  const int prow = lane >> 2, pj = lane & 3;
+  const uint8_t* qrow =
+      a.w.data + a.w.layout.quants_offset + (r0 + prow) * a.w.layout.quant_row_bytes;
+  unsigned pieces_in_rows = 0;  // bit i: row 8i + prow is a row of the matrix
+#pragma unroll
+  for (int i = 0; i < 4; ++i) pieces_in_rows |= unsigned(r0 + 8 * i + prow < rows) << i;
+  uint4 piece[kStaged ? 4 : 1] = {};
+  // kSideStaged: the rest of the stage's chunks (StageSide), a stage ahead;
+  // else (rows not whole stages) a chunk at a time in `ring` (below), but
+  // Q4_K's header, once a stage either way.
+  constexpr bool kSideStaged = kStaged && (kWholeX || F == PackedFormat::Int4K256);
+  StageSide<F> side_next{}, side{};
+  // Pieces past the last row or the warp's last chunk are not loaded (a
+  // row's pieces are only read by that row's lane).
+  auto load_stage = [&](int cs) {
+    if constexpr (kStaged) {
+      if (cs >= c_end) return;
+      const int c = cs + pj;
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        if ((pieces_in_rows >> i & 1) && c < c_end)
+          piece[i] = load_weights_16(qrow + 8 * i * a.w.layout.quant_row_bytes + 16 * c);
+      // A super-block's data (Q4_K's header, Q6_K's d) once for its two
+      // stages: kept from the stage before within one.
+      if constexpr (kSideStaged) side_next.load(wrow, cs, cs == c_begin || cs % 8 == 0);
+    }
+  };
+
+  // The accumulators: tokens x rows, two 16 x 16 or one 8 x 32 (paired B:
+  // one 8 x 32 for each 8 tokens).
+  constexpr int kM = T == kNarrowTokens && !kPaired ? 16 : 8, kN = kM == 16 ? 16 : 32;
+  constexpr int kFrags = kNarrowRows / kN, kGroups = T / kM;
+  wmma::fragment<wmma::accumulator, kM, kN, 16, float> acc[kGroups][kFrags];
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g)
+#pragma unroll
+    for (int j = 0; j < kFrags; ++j) wmma::fill_fragment(acc[g][j], 0.0f);
+
+  // Weights kDepth chunks ahead, x two (x comes from L2, the weights from
+  // DRAM); slot d of each ring holds the chunks c with (c - c_begin) % depth == d.
+  Chunk<F> ring[kSideStaged ? 1 : kDepth];
+  if constexpr (!kSideStaged) {
+#pragma unroll
+    for (int d = 0; d < kDepth; ++d) load_w(ring[d], c_begin + d);
+  }
+  load_stage(c_begin);
+  constexpr int kXAhead = 2;
+  XPiece xv[kXAhead][kXPerLane];
+  load_x(xv[0], c_begin);
+  if constexpr (kXAhead == 2) load_x(xv[1], c_begin + 1);
+
+  for (int c0 = c_begin; c0 < c_end; c0 += kDepth) {
+    if constexpr (kStaged) {
+      // The stage's quants into shared memory (the last stage's reads were
+      // before the chunk loop's final __syncwarp), then the next stage's loads.
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        *reinterpret_cast<uint4*>(
+            stage + stage_offset<kP == WmmaPairs::RowPerLane>(8 * i + prow, pj)) = piece[i];
+      if constexpr (kSideStaged) side = side_next;
+      __syncwarp();
+      load_stage(c0 + kStageChunks);
+    }
+#pragma unroll
+    for (int d = 0; d < kDepth; ++d) {
+      const int c = c0 + d;
+      if (c >= c_end) break;  // the same for every lane of the warp
+      if constexpr (kPaired) {
+        paired_chunk<F, kP, kXPerLane>(side, d, c, stage, lane, xv[d % kXAhead], sw, sx, xt,
+                                       acc);
+        load_x(xv[d % kXAhead], c + kXAhead);
+        continue;
+      }
+      uint32_t h[16];
+      if constexpr (kStaged) {
+        Chunk<F> ch;
+        if constexpr (kSideStaged)
+          side.fill(ch, d);
+        else
+          ch = ring[d];
+        ch.q = *reinterpret_cast<const uint4*>(stage + stage_offset(lane, d));
+        decode_chunk<kHalfX>(ch, c, h);
+      } else {
+        decode_chunk<kHalfX>(ring[d], c, h);
+      }
+      if constexpr (!kSideStaged) load_w(ring[d], c + kDepth);
+      uint4* dst = reinterpret_cast<uint4*>(sw + lane * kNarrowLd);
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        dst[i] = make_uint4(h[4 * i], h[4 * i + 1], h[4 * i + 2], h[4 * i + 3]);
+#pragma unroll
+      for (int j = 0; j < kXPerLane; ++j) {
+        if constexpr (kHalfX) {
+          *reinterpret_cast<uint4*>(sx + (xt + 8 * j) * kNarrowLd + xk) = xv[d & 1][j];
+        } else {
+          const float4 v = xv[d & 1][j];
+          *reinterpret_cast<uint2*>(sx + (xt + 4 * j) * kNarrowLd + xk) =
+              make_uint2(pack_half2(v.x, v.y), pack_half2(v.z, v.w));
+        }
+      }
+      load_x(xv[d & 1], c + 2);  // in flight during the next two chunks
+      __syncwarp();
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk) {
+        wmma::fragment<wmma::matrix_a, kM, kN, 16, __half, wmma::row_major> xa;
+        wmma::load_matrix_sync(xa, sx + kk * 16, kNarrowLd);
+#pragma unroll
+        for (int j = 0; j < kFrags; ++j) {
+          wmma::fragment<wmma::matrix_b, kM, kN, 16, __half, wmma::col_major> b;
+          wmma::load_matrix_sync(b, sw + j * kN * kNarrowLd + kk * 16, kNarrowLd);
+          wmma::mma_sync(acc[0][j], xa, b, acc[0][j]);
+        }
+      }
+      __syncwarp();  // the tiles are rewritten for the next chunk
+    }
+  }
+
+  // The warps' partial sums, added in warp order.
+  __syncthreads();                              // every warp is done with its pipeline tiles
+  float* red = reinterpret_cast<float*>(smem);  // [warp][token][kNarrowRedLd]
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g)
+#pragma unroll
+    for (int j = 0; j < kFrags; ++j)
+      wmma::store_matrix_sync(red + (warp * T + g * kM) * kNarrowRedLd + j * kN, acc[g][j],
+                              kNarrowRedLd, wmma::mem_row_major);
+  __syncthreads();
+  for (int o = threadIdx.x; o < T * kNarrowRows; o += W * 32) {
+    const int tm = o / kNarrowRows, rn = o % kNarrowRows;
+    const int t = t0 + tm;
+    const int64_t row = r0 + rn;
+    if (t >= a.n || row >= rows) continue;
+    float v = 0.0f;
+#pragma unroll
+    for (int w = 0; w < W; ++w) v += red[(w * T + tm) * kNarrowRedLd + rn];
+    if (a.bias) v += a.bias[row];
+    float* dst = a.y + int64_t(t) * a.ldy + row;
+    if (a.accumulate) v += *dst;
+    *dst = v;
+  }
+}
+
+// The last launch's block shape (gemm_narrow_last_launch, for tests).
+std::atomic<uint32_t> g_last_launch{0};
+
+// Warps an SM the register budget is set for: 16 (128 registers), 12 in
+// 32-token blocks.
+constexpr int narrow_warps_per_sm(int tokens, int w = 0) {
+  return tokens == kNarrowTokens32 ? (w == 8 ? 16 : kNarrowWarps32) : 16;
+}
+
+// Paired kernels are built where their order is native
+// (pairs_built_natively), and RowPerLane's from sm_75 too, emulated
+// (paired_chunk), for tests only (gemm_narrow_pairs_force).
+template <PackedFormat F, int W, int T, NarrowX kX, WmmaPairs kP>
+__global__ void __launch_bounds__(W * 32, narrow_warps_per_sm(T, W) / W)
+    kernel_gemm_narrow(GemmArgs a, bool x_vec, const uint32_t* xh) {
+  wait_for_previous_kernel();
+#if defined(__CUDA_ARCH__)
+  if constexpr (pairs_built_natively(kP, __CUDA_ARCH__) || kP == WmmaPairs::RowPerLane)
+    gemm_narrow_body<F, W, T, kX, kP>(a, x_vec, xh);
+  else
+    __trap();
+#endif
+}
+
+template <PackedFormat F, int W, int T, NarrowX kX, WmmaPairs kP = WmmaPairs::None>
+void launch_narrow_x(const GemmArgs& a, dim3 grid, bool x_vec, const uint32_t* xh,
+                     cudaStream_t stream) {
+  using S = NarrowShape<F, W, T, kX>;
+  static_assert(narrow_warps_per_sm(T, W) % W == 0, "whole blocks an SM");
+  auto kernel = kernel_gemm_narrow<F, W, T, kX, kP>;
+  // Above 48 KB of dynamic shared memory a kernel must opt in (once).
+  static const bool opted_in = [&] {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(S::kSmemBytes)));
+    return true;
+  }();
+  (void)opted_in;
+  launch_kernel(kernel, grid, W * 32, S::kSmemBytes, stream, a, x_vec, xh);
+  CUDA_CHECK(cudaGetLastError());
+  g_last_launch.store(NarrowLaunch{kP, T, W}.code());
+}
+
+// Whole stages of whole chunks (kStageChunks x 32 values: every model's
+// products), the weights' sections 16-byte aligned: the stage's scales
+// and crumbs are vector loads (StageSide), and x may come in fp16.
+bool whole_stages(const GemmArgs& a) {
+  return a.w.layout.cols % (32 * kStageChunks) == 0 &&
+         reinterpret_cast<uintptr_t>(a.w.data) % 16 == 0;
+}
+
+// xh: x in fp16 (launch_gemm_narrow_x16, which checked the rest), or null.
+template <PackedFormat F, int W, int T>
+void launch_narrow(const GemmArgs& a, dim3 grid, const uint32_t* xh, cudaStream_t stream) {
+  if constexpr (decodes_in_x_order<F>()) {
+    if constexpr (F != PackedFormat::Int6K256) {
+      if (xh) switch (narrow_pairs_for(T == kNarrowTokens8, stream)) {
+          case WmmaPairs::Quads:
+            return launch_narrow_x<F, W, T, NarrowX::Fp16, WmmaPairs::Quads>(a, grid, true, xh,
+                                                                             stream);
+          case WmmaPairs::RowPerLane:
+            return launch_narrow_x<F, W, T, NarrowX::Fp16, WmmaPairs::RowPerLane>(a, grid, true, xh,
+                                                                                  stream);
+          case WmmaPairs::None:
+            break;
+        }
+    }
+    if (xh) return launch_narrow_x<F, W, T, NarrowX::Fp16>(a, grid, true, xh, stream);
+  }
+  const bool x_vec = a.ldx % 4 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
+  if (x_vec && whole_stages(a))
+    launch_narrow_x<F, W, T, NarrowX::Fp32Whole>(a, grid, x_vec, nullptr, stream);
+  else
+    launch_narrow_x<F, W, T, NarrowX::Fp32>(a, grid, x_vec, nullptr, stream);
+}
+
+// Whether W-warp blocks of T tokens fit the shared memory a block may have
+// here, whatever x they take (16 warps at 16 tokens need 92 KB: not on
+// Turing, 64 KB a block).
+template <PackedFormat F, int W, int T>
+bool narrow_smem_fits() {
+  constexpr size_t bytes = std::max({NarrowShape<F, W, T, NarrowX::Fp32>::kSmemBytes,
+                                     NarrowShape<F, W, T, NarrowX::Fp32Whole>::kSmemBytes,
+                                     NarrowShape<F, W, T, NarrowX::Fp16>::kSmemBytes});
+  return bytes <= device_smem_optin();
+}
+
+// 16 warps per block where the blocks fit the SMs once over (a 4096-row
+// matrix on the H200: 128 blocks) and the shared memory allows, else 8
+// (two per SM): either way about 16 warps per SM stream weights.
+template <PackedFormat F, int T>
+void launch_narrow_tokens(const GemmArgs& a, int sms, const uint32_t* xh, cudaStream_t stream) {
+  const dim3 grid(unsigned((a.n + T - 1) / T),
+                  unsigned((a.w.layout.rows + kNarrowRows - 1) / kNarrowRows));
+  if (int64_t(grid.x) * grid.y <= sms && narrow_smem_fits<F, 16, T>())
+    launch_narrow<F, 16, T>(a, grid, xh, stream);
+  else
+    launch_narrow<F, 8, T>(a, grid, xh, stream);
+}
+
+// Blocks of 8 tokens for launches of 8 or fewer (VOLTAD_NARROW_TOKENS8=0
+// in the environment: 16 always; comparisons).
+bool narrow_tokens8() {
+  static const bool on = [] {
+    const char* v = std::getenv("VOLTAD_NARROW_TOKENS8");
+    return !(v && v[0] == '0');
+  }();
+  return on;
+}
+
+// One block a row range for all its tokens: 12 warps a block where the
+// blocks fit the SMs once over and the shared memory allows, else 6 (two
+// an SM). Blocks of 4 (three an SM, 8 of a 4,096-column row's 32 stages a
+// warp where 6 warps take 6, 6, 6, 6, 6, 2) lost: run 54, H100, portable,
+// batch 24 / 32, Llama-3-8B Q4_K_M -2.0% / -1.2%, Q4_0 even / +0.7%.
+template <PackedFormat F, WmmaPairs kP>
+void launch_narrow_tokens32(const GemmArgs& a, int sms, const uint32_t* xh, cudaStream_t stream) {
+  const dim3 grid(unsigned((a.n + kNarrowTokens32 - 1) / kNarrowTokens32),
+                  unsigned((a.w.layout.rows + kNarrowRows - 1) / kNarrowRows));
+  if (int64_t(grid.x) * grid.y <= sms && narrow_smem_fits<F, kNarrowWarps32, kNarrowTokens32>())
+    launch_narrow_x<F, kNarrowWarps32, kNarrowTokens32, NarrowX::Fp16, kP>(a, grid, true, xh,
+                                                                           stream);
+  else
+    launch_narrow_x<F, 8, kNarrowTokens32, NarrowX::Fp16, kP>(a, grid, true, xh,
+                                                                               stream);
+}
+
+template <PackedFormat F>
+void launch_narrow_format(const GemmArgs& a, int sms, const uint32_t* xh, cudaStream_t stream) {
+  if constexpr (decodes_in_x_order<F>() && F != PackedFormat::Int6K256) {
+    if (xh && a.n > kNarrowTokens && narrow_tokens32_switch()) {
+      switch (narrow_pairs_for(false, stream)) {
+        case WmmaPairs::Quads:
+          return launch_narrow_tokens32<F, WmmaPairs::Quads>(a, sms, xh, stream);
+        case WmmaPairs::RowPerLane:
+          return launch_narrow_tokens32<F, WmmaPairs::RowPerLane>(a, sms, xh, stream);
+        case WmmaPairs::None:
+          break;
+      }
+    }
+  }
+  if (a.n <= kNarrowTokens8 && narrow_tokens8())
+    launch_narrow_tokens<F, kNarrowTokens8>(a, sms, xh, stream);
+  else
+    launch_narrow_tokens<F, kNarrowTokens>(a, sms, xh, stream);
+}
+
+void launch_narrow_any(const GemmArgs& a, const uint32_t* xh, cudaStream_t stream) {
+  VOLTAD_KERNEL_REQUIRE((a.w.layout.rows + kNarrowRows - 1) / kNarrowRows <= 65535,
+                        "gemm narrow: too many rows for the grid");
+  const int sms = device_sm_count();
+  with_packed_format(a.w.layout.format,
+                     [&](auto f) { launch_narrow_format<decltype(f)::value>(a, sms, xh, stream); });
+}
+
+// x in fp16 from the kernel that made it (VOLTAD_NARROW_X16=0 in the
+// environment: never; comparisons).
+bool narrow_x16_on() {
+  static const bool on = [] {
+    const char* v = std::getenv("VOLTAD_NARROW_X16");
+    return !(v && v[0] == '0');
+  }();
+  return on;
+}
+
+}  // namespace
+
+NarrowLaunch gemm_narrow_last_launch() {
+  return NarrowLaunch::decode(g_last_launch.load());
+}
+
+void launch_gemm_narrow(const GemmArgs& a, cudaStream_t stream) {
+  launch_narrow_any(a, nullptr, stream);
+}
+
+bool gemm_narrow_takes_x16(const GemmArgs& a) {
+  bool format = false;
+  with_packed_format(a.w.layout.format,
+                     [&](auto f) { format = decodes_in_x_order<decltype(f)::value>(); });
+  return format && narrow_x16_on() && a.n >= 1 && a.w.data && whole_stages(a) &&
+         gemm_pick_tile(a.n, a.w.layout.rows) == GemmTile::N16;
+}
+
+void launch_gemm_narrow_x16(const GemmArgs& a, const void* x16, cudaStream_t stream) {
+  VOLTAD_KERNEL_REQUIRE(
+      gemm_narrow_takes_x16(a) && x16 && reinterpret_cast<uintptr_t>(x16) % 16 == 0,
+      "gemm narrow x16: a shape it takes (gemm_narrow_takes_x16), aligned x");
+  VOLTAD_KERNEL_REQUIRE(a.y && a.ldy >= a.w.layout.rows, "gemm narrow x16: y and its row stride");
+  launch_narrow_any(a, static_cast<const uint32_t*>(x16), stream);
+}
+
+}  // namespace voltad::kernels
