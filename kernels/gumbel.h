@@ -17,11 +17,7 @@
 #include <cmath>
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define VOLTAD_HD __host__ __device__
-#else
-#define VOLTAD_HD
-#endif
+#include "kernels/host_device.h"
 
 namespace voltad::kernels {
 
@@ -69,5 +65,3 @@ VOLTAD_HD inline float noise_key(float logit, float temperature, uint64_t base, 
 }
 
 }  // namespace voltad::kernels
-
-#undef VOLTAD_HD

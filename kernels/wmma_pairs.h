@@ -24,11 +24,7 @@
 #include <cstdint>
 #include <initializer_list>
 
-#if defined(__CUDACC__)
-#define VOLTAD_HD __host__ __device__
-#else
-#define VOLTAD_HD
-#endif
+#include "kernels/host_device.h"
 
 namespace voltad::kernels {
 
@@ -101,5 +97,3 @@ inline WmmaPairs classify_wmma_order(const uint16_t* code) {
 }
 
 }  // namespace voltad::kernels
-
-#undef VOLTAD_HD
