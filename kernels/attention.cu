@@ -145,7 +145,9 @@ int attention_launch_least_piece(const AttentionArgs& a) {
 }
 
 int attention_launch_warps(const AttentionArgs& a) {
-  return attention_mma_applies(a) ? attention_mma_warps(a) : kAttentionWarps;
+  return attention_mma_applies(a)    ? attention_mma_warps(a)
+         : attention_wmma_applies(a) ? attention_wmma_warps(a)
+                                     : kAttentionWarps;
 }
 
 int attention_launch_pieces(const AttentionArgs& a) {

@@ -77,5 +77,6 @@ void launch_attention_wmma(const AttentionArgs& args, const Fp16KvReader& cache,
                            cudaStream_t stream);
 int attention_wmma_pieces(const AttentionArgs& args);
 int attention_wmma_least_piece(const AttentionArgs& args);
+int attention_wmma_warps(const AttentionArgs& args);
 
 }  // namespace voltad::kernels

@@ -27,6 +27,10 @@
 #include <mma.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <optional>
+#include <utility>
 
 #include "kernels/attention.h"
 #include "kernels/attention_common.cuh"
@@ -42,14 +46,22 @@ namespace {
 namespace wmma = nvcuda::wmma;
 
 constexpr int kRows = kAttentionMaxGroup;  // 8: the group's heads, rows of P and O
-constexpr int kWarps = kAttentionWarps;
+// Warps a block: kAttentionWarps (4, three blocks an SM) or kWmmaWideWarps (6,
+// two an SM), the plan's choice (wmma_plan below). ptxas gives the kernel
+// ~165 registers either way, so an SM holds kWmmaSmWarps of its warps.
+constexpr int kWmmaSmWarps = 12;
+constexpr int kWmmaWideWarps = 6;
 // The fewest positions a piece holds: a cache block for each warp.
-constexpr int kLeastPiece = kWarps * kKvBlockTokens;
+constexpr int least_piece_of(int warps) {
+  return warps * kKvBlockTokens;
+}
 
-// Shared memory of a block. Every offset is a multiple of 32 bytes (wmma's
-// pointers); the row strides are padded by 16 bytes so that a fragment
-// load's rows fall in different banks.
-template <int HD>
+// Shared memory of a block of W warps. Every offset is a multiple of 32
+// bytes (wmma's pointers); the row strides are padded by 16 bytes so that a
+// fragment load's rows fall in different banks. The rotated q (kRope) is
+// staged in the warps' tiles before the loop (4 KB at head_dim 128: outside
+// them a block took 35.7 KB, two to a V100's 96 KB instead of three).
+template <int HD, int W>
 struct WmmaSmem {
   static constexpr int kLd = HD + 8;            // halves a row of q, K or V
   static constexpr int kSLd = 16 + 4;           // floats a row of S
@@ -61,28 +73,31 @@ struct WmmaSmem {
   static constexpr int kPBytes = 2 * kRows * kPLd * 2;  // P's high parts, then its low
   static constexpr int kCorrBytes = 32;                 // a rescale's factor for each head
   static constexpr int kWarpBytes = kTileBytes + kSBytes + kPBytes + kCorrBytes;
-  static constexpr int kLoopBytes = kQBytes + kRowIdBytes + kWarps * kWarpBytes;
+  static constexpr int kWarpsAt = kQBytes + kRowIdBytes;  // the first warp's tile
+  static constexpr int kLoopBytes = kWarpsAt + W * kWarpBytes;
+  static constexpr int kQReadyBytes = int(sizeof(float)) * kRows * HD;  // at kWarpsAt
   // After the loop: finish_piece's (m, l, acc) of every warp.
-  static constexpr int kMergeBytes = int(sizeof(float)) * kWarps * kRows * (2 + HD);
+  static constexpr int kMergeBytes = int(sizeof(float)) * W * kRows * (2 + HD);
   static constexpr int kBytes = kLoopBytes > kMergeBytes ? kLoopBytes : kMergeBytes;
   static_assert(kQBytes % 32 == 0 && kTileBytes % 32 == 0 && kSBytes % 32 == 0 &&
                     kPBytes % 64 == 0 && kWarpBytes % 32 == 0,
                 "wmma pointers are 32-byte aligned");
+  static_assert(kQReadyBytes <= W * kWarpBytes, "the rotated q fits the warps' tiles");
 };
 
-// Three blocks an SM: ~31 KB of shared memory each at head_dim 128 (a
-// V100's 96 KB holds three).
-template <int HD, bool kRope>
-__global__ void __launch_bounds__(kWarps * 32, 3)
+// kWmmaSmWarps / W blocks an SM: at head_dim 128, 4 warps take ~31 KB of
+// shared memory (a V100's 96 KB holds three), 6 warps ~43 KB (two).
+template <int HD, bool kRope, int W>
+__global__ void __launch_bounds__(W * 32, kWmmaSmWarps / W)
     kernel_attention_wmma(AttentionArgs a, Fp16KvReader cache) {
-  using L = WmmaSmem<HD>;
+  constexpr int kWarps = W;
+  using L = WmmaSmem<HD, W>;
   constexpr int kPieces = HD / 8;                    // 16-byte pieces of a row
   constexpr int kRowStep = 32 / kPieces;             // rows one load instruction covers
   constexpr int kLoads = kKvBlockTokens / kRowStep;  // a lane's loads of a block's K (or V)
   constexpr int NT = HD / 32;                        // m8n32 tiles of O
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ float rope_sin[kRope ? HD / 2 : 1], rope_cos[kRope ? HD / 2 : 1];
-  __shared__ float q_ready[kRope ? kRows : 1][kRope ? HD : 1];
   const int t = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, tq = lane % 4;  // the softmax's head and quarter of 16 positions
@@ -98,7 +113,9 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
 
   __half* sq = reinterpret_cast<__half*>(smem);
   float* srow = reinterpret_cast<float*>(smem + L::kQBytes);
-  uint8_t* wbase = smem + L::kQBytes + L::kRowIdBytes + warp * L::kWarpBytes;
+  uint8_t* wbase = smem + L::kWarpsAt + warp * L::kWarpBytes;
+  // Before the loop (its first barrier below): the rotated q, in the tiles.
+  auto& q_ready = *reinterpret_cast<float(*)[kRows][HD]>(smem + L::kWarpsAt);
   __half* tile = reinterpret_cast<__half*>(wbase);
   float* ss = reinterpret_cast<float*>(wbase + L::kTileBytes);
   __half* p_hi = reinterpret_cast<__half*>(wbase + L::kTileBytes + L::kSBytes);
@@ -262,23 +279,65 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
 
 // Blocks of the kernel in one wave of the device (read once: one process
 // serves one GPU).
-template <int HD, bool kRope>
+template <int HD, bool kRope, int W>
 int wmma_wave_blocks() {
   static const int blocks = [] {
     int per_sm = 0;
     CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm, kernel_attention_wmma<HD, kRope>, kWarps * 32, WmmaSmem<HD>::kBytes));
+        &per_sm, kernel_attention_wmma<HD, kRope, W>, W * 32, WmmaSmem<HD, W>::kBytes));
     return device_sm_count() * std::max(per_sm, 1);
   }();
   return blocks;
 }
 
-// Pieces: as many as one wave holds (attention_pieces_in_wave), no more
-// than give each warp a cache block (kLeastPiece positions a piece).
+// VOLTAD_ATTENTION_WMMA_WARPS=4 or 6 fixes the warps a block (comparisons);
+// else, or with another value, the plan chooses. Tests force it instead.
+std::atomic<int> g_warps_forced{0};
+int forced_warps() {
+  static const int env = [] {
+    const char* v = std::getenv("VOLTAD_ATTENTION_WMMA_WARPS");
+    const int w = v ? std::atoi(v) : 0;
+    return w == kAttentionWarps || w == kWmmaWideWarps ? w : 0;
+  }();
+  const int forced = g_warps_forced.load();
+  return forced ? forced : env;
+}
+
+// A launch's warps a block and pieces a token.
+struct WmmaPlan {
+  int warps, pieces;
+};
+
+// For each block size: as many pieces as one wave of its blocks holds
+// (attention_pieces_in_wave), no more than give each warp a cache block
+// (least_piece_of positions a piece). Of the two, the one whose longest
+// warp walks the fewest cache blocks, counting a block's start and end
+// (its q, the merge of its warps) as one more and each wave past the first
+// as a repeat; 4 warps on a tie. The kernel is a chain of cache blocks a
+// warp (each waits on its loads, then on its scores, softmax and
+// products), so that walk is its time. Where a step's grid needs more
+// than a wave of 4-warp blocks at one piece a token, 6 warps take each
+// token in fewer steps: 32 sequences at 512 positions on an H100 or H200
+// (132 SMs: 256 blocks, 396 of 4 warps a wave, 264 of 6) walk 6 blocks
+// a warp instead of 9 (33 cache blocks a token); on a V100 (80 SMs: 240
+// and 160) both take two waves, of 6 instead of 9.
 template <int HD, bool kRope>
-int wmma_pieces(const AttentionArgs& a) {
-  const int most = std::max(1, (a.max_position + 1) / kLeastPiece);
-  return std::min(most, attention_pieces_in_wave(a, wmma_wave_blocks<HD, kRope>()));
+WmmaPlan wmma_plan(const AttentionArgs& a) {
+  const int64_t units = std::max<int64_t>(1, int64_t(a.n_tokens) * a.n_kv_heads);
+  auto plan_for = [&](int warps, int wave) {
+    const int least = std::max(a.least_piece, least_piece_of(warps));
+    const int most = std::max(1, (a.max_position + 1) / least_piece_of(warps));
+    const int pieces = std::min(most, attention_pieces_in_wave(a, wave));
+    const int per = piece_tokens(a.max_position, pieces, least);
+    const int64_t steps = (per / kKvBlockTokens + warps - 1) / warps + 1;
+    const int64_t waves = (units * pieces + wave - 1) / wave;
+    return std::pair<WmmaPlan, int64_t>{{warps, pieces}, steps * waves};
+  };
+  const auto four = plan_for(kAttentionWarps, wmma_wave_blocks<HD, kRope, kAttentionWarps>());
+  const auto six = plan_for(kWmmaWideWarps, wmma_wave_blocks<HD, kRope, kWmmaWideWarps>());
+  const int forced = forced_warps();
+  if (forced) return forced == kWmmaWideWarps ? six.first : four.first;
+  return six.second < four.second ? six.first : four.first;
 }
 
 }  // namespace
@@ -287,30 +346,46 @@ bool attention_wmma_applies(const AttentionArgs& a) {
   return a.wmma && (a.head_dim == 64 || a.head_dim == 128);
 }
 
+int attention_wmma_warps(const AttentionArgs& a) {
+  return with_tensor_core_instance(a, [&](auto hd, auto rope) {
+    return wmma_plan<decltype(hd)::value, decltype(rope)::value>(a).warps;
+  });
+}
+
 int attention_wmma_least_piece(const AttentionArgs& a) {
-  return std::max(a.least_piece, kLeastPiece);
+  return std::max(a.least_piece, least_piece_of(attention_wmma_warps(a)));
 }
 
 int attention_wmma_pieces(const AttentionArgs& a) {
   return with_tensor_core_instance(a, [&](auto hd, auto rope) {
-    return wmma_pieces<decltype(hd)::value, decltype(rope)::value>(a);
+    return wmma_plan<decltype(hd)::value, decltype(rope)::value>(a).pieces;
   });
+}
+
+void attention_wmma_warps_force(std::optional<int> warps) {
+  VOLTAD_KERNEL_REQUIRE(!warps || *warps == kAttentionWarps || *warps == kWmmaWideWarps,
+                        "the wmma attention's blocks are of 4 or 6 warps");
+  g_warps_forced.store(warps ? *warps : 0);
 }
 
 void launch_attention_wmma(const AttentionArgs& args, const Fp16KvReader& cache,
                            cudaStream_t stream) {
   if (args.n_tokens == 0) return;
   check_attention_args(args, args.rope.inv_freq != nullptr);
-  AttentionArgs a = args;  // with the least piece, for pass 1 and the combine
-  a.least_piece = attention_wmma_least_piece(args);
+  AttentionArgs a = args;  // with the plan's least piece, for pass 1 and the combine
   const int pieces = with_tensor_core_instance(a, [&](auto hd, auto rope) {
     constexpr int HD = decltype(hd)::value;
     constexpr bool kRope = decltype(rope)::value;
-    const int n = wmma_pieces<HD, kRope>(a);
-    const dim3 grid(unsigned(a.n_tokens), unsigned(a.n_kv_heads), unsigned(n));
-    launch_kernel(kernel_attention_wmma<HD, kRope>, grid, kWarps * 32, WmmaSmem<HD>::kBytes, stream,
-                  a, cache);
-    return n;
+    const WmmaPlan plan = wmma_plan<HD, kRope>(a);
+    a.least_piece = std::max(a.least_piece, least_piece_of(plan.warps));
+    const dim3 grid(unsigned(a.n_tokens), unsigned(a.n_kv_heads), unsigned(plan.pieces));
+    if (plan.warps == kWmmaWideWarps)
+      launch_kernel(kernel_attention_wmma<HD, kRope, kWmmaWideWarps>, grid, kWmmaWideWarps * 32,
+                    WmmaSmem<HD, kWmmaWideWarps>::kBytes, stream, a, cache);
+    else
+      launch_kernel(kernel_attention_wmma<HD, kRope, kAttentionWarps>, grid, kAttentionWarps * 32,
+                    WmmaSmem<HD, kAttentionWarps>::kBytes, stream, a, cache);
+    return plan.pieces;
   });
   CUDA_CHECK(cudaGetLastError());
   if (!a.arrivals) launch_attention_combine(a, pieces, stream);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <numeric>
+#include <optional>
 #include <string>
 
 #include <cuda_fp16.h>
@@ -218,7 +219,14 @@ int check_attention(Shape sh, const std::vector<int>& cached, const std::vector<
   const int pieces = check_attention_with(sh, cached, new_tokens, max_splits, Pass1::Portable,
                                           k_growth, planned_len);
   check_attention_with(sh, cached, new_tokens, max_splits, Pass1::Mma, k_growth, planned_len);
-  check_attention_with(sh, cached, new_tokens, max_splits, Pass1::Wmma, k_growth, planned_len);
+  // The wmma pass 1 in blocks of 4 and of 6 warps, whichever its plan
+  // would choose here.
+  for (int warps : {4, 6}) {
+    CAPTURE(warps);
+    kernels::attention_wmma_warps_force(warps);
+    check_attention_with(sh, cached, new_tokens, max_splits, Pass1::Wmma, k_growth, planned_len);
+  }
+  kernels::attention_wmma_warps_force(std::nullopt);
   return pieces;
 }
 
@@ -382,6 +390,46 @@ TEST_CASE("decode planned for a longer context than its tokens hold") {
   CHECK(kernels::attention_launch_least_piece(a) == 0);
   a.wmma = true;  // the wmma kernel: a cache block a warp at least
   CHECK(kernels::attention_launch_least_piece(a) == 64);
+  kernels::attention_wmma_warps_force(6);
+  CHECK(kernels::attention_launch_warps(a) == 6);
+  CHECK(kernels::attention_launch_least_piece(a) == 96);
+  kernels::attention_wmma_warps_force(std::nullopt);
+}
+
+// The wmma pass 1's blocks: 4 warps (three an SM) unless 6 (two an SM)
+// shorten the longest warp's walk. At Llama-3-8B's shapes and 512
+// positions, 1 and 8 sequences keep 4 warps on any device; 32 sequences
+// (256 blocks at one piece a token) take 6 where 6-warp blocks fit one wave
+// (128+ SMs: 6 cache blocks a warp instead of 9; a V100's 80 SMs take 6
+// too, both sizes needing two waves there).
+TEST_CASE("the wmma pass 1's warps a block") {
+  kernels::AttentionArgs a = llama3_tensor_core_plan(511);
+  a.tensor_cores = false;
+  a.wmma = true;
+  int device = 0, sms = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  CAPTURE(sms);
+  a.n_tokens = 1;
+  CHECK(kernels::attention_launch_warps(a) == 4);
+  CHECK(kernels::attention_launch_least_piece(a) == 64);
+  a.n_tokens = 8;
+  CHECK(kernels::attention_launch_warps(a) == 4);
+  a.n_tokens = 32;
+  if (sms >= 128) {
+    CHECK(kernels::attention_launch_warps(a) == 6);
+    CHECK(kernels::attention_launch_least_piece(a) == 96);
+    CHECK(kernels::attention_launch_pieces(a) == 1);
+  }
+  // The forced size wins either way, and exact results follow it
+  // (check_attention runs both).
+  kernels::attention_wmma_warps_force(4);
+  CHECK(kernels::attention_launch_warps(a) == 4);
+  kernels::attention_wmma_warps_force(std::nullopt);
+  // 32 sequences of Llama-3-8B at 511 positions in 6-warp blocks, exact.
+  std::vector<int> cached(32), one(32, 1);
+  for (int s = 0; s < 32; ++s) cached[size_t(s)] = 511 - 13 * s;
+  check_attention({32, 8, 128}, cached, one);
 }
 
 TEST_CASE("capped piece counts: a long run of prompt tokens in one launch") {
