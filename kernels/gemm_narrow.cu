@@ -724,11 +724,24 @@ bool narrow_tokens8() {
 // an SM). Blocks of 4 (three an SM, 8 of a 4,096-column row's 32 stages a
 // warp where 6 warps take 6, 6, 6, 6, 6, 2) lost: run 54, H100, portable,
 // batch 24 / 32, Llama-3-8B Q4_K_M -2.0% / -1.2%, Q4_0 even / +0.7%.
+// VOLTAD_NARROW_WARPS32=12 or 6 fixes the block size (comparisons: 12 where
+// the grid needs several waves of them).
+int narrow_warps32_env() {
+  static const int w = [] {
+    const char* v = std::getenv("VOLTAD_NARROW_WARPS32");
+    const int n = v ? std::atoi(v) : 0;
+    return n == kNarrowWarps32 || n == kNarrowWarps32 / 2 ? n : 0;
+  }();
+  return w;
+}
+
 template <PackedFormat F, WmmaPairs kP>
 void launch_narrow_tokens32(const GemmArgs& a, int sms, const uint32_t* xh, cudaStream_t stream) {
   const dim3 grid(unsigned((a.n + kNarrowTokens32 - 1) / kNarrowTokens32),
                   unsigned((a.w.layout.rows + kNarrowRows - 1) / kNarrowRows));
-  if (int64_t(grid.x) * grid.y <= sms && narrow_smem_fits<F, kNarrowWarps32, kNarrowTokens32>())
+  const int forced = narrow_warps32_env();
+  const bool one_wave = forced ? forced == kNarrowWarps32 : int64_t(grid.x) * grid.y <= sms;
+  if (one_wave && narrow_smem_fits<F, kNarrowWarps32, kNarrowTokens32>())
     launch_narrow_x<F, kNarrowWarps32, kNarrowTokens32, NarrowX::Fp16, kP>(a, grid, true, xh,
                                                                            stream);
   else
