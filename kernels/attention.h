@@ -166,11 +166,12 @@ int attention_launch_pieces(const AttentionArgs& args);
 // The warps of a pass-1 block launch_attention uses for `args` (tests): 4,
 // or 8 on the tensor cores where 2+ tokens' grid of 8-warp blocks fits one
 // wave and each warp gets two cache blocks of the longest piece or more,
-// or 6 in the wmma pass 1 where its warps then walk fewer cache blocks
-// (attention_wmma.cu: 32 sequences at 512 positions).
+// or 6 in the wmma pass 1 where its plan is on and its warps then walk
+// fewer cache blocks (attention_wmma.cu: 32 sequences at 512 positions).
 int attention_launch_warps(const AttentionArgs& args);
-// Tests: the wmma pass 1's blocks fixed at `warps` (4 or 6), or
-// std::nullopt for its plan's choice.
+// Tests: the wmma pass 1's blocks fixed at `warps` (4 or 6), 0 for its
+// plan's choice, std::nullopt for the default (VOLTAD_ATTENTION_WMMA_WARPS,
+// else 4).
 void attention_wmma_warps_force(std::optional<int> warps);
 
 }  // namespace voltad::kernels

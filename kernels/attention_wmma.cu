@@ -30,6 +30,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "kernels/attention.h"
@@ -290,17 +291,22 @@ int wmma_wave_blocks() {
   return blocks;
 }
 
-// VOLTAD_ATTENTION_WMMA_WARPS=4 or 6 fixes the warps a block (comparisons);
-// else, or with another value, the plan chooses. Tests force it instead.
-std::atomic<int> g_warps_forced{0};
+// The warps a block: 4 or 6, or kPlanWarps for the plan's choice (below).
+// The plan is built and not yet measured on a GPU (docs/PERFORMANCE.md, run
+// 55), so 4 warps stay the default until it is: VOLTAD_ATTENTION_WMMA_WARPS
+// =plan turns it on, =4 or =6 fixes the size (comparisons). Tests force it.
+constexpr int kPlanWarps = 0;
+constexpr int kUnforced = -1;
+std::atomic<int> g_warps_forced{kUnforced};
 int forced_warps() {
   static const int env = [] {
     const char* v = std::getenv("VOLTAD_ATTENTION_WMMA_WARPS");
+    if (v && std::string(v) == "plan") return kPlanWarps;
     const int w = v ? std::atoi(v) : 0;
-    return w == kAttentionWarps || w == kWmmaWideWarps ? w : 0;
+    return w == kWmmaWideWarps ? w : kAttentionWarps;
   }();
   const int forced = g_warps_forced.load();
-  return forced ? forced : env;
+  return forced == kUnforced ? env : forced;
 }
 
 // A launch's warps a block and pieces a token.
@@ -336,7 +342,7 @@ WmmaPlan wmma_plan(const AttentionArgs& a) {
   const auto four = plan_for(kAttentionWarps, wmma_wave_blocks<HD, kRope, kAttentionWarps>());
   const auto six = plan_for(kWmmaWideWarps, wmma_wave_blocks<HD, kRope, kWmmaWideWarps>());
   const int forced = forced_warps();
-  if (forced) return forced == kWmmaWideWarps ? six.first : four.first;
+  if (forced != kPlanWarps) return forced == kWmmaWideWarps ? six.first : four.first;
   return six.second < four.second ? six.first : four.first;
 }
 
@@ -363,9 +369,10 @@ int attention_wmma_pieces(const AttentionArgs& a) {
 }
 
 void attention_wmma_warps_force(std::optional<int> warps) {
-  VOLTAD_KERNEL_REQUIRE(!warps || *warps == kAttentionWarps || *warps == kWmmaWideWarps,
-                        "the wmma attention's blocks are of 4 or 6 warps");
-  g_warps_forced.store(warps ? *warps : 0);
+  VOLTAD_KERNEL_REQUIRE(
+      !warps || *warps == kPlanWarps || *warps == kAttentionWarps || *warps == kWmmaWideWarps,
+      "the wmma attention's blocks are of 4 or 6 warps (0: the plan's)");
+  g_warps_forced.store(warps ? *warps : kUnforced);
 }
 
 void launch_attention_wmma(const AttentionArgs& args, const Fp16KvReader& cache,
