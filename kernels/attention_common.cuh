@@ -65,14 +65,25 @@ __host__ __device__ __forceinline__ int pieces_used(int pos, int splits, int lea
 // flight, into `staging` (group * HD floats of shared memory); then a
 // thread per element writes the outputs, whole warps per 32 values as the
 // quantizers need. The partials are read through L2 (__ldcg): other blocks
-// wrote them.
+// wrote them. The weights and sums go in `scratch`: shared memory the
+// caller lends (the wmma pass 1: its loop's, dead by then, so that three
+// blocks fit a V100's 96 KB) or static_combine_scratch().
+struct CombineScratch {
+  float weight[kAttentionMaxGroup][kAttentionMaxSplits];
+  float sum_l[kAttentionMaxGroup];
+};
+__device__ __forceinline__ CombineScratch& static_combine_scratch() {
+  __shared__ CombineScratch scratch;
+  return scratch;
+}
 template <int HD>
 __device__ __forceinline__ void combine_pieces(const AttentionArgs& a, int t, int kvh, int group,
-                                               int splits, float* staging) {
+                                               int splits, float* staging,
+                                               CombineScratch& scratch) {
   static_assert(kAttentionMaxSplits <= 64, "two pieces a lane");
   static_assert(HD % 4 == 0 && kAttentionPartialHeader % 4 == 0, "float4 sums");
-  __shared__ float weight[kAttentionMaxGroup][kAttentionMaxSplits];
-  __shared__ float sum_l[kAttentionMaxGroup];
+  auto& weight = scratch.weight;
+  auto& sum_l = scratch.sum_l;
   constexpr int kStride = kAttentionPartialHeader + HD;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int pos = a.positions[t];
@@ -240,11 +251,13 @@ __device__ __forceinline__ bool rescale_reference(float top, float& m, float& l,
 // tensor-core pass 1 of attention_sm80.cu): each warp's (m, l, acc) of the
 // block's `group` heads are in sm_m, sm_l and sm_acc. Merges them, writes
 // the piece's partial, and with AttentionArgs::arrivals the block that
-// counts last combines the pieces of its (token, KV head).
+// counts last combines the pieces of its (token, KV head), with `scratch`
+// (combine_pieces).
 template <int HD, int G, int W = kAttentionWarps>
 __device__ __forceinline__ void finish_piece(const AttentionArgs& a, int t, int kvh, int split,
                                              int group, const float (&sm_m)[W][G],
-                                             const float (&sm_l)[W][G], float (&sm_acc)[W][G][HD]) {
+                                             const float (&sm_l)[W][G], float (&sm_acc)[W][G][HD],
+                                             CombineScratch& scratch) {
   __syncthreads();
   const int splits = gridDim.z;
   // Threads spread over (group head, element) pairs to finish the merge.
@@ -278,7 +291,7 @@ __device__ __forceinline__ void finish_piece(const AttentionArgs& a, int t, int 
   __syncthreads();
   if (!last) return;
   __threadfence();
-  combine_pieces<HD>(a, t, kvh, group, splits, &sm_acc[0][0][0]);
+  combine_pieces<HD>(a, t, kvh, group, splits, &sm_acc[0][0][0], scratch);
 }
 
 // A cache reader gives pass 1 one lane's 8 elements of a position's K and V
@@ -488,7 +501,7 @@ __global__ void __launch_bounds__(kAttentionWarps * 32, kRope && G <= 4 ? 4 : 0)
       for (int e = 0; e < VEC; ++e) sm_acc[warp][g][sub * VEC + e] = acc[g][e];
     }
   }
-  finish_piece<HD, G>(a, t, kvh, split, group, sm_m, sm_l, sm_acc);
+  finish_piece<HD, G>(a, t, kvh, split, group, sm_m, sm_l, sm_acc, static_combine_scratch());
 }
 
 // Pass 2 (attention.cu): out = sum_s acc_s e^(m_s - m) / sum_s l_s e^(m_s - m)

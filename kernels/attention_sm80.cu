@@ -284,7 +284,8 @@ __global__ void __launch_bounds__(W * 32)
       sm_acc[warp][g][8 * nt + 2 * tq + 1] = acc[nt][1] + acc[nt][3];
     }
   }
-  finish_piece<HD, kMmaGroup, W>(a, t, kvh, split, group, sm_m, sm_l, sm_acc);
+  finish_piece<HD, kMmaGroup, W>(a, t, kvh, split, group, sm_m, sm_l, sm_acc,
+                                 static_combine_scratch());
 #endif
 }
 

@@ -60,8 +60,9 @@ constexpr int least_piece_of(int warps) {
 // Shared memory of a block of W warps. Every offset is a multiple of 32
 // bytes (wmma's pointers); the row strides are padded by 16 bytes so that a
 // fragment load's rows fall in different banks. The rotated q (kRope) is
-// staged in the warps' tiles before the loop (4 KB at head_dim 128: outside
-// them a block took 35.7 KB, two to a V100's 96 KB instead of three).
+// staged in the warps' tiles before the loop (4 KB at head_dim 128) and the
+// combine's scratch (2 KB) put after the merge: in static shared memory
+// they made a 4-warp block 37.8 KB, two to a V100's 96 KB instead of three.
 template <int HD, int W>
 struct WmmaSmem {
   static constexpr int kLd = HD + 8;            // halves a row of q, K or V
@@ -77,14 +78,23 @@ struct WmmaSmem {
   static constexpr int kWarpsAt = kQBytes + kRowIdBytes;  // the first warp's tile
   static constexpr int kLoopBytes = kWarpsAt + W * kWarpBytes;
   static constexpr int kQReadyBytes = int(sizeof(float)) * kRows * HD;  // at kWarpsAt
-  // After the loop: finish_piece's (m, l, acc) of every warp.
+  // After the loop: finish_piece's (m, l, acc) of every warp, then the
+  // combine's weights and sums (CombineScratch) where the loop's memory
+  // holds them; three 4-warp blocks at head_dim 128 then take 31.6 KB each
+  // with the static rest (RoPE's angles), inside a V100's 96 KB.
   static constexpr int kMergeBytes = int(sizeof(float)) * W * kRows * (2 + HD);
-  static constexpr int kBytes = kLoopBytes > kMergeBytes ? kLoopBytes : kMergeBytes;
+  static constexpr int kScratchAt = (kMergeBytes + 15) / 16 * 16;
+  static constexpr int kMergeEnd = kScratchAt + int(sizeof(CombineScratch));
+  static constexpr int kBytes = kLoopBytes > kMergeEnd ? kLoopBytes : kMergeEnd;
   static_assert(kQBytes % 32 == 0 && kTileBytes % 32 == 0 && kSBytes % 32 == 0 &&
                     kPBytes % 64 == 0 && kWarpBytes % 32 == 0,
                 "wmma pointers are 32-byte aligned");
   static_assert(kQReadyBytes <= W * kWarpBytes, "the rotated q fits the warps' tiles");
 };
+// Blocks in a V100's 96 KB an SM (scripts/sm70-budgets.txt holds the static
+// rest to these margins): three of 4 warps, two of 6.
+static_assert(WmmaSmem<128, kAttentionWarps>::kBytes + 1664 <= 96 * 1024 / 3, "three blocks");
+static_assert(WmmaSmem<128, kWmmaWideWarps>::kBytes + 5184 <= 96 * 1024 / 2, "two blocks");
 
 // kWmmaSmWarps / W blocks an SM: at head_dim 128, 4 warps take ~31 KB of
 // shared memory (a V100's 96 KB holds three), 6 warps ~43 KB (two).
@@ -275,7 +285,8 @@ __global__ void __launch_bounds__(W * 32, kWmmaSmWarps / W)
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
     wmma::store_matrix_sync(&sm_acc[warp][0][32 * nt], acc[nt], HD, wmma::mem_row_major);
-  finish_piece<HD, kRows, kWarps>(a, t, kvh, split, group, sm_m, sm_l, sm_acc);
+  finish_piece<HD, kRows, kWarps>(a, t, kvh, split, group, sm_m, sm_l, sm_acc,
+                                  *reinterpret_cast<CombineScratch*>(smem + L::kScratchAt));
 }
 
 // Blocks of the kernel in one wave of the device (read once: one process

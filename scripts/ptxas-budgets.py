@@ -8,7 +8,9 @@ portable kernel file and runs this on it.
 
     ptxas-budgets.py BUDGETS INFO...
 
-BUDGETS: one budget a line, `regex max_registers max_spill_bytes  # why`;
+BUDGETS: one budget a line, `regex max_registers max_spill_bytes  # why`,
+optionally ending `smem=N`: at most N bytes of static shared memory (where a
+kernel's dynamic shared memory leaves that much for blocks to fit an SM);
 the regex must match at least one demangled entry name (a budget that
 matches nothing would pass whatever happened to the kernel). INFO: files of
 `ptxas -v` output (stderr). Exit status 1 when a kernel is over its budget
@@ -21,7 +23,8 @@ import sys
 
 
 def entries(text):
-    """(demangled name, registers, spill store bytes) of each entry function."""
+    """(demangled name, registers, spill store bytes, static shared memory bytes)
+    of each entry function."""
     mangled, found, spill = None, [], 0
     for line in text.splitlines():
         m = re.search(r"Compiling entry function '(\S+)'", line)
@@ -34,13 +37,14 @@ def entries(text):
             continue
         m = re.search(r"Used (\d+) registers", line)
         if m and mangled:
-            found.append((mangled, int(m.group(1)), spill))
+            smem = re.search(r"(\d+) bytes smem", line)
+            found.append((mangled, int(m.group(1)), spill, int(smem.group(1)) if smem else 0))
             mangled = None
     if not found:
         return []
-    names = subprocess.run(["c++filt"], input="\n".join(n for n, _, _ in found), capture_output=True,
+    names = subprocess.run(["c++filt"], input="\n".join(f[0] for f in found), capture_output=True,
                            text=True, check=True).stdout.splitlines()
-    return [(name, regs, spill) for name, (_, regs, spill) in zip(names, found)]
+    return [(name,) + f[1:] for name, f in zip(names, found)]
 
 
 def parse_budgets(text):
@@ -49,22 +53,30 @@ def parse_budgets(text):
         line = line.split("#", 1)[0].strip()
         if not line:
             continue
+        max_smem = None
+        m = re.search(r"\s+smem=(\d+)$", line)
+        if m:
+            max_smem, line = int(m.group(1)), line[:m.start()]
         pattern, regs, spill = line.rsplit(None, 2)
-        budgets.append((number, re.compile(pattern), int(regs), int(spill)))
+        budgets.append((number, re.compile(pattern), int(regs), int(spill), max_smem))
     return budgets
 
 
 def check(budgets, kernels, out=sys.stdout):
     failures = 0
-    for number, pattern, max_regs, max_spill in budgets:
+    for number, pattern, max_regs, max_spill, max_smem in budgets:
         matched = [k for k in kernels if pattern.search(k[0])]
         if not matched:
             print(f"ptxas-budgets: budget line {number} ({pattern.pattern}) matches no kernel", file=out)
             failures += 1
-        for name, regs, spill in matched:
+        for name, regs, spill, smem in matched:
             if regs > max_regs or spill > max_spill:
                 print(f"ptxas-budgets: {name}: {regs} registers, {spill} bytes spilled; "
                       f"budget {max_regs} and {max_spill} (line {number})", file=out)
+                failures += 1
+            if max_smem is not None and smem > max_smem:
+                print(f"ptxas-budgets: {name}: {smem} bytes of static shared memory; "
+                      f"budget {max_smem} (line {number})", file=out)
                 failures += 1
     return failures
 
@@ -72,14 +84,16 @@ def check(budgets, kernels, out=sys.stdout):
 def self_test():
     info = ("ptxas info    : Compiling entry function '_Z1kv' for 'sm_70'\n"
             "    0 bytes stack frame, 12 bytes spill stores, 12 bytes spill loads\n"
-            "ptxas info    : Used 130 registers, used 1 barriers\n")
+            "ptxas info    : Used 130 registers, used 1 barriers, 640 bytes smem\n")
     kernels = entries(info)
-    assert kernels == [("k()", 130, 12)], kernels
+    assert kernels == [("k()", 130, 12, 640)], kernels
     sink = open("/dev/null", "w")
     assert check(parse_budgets(r"^k\(\) 128 64"), kernels, sink) == 1, "registers over budget not caught"
     assert check(parse_budgets(r"^k\(\) 255 0"), kernels, sink) == 1, "spill over budget not caught"
     assert check(parse_budgets(r"^nothing 255 64"), kernels, sink) == 1, "a budget matching nothing passed"
     assert check(parse_budgets(r"^k\(\) 130 12"), kernels, sink) == 0, "a kernel within budget failed"
+    assert check(parse_budgets(r"^k\(\) 130 12 smem=512"), kernels, sink) == 1, "static smem over budget passed"
+    assert check(parse_budgets(r"^k\(\) 130 12 smem=640"), kernels, sink) == 0, "static smem within budget failed"
 
 
 def main(argv):
