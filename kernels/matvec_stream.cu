@@ -300,7 +300,7 @@ namespace {
 // warps a row group), two groups of 16 for Q6_K (2 rows a warp). An SM
 // then holds as many of the unit kernel's warps as of the plain Q4_K one's
 // (4 blocks of 4 at 128 registers), walking as many rows. The plain Q6_K
-// kernel (62 registers for sm_90, 72 for sm_70: 8 or 7 blocks of 4 warps an
+// kernel (62-70 registers for sm_90, 72 for sm_70: 7-8 blocks of 4 warps an
 // SM; scripts/sm70-budgets.txt) holds more; its units (78
 // registers, one block of 16 an SM; 32 warps spill) made down 6 us a layer
 // slower on the H200, so Q6_K takes them only on request
