@@ -7,8 +7,8 @@
 // took 18.5 us a layer at batch 8 on the H200, where the sm_80 kernel
 // (attention_sm80.cu, mma.sync and cp.async, neither on a V100) took ~12.
 //
-// Each warp takes the piece's cache blocks (16 positions) warp, warp + 4,
-// ... . A block's K and V rows come through the lane's registers (plain
+// Each warp takes the piece's cache blocks (16 positions) warp, warp + W,
+// ... (W warps a block). A block's K and V rows come through the lane's registers (plain
 // 16-byte loads through L2, issued while the block before computes; no
 // cp.async below sm_80) into the warp's tile in shared memory, K first,
 // then V in the same tile:
@@ -332,12 +332,12 @@ struct WmmaPlan {
 // (its q, the merge of its warps) as one more and each wave past the first
 // as a repeat; 4 warps on a tie. The kernel is a chain of cache blocks a
 // warp (each waits on its loads, then on its scores, softmax and
-// products), so that walk is its time. Where a step's grid needs more
-// than a wave of 4-warp blocks at one piece a token, 6 warps take each
-// token in fewer steps: 32 sequences at 512 positions on an H100 or H200
-// (132 SMs: 256 blocks, 396 of 4 warps a wave, 264 of 6) walk 6 blocks
-// a warp instead of 9 (33 cache blocks a token); on a V100 (80 SMs: 240
-// and 160) both take two waves, of 6 instead of 9.
+// products), so that walk is its time. Where a wave holds one piece a
+// token in either size, 6 warps walk fewer cache blocks each: 32
+// sequences planned for 641 positions (voltad-bench's at 512) on an H100
+// or H200 (132 SMs: 256 blocks a piece, 396 of 4 warps a wave, 264 of 6)
+// walk 7 a warp instead of 11 (41 a token); on a V100 (80 SMs: 240 and
+// 160) both take two waves, of 7 instead of 11.
 template <int HD, bool kRope>
 WmmaPlan wmma_plan(const AttentionArgs& a) {
   const int64_t units = std::max<int64_t>(1, int64_t(a.n_tokens) * a.n_kv_heads);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "kernels/attention.h"
@@ -25,6 +26,15 @@ inline void set_pass1(kernels::AttentionArgs& a, Pass1 p) {
 inline const char* pass1_name(Pass1 p) {
   return p == Pass1::Portable ? "portable" : p == Pass1::Mma ? "sm_80 mma" : "wmma";
 }
+
+// The wmma pass 1's warps a block fixed (4 or 6; 0: its plan's choice) for
+// the scope's life, the default again after it, whatever a check throws.
+struct WmmaWarpsScope {
+  explicit WmmaWarpsScope(int warps) { kernels::attention_wmma_warps_force(warps); }
+  ~WmmaWarpsScope() { kernels::attention_wmma_warps_force(std::nullopt); }
+  WmmaWarpsScope(const WmmaWarpsScope&) = delete;
+  WmmaWarpsScope& operator=(const WmmaWarpsScope&) = delete;
+};
 
 struct PdlDecodeStep {
   static constexpr int kBlocksPerSeq = 33;  // 528 positions a sequence

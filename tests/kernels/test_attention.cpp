@@ -221,12 +221,15 @@ int check_attention(Shape sh, const std::vector<int>& cached, const std::vector<
   check_attention_with(sh, cached, new_tokens, max_splits, Pass1::Mma, k_growth, planned_len);
   // The wmma pass 1 in blocks of 4 and of 6 warps, whichever its plan
   // would choose here.
-  for (int warps : {4, 6}) {
-    CAPTURE(warps);
-    kernels::attention_wmma_warps_force(warps);
+  if (sh.head_dim == 64 || sh.head_dim == 128) {
+    for (int warps : {4, 6}) {
+      CAPTURE(warps);
+      const WmmaWarpsScope scope(warps);
+      check_attention_with(sh, cached, new_tokens, max_splits, Pass1::Wmma, k_growth, planned_len);
+    }
+  } else {  // the portable pass 1 runs for these (attention_wmma_applies)
     check_attention_with(sh, cached, new_tokens, max_splits, Pass1::Wmma, k_growth, planned_len);
   }
-  kernels::attention_wmma_warps_force(std::nullopt);
   return pieces;
 }
 
@@ -389,20 +392,24 @@ TEST_CASE("decode planned for a longer context than its tokens hold") {
   a.n_tokens = 8;
   CHECK(kernels::attention_launch_least_piece(a) == 0);
   a.wmma = true;  // the wmma kernel: a cache block a warp at least
-  CHECK(kernels::attention_launch_least_piece(a) == 64);
-  kernels::attention_wmma_warps_force(6);
+  {
+    const WmmaWarpsScope four(4);
+    CHECK(kernels::attention_launch_least_piece(a) == 64);
+  }
+  const WmmaWarpsScope six(6);
   CHECK(kernels::attention_launch_warps(a) == 6);
   CHECK(kernels::attention_launch_least_piece(a) == 96);
-  kernels::attention_wmma_warps_force(std::nullopt);
 }
 
 // The wmma pass 1's plan: 4 warps a block (three an SM) unless 6 (two an
 // SM) shorten the longest warp's walk. At Llama-3-8B's shapes and 512
-// positions, 1 and 8 sequences keep 4 warps on any device; 32 sequences
-// (256 blocks at one piece a token) take 6 where 6-warp blocks fit one wave
-// (128+ SMs: 6 cache blocks a warp instead of 9; a V100's 80 SMs take 6
-// too, both sizes needing two waves there). Until the plan is measured the
-// default is 4 warps always.
+// positions on an H100 or H200 (132 SMs), 1 and 8 sequences keep 4 warps;
+// 32 sequences (256 blocks at one piece a token) take 6, whose blocks fit
+// one wave there (264; 4 warps: 396): walks of 6 cache blocks (+1 for a
+// block's start and end) against 8. Other devices' choices differ (171+
+// SMs give 4 warps two pieces at 32 sequences); what every device must
+// show is a least piece of a cache block a warp. Until the plan is
+// measured the default is 4 warps always.
 TEST_CASE("the wmma pass 1's warps a block") {
   kernels::AttentionArgs a = llama3_tensor_core_plan(511);
   a.tensor_cores = false;
@@ -413,23 +420,26 @@ TEST_CASE("the wmma pass 1's warps a block") {
   CAPTURE(sms);
   a.n_tokens = 32;
   if (!std::getenv("VOLTAD_ATTENTION_WMMA_WARPS")) CHECK(kernels::attention_launch_warps(a) == 4);
-  kernels::attention_wmma_warps_force(0);  // the plan
-  a.n_tokens = 1;
-  CHECK(kernels::attention_launch_warps(a) == 4);
-  CHECK(kernels::attention_launch_least_piece(a) == 64);
-  a.n_tokens = 8;
-  CHECK(kernels::attention_launch_warps(a) == 4);
-  a.n_tokens = 32;
-  if (sms >= 128) {
-    CHECK(kernels::attention_launch_warps(a) == 6);
-    CHECK(kernels::attention_launch_least_piece(a) == 96);
-    CHECK(kernels::attention_launch_pieces(a) == 1);
+  {
+    const WmmaWarpsScope plan(0);
+    const bool h100_class = sms >= 128 && sms <= 170;
+    for (int n : {1, 8, 16, 24, 32}) {
+      CAPTURE(n);
+      a.n_tokens = n;
+      const int warps = kernels::attention_launch_warps(a);
+      CHECK((warps == 4 || warps == 6));
+      CHECK(kernels::attention_launch_least_piece(a) == 16 * warps);
+      if (h100_class) CHECK(warps == (n == 32 ? 6 : 4));
+    }
+    a.n_tokens = 32;
+    if (h100_class) CHECK(kernels::attention_launch_pieces(a) == 1);
   }
-  // A forced size wins over the plan, and exact results follow it
-  // (check_attention runs both).
-  kernels::attention_wmma_warps_force(4);
-  CHECK(kernels::attention_launch_warps(a) == 4);
-  kernels::attention_wmma_warps_force(std::nullopt);
+  {
+    // A forced size wins over the plan, and exact results follow it
+    // (check_attention runs both).
+    const WmmaWarpsScope four(4);
+    CHECK(kernels::attention_launch_warps(a) == 4);
+  }
   // 32 sequences of Llama-3-8B at 511 positions, exact in both sizes.
   std::vector<int> cached(32), one(32, 1);
   for (int s = 0; s < 32; ++s) cached[size_t(s)] = 511 - 13 * s;
