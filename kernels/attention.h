@@ -12,18 +12,11 @@
 #include <cstdint>
 #include <optional>
 
+#include "kernels/attention_plan.h"
 #include "kernels/matvec.h"
 
 namespace voltad::kernels {
 
-constexpr int kKvBlockTokens = 16;
-constexpr int kAttentionMaxGroup = 8;      // query heads per KV head
-// Split-K: a token's positions [0, pos] are cut into pieces of a multiple of
-// 16 positions, as many as fit in kAttentionMaxSplits, so that a short
-// context still spreads over many blocks and the scratch does not grow with
-// the context.
-constexpr int kAttentionMaxSplits = 64;
-constexpr int kAttentionMinSplitTokens = 16;
 // The most pieces a token the tensor-core pass 1 takes (launch_attention_mma's
 // plan; the wave would hold 33 at batch 1 on an H200): at batch 1 of a
 // 4,096-position plan, 12 pieces against 33 gave +2.4% end to end at 1,024
@@ -36,11 +29,6 @@ constexpr int kAttentionMmaMaxPieces = 12;
 // A piece's partial: {m, l, 0, 0} then acc[head_dim]; the header padded to
 // 4 floats so that acc is 16-byte aligned (the combine reads float4s).
 constexpr int kAttentionPartialHeader = 4;
-// Pieces for the longest position of a step (the grid's third dimension).
-inline int attention_splits(int max_position) {
-  const int s = (max_position + kAttentionMinSplitTokens) / kAttentionMinSplitTokens;
-  return s < kAttentionMaxSplits ? s : kAttentionMaxSplits;
-}
 
 // KV cache of one layer: [n_blocks][16][kv_dim] halves for K, same for V.
 struct KvLayerView {

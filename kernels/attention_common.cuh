@@ -35,24 +35,7 @@ namespace voltad::kernels {
 constexpr int kAttentionWarps = 4;
 constexpr int kAttentionLaneElements = 8;  // of a K or V row, per lane
 
-// Positions per piece for a token at `pos` in a grid of `splits` pieces:
-// ceil((pos + 1) / splits) rounded up to a multiple of 16 (a KV block), so
-// every piece but the last has the same length and the first
-// ceil((pos + 1) / per) pieces cover [0, pos].
-__host__ __device__ __forceinline__ int split_tokens(int pos, int splits) {
-  const int per = (pos + splits) / splits;
-  return (per + kAttentionMinSplitTokens - 1) / kAttentionMinSplitTokens * kAttentionMinSplitTokens;
-}
-// The same, no fewer than `least` positions (AttentionArgs::least_piece),
-// and the pieces that then hold positions of a token at `pos`.
-__host__ __device__ __forceinline__ int piece_tokens(int pos, int splits, int least) {
-  const int per = split_tokens(pos, splits);
-  return per > least ? per : least;
-}
-__host__ __device__ __forceinline__ int pieces_used(int pos, int splits, int least) {
-  const int used = pos / piece_tokens(pos, splits, least) + 1;
-  return used < splits ? used : splits;
-}
+// split_tokens, piece_tokens and pieces_used: kernels/attention_plan.h.
 
 // The combine of a (token, KV head)'s pieces, for its `group` query heads,
 // by the block of pass 1 that wrote the last of them (AttentionArgs::
@@ -531,12 +514,17 @@ int attention_wave_blocks() {
 // mostly empty or 16-position pieces, 49 us a layer (docs/PERFORMANCE.md,
 // run 11).
 // wave_blocks: the pass-1 kernel's blocks in one wave.
+inline AttentionLaunchShape launch_shape(const AttentionArgs& a) {
+  AttentionLaunchShape s;
+  s.n_tokens = a.n_tokens;
+  s.n_kv_heads = a.n_kv_heads;
+  s.max_position = a.max_position;
+  s.max_splits = a.max_splits;
+  s.least_piece = a.least_piece;
+  return s;
+}
 inline int attention_pieces_in_wave(const AttentionArgs& a, int wave_blocks) {
-  int splits = attention_splits(a.max_position);
-  if (a.max_splits > 0) splits = std::min(splits, a.max_splits);
-  const int64_t per_piece = std::max<int64_t>(1, int64_t(a.n_tokens) * a.n_kv_heads);
-  const int64_t fit = std::max<int64_t>(1, wave_blocks / per_piece);
-  return int(std::min<int64_t>(splits, fit));
+  return attention_pieces_in_wave(launch_shape(a), wave_blocks);
 }
 template <int HD, int G, class Reader, bool kRope = false>
 int attention_pieces(const AttentionArgs& a) {

@@ -31,7 +31,6 @@
 #include <cstdlib>
 #include <optional>
 #include <string>
-#include <utility>
 
 #include "kernels/attention.h"
 #include "kernels/attention_common.cuh"
@@ -48,13 +47,13 @@ namespace wmma = nvcuda::wmma;
 
 constexpr int kRows = kAttentionMaxGroup;  // 8: the group's heads, rows of P and O
 // Warps a block: kAttentionWarps (4, three blocks an SM) or kWmmaWideWarps (6,
-// two an SM), the plan's choice (wmma_plan below). ptxas gives the kernel
-// ~165 registers either way, so an SM holds kWmmaSmWarps of its warps.
+// two an SM; kernels/attention_plan.h), the plan's choice (wmma_plan below).
+// ptxas gives the kernel ~165 registers either way, so an SM holds
+// kWmmaSmWarps of its warps.
 constexpr int kWmmaSmWarps = 12;
-constexpr int kWmmaWideWarps = 6;
-// The fewest positions a piece holds: a cache block for each warp.
+static_assert(kWmmaWarps == kAttentionWarps, "the plan's 4 warps are the kernel's");
 constexpr int least_piece_of(int warps) {
-  return warps * kKvBlockTokens;
+  return wmma_least_piece_of(warps);
 }
 
 // Shared memory of a block of W warps. Every offset is a multiple of 32
@@ -320,41 +319,18 @@ int forced_warps() {
   return forced == kUnforced ? env : forced;
 }
 
-// A launch's warps a block and pieces a token.
-struct WmmaPlan {
-  int warps, pieces;
-};
-
-// For each block size: as many pieces as one wave of its blocks holds
-// (attention_pieces_in_wave), no more than give each warp a cache block
-// (least_piece_of positions a piece). Of the two, the one whose longest
-// warp walks the fewest cache blocks, counting a block's start and end
-// (its q, the merge of its warps) as one more and each wave past the first
-// as a repeat; 4 warps on a tie. The kernel is a chain of cache blocks a
-// warp (each waits on its loads, then on its scores, softmax and
-// products), so that walk is its time. Where a wave holds one piece a
-// token in either size, 6 warps walk fewer cache blocks each: 32
-// sequences planned for 641 positions (voltad-bench's at 512) on an H100
-// or H200 (132 SMs: 256 blocks a piece, 396 of 4 warps a wave, 264 of 6)
-// walk 7 a warp instead of 11 (41 a token); on a V100 (80 SMs: 240 and
-// 160) both take two waves, of 7 instead of 11.
+// The plan (kernels/attention_plan.h: choose_wmma_plan) for these args, or
+// the forced size's.
 template <int HD, bool kRope>
 WmmaPlan wmma_plan(const AttentionArgs& a) {
-  const int64_t units = std::max<int64_t>(1, int64_t(a.n_tokens) * a.n_kv_heads);
-  auto plan_for = [&](int warps, int wave) {
-    const int least = std::max(a.least_piece, least_piece_of(warps));
-    const int most = std::max(1, (a.max_position + 1) / least_piece_of(warps));
-    const int pieces = std::min(most, attention_pieces_in_wave(a, wave));
-    const int per = piece_tokens(a.max_position, pieces, least);
-    const int64_t steps = (per / kKvBlockTokens + warps - 1) / warps + 1;
-    const int64_t waves = (units * pieces + wave - 1) / wave;
-    return std::pair<WmmaPlan, int64_t>{{warps, pieces}, steps * waves};
-  };
-  const auto four = plan_for(kAttentionWarps, wmma_wave_blocks<HD, kRope, kAttentionWarps>());
-  const auto six = plan_for(kWmmaWideWarps, wmma_wave_blocks<HD, kRope, kWmmaWideWarps>());
+  const AttentionLaunchShape shape = launch_shape(a);
   const int forced = forced_warps();
-  if (forced != kPlanWarps) return forced == kWmmaWideWarps ? six.first : four.first;
-  return six.second < four.second ? six.first : four.first;
+  if (forced == kWmmaWideWarps)
+    return wmma_plan_for(shape, kWmmaWideWarps, wmma_wave_blocks<HD, kRope, kWmmaWideWarps>());
+  if (forced != kPlanWarps)
+    return wmma_plan_for(shape, kAttentionWarps, wmma_wave_blocks<HD, kRope, kAttentionWarps>());
+  return choose_wmma_plan(shape, wmma_wave_blocks<HD, kRope, kAttentionWarps>(),
+                          wmma_wave_blocks<HD, kRope, kWmmaWideWarps>());
 }
 
 }  // namespace
