@@ -4,6 +4,8 @@
 // of 6) and a V100 (80 SMs: 240 and 160, three and two blocks an SM).
 #include <doctest/doctest.h>
 
+#include <initializer_list>
+
 #include "kernels/attention_plan.h"
 
 using namespace voltad::kernels;
@@ -20,6 +22,21 @@ AttentionLaunchShape llama3(int n, int max_position) {
   s.n_kv_heads = 8;
   s.max_position = max_position;
   return s;
+}
+
+struct Want {
+  int n, warps, pieces;
+};
+
+// The plan's choice at n sequences planned for 641 positions (voltad-bench's
+// plan at 512: 41 cache blocks a token), for waves of `four` and `six`.
+void check_choices(int four, int six, std::initializer_list<Want> wants) {
+  for (const Want& w : wants) {
+    CAPTURE(w.n);
+    const WmmaPlan p = choose_wmma_plan(llama3(w.n, 640), four, six);
+    CHECK(p.warps == w.warps);
+    CHECK(p.pieces == w.pieces);
+  }
 }
 
 }  // namespace
@@ -59,18 +76,8 @@ TEST_CASE("pieces a token: as many as one wave holds, capped") {
 }
 
 TEST_CASE("the wmma pass 1's plan: 6 warps only where they walk fewer cache blocks") {
-  struct Want {
-    int n, warps, pieces;
-  };
-  // voltad-bench's plan at 512 positions: 641 (41 cache blocks a token).
   SUBCASE("H100 / H200") {
-    for (const Want& w :
-         {Want{1, 4, 10}, Want{8, 4, 6}, Want{16, 4, 3}, Want{24, 4, 2}, Want{32, 6, 1}}) {
-      CAPTURE(w.n);
-      const WmmaPlan p = choose_wmma_plan(llama3(w.n, 640), kH100Four, kH100Six);
-      CHECK(p.warps == w.warps);
-      CHECK(p.pieces == w.pieces);
-    }
+    check_choices(kH100Four, kH100Six, {{1, 4, 10}, {8, 4, 6}, {16, 4, 3}, {24, 4, 2}, {32, 6, 1}});
     // 32 sequences: one piece a token either way, one wave either way;
     // 11 cache blocks for the longest of 4 warps, 7 of 6 (+1 each).
     CHECK(wmma_plan_for(llama3(32, 640), 4, kH100Four).cost == 12);
@@ -79,13 +86,7 @@ TEST_CASE("the wmma pass 1's plan: 6 warps only where they walk fewer cache bloc
   SUBCASE("V100") {
     // 16 sequences: one piece a token in both (128 blocks; 3 pieces of 4
     // warps would need 384 of a wave's 240). 24: 6 warps need two waves.
-    for (const Want& w :
-         {Want{1, 4, 10}, Want{8, 4, 3}, Want{16, 6, 1}, Want{24, 4, 1}, Want{32, 6, 1}}) {
-      CAPTURE(w.n);
-      const WmmaPlan p = choose_wmma_plan(llama3(w.n, 640), kV100Four, kV100Six);
-      CHECK(p.warps == w.warps);
-      CHECK(p.pieces == w.pieces);
-    }
+    check_choices(kV100Four, kV100Six, {{1, 4, 10}, {8, 4, 3}, {16, 6, 1}, {24, 4, 1}, {32, 6, 1}});
     // 32 sequences: two waves either way (256 blocks on 240 or 160).
     CHECK(wmma_plan_for(llama3(32, 640), 4, kV100Four).cost == 2 * 12);
     CHECK(wmma_plan_for(llama3(32, 640), 6, kV100Six).cost == 2 * 8);
