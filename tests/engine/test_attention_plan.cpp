@@ -92,11 +92,17 @@ TEST_CASE("the wmma pass 1's plan: 6 warps only where they walk fewer cache bloc
     CHECK(wmma_plan_for(llama3(32, 640), 6, kV100Six).cost == 2 * 8);
   }
   SUBCASE("the least piece: a cache block a warp, or the caller's if longer") {
+    // No more pieces than give each of 6 warps a cache block: 5 of 96+
+    // positions at 512, where a wave would hold 33.
+    CHECK(wmma_plan_for(llama3(1, 511), 6, kH100Six).pieces == 5);
+    // One token at 4,096 positions, 4 warps: 49 pieces of 96 positions
+    // (6 cache blocks, 2 a warp, +1); with the caller's least piece of 256,
+    // 16 cache blocks a piece (4 a warp, +1).
     AttentionLaunchShape s = llama3(1, 4095);
-    CHECK(wmma_plan_for(s, 6, kH100Six).pieces <= (4095 + 1) / wmma_least_piece_of(6));
+    CHECK(wmma_plan_for(s, 4, kH100Four).pieces == 49);
+    CHECK(wmma_plan_for(s, 4, kH100Four).cost == 3);
     s.least_piece = 256;
-    const WmmaPlan p = wmma_plan_for(s, 4, kH100Four);
-    CHECK(piece_tokens(4095, p.pieces, 256) >= 256);
+    CHECK(wmma_plan_for(s, 4, kH100Four).cost == 5);
     // A context shorter than one piece of 6 warps: one piece.
     CHECK(wmma_plan_for(llama3(1, 40), 6, kH100Six).pieces == 1);
   }

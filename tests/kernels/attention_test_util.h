@@ -29,6 +29,8 @@ inline const char* pass1_name(Pass1 p) {
 
 // The wmma pass 1's warps a block fixed (4 or 6; 0: its plan's choice) for
 // the scope's life, the default again after it, whatever a check throws.
+// Not nested: the inner scope's end would restore the default, not the
+// outer scope's size.
 struct WmmaWarpsScope {
   explicit WmmaWarpsScope(int warps) { kernels::attention_wmma_warps_force(warps); }
   ~WmmaWarpsScope() { kernels::attention_wmma_warps_force(std::nullopt); }
