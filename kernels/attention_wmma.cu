@@ -52,9 +52,6 @@ constexpr int kRows = kAttentionMaxGroup;  // 8: the group's heads, rows of P an
 // kWmmaSmWarps of its warps.
 constexpr int kWmmaSmWarps = 12;
 static_assert(kWmmaWarps == kAttentionWarps, "the plan's 4 warps are the kernel's");
-constexpr int least_piece_of(int warps) {
-  return wmma_least_piece_of(warps);
-}
 
 // Shared memory of a block of W warps. Every offset is a multiple of 32
 // bytes (wmma's pointers); the row strides are padded by 16 bytes so that a
@@ -79,7 +76,7 @@ struct WmmaSmem {
   static constexpr int kQReadyBytes = int(sizeof(float)) * kRows * HD;  // at kWarpsAt
   // After the loop: finish_piece's (m, l, acc) of every warp, then the
   // combine's weights and sums (CombineScratch) where the loop's memory
-  // holds them; three 4-warp blocks at head_dim 128 then take 31.6 KB each
+  // holds them; three 4-warp blocks at head_dim 128 then take 31.7 KB each
   // with the static rest (RoPE's angles), inside a V100's 96 KB.
   static constexpr int kMergeBytes = int(sizeof(float)) * W * kRows * (2 + HD);
   static constexpr int kScratchAt = (kMergeBytes + 15) / 16 * 16;
@@ -346,7 +343,7 @@ int attention_wmma_warps(const AttentionArgs& a) {
 }
 
 int attention_wmma_least_piece(const AttentionArgs& a) {
-  return std::max(a.least_piece, least_piece_of(attention_wmma_warps(a)));
+  return std::max(a.least_piece, wmma_least_piece_of(attention_wmma_warps(a)));
 }
 
 int attention_wmma_pieces(const AttentionArgs& a) {
@@ -371,7 +368,7 @@ void launch_attention_wmma(const AttentionArgs& args, const Fp16KvReader& cache,
     constexpr int HD = decltype(hd)::value;
     constexpr bool kRope = decltype(rope)::value;
     const WmmaPlan plan = wmma_plan<HD, kRope>(a);
-    a.least_piece = std::max(a.least_piece, least_piece_of(plan.warps));
+    a.least_piece = std::max(a.least_piece, wmma_least_piece_of(plan.warps));
     const dim3 grid(unsigned(a.n_tokens), unsigned(a.n_kv_heads), unsigned(plan.pieces));
     if (plan.warps == kWmmaWideWarps)
       launch_kernel(kernel_attention_wmma<HD, kRope, kWmmaWideWarps>, grid, kWmmaWideWarps * 32,
