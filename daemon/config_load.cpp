@@ -1,5 +1,6 @@
 #include "daemon/config_load.h"
 
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -397,7 +398,12 @@ LoadResult load_config_text(const std::string& text, const std::string& file_nam
     p.file = file_name;
     p.line = e.mark.line >= 0 ? e.mark.line + 1 : 1;
     p.column = e.mark.column >= 0 ? e.mark.column + 1 : 1;
-    p.message = "YAML syntax error: " + e.msg;
+    // yaml-cpp's guard against deep nesting says only "bad file".
+    if (const auto* deep = dynamic_cast<const YAML::DeepRecursion*>(&e))
+      p.message = "YAML nested too deeply (" + std::to_string(deep->depth()) +
+                  " levels of lists or maps): voltad's settings nest three deep at most";
+    else
+      p.message = "YAML syntax error: " + e.msg;
     result.problems.push_back(p);
     return result;
   }

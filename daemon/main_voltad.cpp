@@ -174,6 +174,8 @@ int main(int argc, char** argv) {
       (a == "--gpu" ? args.placement.gpu : args.placement.topology_xml) = v;
     } else if (a == "--json") {
       args.placement.json = true;
+    } else if (a == "--model" || a == "--assume-vram" || a == "--assume-used") {
+      return usage_error(a + " goes with --plan");
     } else {
       return usage_error("unknown argument '" + a + "'");
     }

@@ -53,6 +53,14 @@ std::optional<ApiError> check_depth(std::string_view body) {
 }
 
 std::optional<ApiError> parse_object(std::string_view body, Json& out) {
+  // No body at all: most often one sent without Content-Length (or
+  // chunked), which HTTP reads as none; what followed it reads as the next
+  // request.
+  if (body.find_first_not_of(" \t\r\n") == std::string_view::npos)
+    return bad_request(
+        "the request has no body: send the JSON object with a Content-Length header, or "
+        "chunked",
+        {}, "invalid_json");
   if (auto e = check_depth(body)) return e;
   try {
     out = Json::parse(body.begin(), body.end());
@@ -85,8 +93,10 @@ const char* type_name(const Json& v) {
       return "an array";
     case Json::value_t::object:
       return "an object";
-    case Json::value_t::number_float:
-      return "a number with a fraction";
+    case Json::value_t::number_float: {
+      const double d = v.get<double>();
+      return std::isfinite(d) && d != std::trunc(d) ? "a number with a fraction" : "a number";
+    }
     default:
       return "a number";
   }
@@ -134,14 +144,26 @@ class Fields {
                               std::optional<int64_t>& out) const {
     const Json* v = find(name);
     if (!v) return std::nullopt;
-    if (!v->is_number_integer()) return wrong_type(name, "an integer", *v);
+    // A whole number written with a fraction or an exponent (5.0, 1e2;
+    // Python's json.dumps of a float) is that integer.
+    const bool whole_float = v->is_number_float() && std::isfinite(v->get<double>()) &&
+                             v->get<double>() == std::trunc(v->get<double>());
+    if (!v->is_number_integer() && !whole_float) return wrong_type(name, "an integer", *v);
+    auto outside = [&](const std::string& shown) {
+      return bad_request("'" + std::string(name) + "' must be between " + std::to_string(lo) +
+                             " and " + std::to_string(hi) + ", not " + shown,
+                         name);
+    };
+    if (whole_float) {
+      const double d = v->get<double>();
+      if (d < double(lo) || d > double(hi) || d >= 0x1p63) return outside(v->dump());
+      out = int64_t(d);
+      return std::nullopt;
+    }
     int64_t x = v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(INT64_MAX)
                     ? INT64_MAX
                     : v->get<int64_t>();
-    if (x < lo || x > hi)
-      return bad_request("'" + std::string(name) + "' must be between " + std::to_string(lo) +
-                             " and " + std::to_string(hi) + ", not " + std::to_string(x),
-                         name);
+    if (x < lo || x > hi) return outside(std::to_string(x));
     out = x;
     return std::nullopt;
   }

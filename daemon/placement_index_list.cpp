@@ -34,34 +34,42 @@ std::optional<unsigned> parse_number(std::string_view s) {
   return v;
 }
 
+// The list as an error message quotes it: its start, if it is long.
+std::string shown(const std::string& text) {
+  return text.size() > 80 ? text.substr(0, 80) + "..." : text;
+}
+
 }  // namespace
 
 Result<IndexList> parse_index_list(const std::string& text, const std::string& what) {
-  IndexList out;
+  // Marked, then gathered: ranges that repeat (0-65536 a thousand times)
+  // take no more memory than one.
+  std::vector<bool> marked(kMaxIndex + 1);
   std::string_view rest = text;
   while (!rest.empty()) {
     size_t comma = rest.find(',');
     std::string_view item = rest.substr(0, comma);
     rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-    if (item.empty() && comma != std::string_view::npos)
-      return make_error(what + ": '" + text +
+    if (item.empty() || (rest.empty() && comma != std::string_view::npos))
+      return make_error(what + ": '" + shown(text) +
                         "' has an empty item (two commas, or a trailing comma)");
     size_t dash = item.find('-');
     auto lo = parse_number(item.substr(0, dash));
     auto hi = dash == std::string_view::npos ? lo : parse_number(item.substr(dash + 1));
     if (!lo || !hi)
-      return make_error(what + ": '" + std::string(item) + "' in '" + text +
+      return make_error(what + ": '" + shown(std::string(item)) + "' in '" + shown(text) +
                         "' is not a number or a range such as 0-7");
     if (*hi < *lo)
       return make_error(what + ": the range '" + std::string(item) + "' runs backwards");
     if (*hi > kMaxIndex)
       return make_error(what + ": " + std::to_string(*hi) +
                         " is far beyond any machine's CPU numbers");
-    for (unsigned v = *lo; v <= *hi; ++v) out.push_back(v);
+    for (unsigned v = *lo; v <= *hi; ++v) marked[v] = true;
   }
+  IndexList out;
+  for (unsigned v = 0; v <= kMaxIndex; ++v)
+    if (marked[v]) out.push_back(v);
   if (out.empty()) return make_error(what + ": the list is empty");
-  std::sort(out.begin(), out.end());
-  out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
 }
 

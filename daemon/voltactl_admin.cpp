@@ -21,6 +21,10 @@ int cmd_admin(const ApiClient& client, const std::string& action, const Args& ar
     return kExitUnavailable;
   }
   Json body = Json::parse(r->body, nullptr, false);
+  if (r->status == 0) {  // not HTTP: the body says what came instead
+    std::fprintf(stderr, "voltactl %s: %s\n", action.c_str(), r->body.c_str());
+    return kExitFailure;
+  }
   if (!body.is_object() || !body.contains("ok")) {
     std::fprintf(stderr, "voltactl %s: the server answered %d: %s\n", action.c_str(), r->status,
                  error_message(r.value()).c_str());

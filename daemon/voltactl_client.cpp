@@ -133,6 +133,26 @@ ApiResponse not_http(const std::string& path, const boost::system::error_code& e
   return r;
 }
 
+// The connection closed (or reset) before an answer's header was whole.
+// With nothing read, voltad refused it without a word, which it does to a
+// user's connections past server.max_connections_per_user once a few of
+// those have been answered (docs/API.md), and when it stops.
+bool closed_early(const boost::system::error_code& ec) {
+  return ec == http::error::end_of_stream || ec == http::error::partial_message ||
+         ec == net::error::broken_pipe || ec == net::error::connection_reset ||
+         ec == net::error::eof;
+}
+Error closed_without_answer(const std::string& path, bool got_some) {
+  if (got_some)
+    return Error{"the daemon at " + path +
+                 " closed the connection in the middle of the answer: did it stop? Its log "
+                 "says why"};
+  return Error{"the daemon at " + path +
+               " closed the connection without answering: too many connections of yours "
+               "open at once (server.max_connections_per_user), or it stopped; its log says "
+               "which"};
+}
+
 Result<ApiResponse> call(const std::string& path, int timeout_s, http::verb verb,
                          const std::string& target, const std::string& body) {
   net::io_context ioc;
@@ -148,6 +168,7 @@ Result<ApiResponse> call(const std::string& path, int timeout_s, http::verb verb
   const auto ec = exchange(ioc, stream, req, timeout_s,
                            [&](auto done) { http::async_read(stream, buffer, parser, done); });
   if (ec == beast::error::timeout) return no_answer(path, timeout_s);
+  if (closed_early(ec)) return closed_without_answer(path, parser.got_some());
   if (is_http_error(ec)) return not_http(path, ec);
   if (ec) return make_error("talking to " + path + ": " + ec.message());
   ApiResponse r;
@@ -191,6 +212,7 @@ Result<ApiResponse> ApiClient::stream(
     http::async_read_header(stream, buffer, parser, done);
   });
   if (head_ec == beast::error::timeout) return no_answer(socket_path_, answer_timeout_s_);
+  if (closed_early(head_ec)) return closed_without_answer(socket_path_, parser.got_some());
   if (is_http_error(head_ec)) return not_http(socket_path_, head_ec);
   if (head_ec) return make_error("talking to " + socket_path_ + ": " + head_ec.message());
   stream.expires_never();
@@ -201,6 +223,14 @@ Result<ApiResponse> ApiClient::stream(
   if (r.status != 200) {
     http::read(stream, buffer, parser, ec);
     r.body = parser.get().body();
+    return r;
+  }
+  // voltad streams events and ends every stream with [DONE], an error's
+  // too: an answer without them is another service's (or cut short).
+  const std::string type(parser.get()[http::field::content_type]);
+  if (type.rfind("text/event-stream", 0) != 0) {
+    r.broken = "the answer on " + socket_path_ + " is not an event stream (Content-Type '" + type +
+               "'): is another service listening there?";
     return r;
   }
   // Events are separated by a blank line; the body grows as chunks arrive
@@ -223,11 +253,13 @@ Result<ApiResponse> ApiClient::stream(
       std::string data = event.substr(6);
       if (data == "[DONE]") return r;
       if (!on_data(data)) {
-        socket->shutdown(local::socket::shutdown_both, ec);
+        stream.socket().shutdown(local::socket::shutdown_both, ec);
         return r;
       }
     }
   }
+  r.broken = "the stream from " + socket_path_ +
+             " ended without its closing [DONE]: is another service listening there?";
   return r;
 }
 

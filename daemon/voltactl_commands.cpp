@@ -211,6 +211,41 @@ std::optional<int64_t> default_max_tokens(const ApiResponse& tokenized) {
   return std::min(kDefault, room);
 }
 
+// chat keeps the whole conversation and sends it each turn; one that
+// outgrows the context would be refused from then on. So before a turn the
+// oldest exchanges (a user line and the answers after it; the system
+// message stays) are forgotten while the conversation and the answer's
+// room (--max-tokens, else kChatAnswerRoom or half the context) are more
+// than the context, by the daemon's count (/tokenize). The new line is
+// kept: alone too long, its request says so. Returns the exchanges
+// forgotten and the context's length; a daemon that cannot count, none.
+struct Forgotten {
+  int exchanges = 0;
+  int64_t context = 0;
+};
+constexpr int64_t kChatAnswerRoom = 256;
+
+Forgotten fit_history(const ApiClient& client, Json& history, std::optional<int64_t> max_tokens) {
+  Forgotten out;
+  for (;;) {
+    auto t = client.post("/tokenize", Json{{"messages", history}}.dump());
+    if (!t.ok() || t->status != 200) return out;
+    const Json j = Json::parse(t->body, nullptr, false);
+    if (!j.is_object() || !j.contains("max_model_len") || !j.contains("count") ||
+        !j["max_model_len"].is_number_integer() || !j["count"].is_number_integer())
+      return out;
+    out.context = j["max_model_len"].get<int64_t>();
+    const int64_t room = max_tokens.value_or(std::min(kChatAnswerRoom, out.context / 2));
+    if (j["count"].get<int64_t>() + room <= out.context) return out;
+    const size_t first = !history.empty() && history[0].value("role", "") == "system" ? 1 : 0;
+    if (history.size() <= first + 1) return out;  // only the new line is left
+    size_t end = first + 1;
+    while (end + 1 < history.size() && history[end].value("role", "") != "user") ++end;
+    history.erase(history.begin() + std::ptrdiff_t(first), history.begin() + std::ptrdiff_t(end));
+    ++out.exchanges;
+  }
+}
+
 }  // namespace
 
 int cmd_generate(const ApiClient& client, const Args& args) {
@@ -299,8 +334,21 @@ int cmd_chat(const ApiClient& client, const Args& args) {
     if (line.empty()) continue;
     if (refuse_invalid_utf8("chat", "that line", line)) continue;  // not sent; the chat goes on
     history.push_back({{"role", "user"}, {"content", line}});
-    Json body = {{"messages", history}, {"stream", true}};
+    Json body = {{"stream", true}};
     if (!add_sampling("chat", max_tokens, temperature, seed, body)) return kExitUsage;
+    const Forgotten forgotten =
+        fit_history(client, history,
+                    body.contains("max_tokens") ? std::optional(body["max_tokens"].get<int64_t>())
+                                                : std::nullopt);
+    if (forgotten.exchanges)
+      std::fprintf(stderr,
+                   "voltactl chat: the conversation outgrew the model's context (%lld tokens); "
+                   "forgot the oldest %s\n",
+                   static_cast<long long>(forgotten.context),
+                   forgotten.exchanges == 1
+                       ? "exchange"
+                       : (std::to_string(forgotten.exchanges) + " exchanges").c_str());
+    body["messages"] = history;
     std::string answer, error;
     g_interrupted = 0;
     auto r = client.stream("/v1/chat/completions", body.dump(), [&](const std::string& data) {

@@ -183,6 +183,14 @@ TEST_CASE("YAML syntax errors carry their position") {
   CHECK(r.problems[0].line >= 2);
 }
 
+TEST_CASE("YAML nested past yaml-cpp's guard says so, not 'bad file'") {
+  const int n = 100000;
+  auto r = load("model:\n  path: x\n  name: " + std::string(n, '[') + std::string(n, ']') + "\n");
+  REQUIRE(r.problems.size() == 1);
+  CHECK_MESSAGE(r.problems[0].message.find("YAML nested too deeply (") == 0, r.problems[0].message);
+  CHECK(r.problems[0].line == 3);
+}
+
 // YAML lets a quoted string run on over lines (yaml-cpp even to the end of
 // the file, with no closing quote): a forgotten quote would swallow the
 // keys below it into one value, and the file would check as valid.
@@ -330,7 +338,10 @@ TEST_CASE("placement.cpus: lists of any length are checked without recursion") {
     auto r = load(kMinimal + "placement:\n  cpus: \"" + good + "\"\n");
     CHECK_MESSAGE(r.ok(), good << ": " << problems_text(r));
   }
-  for (const char* bad : {"", "0-", "-1", "1,,2", "1,", ",1", "1-2-3", "a", "0x1", "1 ,2"}) {
+  // What placement's parser refuses at start, --verify-config refuses too:
+  // ranges that run backwards, numbers past any machine's.
+  for (const char* bad : {"", "0-", "-1", "1,,2", "1,", ",1", "1-2-3", "a", "0x1", "1 ,2", "5-2",
+                          "0-99999999999", "70000"}) {
     auto r = load(kMinimal + "placement:\n  cpus: \"" + bad + "\"\n");
     CHECK_MESSAGE(problems_text(r).find("placement.cpus: invalid CPU list") != std::string::npos,
                   "'" << bad << "': " << problems_text(r));
@@ -343,7 +354,13 @@ TEST_CASE("placement.cpus: lists of any length are checked without recursion") {
   CHECK(load(kMinimal + "placement:\n  cpus: \"" + list + "\"\n").ok());
   auto r = load(kMinimal + "placement:\n  cpus: \"" + list + ",x\"\n");
   const std::string text = problems_text(r);
-  CHECK(text.find("invalid CPU list '0,1,2,") != std::string::npos);
+  CHECK(text.find("invalid CPU list: 'x' in '0,1,2,") != std::string::npos);
   CHECK(text.size() < 400);
-  CHECK(load(kMinimal + "placement:\n  cpus: \"" + std::string(100000, '7') + "\"\n").ok());
+  const auto huge = load(kMinimal + "placement:\n  cpus: \"" + std::string(100000, '7') + "\"\n");
+  CHECK(problems_text(huge).find("is not a number") != std::string::npos);
+  CHECK(problems_text(huge).size() < 400);
+  // Ranges that repeat cost no more than one (5,000 times 0-65536).
+  std::string ranges;
+  for (int i = 0; i < 5000; ++i) ranges += (i ? "," : "") + std::string("0-65536");
+  CHECK(load(kMinimal + "placement:\n  cpus: \"" + ranges + "\"\n").ok());
 }

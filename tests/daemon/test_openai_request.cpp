@@ -194,6 +194,33 @@ TEST_CASE("every wrong type or value is a 400 naming its field") {
   }
 }
 
+// A whole number written as a float (5.0, 1e2: Python's json.dumps of a
+// float) is that integer; a fraction is refused as one, a huge one as out
+// of range, each said as such.
+TEST_CASE("integer fields: whole floats taken, fractions and huge values said for what they are") {
+  const std::string chat = R"({"messages":[{"role":"user","content":"x"}],)";
+  CompletionRequest r;
+  REQUIRE_FALSE(parse_chat_completion(chat + R"("max_tokens":5.0,"seed":1e2})", r));
+  CHECK(r.max_tokens == 5);
+  CHECK(r.sampling.seed == 100);
+  const ApiError fraction = chat_error(chat + R"("max_tokens":2.5})");
+  CHECK(fraction.message.find("must be an integer, not a number with a fraction") !=
+        std::string::npos);
+  for (const char* huge : {R"("max_tokens":1e300})", R"("seed":184467440737095516150})",
+                           R"("seed":9223372036854775808.0})"}) {
+    const ApiError e = chat_error(chat + huge);
+    CAPTURE(std::string(huge));
+    CHECK(e.status == 400);
+    CHECK_MESSAGE(e.message.find("must be between") != std::string::npos, e.message);
+    CHECK(e.message.find("fraction") == std::string::npos);
+  }
+  CHECK(chat_error(chat + R"("max_tokens":-3.0})").message.find("at least 1, not -3") !=
+        std::string::npos);
+  // A whole float in a field that is not a number is "a number", not one
+  // with a fraction.
+  CHECK(chat_error(chat + R"("stream":1.0})").message.find("not a number") != std::string::npos);
+}
+
 // At most 16 stop strings of at most 1,024 bytes each, whether `stop` is
 // one string or a list (docs/API.md).
 // Messages that say what is wrong: a key with leading zeros is a whole
@@ -235,6 +262,10 @@ TEST_CASE("stop strings: their number and length are limited, alone or in a list
 TEST_CASE("bodies that are not JSON objects") {
   CHECK(chat_error("{").code == "invalid_json");
   CHECK(chat_error("").code == "invalid_json");
+  // No body (sent without Content-Length, which HTTP reads as none): said.
+  for (const char* none : {"", " \r\n"})
+    CHECK(chat_error(none).message.find("the request has no body: send the JSON object with a "
+                                        "Content-Length header") != std::string::npos);
   CHECK(chat_error("[1,2]").message.find("JSON object") != std::string::npos);
   CHECK(chat_error(std::string(1000, '[')).message.find("nests deeper") != std::string::npos);
   CHECK(chat_error("\"\xff\"").status == 400);

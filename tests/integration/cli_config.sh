@@ -56,6 +56,13 @@ check "--dump-config reads the default file where there is one (a bad one: 78)" 
 
 "$bin/voltad" --no-such-flag >/dev/null 2>&1
 check "unknown flag exits 64" test $? -eq 64
+out=$("$bin/voltad" --assume-vram 1GiB 2>&1); rc=$?
+check "--assume-vram without --plan: 64, says it goes with --plan" \
+  test "$rc" -eq 64 -a "$(grep -c -- "--assume-vram goes with --plan" <<<"$out")" -eq 1
+printf 'model:\n  path: x\nplacement:\n  cpus: 5-2\n' >"$tmp/backwards.yaml"
+out=$("$bin/voltad" --verify-config "$tmp/backwards.yaml" 2>&1); rc=$?
+check "--verify-config, a CPU range that runs backwards: 78 at FILE:LINE:COL, as the daemon would refuse it" \
+  test "$rc" -eq 78 -a "$(grep -c "^$tmp/backwards.yaml:4:[0-9]*: placement.cpus: invalid CPU list: the range '5-2' runs backwards" <<<"$out")" -eq 1
 
 printf 'model:\n  path: %s/none.gguf\n' "$tmp" >"$tmp/nomodel.yaml"
 out=$("$bin/voltad" --config "$tmp/nomodel.yaml" 2>&1); rc=$?
@@ -155,6 +162,22 @@ out=$("$bin/voltactl" --socket "$tmp/plain.sock" status 2>&1); rc=$?
 check "voltactl status, a web server that is not voltad: exit 1, said (not 'answered 200')" \
   test "$rc" -eq 1 -a "$(grep -c "the answer is not voltad's" <<<"$out")" -eq 1 \
   -a "$(grep -c "answered 200" <<<"$out")" -eq 0
+out=$("$bin/voltactl" --socket "$tmp/plain.sock" generate hi 2>&1); rc=$?
+check "voltactl generate, a 200 that is not an event stream: exit 1, said" \
+  test "$rc" -eq 1 -a "$(grep -c "is not an event stream (Content-Type 'text/plain')" <<<"$out")" -eq 1
+start_fake "$tmp/undone.sock" undone
+out=$("$bin/voltactl" --socket "$tmp/undone.sock" generate hi --max-tokens 2 2>&1); rc=$?
+check "voltactl generate, a stream without its [DONE]: exit 1, the text so far, said" \
+  test "$rc" -eq 1 -a "$(grep -c "partial" <<<"$out")" -eq 1 \
+  -a "$(grep -c "ended without its closing \[DONE\]" <<<"$out")" -eq 1
+start_fake "$tmp/close.sock" close
+for args in status reload "generate hi --max-tokens 2"; do
+  # shellcheck disable=SC2086
+  out=$("$bin/voltactl" --socket "$tmp/close.sock" $args 2>&1); rc=$?
+  check "voltactl $args, a daemon that closes without answering: 69, the likely causes named" \
+    test "$rc" -eq 69 -a "$(grep -c "closed the connection without answering: too many connections of yours" <<<"$out")" -eq 1 \
+    -a "$(grep -c "answered 0" <<<"$out")" -eq 0
+done
 start_fake "$tmp/broken.sock" broken
 out=$("$bin/voltactl" --socket "$tmp/broken.sock" generate hello 2>&1); rc=$?
 check "voltactl generate, the stream cut off: exit 1, the text so far, why" \

@@ -5,7 +5,10 @@
           stream's one event: {"error": "boom"});
   broken  starts a stream, sends one chunk, then closes mid-answer;
   ssh     another service: a banner that is not HTTP, then the close;
-  plain   a web server that is not voltad: 200 with a text body.
+  plain   a web server that is not voltad: 200 with a text body;
+  close   reads each request and closes without a word (voltad past a
+          user's server.max_connections_per_user, or stopping);
+  undone  every stream ends properly but without its [DONE].
 usage: fake_voltad.py SOCKET MODE   (runs until killed; prints "ready")"""
 import os
 import socket
@@ -50,6 +53,10 @@ def answer(conn):
             return
         data += part
     target = head.split(" ")[1]
+    if mode == "close":
+        return conn.close()
+    if mode == "undone" and target.startswith("/v1/"):
+        return stream(conn, b'data: {"choices":[{"text":"partial"}]}\n\n', whole=True)
     if mode == "ssh":
         conn.sendall(b"SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n")
         return conn.close()

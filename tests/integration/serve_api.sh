@@ -142,6 +142,14 @@ check "... with --max-tokens 256: refused, with the numbers" \
   test "$rc" -eq 1 -a "$(grep -c "max_tokens asks for 256" <<<"$out")" -eq 1
 out=$(printf 'Say hello.\nNow say goodbye.\n' | "$bin/voltactl" chat --max-tokens 4 2>&1)
 check "voltactl chat answers two turns (piped)" test "$(grep -c . <<<"$out")" -ge 2
+# Seven long turns outgrow the 512-token context from the sixth: the oldest
+# exchanges are forgotten (said), every turn is answered, none refused.
+turn="Please tell me a short story about a lighthouse keeper who finds a message in a bottle on a stormy night, and what the message says, and what he does next with it. Make it about an old sailor, a lost ship, a storm, and a lamp that never goes out, told in the voice of the keeper's daughter."
+out=$(for i in 1 2 3 4 5 6 7; do echo "$i. $turn"; done |
+  "$bin/voltactl" chat --max-tokens 8 --temperature 0 2>&1); rc=$?
+check "voltactl chat, a conversation longer than the context: the oldest forgotten, said, none refused" \
+  test "$rc" -eq 0 -a "$(grep -c "outgrew the model's context (512 tokens); forgot the oldest" <<<"$out")" -ge 1 \
+  -a "$(grep -c "answered 400" <<<"$out")" -eq 0
 out=$("$bin/voltactl" bench --max-tokens 4 --concurrency 1,2 --json 2>&1)
 check "voltactl bench --json: two levels with rates" python3 -c "
 import json,sys; j=json.loads(sys.argv[1]); l=j['levels']
