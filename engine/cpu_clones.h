@@ -12,8 +12,11 @@
 // Only where it can pay and work: GCC on x86-64 with glibc (ifuncs), in a
 // build for the baseline (a -march=native build has AVX2 everywhere already,
 // and the clones would replace its wider code with x86-64-v3's).
+// Not under ThreadSanitizer either: the loader runs an ifunc's resolver
+// before the sanitizer's runtime has started, and the instrumented
+// resolver crashes there (seen with GCC 12's -fsanitize=thread).
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__GLIBC__) && \
-    !defined(__AVX2__)
+    !defined(__AVX2__) && !defined(__SANITIZE_THREAD__)
 #define VOLTAD_CPU_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define VOLTAD_CPU_CLONES

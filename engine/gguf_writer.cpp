@@ -241,7 +241,9 @@ std::vector<uint8_t> GgufWriter::to_bytes() const {
     const Tensor& t = tensors_[i];
     uint8_t* dst = out.data() + l.data_start + l.offsets[i];
     if (!t.fill) {
-      std::memcpy(dst, t.data.data(), t.data.size());
+      // An empty tensor's data() may be null, which memcpy may not take
+      // even for 0 bytes.
+      if (!t.data.empty()) std::memcpy(dst, t.data.data(), t.data.size());
       continue;
     }
     const uint64_t piece = piece_bytes(t.n_bytes, t.row_bytes);

@@ -33,7 +33,7 @@ struct FakeCard {
   std::mutex mu;
   VramSample now = used(10);
   bool broken = false;
-  int samples = 0;
+  std::atomic<int> samples = 0;  // counted under mu, read by the test without it
   void set(double gib) {
     std::lock_guard lock(mu);
     now = used(gib);
