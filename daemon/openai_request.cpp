@@ -160,9 +160,11 @@ class Fields {
       out = int64_t(d);
       return std::nullopt;
     }
-    int64_t x = v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(INT64_MAX)
-                    ? INT64_MAX
-                    : v->get<int64_t>();
+    // Past INT64_MAX: out of every field's range, said with its own value
+    // (a seed was once taken as INT64_MAX instead).
+    if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(INT64_MAX))
+      return outside(std::to_string(v->get<uint64_t>()));
+    const int64_t x = v->get<int64_t>();
     if (x < lo || x > hi) return outside(std::to_string(x));
     out = x;
     return std::nullopt;

@@ -207,7 +207,8 @@ TEST_CASE("integer fields: whole floats taken, fractions and huge values said fo
   CHECK(fraction.message.find("must be an integer, not a number with a fraction") !=
         std::string::npos);
   for (const char* huge : {R"("max_tokens":1e300})", R"("seed":184467440737095516150})",
-                           R"("seed":9223372036854775808.0})"}) {
+                           R"("seed":9223372036854775808.0})", R"("seed":9223372036854775808})",
+                           R"("seed":18446744073709551615})"}) {
     const ApiError e = chat_error(chat + huge);
     CAPTURE(std::string(huge));
     CHECK(e.status == 400);
