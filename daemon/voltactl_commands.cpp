@@ -194,6 +194,21 @@ bool refuse_invalid_utf8(const char* command, const char* what, const std::strin
   return true;
 }
 
+// The daemon's count from a /tokenize answer: the prompt's tokens and the
+// context's length; none from a daemon that cannot count (an older one).
+struct TokenCount {
+  int64_t count = 0;
+  int64_t context = 0;
+};
+std::optional<TokenCount> token_count(const ApiResponse& tokenized) {
+  if (tokenized.status != 200) return std::nullopt;
+  const Json j = Json::parse(tokenized.body, nullptr, false);
+  if (!j.is_object() || !j.contains("max_model_len") || !j.contains("count") ||
+      !j["max_model_len"].is_number_integer() || !j["count"].is_number_integer())
+    return std::nullopt;
+  return TokenCount{j["count"].get<int64_t>(), j["max_model_len"].get<int64_t>()};
+}
+
 // generate's default length: 256 tokens, or what the context leaves after
 // the prompt where that is less (a small engine.max_context refused 256),
 // from the daemon's count (/tokenize, its answer `tokenized`). nullopt:
@@ -201,12 +216,9 @@ bool refuse_invalid_utf8(const char* command, const char* what, const std::strin
 // fills the context); a daemon that cannot count (an older one), 256.
 std::optional<int64_t> default_max_tokens(const ApiResponse& tokenized) {
   constexpr int64_t kDefault = 256;
-  if (tokenized.status != 200) return kDefault;
-  const Json j = Json::parse(tokenized.body, nullptr, false);
-  if (!j.is_object() || !j.contains("max_model_len") || !j.contains("count") ||
-      !j["max_model_len"].is_number_integer() || !j["count"].is_number_integer())
-    return kDefault;
-  const int64_t room = j["max_model_len"].get<int64_t>() - j["count"].get<int64_t>();
+  const auto n = token_count(tokenized);
+  if (!n) return kDefault;
+  const int64_t room = n->context - n->count;
   if (room < 1) return std::nullopt;
   return std::min(kDefault, room);
 }
@@ -229,14 +241,11 @@ Forgotten fit_history(const ApiClient& client, Json& history, std::optional<int6
   Forgotten out;
   for (;;) {
     auto t = client.post("/tokenize", Json{{"messages", history}}.dump());
-    if (!t.ok() || t->status != 200) return out;
-    const Json j = Json::parse(t->body, nullptr, false);
-    if (!j.is_object() || !j.contains("max_model_len") || !j.contains("count") ||
-        !j["max_model_len"].is_number_integer() || !j["count"].is_number_integer())
-      return out;
-    out.context = j["max_model_len"].get<int64_t>();
+    const auto n = t.ok() ? token_count(*t) : std::nullopt;
+    if (!n) return out;
+    out.context = n->context;
     const int64_t room = max_tokens.value_or(std::min(kChatAnswerRoom, out.context / 2));
-    if (j["count"].get<int64_t>() + room <= out.context) return out;
+    if (n->count + room <= out.context) return out;
     const size_t first = !history.empty() && history[0].value("role", "") == "system" ? 1 : 0;
     if (history.size() <= first + 1) return out;  // only the new line is left
     size_t end = first + 1;
