@@ -50,6 +50,7 @@
 #include "kernels/gemm_narrow_pairs.h"
 #include "kernels/gemm_wmma.h"
 #include "kernels/launch.cuh"
+#include "kernels/narrow_plan.h"
 #include "kernels/wmma_pairs.h"
 
 namespace voltad::kernels {
@@ -67,6 +68,7 @@ constexpr int kNarrowTokens8 = 8;  // at 8 tokens or fewer: m8n32k16 fragments
 // 12 warps an SM: blocks of kNarrowWarps32 warps, or half that two an SM.
 constexpr int kNarrowTokens32 = 32;
 constexpr int kNarrowWarps32 = 12;
+static_assert(kNarrowWarps32 == 12, "narrow_warps32_for (kernels/narrow_plan.h) answers 12 or 6");
 constexpr int kNarrowRows = 32;                // weight rows per block: one per lane
 constexpr int kNarrowLd = 32 + 8;              // shared row stride in halves (80 bytes:
                                                // 8 lanes' 16-byte stores hit distinct banks)
@@ -719,13 +721,13 @@ bool narrow_tokens8() {
   return on;
 }
 
-// One block a row range for all its tokens: 12 warps a block where the
-// blocks fit the SMs once over and the shared memory allows, else 6 (two
-// an SM). Blocks of 4 (three an SM, 8 of a 4,096-column row's 32 stages a
-// warp where 6 warps take 6, 6, 6, 6, 6, 2) lost: run 54, H100, portable,
-// batch 24 / 32, Llama-3-8B Q4_K_M -2.0% / -1.2%, Q4_0 even / +0.7%.
-// VOLTAD_NARROW_WARPS32=12 or 6 fixes the block size (comparisons: 12 where
-// the grid needs several waves of them).
+// One block a row range for all its tokens: 12 warps a block where
+// narrow_warps32_for says (kernels/narrow_plan.h: the grid fits the SMs once
+// over, or its last wave of 6-warp blocks would be at most half full) and
+// the shared memory allows, else 6 (two an SM). Blocks of 4 (three an SM, 8 of a 4,096-column row's
+// 32 stages a warp where 6 warps take 6, 6, 6, 6, 6, 2) lost: run 54, H100, portable, batch 24 /
+// 32, Llama-3-8B Q4_K_M -2.0% / -1.2%, Q4_0 even / +0.7%. VOLTAD_NARROW_WARPS32=12 or 6 fixes the
+// block size (comparisons).
 int narrow_warps32_env() {
   static const int w = [] {
     const char* v = std::getenv("VOLTAD_NARROW_WARPS32");
@@ -740,8 +742,8 @@ void launch_narrow_tokens32(const GemmArgs& a, int sms, const uint32_t* xh, cuda
   const dim3 grid(unsigned((a.n + kNarrowTokens32 - 1) / kNarrowTokens32),
                   unsigned((a.w.layout.rows + kNarrowRows - 1) / kNarrowRows));
   const int forced = narrow_warps32_env();
-  const bool one_wave = forced ? forced == kNarrowWarps32 : int64_t(grid.x) * grid.y <= sms;
-  if (one_wave && narrow_smem_fits<F, kNarrowWarps32, kNarrowTokens32>())
+  const int warps = forced ? forced : narrow_warps32_for(int64_t(grid.x) * grid.y, sms);
+  if (warps == kNarrowWarps32 && narrow_smem_fits<F, kNarrowWarps32, kNarrowTokens32>())
     launch_narrow_x<F, kNarrowWarps32, kNarrowTokens32, NarrowX::Fp16, kP>(a, grid, true, xh,
                                                                            stream);
   else
