@@ -698,14 +698,27 @@ bool narrow_smem_fits() {
   return bytes <= device_smem_optin();
 }
 
-// 16 warps per block where the blocks fit the SMs once over (a 4096-row
-// matrix on the H200: 128 blocks) and the shared memory allows, else 8
-// (two per SM): either way about 16 warps per SM stream weights.
+// VOLTAD_NARROW_WARPS16 (blocks of 8 or 16 tokens: 16 or 8) and
+// VOLTAD_NARROW_WARPS32 (32 tokens: 12 or 6) fix the block size for
+// comparisons; 0 where neither is set.
+int forced_warps(const char* name, int whole) {
+  const char* v = std::getenv(name);
+  const int n = v ? std::atoi(v) : 0;
+  return n == whole || n == whole / 2 ? n : 0;
+}
+
+// 16 warps a block where narrow_warps16_for says (kernels/narrow_plan.h:
+// the grid fits the SMs once over, as a 4,096-row matrix's 128 blocks on
+// an H200, or its last wave of 8-warp blocks would be at most half full)
+// and the shared memory allows, else 8 (two an SM): either way about 16
+// warps an SM stream weights.
 template <PackedFormat F, int T>
 void launch_narrow_tokens(const GemmArgs& a, int sms, const uint32_t* xh, cudaStream_t stream) {
   const dim3 grid(unsigned((a.n + T - 1) / T),
                   unsigned((a.w.layout.rows + kNarrowRows - 1) / kNarrowRows));
-  if (int64_t(grid.x) * grid.y <= sms && narrow_smem_fits<F, 16, T>())
+  static const int forced = forced_warps("VOLTAD_NARROW_WARPS16", 16);
+  const int warps = forced ? forced : narrow_warps16_for(int64_t(grid.x) * grid.y, sms);
+  if (warps == 16 && narrow_smem_fits<F, 16, T>())
     launch_narrow<F, 16, T>(a, grid, xh, stream);
   else
     launch_narrow<F, 8, T>(a, grid, xh, stream);
@@ -722,26 +735,15 @@ bool narrow_tokens8() {
 }
 
 // One block a row range for all its tokens: 12 warps a block where
-// narrow_warps32_for says (kernels/narrow_plan.h: the grid fits the SMs once
-// over, or its last wave of 6-warp blocks would be at most half full) and
-// the shared memory allows, else 6 (two an SM). Blocks of 4 (three an SM, 8 of a 4,096-column row's
-// 32 stages a warp where 6 warps take 6, 6, 6, 6, 6, 2) lost: run 54, H100, portable, batch 24 /
-// 32, Llama-3-8B Q4_K_M -2.0% / -1.2%, Q4_0 even / +0.7%. VOLTAD_NARROW_WARPS32=12 or 6 fixes the
-// block size (comparisons).
-int narrow_warps32_env() {
-  static const int w = [] {
-    const char* v = std::getenv("VOLTAD_NARROW_WARPS32");
-    const int n = v ? std::atoi(v) : 0;
-    return n == kNarrowWarps32 || n == kNarrowWarps32 / 2 ? n : 0;
-  }();
-  return w;
-}
-
+// narrow_warps32_for says and the shared memory allows, else 6 (two an
+// SM). Blocks of 4 (three an SM; 8 of a 4,096-column row's 32 stages a
+// warp where 6 warps take 6, 6, 6, 6, 6, 2) lost: run 54, H100, portable,
+// batch 24 / 32, Llama-3-8B Q4_K_M -2.0% / -1.2%, Q4_0 even / +0.7%.
 template <PackedFormat F, WmmaPairs kP>
 void launch_narrow_tokens32(const GemmArgs& a, int sms, const uint32_t* xh, cudaStream_t stream) {
   const dim3 grid(unsigned((a.n + kNarrowTokens32 - 1) / kNarrowTokens32),
                   unsigned((a.w.layout.rows + kNarrowRows - 1) / kNarrowRows));
-  const int forced = narrow_warps32_env();
+  static const int forced = forced_warps("VOLTAD_NARROW_WARPS32", kNarrowWarps32);
   const int warps = forced ? forced : narrow_warps32_for(int64_t(grid.x) * grid.y, sms);
   if (warps == kNarrowWarps32 && narrow_smem_fits<F, kNarrowWarps32, kNarrowTokens32>())
     launch_narrow_x<F, kNarrowWarps32, kNarrowTokens32, NarrowX::Fp16, kP>(a, grid, true, xh,

@@ -1,4 +1,4 @@
-// The 32-token narrow GEMM's block size (kernels/gemm_narrow.cu), in plain
+// The narrow GEMM's block sizes (kernels/gemm_narrow.cu), in plain
 // C++: the launch calls it, and tests/engine/test_narrow_plan.cpp checks it
 // on the CPU with the SM counts of cards not at hand (a V100's among them).
 #pragma once
@@ -7,20 +7,33 @@
 
 namespace voltad::kernels {
 
-// Warps a 32-token block: 12 (one block an SM, each warp half of a row's
-// k range) or 6 (two an SM, each warp all of it). Either way an SM runs 12
-// warps, so a full wave of 6-warp blocks takes about twice as long as one
-// of 12-warp blocks. 12 where that makes fewer waves' time: every grid that
-// fits the SMs once over, and a grid whose last wave of 6-warp blocks would
-// be no more than half full, which leaves half the SMs without a block while
-// their neighbours finish (run 56, H100, portable: Llama-3-8B Q4_K_M's
-// gate|up, 896 blocks, 3.4 waves of 264: batch 32 +3.0%, 24 +3.4% end to
-// end; Qwen3-8B's 768 blocks, 2.9 waves, stay at 6: forced to 12, -0.9%).
+// Whether the narrow GEMM's blocks should each take a whole SM's warps (16
+// in blocks of 8 or 16 tokens, 12 in blocks of 32) rather than half as
+// many, two an SM. Either way an SM runs the same warps, so a full wave of
+// half-size blocks takes about twice as long as a wave of whole-SM blocks
+// (each of their warps takes half of a row's k range). Whole-SM blocks
+// where that makes fewer waves' time: every grid that fits the SMs once
+// over, and a grid whose last wave of half-size blocks would be no more
+// than half full, which leaves half the SMs without a block while their
+// neighbours finish. Run 56 (H100, portable, 32-token blocks): Llama-3-8B
+// Q4_K_M's gate|up, 896 blocks, 3.4 waves of 264: batch 24 and 32 +2-3%
+// end to end; Qwen3-8B's 768 blocks, 2.9 waves, a tie: forced to 12 warps,
+// -0.9%.
+inline bool narrow_whole_sm_blocks(int64_t blocks, int sms) {
+  if (sms <= 0) return false;
+  const int64_t whole_waves = (blocks + sms - 1) / sms;
+  const int64_t half_waves = (blocks + 2 * int64_t(sms) - 1) / (2 * int64_t(sms));
+  return whole_waves < 2 * half_waves;
+}
+
+// Warps a 32-token block: 12 or 6.
 inline int narrow_warps32_for(int64_t blocks, int sms) {
-  if (sms <= 0) return 6;
-  const int64_t waves12 = (blocks + sms - 1) / sms;
-  const int64_t waves6 = (blocks + 2 * int64_t(sms) - 1) / (2 * int64_t(sms));
-  return waves12 < 2 * waves6 ? 12 : 6;
+  return narrow_whole_sm_blocks(blocks, sms) ? 12 : 6;
+}
+
+// Warps a block of 8 or 16 tokens: 16 or 8.
+inline int narrow_warps16_for(int64_t blocks, int sms) {
+  return narrow_whole_sm_blocks(blocks, sms) ? 16 : 8;
 }
 
 }  // namespace voltad::kernels

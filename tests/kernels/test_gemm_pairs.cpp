@@ -190,12 +190,13 @@ TEST_CASE("paired B: bit for bit the tile path on fp32 x, at 1-32 tokens") {
     for (GgmlType type : kTypes)
       for (const Shape& s : kShapes)
         for (int n : {1, 3, 8, 9, 16, 24, 32}) {
-          // The tile launches take 8 tokens; the warps a block (16 where the
-          // blocks fit the SMs once over, else 8) must match, or k splits
-          // differently.
+          // The tile launches take 8 tokens; the warps a block (16 or 8,
+          // narrow_warps16_for) must match, or k splits differently.
           const int64_t row_blocks = (s.rows + 31) / 32;
           const int64_t blocks = (n <= 8 ? 1 : (n + 15) / 16) * row_blocks;
-          if ((blocks <= sms) != (row_blocks <= sms)) continue;
+          if (kernels::narrow_warps16_for(blocks, sms) !=
+              kernels::narrow_warps16_for(row_blocks, sms))
+            continue;
           const std::string what = describe(order, type, s, n);
           CAPTURE(what);
           const Outputs o = run_paths(order, type, s.rows, s.cols, n, i % 2 == 0, i % 3 != 1);
