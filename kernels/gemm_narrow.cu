@@ -698,27 +698,38 @@ bool narrow_smem_fits() {
   return bytes <= device_smem_optin();
 }
 
-// VOLTAD_NARROW_WARPS16 (blocks of 8 or 16 tokens: 16 or 8) and
-// VOLTAD_NARROW_WARPS32 (32 tokens: 12 or 6) fix the block size for
-// comparisons; 0 where neither is set.
+// VOLTAD_NARROW_WARPS32=12 or 6 fixes the 32-token blocks' size (and
+// VOLTAD_NARROW_WARPS16=16 or 8 the smaller blocks'), for comparisons; 0
+// where it is not set.
 int forced_warps(const char* name, int whole) {
   const char* v = std::getenv(name);
   const int n = v ? std::atoi(v) : 0;
   return n == whole || n == whole / 2 ? n : 0;
 }
 
-// 16 warps a block where narrow_warps16_for says (kernels/narrow_plan.h:
-// the grid fits the SMs once over, as a 4,096-row matrix's 128 blocks on
-// an H200, or its last wave of 8-warp blocks would be at most half full)
-// and the shared memory allows, else 8 (two an SM): either way about 16
-// warps an SM stream weights.
+// Warps a block of 8 or 16 tokens: 16 where the grid fits the SMs once over
+// (a 4,096-row matrix's 128 blocks on an H200), else 8, two an SM: either
+// way about 16 warps an SM stream weights. VOLTAD_NARROW_WARPS16=waves
+// takes narrow_warps16_for's choice instead (kernels/narrow_plan.h: also
+// 16 where the last wave of 8-warp blocks would be at most half full, as
+// the 32-token blocks do since run 56; built in run 57, not yet measured).
+int narrow_warps16(int64_t blocks, int sms) {
+  static const int mode = [] {
+    const char* v = std::getenv("VOLTAD_NARROW_WARPS16");
+    return v && std::strcmp(v, "waves") == 0 ? -1 : forced_warps("VOLTAD_NARROW_WARPS16", 16);
+  }();
+  if (mode > 0) return mode;
+  if (mode < 0) return narrow_warps16_for(blocks, sms);
+  return blocks <= sms ? 16 : 8;
+}
+
+// 16 warps a block where narrow_warps16 says and the shared memory allows,
+// else 8.
 template <PackedFormat F, int T>
 void launch_narrow_tokens(const GemmArgs& a, int sms, const uint32_t* xh, cudaStream_t stream) {
   const dim3 grid(unsigned((a.n + T - 1) / T),
                   unsigned((a.w.layout.rows + kNarrowRows - 1) / kNarrowRows));
-  static const int forced = forced_warps("VOLTAD_NARROW_WARPS16", 16);
-  const int warps = forced ? forced : narrow_warps16_for(int64_t(grid.x) * grid.y, sms);
-  if (warps == 16 && narrow_smem_fits<F, 16, T>())
+  if (narrow_warps16(int64_t(grid.x) * grid.y, sms) == 16 && narrow_smem_fits<F, 16, T>())
     launch_narrow<F, 16, T>(a, grid, xh, stream);
   else
     launch_narrow<F, 8, T>(a, grid, xh, stream);
@@ -795,6 +806,10 @@ bool narrow_x16_on() {
 
 NarrowLaunch gemm_narrow_last_launch() {
   return NarrowLaunch::decode(g_last_launch.load());
+}
+
+int gemm_narrow_warps16(int64_t blocks) {
+  return narrow_warps16(blocks, device_sm_count());
 }
 
 void launch_gemm_narrow(const GemmArgs& a, cudaStream_t stream) {

@@ -148,4 +148,9 @@ struct NarrowLaunch {
 };
 NarrowLaunch gemm_narrow_last_launch();
 
+// The warps a block of 8 or 16 tokens takes in a grid of `blocks` blocks
+// on this device (VOLTAD_NARROW_WARPS16 included; the shared memory may
+// then still cut 16 to 8): for tests.
+int gemm_narrow_warps16(int64_t blocks);
+
 }  // namespace voltad::kernels

@@ -31,7 +31,9 @@ inline int narrow_warps32_for(int64_t blocks, int sms) {
   return narrow_whole_sm_blocks(blocks, sms) ? 12 : 6;
 }
 
-// Warps a block of 8 or 16 tokens: 16 or 8.
+// Warps a block of 8 or 16 tokens: 16 or 8 (with VOLTAD_NARROW_WARPS16=waves
+// in the environment; not yet measured, so the launch's default is still 16
+// only where the grid fits the SMs once over).
 inline int narrow_warps16_for(int64_t blocks, int sms) {
   return narrow_whole_sm_blocks(blocks, sms) ? 16 : 8;
 }

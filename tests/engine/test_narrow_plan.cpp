@@ -49,6 +49,7 @@ TEST_CASE(
   }
 }
 
+// The rule VOLTAD_NARROW_WARPS16=waves gives the 8- and 16-token blocks.
 TEST_CASE("blocks of 8 or 16 tokens: 16 warps by the same waves, else 8") {
   // H100 / H200: Llama-3-8B's gate|up (896 blocks) and lm head at 4-8
   // tokens (128,256 rows: 4,008 blocks, 16 waves of 264 with 48 in the

@@ -184,18 +184,16 @@ TEST_CASE("paired B: bit for bit the tile path on fp32 x, at 1-32 tokens") {
     MESSAGE("no order of paired B runs here: nothing to compare");
     return;
   }
-  const int sms = sm_count();
   int compared = 0, differed16 = 0, i = 0;
   for (WmmaPairs order : orders)
     for (GgmlType type : kTypes)
       for (const Shape& s : kShapes)
         for (int n : {1, 3, 8, 9, 16, 24, 32}) {
           // The tile launches take 8 tokens; the warps a block (16 or 8,
-          // narrow_warps16_for) must match, or k splits differently.
+          // gemm_narrow_warps16) must match, or k splits differently.
           const int64_t row_blocks = (s.rows + 31) / 32;
           const int64_t blocks = (n <= 8 ? 1 : (n + 15) / 16) * row_blocks;
-          if (kernels::narrow_warps16_for(blocks, sms) !=
-              kernels::narrow_warps16_for(row_blocks, sms))
+          if (kernels::gemm_narrow_warps16(blocks) != kernels::gemm_narrow_warps16(row_blocks))
             continue;
           const std::string what = describe(order, type, s, n);
           CAPTURE(what);
