@@ -24,7 +24,7 @@ std::vector<float> decode_vector(const GgufTensor* t) {
 // whose lanes are independent vectorizes without reordering any one sum,
 // and with no fused multiply-adds (engine/CMakeLists.txt) both clones give
 // the same bits.
-VOLTAD_CPU_CLONES float dot(const float* a, const float* b, int64_t n) {
+VOLTAD_CPU_CLONES VOLTAD_CPU_NO_TSAN float dot(const float* a, const float* b, int64_t n) {
   constexpr int kLanes = 16;
   float acc[kLanes] = {};
   int64_t i = 0;
@@ -35,6 +35,11 @@ VOLTAD_CPU_CLONES float dot(const float* a, const float* b, int64_t n) {
   for (int width = kLanes / 2; width > 0; width /= 2)
     for (int k = 0; k < width; ++k) acc[k] += acc[k + width];
   return acc[0] + tail;
+}
+
+// out += weight * v, element by element (attention's weighted sum of values).
+VOLTAD_CPU_NO_TSAN void add_scaled(float* out, float weight, const float* v, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] += weight * v[i];
 }
 
 float silu(float x) { return x / (1.0f + std::exp(-x)); }
@@ -169,9 +174,7 @@ void CpuBackend::attention(int64_t layer, const std::vector<Token>& tokens, cons
       float* o = out + (u / c.n_heads) * c.q_dim() + h * hd;
       std::fill(o, o + hd, 0.0f);
       for (int32_t p = 0; p <= tok.pos; ++p) {
-        const float weight = float(scores[size_t(p)] / sum);
-        const float* vp = v_at(layer, tok.seq, p) + kvh * hd;
-        for (int64_t i = 0; i < hd; ++i) o[i] += weight * vp[i];
+        add_scaled(o, float(scores[size_t(p)] / sum), v_at(layer, tok.seq, p) + kvh * hd, hd);
       }
     }
   });

@@ -233,7 +233,8 @@ uint64_t ggml_row_bytes(GgmlType type, int64_t n) {
   return static_cast<uint64_t>(n) / info->block_elems * info->block_bytes;
 }
 
-VOLTAD_CPU_CLONES void dequantize_row(GgmlType type, const uint8_t* src, float* dst, int64_t n) {
+VOLTAD_CPU_CLONES VOLTAD_CPU_NO_TSAN void dequantize_row(GgmlType type, const uint8_t* src,
+                                                         float* dst, int64_t n) {
   const GgmlTypeInfo* info = ggml_type_info(type);
   VOLTAD_CHECK(info != nullptr && info->supported);
   VOLTAD_CHECK(n >= 0 && n % info->block_elems == 0);
