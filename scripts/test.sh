@@ -4,7 +4,9 @@
 # device exists), the V100 (sm_70) compile check, the order of the matvecs'
 # loads around the PDL wait (scripts/check-pdl-loads.sh), that the dev
 # benches still compile (scripts/check-dev-benches.sh), the measurement
-# scripts' self-tests, and the fuzzers for a bounded time. .ci/run calls exactly this.
+# scripts' self-tests, the unit and integration tests again under
+# ThreadSanitizer (scripts/tsan.sh), and the fuzzers for a bounded time.
+# .ci/run calls exactly this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -45,6 +47,9 @@ echo "== measurement scripts (self-tests)"
 python3 scripts/ncu-stalls.py --self-test
 python3 scripts/sass-loop-mix.py --self-test
 bash scripts/device-ab-selftest.sh
+
+echo "== ThreadSanitizer (daemon threads)"
+bash scripts/tsan.sh
 
 if [[ -f scripts/fuzz.sh ]]; then
   echo "== fuzzers (bounded)"

@@ -14,7 +14,10 @@ fi
 
 activated=$tmp/activated.sock
 write_config "$tmp/voltad.yaml"  # server.socket_path is $sock: not used when a socket is passed
-systemd-socket-activate -l "$activated" "$bin/voltad" --config "$tmp/voltad.yaml" >>"$log" 2>&1 &
+# systemd-socket-activate gives voltad only PATH, HOME, TERM, LISTEN_* and
+# what -E names: the ThreadSanitizer stage's options (scripts/tsan.sh) too.
+tsan_env=(${TSAN_OPTIONS+-E TSAN_OPTIONS})
+systemd-socket-activate -l "$activated" "${tsan_env[@]}" "$bin/voltad" --config "$tmp/voltad.yaml" >>"$log" 2>&1 &
 daemon_pid=$!  # systemd-socket-activate execs voltad in place: the same pid
 # The socket file appears at bind(); "Listening on" is printed after listen().
 for _ in $(seq 600); do grep -q "Listening on $activated" "$log" && break; sleep 0.05; done
@@ -50,7 +53,7 @@ check "the passed socket is left in place (the unit owns it)" test -S "$activate
 
 # A passed socket that is not a Unix stream socket: refused with exit 73.
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-systemd-socket-activate -l "127.0.0.1:$port" "$bin/voltad" --config "$tmp/voltad.yaml" \
+systemd-socket-activate -l "127.0.0.1:$port" "${tsan_env[@]}" "$bin/voltad" --config "$tmp/voltad.yaml" \
   >"$tmp/tcp.log" 2>&1 &
 pid=$!
 for _ in $(seq 600); do grep -q "Listening on" "$tmp/tcp.log" && break; sleep 0.05; done
