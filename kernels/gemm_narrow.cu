@@ -707,20 +707,12 @@ int forced_warps(const char* name, int whole) {
   return n == whole || n == whole / 2 ? n : 0;
 }
 
-// Warps a block of 8 or 16 tokens: 16 where the grid fits the SMs once over
-// (a 4,096-row matrix's 128 blocks on an H200), else 8, two an SM: either
-// way about 16 warps an SM stream weights. VOLTAD_NARROW_WARPS16=waves
-// takes narrow_warps16_for's choice instead (kernels/narrow_plan.h: also
-// 16 where the last wave of 8-warp blocks would be at most half full, as
-// the 32-token blocks do since run 56; built in run 57, not yet measured).
+// Warps a block of 8 or 16 tokens: narrow_warps16_for (kernels/narrow_plan.h:
+// 16 where the grid fits the SMs once over, else 8, two an SM), or the
+// size VOLTAD_NARROW_WARPS16 forces.
 int narrow_warps16(int64_t blocks, int sms) {
-  static const int mode = [] {
-    const char* v = std::getenv("VOLTAD_NARROW_WARPS16");
-    return v && std::strcmp(v, "waves") == 0 ? -1 : forced_warps("VOLTAD_NARROW_WARPS16", 16);
-  }();
-  if (mode > 0) return mode;
-  if (mode < 0) return narrow_warps16_for(blocks, sms);
-  return blocks <= sms ? 16 : 8;
+  static const int forced = forced_warps("VOLTAD_NARROW_WARPS16", 16);
+  return forced > 0 ? forced : narrow_warps16_for(blocks, sms);
 }
 
 // 16 warps a block where narrow_warps16 says and the shared memory allows,

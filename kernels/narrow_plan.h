@@ -31,11 +31,14 @@ inline int narrow_warps32_for(int64_t blocks, int sms) {
   return narrow_whole_sm_blocks(blocks, sms) ? 12 : 6;
 }
 
-// Warps a block of 8 or 16 tokens: 16 or 8 (with VOLTAD_NARROW_WARPS16=waves
-// in the environment; not yet measured, so the launch's default is still 16
-// only where the grid fits the SMs once over).
+// Warps a block of 8 or 16 tokens: 16 only where the grid fits the SMs once
+// over (a 4,096-row product's 128 blocks on a 132-SM card), else 8. The
+// 32-token blocks' rule (16 also where the last wave of 8-warp blocks would
+// be at most half full) lost here: run 58 (H200, portable), Llama-3-8B's
+// gate|up and lm head moved to 16 warps, batch 8 -3.2% (Q4_K_M) and -3.0%
+// (Q4_0), batch 12 -1.0%, batch 16 -1.4%.
 inline int narrow_warps16_for(int64_t blocks, int sms) {
-  return narrow_whole_sm_blocks(blocks, sms) ? 16 : 8;
+  return sms > 0 && blocks <= sms ? 16 : 8;
 }
 
 }  // namespace voltad::kernels
