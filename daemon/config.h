@@ -52,6 +52,7 @@ struct ServerSection {
   ByteSize max_body_bytes;
   Duration read_timeout;
   Duration write_timeout;
+  Duration stream_keepalive;
   int64_t max_requests_per_user = 0;
   int64_t write_queue_chunks = 0;
   Duration shutdown_grace;
@@ -95,6 +96,12 @@ struct ServerSection {
     v(write_timeout, "write_timeout", Duration{std::chrono::seconds(30)},
       "Deadline for writing one response or streamed chunk.",
       range(Duration{std::chrono::seconds(1)}, Duration{std::chrono::hours(24)}));
+    v(stream_keepalive, "stream_keepalive", Duration{std::chrono::seconds(10)},
+      "A streamed answer with nothing to send for this long (queued behind other requests, or "
+      "its prompt being read) gets an SSE comment line, `: keep-alive`, which clients skip, so "
+      "that a client or proxy with an idle timeout keeps the stream (voltactl's --timeout is "
+      "one). 0s: never.",
+      range(Duration{}, Duration{std::chrono::hours(1)}));
     v(max_requests_per_user, "max_requests_per_user", int64_t{8},
       "Requests one user may have running or queued at once (429 beyond).", range<int64_t>(1, 4096));
     v(write_queue_chunks, "write_queue_chunks", int64_t{256},

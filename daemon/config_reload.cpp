@@ -21,6 +21,7 @@ constexpr std::array kLiveKeys = {
     "server.max_body_bytes",
     "server.read_timeout",
     "server.write_timeout",
+    "server.stream_keepalive",
     "server.max_requests_per_user",
     "server.shutdown_grace",
     "memory.vram_fraction",

@@ -28,8 +28,8 @@ constexpr const char* kUsage =
     "  plan [--json]                                                   the VRAM plan made at "
     "start, and the card now\n"
     "The socket is --socket, else $VOLTAD_SOCKET, else the daemon's default; here: %s.\n"
-    "--timeout: how long an answer that is not a stream may take, and a stream's start\n"
-    "(default 30 s).\n"
+    "--timeout: how long an answer that is not a stream may take, a stream's start, and\n"
+    "a silence in a stream (voltad keeps a waiting stream alive; default 30 s).\n"
     "A prompt that starts with '-' goes after --.\n";
 }
 

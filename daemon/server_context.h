@@ -33,6 +33,7 @@ struct ServerLimits {
   uint64_t max_body_bytes = 4 << 20;
   std::chrono::milliseconds read_timeout{30000};
   std::chrono::milliseconds write_timeout{30000};
+  std::chrono::milliseconds stream_keepalive{10000};  // 0: none
 };
 
 // The model as the API shows it, with what requests need to be turned into

@@ -91,7 +91,8 @@ Session::Session(net::local::stream_protocol::socket&& socket, ServerContext& ct
       refusal_(refusal),
       counted_(refusal == Refusal::None),  // the listener counted it accepted
       connection_(std::move(connection)),
-      read_deadline_(stream_.get_executor()) {
+      read_deadline_(stream_.get_executor()),
+      keepalive_(stream_.get_executor()) {
   ++ctx_.open_connections;
 }
 
@@ -375,6 +376,30 @@ void Session::start_job(std::shared_ptr<GenerationJob> job) {
   header_sent_ = true;
   std::string first = job_->format.first_chunk();
   do_write_stream(os.str() + (first.empty() ? "" : chunked_ ? chunk(first) : first));
+  arm_keepalive();
+}
+
+// While a stream has nothing to send (its request queued, its prompt being
+// read), an SSE comment every server.stream_keepalive, counted from the
+// last write, so that idle timeouts on the client's side (voltactl's
+// --timeout, a proxy's) are not taken for a hung daemon.
+void Session::arm_keepalive() {
+  const auto every = ctx_.limits()->stream_keepalive;
+  if (every.count() <= 0) return;
+  keepalive_.expires_at(last_stream_write_ + every);
+  keepalive_.async_wait(
+      beast::bind_front_handler(&Session::on_keepalive, shared_from_this(), job_serial_));
+}
+
+void Session::on_keepalive(uint64_t serial, error_code ec) {
+  if (ec || serial != job_serial_ || !job_ || job_done_) return;
+  const auto every = ctx_.limits()->stream_keepalive;
+  if (every.count() <= 0) return;  // turned off by a reload
+  if (!writing_ && std::chrono::steady_clock::now() - last_stream_write_ >= every) {
+    static const std::string comment = ": keep-alive\n\n";
+    do_write_stream(chunked_ ? chunk(comment) : comment);
+  }
+  arm_keepalive();
 }
 
 void Session::on_events() {
@@ -420,6 +445,7 @@ void Session::on_events() {
 void Session::do_write_stream(std::string data) {
   write_buf_ = std::move(data);
   writing_ = true;
+  last_stream_write_ = std::chrono::steady_clock::now();
   stream_.expires_after(ctx_.limits()->write_timeout);
   net::async_write(stream_, net::buffer(write_buf_),
                    beast::bind_front_handler(&Session::on_write_stream, shared_from_this()));
@@ -451,6 +477,7 @@ void Session::end_job() {
     stream_.socket().cancel(ignored);
     watching_ = false;
   }
+  keepalive_.cancel();
   job_.reset();
   self_.reset();  // (every caller holds the session too)
 }
@@ -543,6 +570,7 @@ void Session::do_close() {
   // sees it gone from /health finds the stream in the histogram too.
   time_stream();
   if (job_) job_->stream->cancel();
+  keepalive_.cancel();
   // The slot is free before our close reaches the client (where a deadline
   // passed, the stream has closed the socket already).
   connection_.reset();

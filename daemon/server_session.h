@@ -62,6 +62,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void on_events();
   void do_write_stream(std::string data);
   void on_write_stream(error_code ec, size_t bytes);
+  void arm_keepalive();
+  void on_keepalive(uint64_t serial, error_code ec);
   void time_stream();
   void end_job();
 
@@ -107,6 +109,10 @@ class Session : public std::enable_shared_from_this<Session> {
   bool job_done_ = false;  // the final event has been queued for writing
   bool keep_alive_ = true;
   std::string write_buf_;
+  // A streamed answer's keep-alive comments (server.stream_keepalive): due
+  // that long after the last write.
+  boost::asio::steady_timer keepalive_;
+  std::chrono::steady_clock::time_point last_stream_write_;
   uint64_t job_serial_ = 0;  // tells a stale watch completion from the current one
   bool watching_ = false;
   // The client half-closed or pipelined during this job: the watch waits for

@@ -25,6 +25,7 @@ void apply_server_settings(const config::Config& cfg, gid_t socket_gid, ServerCo
   limits.max_body_bytes = cfg.server.max_body_bytes.bytes;
   limits.read_timeout = cfg.server.read_timeout.value;
   limits.write_timeout = cfg.server.write_timeout.value;
+  limits.stream_keepalive = cfg.server.stream_keepalive.value;
   ctx.set_limits(limits);
   std::vector<std::string> warnings;
   auto access = AccessPolicy::create(cfg.server.allow_users, cfg.server.allow_groups, socket_gid,

@@ -203,7 +203,9 @@ Result<ApiResponse> ApiClient::stream(
 
   // The request and the answer's header within the answer timeout (a
   // stopped or hung daemon is reported); the streamed body takes as long
-  // as the generation does.
+  // as the generation does, but no more than the answer timeout passes
+  // without a word from the daemon: while it has nothing to send, voltad
+  // sends keep-alive comments (server.stream_keepalive, 10 s by default).
   beast::flat_buffer buffer;
   http::response_parser<http::string_body> parser;
   parser.body_limit(kNoBodyLimit);
@@ -237,7 +239,20 @@ Result<ApiResponse> ApiClient::stream(
   // and what has been handed out is erased.
   std::string pending;
   while (!parser.is_done()) {
-    http::read_some(stream, buffer, parser, ec);
+    ec = {};
+    stream.expires_after(std::chrono::seconds(answer_timeout_s_));
+    http::async_read_some(stream, buffer, parser,
+                          [&](boost::system::error_code rec, size_t) { ec = rec; });
+    ioc.restart();
+    ioc.run();
+    if (ec == beast::error::timeout) {
+      r.broken = "no word from the daemon at " + socket_path_ + " for " +
+                 std::to_string(answer_timeout_s_) +
+                 " s in the middle of the answer (voltad sends a keep-alive every "
+                 "server.stream_keepalive while it has nothing else to send; is it hung, or "
+                 "is that longer than --timeout?)";
+      return r;
+    }
     if (ec) {
       r.broken = "the daemon at " + socket_path_ +
                  " closed the connection in the middle of the answer (" + ec.message() +

@@ -90,13 +90,19 @@ def request(path, method, target, body=None, headers=None, timeout=120):
 
 
 def sse_events(data):
-    """The payloads of 'data: ...' events in an SSE body."""
+    """The payloads of 'data: ...' events in an SSE body; comments (voltad's
+    ': keep-alive' while a stream has nothing to send) are left out."""
     events = []
     for block in data.decode().split("\n\n"):
-        if block.strip():
+        if block.strip() and not block.startswith(":"):
             assert block.startswith("data: "), f"not an SSE data event: {block!r}"
             events.append(block[len("data: "):])
     return events
+
+
+def sse_comments(data):
+    """The comment lines (': ...') of an SSE body."""
+    return [b for b in data.decode().split("\n\n") if b.startswith(":")]
 
 
 def wait_for(predicate, timeout=30, interval=0.2):
