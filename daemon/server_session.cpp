@@ -376,17 +376,17 @@ void Session::start_job(std::shared_ptr<GenerationJob> job) {
   header_sent_ = true;
   std::string first = job_->format.first_chunk();
   do_write_stream(os.str() + (first.empty() ? "" : chunked_ ? chunk(first) : first));
-  arm_keepalive();
+  arm_keepalive(last_stream_write_);
 }
 
 // While a stream has nothing to send (its request queued, its prompt being
 // read), an SSE comment every server.stream_keepalive, counted from the
 // last write, so that idle timeouts on the client's side (voltactl's
 // --timeout, a proxy's) are not taken for a hung daemon.
-void Session::arm_keepalive() {
+void Session::arm_keepalive(std::chrono::steady_clock::time_point from) {
   const auto every = ctx_.limits()->stream_keepalive;
   if (every.count() <= 0) return;
-  keepalive_.expires_at(last_stream_write_ + every);
+  keepalive_.expires_at(from + every);
   keepalive_.async_wait(
       beast::bind_front_handler(&Session::on_keepalive, shared_from_this(), job_serial_));
 }
@@ -395,11 +395,15 @@ void Session::on_keepalive(uint64_t serial, error_code ec) {
   if (ec || serial != job_serial_ || !job_ || job_done_) return;
   const auto every = ctx_.limits()->stream_keepalive;
   if (every.count() <= 0) return;  // turned off by a reload
-  if (!writing_ && std::chrono::steady_clock::now() - last_stream_write_ >= every) {
+  const auto now = std::chrono::steady_clock::now();
+  if (!writing_ && now - last_stream_write_ >= every) {
     static const std::string comment = ": keep-alive\n\n";
     do_write_stream(chunked_ ? chunk(comment) : comment);
   }
-  arm_keepalive();
+  // Due `every` after the last write; while a write is pending (a slow
+  // reader's, up to server.write_timeout), `every` from now, not at once
+  // and again until the write ends.
+  arm_keepalive(writing_ ? now : last_stream_write_);
 }
 
 void Session::on_events() {

@@ -62,7 +62,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void on_events();
   void do_write_stream(std::string data);
   void on_write_stream(error_code ec, size_t bytes);
-  void arm_keepalive();
+  void arm_keepalive(std::chrono::steady_clock::time_point from);
   void on_keepalive(uint64_t serial, error_code ec);
   void time_stream();
   void end_job();
