@@ -161,9 +161,5 @@ int attention_launch_warps(const AttentionArgs& args);
 // plan's choice, std::nullopt for the default (VOLTAD_ATTENTION_WMMA_WARPS,
 // else 4).
 void attention_wmma_warps_force(std::optional<int> warps);
-// Tests: the wmma pass 1's L2 prefetch of each warp's block after the next
-// on or off, std::nullopt for the default (VOLTAD_ATTENTION_WMMA_PREFETCH=1,
-// else off).
-void attention_wmma_prefetch_force(std::optional<bool> on);
 
 }  // namespace voltad::kernels

@@ -97,7 +97,7 @@ static_assert(WmmaSmem<128, kWmmaWideWarps>::kBytes + 5184 <= 96 * 1024 / 2, "tw
 // shared memory (a V100's 96 KB holds three), 6 warps ~43 KB (two).
 template <int HD, bool kRope, int W>
 __global__ void __launch_bounds__(W * 32, kWmmaSmWarps / W)
-    kernel_attention_wmma(AttentionArgs a, Fp16KvReader cache, bool prefetch) {
+    kernel_attention_wmma(AttentionArgs a, Fp16KvReader cache) {
   constexpr int kWarps = W;
   using L = WmmaSmem<HD, W>;
   constexpr int kPieces = HD / 8;                    // 16-byte pieces of a row
@@ -163,21 +163,6 @@ __global__ void __launch_bounds__(W * 32, kWmmaSmWarps / W)
     for (int i = 0; i < kLoads; ++i)
       *reinterpret_cast<uint4*>(tile + (r0 + kRowStep * i) * L::kLd + c * 8) = r[i];
   };
-  // With `prefetch`: L2 is asked for the warp's cache block after the next,
-  // a 128-byte line of its K rows and one of its V rows a lane, so that the
-  // block's loads, issued an iteration later, find it there. The loop waits
-  // on its one block in flight (run 58: 43.5% of the stall samples at 32
-  // sequences); a prefetch holds no register.
-  constexpr int kRowLines = HD / 64;  // 128-byte lines of a head's row
-  const int pf_row = lane / kRowLines;
-  const int64_t pf_at = int64_t(pf_row) * kv_dim + int64_t(kvh) * HD + (lane % kRowLines) * 64;
-  auto prefetch_block = [&](int blk) {
-    if (pf_row >= kKvBlockTokens) return;  // head_dim 64: 16 lanes cover a block
-    const int64_t at = int64_t(blk) * kKvBlockTokens * kv_dim + pf_at;
-    prefetch_l2_line(cache.k + at);
-    prefetch_l2_line(cache.v + at);
-  };
-
   // The warp's first cache block is loaded while q is made (the table's and
   // the block's loads had waited for q, RoPE and a barrier), unless it holds
   // the token's own row: that is written this step, by the RoPE below or,
@@ -196,7 +181,6 @@ __global__ void __launch_bounds__(W * 32, kWmmaSmWarps / W)
   };
   const bool early = mine > 0 && p_first + kKvBlockTokens <= pos;
   if (early) load_first();
-  if (prefetch && mine > 1) prefetch_block(block_at(1));
   wait_then_release_next();
   if constexpr (kRope) {
     // A piece past the token's position holds no positions: no q, and it
@@ -238,7 +222,6 @@ __global__ void __launch_bounds__(W * 32, kWmmaSmWarps / W)
     __syncwarp();
     const int next_blk = more ? block_at(n + 1) : 0;
     if (more) load_rows(kr, cache.k, next_blk, p_next);
-    if (prefetch && n + 2 < mine) prefetch_block(block_at(n + 2));
     // S = Q K^T: a 16 x 16 tile, rows 8-15 the low parts' share.
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> s_acc;
     wmma::fill_fragment(s_acc, 0.0f);
@@ -343,19 +326,6 @@ int forced_warps() {
   return forced == kUnforced ? env : forced;
 }
 
-// The L2 prefetch of the block after the next (the kernel's `prefetch`):
-// built in run 58 without a device, so off until measured;
-// VOLTAD_ATTENTION_WMMA_PREFETCH=1 turns it on. Tests force it.
-std::atomic<int> g_prefetch_forced{kUnforced};
-bool prefetch_on() {
-  static const bool env = [] {
-    const char* v = std::getenv("VOLTAD_ATTENTION_WMMA_PREFETCH");
-    return v && std::string(v) == "1";
-  }();
-  const int forced = g_prefetch_forced.load();
-  return forced == kUnforced ? env : forced != 0;
-}
-
 // The plan (kernels/attention_plan.h: choose_wmma_plan) for these args, or
 // the forced size's.
 template <int HD, bool kRope>
@@ -399,10 +369,6 @@ void attention_wmma_warps_force(std::optional<int> warps) {
   g_warps_forced.store(warps ? *warps : kUnforced);
 }
 
-void attention_wmma_prefetch_force(std::optional<bool> on) {
-  g_prefetch_forced.store(on ? int(*on) : kUnforced);
-}
-
 void launch_attention_wmma(const AttentionArgs& args, const Fp16KvReader& cache,
                            cudaStream_t stream) {
   if (args.n_tokens == 0) return;
@@ -414,13 +380,12 @@ void launch_attention_wmma(const AttentionArgs& args, const Fp16KvReader& cache,
     const WmmaPlan plan = wmma_plan<HD, kRope>(a);
     a.least_piece = std::max(a.least_piece, wmma_least_piece_of(plan.warps));
     const dim3 grid(unsigned(a.n_tokens), unsigned(a.n_kv_heads), unsigned(plan.pieces));
-    const bool prefetch = prefetch_on();
     if (plan.warps == kWmmaWideWarps)
       launch_kernel(kernel_attention_wmma<HD, kRope, kWmmaWideWarps>, grid, kWmmaWideWarps * 32,
-                    WmmaSmem<HD, kWmmaWideWarps>::kBytes, stream, a, cache, prefetch);
+                    WmmaSmem<HD, kWmmaWideWarps>::kBytes, stream, a, cache);
     else
       launch_kernel(kernel_attention_wmma<HD, kRope, kAttentionWarps>, grid, kAttentionWarps * 32,
-                    WmmaSmem<HD, kAttentionWarps>::kBytes, stream, a, cache, prefetch);
+                    WmmaSmem<HD, kAttentionWarps>::kBytes, stream, a, cache);
     return plan.pieces;
   });
   CUDA_CHECK(cudaGetLastError());

@@ -27,6 +27,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 
 #include "kernels/cuda_check.h"
 #include "kernels/device_common.cuh"
@@ -229,6 +230,8 @@ void launch_format(const GemmArgs& a, GemmTile tile, cudaStream_t stream) {
   switch (tile) {
     case GemmTile::T32x64:
       return launch_tile<F, 32, 64, 1, 4>(a, stream);
+    case GemmTile::T32x128:
+      return launch_tile<F, 32, 128, 1, 8>(a, stream);
     case GemmTile::T64x128:
       return launch_tile<F, 64, 128, 2, 4>(a, stream);
     case GemmTile::T128x128Occ2:
@@ -278,6 +281,15 @@ GemmTile gemm_pick_tile(int n, int64_t rows) {
   if (n <= kGemmNarrowMaxTokens && narrow &&
       (wide_narrow || (rows + 63) / 64 < 2 * int64_t(sms)))
     return GemmTile::N16;
+  // An lm head at 9-32 tokens: the 32x64 tiles stage 32 tokens' x (fp32,
+  // 8 KB a stage) for every 64 rows, 2.4 times the bytes of the rows' Q6_K
+  // weights; the 32x128 tiles stage it once per 128 rows. Built in run 59,
+  // off until measured: VOLTAD_GEMM_HEAD_TILE=32x128 turns it on.
+  static const bool head_wide = [] {
+    const char* v = std::getenv("VOLTAD_GEMM_HEAD_TILE");
+    return v && std::strcmp(v, "32x128") == 0;
+  }();
+  if (head && !narrow && n <= kGemmNarrowMaxTokens && head_wide) return GemmTile::T32x128;
   // Cost model: waves of blocks times the work of one block, over a
   // relative efficiency of the tile (smaller tiles re-read more and keep the
   // tensor cores less busy). One resident block per SM for the 8-warp

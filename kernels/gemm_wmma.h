@@ -57,6 +57,8 @@ struct GemmArgs {
 enum class GemmTile : uint8_t {
   Auto,
   T32x64,        // 4 warps: small n (batched decode) or few rows
+  T32x128,       // 8 warps: an lm head at 9-32 tokens, x staged once per
+                 // 128 rows instead of 64 (VOLTAD_GEMM_HEAD_TILE=32x128)
   T64x128,       // 8 warps
   T128x128,      // 8 warps: prefill
   T128x128Occ2,  // the same capped at 128 registers: two blocks per SM where
@@ -75,6 +77,8 @@ inline const char* gemm_tile_name(GemmTile t) {
       return "auto";
     case GemmTile::T32x64:
       return "32x64";
+    case GemmTile::T32x128:
+      return "32x128";
     case GemmTile::T64x128:
       return "64x128";
     case GemmTile::T128x128:

@@ -174,12 +174,42 @@ void cublas_reference(int n, int64_t rows, int64_t cols) {
 
 }  // namespace bench
 
-int main() {
+// `bench_gemm head`: only the lm heads' products at batched-decode sizes,
+// each tile that could take them (run 59: the 32x128 tile).
+void head_sweep(bench::Buffers& buf) {
+  using namespace bench;
+  struct Head {
+    PackedFormat f;
+    int64_t rows;
+    const char* what;
+  };
+  const Head heads[] = {{PackedFormat::Int6K256, 128256, "Q6_K Llama-3"},
+                        {PackedFormat::Int6K256, 151936, "Q6_K Qwen3"},
+                        {PackedFormat::Int8Sym32, 128256, "Q8_0 Llama-3"}};
+  const GemmTile tiles[] = {GemmTile::N16, GemmTile::T32x64, GemmTile::T32x128, GemmTile::T64x128};
+  std::printf("\n== lm heads x 4096 at 9-32 tokens ==\n");
+  for (const Head& h : heads) {
+    Matrix m(h.f, h.rows, 4096, 13);
+    for (int n : {9, 16, 24, 32})
+      for (GemmTile t : tiles) {
+        const float ms = time_gemm(m, buf, n, t);
+        report(std::string(h.what) + " n=" + std::to_string(n) + " " + gemm_tile_name(t), n, h.rows,
+               4096, ms, false);
+      }
+  }
+}
+
+int main(int argc, char** argv) {
   using namespace bench;
   cudaDeviceProp prop;
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s, %d SMs, sm_%d%d\n", prop.name, prop.multiProcessorCount, prop.major,
               prop.minor);
+  if (argc > 1 && std::string(argv[1]) == "head") {
+    Buffers buf(size_t(32) * 4096, size_t(32) * 151936);
+    head_sweep(buf);
+    return 0;
+  }
   Buffers buf(size_t(2048) * 14336, size_t(2048) * 14336);
 
   struct Fmt {

@@ -38,15 +38,6 @@ struct WmmaWarpsScope {
   WmmaWarpsScope& operator=(const WmmaWarpsScope&) = delete;
 };
 
-// The wmma pass 1's L2 prefetch (kernels/attention.h) on for the scope's
-// life, the default again after it.
-struct WmmaPrefetchScope {
-  WmmaPrefetchScope() { kernels::attention_wmma_prefetch_force(true); }
-  ~WmmaPrefetchScope() { kernels::attention_wmma_prefetch_force(std::nullopt); }
-  WmmaPrefetchScope(const WmmaPrefetchScope&) = delete;
-  WmmaPrefetchScope& operator=(const WmmaPrefetchScope&) = delete;
-};
-
 struct PdlDecodeStep {
   static constexpr int kBlocksPerSeq = 33;  // 528 positions a sequence
   int n, kv_dim, q_dim;
