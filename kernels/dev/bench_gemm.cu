@@ -25,8 +25,11 @@
 
 #include "kernels/attention.cu"
 #include "kernels/attention_prefill.cu"
+#include "kernels/attention_sm80.cu"
+#include "kernels/attention_wmma.cu"
 #include "kernels/dev/bench_timing.cuh"
 #include "kernels/gemm_narrow.cu"
+#include "kernels/gemm_narrow_pairs.cu"
 #include "kernels/gemm_narrow_sm80.cu"
 #include "kernels/gemm_sm80.cu"
 #include "kernels/gemm_wmma.cu"
@@ -195,6 +198,22 @@ void head_sweep(bench::Buffers& buf) {
         const float ms = time_gemm(m, buf, n, t);
         report(std::string(h.what) + " n=" + std::to_string(n) + " " + gemm_tile_name(t), n, h.rows,
                4096, ms, false);
+      }
+    // A shape the enum does not name: the 32x128 tile's warps as 2 x 4
+    // (each 16 tokens x 32 rows).
+    if (h.f == PackedFormat::Int6K256)
+      for (int n : {16, 32}) {
+        GemmArgs a;
+        a.w = m.view;
+        a.x = buf.x;
+        a.ldx = 4096;
+        a.n = n;
+        a.y = buf.y;
+        a.ldy = h.rows;
+        const std::string at = std::string(h.what) + " n=" + std::to_string(n);
+        report(at + " 32x128 2x4", n, h.rows, 4096,
+               time_ms([&] { launch_tile<PackedFormat::Int6K256, 32, 128, 2, 4>(a, nullptr); }),
+               false);
       }
   }
 }
