@@ -83,7 +83,8 @@ __device__ __forceinline__ void load_x8_edge(const float* p, int64_t k, int64_t 
 
 // MinBlocks 2 caps registers at 128 so that two 128x128 blocks share an SM
 // where shared memory allows (sm_80+: 2 x 72 KB); the V100 holds one.
-template <PackedFormat F, int BM, int BN, int WM, int WN, int MinBlocks>
+// Depth: stages whose loads are in flight (one, or two in two register sets).
+template <PackedFormat F, int BM, int BN, int WM, int WN, int MinBlocks, int Depth>
 __global__ void __launch_bounds__(WM* WN * 32, MinBlocks) kernel_gemm_wmma(GemmArgs a, bool x_vec) {
   wait_for_previous_kernel();
   using S = TileShape<BM, BN, WM, WN>;
@@ -110,10 +111,15 @@ __global__ void __launch_bounds__(WM* WN * 32, MinBlocks) kernel_gemm_wmma(GemmA
   const float* x_base = a.x + int64_t(m0 + xr) * a.ldx + xk;
   const int64_t x_pass = int64_t(XR) * a.ldx;
   const bool x_rows_full = x_vec && m0 + BM <= a.n;
-  Chunk<F> chunk;
-  float4 xv[2 * XP];
+  // A stage's loads, held in registers until stored (Depth sets of them).
+  struct Staged {
+    Chunk<F> chunk;
+    float4 xv[2 * XP];
+  };
 
-  auto load_stage = [&](int s) {
+  auto load_stage = [&](int s, Staged& st) {
+    Chunk<F>& chunk = st.chunk;
+    float4(&xv)[2 * XP] = st.xv;
     const int64_t c = int64_t(s) * 2 + wc;
     if (row_ok && c < chunks)
       chunk.template load<GlobalMemory>(w_row, c);
@@ -136,7 +142,9 @@ __global__ void __launch_bounds__(WM* WN * 32, MinBlocks) kernel_gemm_wmma(GemmA
       }
     }
   };
-  auto store_stage = [&](int s, int buf) {
+  auto store_stage = [&](int s, int buf, Staged& st) {
+    Chunk<F>& chunk = st.chunk;
+    const float4(&xv)[2 * XP] = st.xv;
     uint32_t h[16];
     chunk.decode(int64_t(s) * 2 + wc, h);
     uint4* dst = reinterpret_cast<uint4*>(sw + (buf * BN + wr) * kTileLd + wc * 32);
@@ -158,13 +166,7 @@ __global__ void __launch_bounds__(WM* WN * 32, MinBlocks) kernel_gemm_wmma(GemmA
 #pragma unroll
     for (int j = 0; j < FN; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
 
-  load_stage(0);
-  store_stage(0, 0);
-  __syncthreads();
-  for (int s = 0; s < stages; ++s) {
-    const int buf = s & 1;
-    const bool more = s + 1 < stages;
-    if (more) load_stage(s + 1);  // in flight while the tensor cores work
+  auto compute_stage = [&](int buf) {
     const __half* x_tile = sx + (buf * BM + wm * FM * 16) * kTileLd;
     const __half* w_tile = sw + (buf * BN + wn * FN * 16) * kTileLd;
 #pragma unroll
@@ -181,8 +183,37 @@ __global__ void __launch_bounds__(WM* WN * 32, MinBlocks) kernel_gemm_wmma(GemmA
         for (int j = 0; j < FN; ++j) wmma::mma_sync(acc[i][j], xa, b[j], acc[i][j]);
       }
     }
-    if (more) store_stage(s + 1, buf ^ 1);
-    __syncthreads();
+  };
+
+  Staged sa, sb;  // sb: Depth 2 only
+  load_stage(0, sa);
+  store_stage(0, 0, sa);
+  __syncthreads();
+  if constexpr (Depth == 1) {
+    for (int s = 0; s < stages; ++s) {
+      const int buf = s & 1;
+      const bool more = s + 1 < stages;
+      if (more) load_stage(s + 1, sa);  // in flight while the tensor cores work
+      compute_stage(buf);
+      if (more) store_stage(s + 1, buf ^ 1, sa);
+      __syncthreads();
+    }
+  } else {
+    // Two stages in flight: stage s in buffer s & 1, s + 1 and s + 2 in the
+    // register sets, which take turns (so a turn of the loop is two stages).
+    static_assert(Depth == 2, "one or two stages in flight");
+    if (stages > 1) load_stage(1, sa);
+    for (int s = 0; s < stages; s += 2) {
+      if (s + 2 < stages) load_stage(s + 2, sb);
+      compute_stage(0);
+      if (s + 1 < stages) store_stage(s + 1, 1, sa);
+      __syncthreads();
+      if (s + 1 == stages) break;
+      if (s + 3 < stages) load_stage(s + 3, sa);
+      compute_stage(1);
+      if (s + 2 < stages) store_stage(s + 2, 0, sb);
+      __syncthreads();
+    }
   }
 
   // Epilogue through shared memory (the pipeline buffers are free now).
@@ -208,10 +239,10 @@ __global__ void __launch_bounds__(WM* WN * 32, MinBlocks) kernel_gemm_wmma(GemmA
   }
 }
 
-template <PackedFormat F, int BM, int BN, int WM, int WN, int MinBlocks = 1>
+template <PackedFormat F, int BM, int BN, int WM, int WN, int MinBlocks = 1, int Depth = 1>
 void launch_tile(const GemmArgs& a, cudaStream_t stream) {
   using S = TileShape<BM, BN, WM, WN>;
-  auto kernel = kernel_gemm_wmma<F, BM, BN, WM, WN, MinBlocks>;
+  auto kernel = kernel_gemm_wmma<F, BM, BN, WM, WN, MinBlocks, Depth>;
   // Above 48 KB of dynamic shared memory a kernel must opt in (once).
   static const bool opted_in = [&] {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -225,12 +256,23 @@ void launch_tile(const GemmArgs& a, cudaStream_t stream) {
   CUDA_CHECK(cudaGetLastError());
 }
 
+// The 32x128 tiles' stages in flight: 1, or 2 with VOLTAD_GEMM_HEAD_DEPTH=2
+// (run 59: built, off until measured).
+int head_depth() {
+  static const int depth = [] {
+    const char* v = std::getenv("VOLTAD_GEMM_HEAD_DEPTH");
+    return v && std::strcmp(v, "2") == 0 ? 2 : 1;
+  }();
+  return depth;
+}
+
 template <PackedFormat F>
 void launch_format(const GemmArgs& a, GemmTile tile, cudaStream_t stream) {
   switch (tile) {
     case GemmTile::T32x64:
       return launch_tile<F, 32, 64, 1, 4>(a, stream);
     case GemmTile::T32x128:
+      if (head_depth() == 2) return launch_tile<F, 32, 128, 1, 8, 1, 2>(a, stream);
       return launch_tile<F, 32, 128, 1, 8>(a, stream);
     case GemmTile::T64x128:
       return launch_tile<F, 64, 128, 2, 4>(a, stream);
@@ -283,11 +325,14 @@ GemmTile gemm_pick_tile(int n, int64_t rows) {
     return GemmTile::N16;
   // An lm head at 9-32 tokens: the 32x64 tiles stage 32 tokens' x (fp32,
   // 8 KB a stage) for every 64 rows, 2.4 times the bytes of the rows' Q6_K
-  // weights; the 32x128 tiles stage it once per 128 rows. Built in run 59,
-  // off until measured: VOLTAD_GEMM_HEAD_TILE=32x128 turns it on.
+  // weights; the 32x128 tiles stage it once per 128 rows. Run 59 (H100,
+  // the kernel alone): Llama-3's 128,256 x 4,096 Q6_K at 9-32 tokens 11-19%
+  // shorter (410 against 461 us at 32), Qwen3's 151,936 rows 8% at 16
+  // tokens and even at 32; end to end (portable) +0.9-1.4% at batch 12 and
+  // +0.25-0.7% at 32. VOLTAD_GEMM_HEAD_TILE=32x64 gives the old tiles.
   static const bool head_wide = [] {
     const char* v = std::getenv("VOLTAD_GEMM_HEAD_TILE");
-    return v && std::strcmp(v, "32x128") == 0;
+    return !(v && std::strcmp(v, "32x64") == 0);
   }();
   if (head && !narrow && n <= kGemmNarrowMaxTokens && head_wide) return GemmTile::T32x128;
   // Cost model: waves of blocks times the work of one block, over a

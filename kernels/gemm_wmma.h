@@ -58,7 +58,7 @@ enum class GemmTile : uint8_t {
   Auto,
   T32x64,        // 4 warps: small n (batched decode) or few rows
   T32x128,       // 8 warps: an lm head at 9-32 tokens, x staged once per
-                 // 128 rows instead of 64 (VOLTAD_GEMM_HEAD_TILE=32x128)
+                 // 128 rows instead of 64 (gemm_pick_tile; run 59)
   T64x128,       // 8 warps
   T128x128,      // 8 warps: prefill
   T128x128Occ2,  // the same capped at 128 registers: two blocks per SM where

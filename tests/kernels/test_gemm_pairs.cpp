@@ -268,10 +268,10 @@ TEST_CASE("paired B in 32-token blocks: the 16-token blocks' sums to rounding") 
   CHECK(compared == 45 * int(orders.size()));
 }
 
-// Which kernel takes the wide products (gemm_pick_tile, runs 53-54):
+// Which kernel takes the wide products (gemm_pick_tile, runs 53-54, 59):
 // gate|up's rows (two waves of 32x64 tiles) stay narrow where the 32-token
 // blocks run and take the tiles from 17 tokens where they do not; an lm
-// head's take the tiles from 9 tokens either way.
+// head's take the 32x128 tiles at 9-32 tokens either way.
 TEST_CASE("32-token blocks: gate|up narrow to 32 tokens, an lm head in the tiles from 9") {
   NarrowOverrides overrides;
   for (bool blocks32 : {false, true}) {
@@ -285,10 +285,13 @@ TEST_CASE("32-token blocks: gate|up narrow to 32 tokens, an lm head in the tiles
     CHECK((kernels::gemm_pick_tile(17, 28672) == GemmTile::N16) == blocks32);
     CHECK((kernels::gemm_pick_tile(32, 28672) == GemmTile::N16) == blocks32);
     CHECK(kernels::gemm_pick_tile(8, 128256) == GemmTile::N16);
-    CHECK(kernels::gemm_pick_tile(9, 128256) != GemmTile::N16);
-    CHECK(kernels::gemm_pick_tile(16, 128256) != GemmTile::N16);
-    CHECK(kernels::gemm_pick_tile(16, 65536) != GemmTile::N16);
+    // The head's tiles are 32x128 (run 59), Qwen3's 151,936 rows too.
+    CHECK(kernels::gemm_pick_tile(9, 128256) == GemmTile::T32x128);
+    CHECK(kernels::gemm_pick_tile(16, 128256) == GemmTile::T32x128);
+    CHECK(kernels::gemm_pick_tile(16, 65536) == GemmTile::T32x128);
     CHECK(kernels::gemm_pick_tile(16, 57344) == GemmTile::N16);
-    CHECK(kernels::gemm_pick_tile(32, 128256) != GemmTile::N16);
+    CHECK(kernels::gemm_pick_tile(32, 128256) == GemmTile::T32x128);
+    CHECK(kernels::gemm_pick_tile(32, 151936) == GemmTile::T32x128);
+    CHECK(kernels::gemm_pick_tile(33, 128256) != GemmTile::T32x128);
   }
 }
