@@ -83,8 +83,7 @@ __device__ __forceinline__ void load_x8_edge(const float* p, int64_t k, int64_t 
 
 // MinBlocks 2 caps registers at 128 so that two 128x128 blocks share an SM
 // where shared memory allows (sm_80+: 2 x 72 KB); the V100 holds one.
-// Depth: stages whose loads are in flight (one, or two in two register sets).
-template <PackedFormat F, int BM, int BN, int WM, int WN, int MinBlocks, int Depth>
+template <PackedFormat F, int BM, int BN, int WM, int WN, int MinBlocks>
 __global__ void __launch_bounds__(WM* WN * 32, MinBlocks) kernel_gemm_wmma(GemmArgs a, bool x_vec) {
   wait_for_previous_kernel();
   using S = TileShape<BM, BN, WM, WN>;
@@ -111,15 +110,10 @@ __global__ void __launch_bounds__(WM* WN * 32, MinBlocks) kernel_gemm_wmma(GemmA
   const float* x_base = a.x + int64_t(m0 + xr) * a.ldx + xk;
   const int64_t x_pass = int64_t(XR) * a.ldx;
   const bool x_rows_full = x_vec && m0 + BM <= a.n;
-  // A stage's loads, held in registers until stored (Depth sets of them).
-  struct Staged {
-    Chunk<F> chunk;
-    float4 xv[2 * XP];
-  };
+  Chunk<F> chunk;
+  float4 xv[2 * XP];
 
-  auto load_stage = [&](int s, Staged& st) {
-    Chunk<F>& chunk = st.chunk;
-    float4(&xv)[2 * XP] = st.xv;
+  auto load_stage = [&](int s) {
     const int64_t c = int64_t(s) * 2 + wc;
     if (row_ok && c < chunks)
       chunk.template load<GlobalMemory>(w_row, c);
@@ -142,9 +136,7 @@ __global__ void __launch_bounds__(WM* WN * 32, MinBlocks) kernel_gemm_wmma(GemmA
       }
     }
   };
-  auto store_stage = [&](int s, int buf, Staged& st) {
-    Chunk<F>& chunk = st.chunk;
-    const float4(&xv)[2 * XP] = st.xv;
+  auto store_stage = [&](int s, int buf) {
     uint32_t h[16];
     chunk.decode(int64_t(s) * 2 + wc, h);
     uint4* dst = reinterpret_cast<uint4*>(sw + (buf * BN + wr) * kTileLd + wc * 32);
@@ -166,7 +158,13 @@ __global__ void __launch_bounds__(WM* WN * 32, MinBlocks) kernel_gemm_wmma(GemmA
 #pragma unroll
     for (int j = 0; j < FN; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
 
-  auto compute_stage = [&](int buf) {
+  load_stage(0);
+  store_stage(0, 0);
+  __syncthreads();
+  for (int s = 0; s < stages; ++s) {
+    const int buf = s & 1;
+    const bool more = s + 1 < stages;
+    if (more) load_stage(s + 1);  // in flight while the tensor cores work
     const __half* x_tile = sx + (buf * BM + wm * FM * 16) * kTileLd;
     const __half* w_tile = sw + (buf * BN + wn * FN * 16) * kTileLd;
 #pragma unroll
@@ -183,37 +181,8 @@ __global__ void __launch_bounds__(WM* WN * 32, MinBlocks) kernel_gemm_wmma(GemmA
         for (int j = 0; j < FN; ++j) wmma::mma_sync(acc[i][j], xa, b[j], acc[i][j]);
       }
     }
-  };
-
-  Staged sa, sb;  // sb: Depth 2 only
-  load_stage(0, sa);
-  store_stage(0, 0, sa);
-  __syncthreads();
-  if constexpr (Depth == 1) {
-    for (int s = 0; s < stages; ++s) {
-      const int buf = s & 1;
-      const bool more = s + 1 < stages;
-      if (more) load_stage(s + 1, sa);  // in flight while the tensor cores work
-      compute_stage(buf);
-      if (more) store_stage(s + 1, buf ^ 1, sa);
-      __syncthreads();
-    }
-  } else {
-    // Two stages in flight: stage s in buffer s & 1, s + 1 and s + 2 in the
-    // register sets, which take turns (so a turn of the loop is two stages).
-    static_assert(Depth == 2, "one or two stages in flight");
-    if (stages > 1) load_stage(1, sa);
-    for (int s = 0; s < stages; s += 2) {
-      if (s + 2 < stages) load_stage(s + 2, sb);
-      compute_stage(0);
-      if (s + 1 < stages) store_stage(s + 1, 1, sa);
-      __syncthreads();
-      if (s + 1 == stages) break;
-      if (s + 3 < stages) load_stage(s + 3, sa);
-      compute_stage(1);
-      if (s + 2 < stages) store_stage(s + 2, 0, sb);
-      __syncthreads();
-    }
+    if (more) store_stage(s + 1, buf ^ 1);
+    __syncthreads();
   }
 
   // Epilogue through shared memory (the pipeline buffers are free now).
@@ -239,10 +208,10 @@ __global__ void __launch_bounds__(WM* WN * 32, MinBlocks) kernel_gemm_wmma(GemmA
   }
 }
 
-template <PackedFormat F, int BM, int BN, int WM, int WN, int MinBlocks = 1, int Depth = 1>
+template <PackedFormat F, int BM, int BN, int WM, int WN, int MinBlocks = 1>
 void launch_tile(const GemmArgs& a, cudaStream_t stream) {
   using S = TileShape<BM, BN, WM, WN>;
-  auto kernel = kernel_gemm_wmma<F, BM, BN, WM, WN, MinBlocks, Depth>;
+  auto kernel = kernel_gemm_wmma<F, BM, BN, WM, WN, MinBlocks>;
   // Above 48 KB of dynamic shared memory a kernel must opt in (once).
   static const bool opted_in = [&] {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -256,23 +225,12 @@ void launch_tile(const GemmArgs& a, cudaStream_t stream) {
   CUDA_CHECK(cudaGetLastError());
 }
 
-// The 32x128 tiles' stages in flight: 1, or 2 with VOLTAD_GEMM_HEAD_DEPTH=2
-// (run 59: built, off until measured).
-int head_depth() {
-  static const int depth = [] {
-    const char* v = std::getenv("VOLTAD_GEMM_HEAD_DEPTH");
-    return v && std::strcmp(v, "2") == 0 ? 2 : 1;
-  }();
-  return depth;
-}
-
 template <PackedFormat F>
 void launch_format(const GemmArgs& a, GemmTile tile, cudaStream_t stream) {
   switch (tile) {
     case GemmTile::T32x64:
       return launch_tile<F, 32, 64, 1, 4>(a, stream);
     case GemmTile::T32x128:
-      if (head_depth() == 2) return launch_tile<F, 32, 128, 1, 8, 1, 2>(a, stream);
       return launch_tile<F, 32, 128, 1, 8>(a, stream);
     case GemmTile::T64x128:
       return launch_tile<F, 64, 128, 2, 4>(a, stream);

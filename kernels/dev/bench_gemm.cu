@@ -199,24 +199,6 @@ void head_sweep(bench::Buffers& buf) {
         report(std::string(h.what) + " n=" + std::to_string(n) + " " + gemm_tile_name(t), n, h.rows,
                4096, ms, false);
       }
-    // The 32x128 tile with two stages in flight (VOLTAD_GEMM_HEAD_DEPTH=2;
-    // as 2 x 4 warps, each 16 tokens x 32 rows, it took the same time as
-    // 1 x 8 in run 59).
-    if (h.f == PackedFormat::Int6K256)
-      for (int n : {9, 16, 24, 32}) {
-        GemmArgs a;
-        a.w = m.view;
-        a.x = buf.x;
-        a.ldx = 4096;
-        a.n = n;
-        a.y = buf.y;
-        a.ldy = h.rows;
-        const std::string at = std::string(h.what) + " n=" + std::to_string(n);
-        report(at + " 32x128 depth 2", n, h.rows, 4096, time_ms([&] {
-                 launch_tile<PackedFormat::Int6K256, 32, 128, 1, 8, 1, 2>(a, nullptr);
-               }),
-               false);
-      }
   }
 }
 
@@ -276,19 +258,16 @@ int main(int argc, char** argv) {
       CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k, threads, smem));
       std::printf("%-12s regs %d, smem %zu, %d blk/SM\n", name, attr.numRegs, smem, blocks);
     };
-    show("128x128", (const void*)kernel_gemm_wmma<PackedFormat::Int4K256, 128, 128, 2, 4, 1, 1>,
-         256, TileShape<128, 128, 2, 4>::kSmemBytes);
-    show("128x128/2", (const void*)kernel_gemm_wmma<PackedFormat::Int4K256, 128, 128, 2, 4, 2, 1>,
-         256, TileShape<128, 128, 2, 4>::kSmemBytes);
-    show("64x128", (const void*)kernel_gemm_wmma<PackedFormat::Int4K256, 64, 128, 2, 4, 1, 1>, 256,
+    show("128x128", (const void*)kernel_gemm_wmma<PackedFormat::Int4K256, 128, 128, 2, 4, 1>, 256,
+         TileShape<128, 128, 2, 4>::kSmemBytes);
+    show("128x128/2", (const void*)kernel_gemm_wmma<PackedFormat::Int4K256, 128, 128, 2, 4, 2>, 256,
+         TileShape<128, 128, 2, 4>::kSmemBytes);
+    show("64x128", (const void*)kernel_gemm_wmma<PackedFormat::Int4K256, 64, 128, 2, 4, 1>, 256,
          TileShape<64, 128, 2, 4>::kSmemBytes);
-    show("32x64", (const void*)kernel_gemm_wmma<PackedFormat::Int4K256, 32, 64, 1, 4, 1, 1>, 128,
+    show("32x64", (const void*)kernel_gemm_wmma<PackedFormat::Int4K256, 32, 64, 1, 4, 1>, 128,
          TileShape<32, 64, 1, 4>::kSmemBytes);
-    show("32x128 Q6_K", (const void*)kernel_gemm_wmma<PackedFormat::Int6K256, 32, 128, 1, 8, 1, 1>,
+    show("32x128 Q6_K", (const void*)kernel_gemm_wmma<PackedFormat::Int6K256, 32, 128, 1, 8, 1>,
          256, TileShape<32, 128, 1, 8>::kSmemBytes);
-    show("32x128/d2 Q6_K",
-         (const void*)kernel_gemm_wmma<PackedFormat::Int6K256, 32, 128, 1, 8, 1, 2>, 256,
-         TileShape<32, 128, 1, 8>::kSmemBytes);
   }
 
   std::printf("\n== token count sweep, Q4_K 4096x4096 ==\n");
