@@ -161,9 +161,5 @@ int attention_launch_warps(const AttentionArgs& args);
 // plan's choice, std::nullopt for the default (VOLTAD_ATTENTION_WMMA_WARPS,
 // else 4).
 void attention_wmma_warps_force(std::optional<int> warps);
-// Tests: the wmma pass 1's cache blocks in flight a warp (1 or 2; 2 in
-// 4-warp blocks only), std::nullopt for the default
-// (VOLTAD_ATTENTION_WMMA_DEPTH=2, else 1).
-void attention_wmma_depth_force(std::optional<int> depth);
 
 }  // namespace voltad::kernels

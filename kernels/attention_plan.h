@@ -76,7 +76,6 @@ constexpr int wmma_least_piece_of(int warps) {
 struct WmmaPlan {
   int warps = kWmmaWarps, pieces = 1;
   int64_t cost = 0;  // the longest warp's cache blocks (+1 a block), times the waves
-  int depth = 1;     // cache blocks in flight a warp (attention_wmma.cu's D)
 };
 
 // One block size's plan: as many pieces as one wave of its blocks
@@ -92,7 +91,7 @@ inline WmmaPlan wmma_plan_for(const AttentionLaunchShape& s, int warps, int wave
   const int per = piece_tokens(s.max_position, pieces, least);
   const int64_t steps = (per / kKvBlockTokens + warps - 1) / warps + 1;
   const int64_t waves = (units * pieces + wave - 1) / wave;
-  return {warps, pieces, steps * waves, 1};
+  return {warps, pieces, steps * waves};
 }
 
 // The block size whose plan costs less, 4 warps on a tie. The kernel is a

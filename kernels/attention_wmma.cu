@@ -95,13 +95,9 @@ static_assert(WmmaSmem<128, kWmmaWideWarps>::kBytes + 5184 <= 96 * 1024 / 2, "tw
 
 // kWmmaSmWarps / W blocks an SM: at head_dim 128, 4 warps take ~31 KB of
 // shared memory (a V100's 96 KB holds three), 6 warps ~43 KB (two).
-// D: cache blocks in flight a warp, 1, or 2 (4-warp blocks only) in two
-// sets of registers (64 more a thread at head_dim 128, so two blocks an
-// SM); VOLTAD_ATTENTION_WMMA_DEPTH=2, run 60: built, off until measured.
-template <int HD, bool kRope, int W, int D>
-__global__ void __launch_bounds__(W * 32, D == 1 ? kWmmaSmWarps / W : 2)
+template <int HD, bool kRope, int W>
+__global__ void __launch_bounds__(W * 32, kWmmaSmWarps / W)
     kernel_attention_wmma(AttentionArgs a, Fp16KvReader cache) {
-  static_assert(D == 1 || (D == 2 && W == kAttentionWarps), "two blocks in flight: 4 warps");
   constexpr int kWarps = W;
   using L = WmmaSmem<HD, W>;
   constexpr int kPieces = HD / 8;                    // 16-byte pieces of a row
@@ -175,14 +171,13 @@ __global__ void __launch_bounds__(W * 32, D == 1 ? kWmmaSmWarps / W : 2)
   // (H100): the kernel alone without RoPE 7-11% shorter; in the decode graph
   // (RoPE inside) even, as the block that holds the own row, unchanged, ends
   // the launch.
-  // Block n of the warp's in set n % D.
-  uint4 kr0[kLoads], vr0[kLoads], kr1[D == 2 ? kLoads : 1], vr1[D == 2 ? kLoads : 1];
+  uint4 kr[kLoads], vr[kLoads];
   fetch_blocks(0);
   const int p_first = begin + warp * kKvBlockTokens;
   auto load_first = [&] {
     const int blk = block_at(0);
-    load_rows(kr0, cache.k, blk, p_first);
-    load_rows(vr0, cache.v, blk, p_first);
+    load_rows(kr, cache.k, blk, p_first);
+    load_rows(vr, cache.v, blk, p_first);
   };
   const bool early = mine > 0 && p_first + kKvBlockTokens <= pos;
   if (early) load_first();
@@ -219,21 +214,13 @@ __global__ void __launch_bounds__(W * 32, D == 1 ? kWmmaSmWarps / W : 2)
   for (int nt = 0; nt < NT; ++nt) wmma::fill_fragment(acc[nt], 0.0f);
   float m = -INFINITY, l = 0.0f;  // head g's reference maximum and this lane's share of its sum
   if (mine > 0 && !early) load_first();
-  if constexpr (D == 2) {
-    if (mine > 1) {  // after RoPE: it may hold the own row
-      const int blk = block_at(1), p1 = p_first + kWarps * kKvBlockTokens;
-      load_rows(kr1, cache.k, blk, p1);
-      load_rows(vr1, cache.v, blk, p1);
-    }
-  }
-  // Block n from (kr, vr), whose registers then take block n + D.
-  auto block_step = [&](int n, uint4(&kr)[kLoads], uint4(&vr)[kLoads]) {
+  for (int n = 0; n < mine; ++n) {
     const int p0 = begin + (warp + n * kWarps) * kKvBlockTokens;
-    const int p_next = p0 + D * kWarps * kKvBlockTokens;
-    const bool more = n + D < mine;  // the same for the warp
+    const int p_next = p0 + kWarps * kKvBlockTokens;
+    const bool more = n + 1 < mine;  // the same for the warp
     store_rows(kr);
     __syncwarp();
-    const int next_blk = more ? block_at(n + D) : 0;
+    const int next_blk = more ? block_at(n + 1) : 0;
     if (more) load_rows(kr, cache.k, next_blk, p_next);
     // S = Q K^T: a 16 x 16 tile, rows 8-15 the low parts' share.
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> s_acc;
@@ -289,14 +276,6 @@ __global__ void __launch_bounds__(W * 32, D == 1 ? kWmmaSmWarps / W : 2)
       wmma::mma_sync(acc[nt], pa_lo, vb, acc[nt]);
     }
     __syncwarp();  // the tile, S and P are rewritten for the next block
-  };
-  if constexpr (D == 1) {
-    for (int n = 0; n < mine; ++n) block_step(n, kr0, vr0);
-  } else {
-    for (int n = 0; n < mine; n += 2) {
-      block_step(n, kr0, vr0);
-      if (n + 1 < mine) block_step(n + 1, kr1, vr1);
-    }
   }
   l += __shfl_xor_sync(0xffffffffu, l, 1);
   l += __shfl_xor_sync(0xffffffffu, l, 2);
@@ -318,12 +297,12 @@ __global__ void __launch_bounds__(W * 32, D == 1 ? kWmmaSmWarps / W : 2)
 
 // Blocks of the kernel in one wave of the device (read once: one process
 // serves one GPU).
-template <int HD, bool kRope, int W, int D = 1>
+template <int HD, bool kRope, int W>
 int wmma_wave_blocks() {
   static const int blocks = [] {
     int per_sm = 0;
     CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm, kernel_attention_wmma<HD, kRope, W, D>, W * 32, WmmaSmem<HD, W>::kBytes));
+        &per_sm, kernel_attention_wmma<HD, kRope, W>, W * 32, WmmaSmem<HD, W>::kBytes));
     return device_sm_count() * std::max(per_sm, 1);
   }();
   return blocks;
@@ -347,20 +326,6 @@ int forced_warps() {
   return forced == kUnforced ? env : forced;
 }
 
-// Two cache blocks in flight a warp in 4-warp blocks (the kernel's D):
-// built in run 60 without a device time to spare, so off until measured;
-// VOLTAD_ATTENTION_WMMA_DEPTH=2 turns it on where the blocks are of 4
-// warps and their size is not the plan's. Tests force it.
-std::atomic<int> g_depth_forced{kUnforced};
-bool depth2_on() {
-  static const bool env = [] {
-    const char* v = std::getenv("VOLTAD_ATTENTION_WMMA_DEPTH");
-    return v && std::string(v) == "2";
-  }();
-  const int forced = g_depth_forced.load();
-  return forced == kUnforced ? env : forced == 2;
-}
-
 // The plan (kernels/attention_plan.h: choose_wmma_plan) for these args, or
 // the forced size's.
 template <int HD, bool kRope>
@@ -369,12 +334,6 @@ WmmaPlan wmma_plan(const AttentionArgs& a) {
   const int forced = forced_warps();
   if (forced == kWmmaWideWarps)
     return wmma_plan_for(shape, kWmmaWideWarps, wmma_wave_blocks<HD, kRope, kWmmaWideWarps>());
-  if (forced != kPlanWarps && depth2_on()) {
-    WmmaPlan plan =
-        wmma_plan_for(shape, kAttentionWarps, wmma_wave_blocks<HD, kRope, kAttentionWarps, 2>());
-    plan.depth = 2;
-    return plan;
-  }
   if (forced != kPlanWarps)
     return wmma_plan_for(shape, kAttentionWarps, wmma_wave_blocks<HD, kRope, kAttentionWarps>());
   return choose_wmma_plan(shape, wmma_wave_blocks<HD, kRope, kAttentionWarps>(),
@@ -410,12 +369,6 @@ void attention_wmma_warps_force(std::optional<int> warps) {
   g_warps_forced.store(warps ? *warps : kUnforced);
 }
 
-void attention_wmma_depth_force(std::optional<int> depth) {
-  VOLTAD_KERNEL_REQUIRE(!depth || *depth == 1 || *depth == 2,
-                        "the wmma attention has 1 or 2 cache blocks in flight a warp");
-  g_depth_forced.store(depth ? *depth : kUnforced);
-}
-
 void launch_attention_wmma(const AttentionArgs& args, const Fp16KvReader& cache,
                            cudaStream_t stream) {
   if (args.n_tokens == 0) return;
@@ -428,14 +381,11 @@ void launch_attention_wmma(const AttentionArgs& args, const Fp16KvReader& cache,
     a.least_piece = std::max(a.least_piece, wmma_least_piece_of(plan.warps));
     const dim3 grid(unsigned(a.n_tokens), unsigned(a.n_kv_heads), unsigned(plan.pieces));
     if (plan.warps == kWmmaWideWarps)
-      launch_kernel(kernel_attention_wmma<HD, kRope, kWmmaWideWarps, 1>, grid, kWmmaWideWarps * 32,
+      launch_kernel(kernel_attention_wmma<HD, kRope, kWmmaWideWarps>, grid, kWmmaWideWarps * 32,
                     WmmaSmem<HD, kWmmaWideWarps>::kBytes, stream, a, cache);
-    else if (plan.depth == 2)
-      launch_kernel(kernel_attention_wmma<HD, kRope, kAttentionWarps, 2>, grid,
-                    kAttentionWarps * 32, WmmaSmem<HD, kAttentionWarps>::kBytes, stream, a, cache);
     else
-      launch_kernel(kernel_attention_wmma<HD, kRope, kAttentionWarps, 1>, grid,
-                    kAttentionWarps * 32, WmmaSmem<HD, kAttentionWarps>::kBytes, stream, a, cache);
+      launch_kernel(kernel_attention_wmma<HD, kRope, kAttentionWarps>, grid, kAttentionWarps * 32,
+                    WmmaSmem<HD, kAttentionWarps>::kBytes, stream, a, cache);
     return plan.pieces;
   });
   CUDA_CHECK(cudaGetLastError());

@@ -47,13 +47,12 @@ constexpr int kTileLd = kStageK + 8;  // shared row stride, halves
 
 // ---- the kernel ------------------------------------------------------------
 // BM x BN tile, WM x WN warps, each warp (BM/WM) x (BN/WN) = FM x FN
-// fragments of 16x16. Threads = 2*BN / CPT (CPT weight chunks each, 1 or 2). x: thread t
+// fragments of 16x16. Threads = 2*BN (one weight chunk each). x: thread t
 // stages 8 consecutive floats (k = 8*(t%8) of the stage) of tile rows t/8,
 // t/8 + T/8, ...: a warp reads 4 rows x 256 contiguous bytes per pass.
 template <int BM, int BN, int WM, int WN>
 struct TileShape {
   static constexpr int kThreads = WM * WN * 32;
-  static constexpr int kChunksPerThread = 2 * BN / kThreads;
   static constexpr int kFragsM = BM / WM / 16, kFragsN = BN / WN / 16;
   static constexpr int kXRowsPerPass = kThreads / 8;
   static constexpr int kXPasses = BM / kXRowsPerPass;
@@ -61,8 +60,7 @@ struct TileShape {
   static constexpr size_t kPipeBytes = size_t(2) * (BM + BN) * kTileLd * sizeof(__half);
   static constexpr size_t kEpilogueBytes = size_t(BM) * kLdc * sizeof(float);
   static constexpr size_t kSmemBytes = kPipeBytes > kEpilogueBytes ? kPipeBytes : kEpilogueBytes;
-  static_assert(kChunksPerThread * kThreads == 2 * BN && kChunksPerThread <= 2,
-                "one or two weight chunks per thread");
+  static_assert(kThreads == 2 * BN, "one weight chunk per thread");
   static_assert(kFragsM * WM * 16 == BM && kFragsN * WN * 16 == BN, "tile splits into warps");
   static_assert(kXPasses * kXRowsPerPass == BM, "x tile splits into threads");
 };
@@ -103,35 +101,24 @@ __global__ void __launch_bounds__(WM* WN * 32, MinBlocks) kernel_gemm_wmma(GemmA
   const int64_t chunks = (cols + 31) / 32;
   const int stages = int((cols + kStageK - 1) / kStageK);
 
-  // This thread's weight chunks: tile rows wr[i], chunk wc of each stage.
-  constexpr int CPT = S::kChunksPerThread;
-  const int wc = tid & 1;
-  int wr[CPT];
-  bool row_ok[CPT];
-  RowPointers w_row[CPT];
-#pragma unroll
-  for (int i = 0; i < CPT; ++i) {
-    wr[i] = (tid >> 1) + i * (T / 2);
-    row_ok[i] = n0 + wr[i] < rows;
-    w_row[i] = row_pointers(a.w, row_ok[i] ? n0 + wr[i] : 0);
-  }
+  // This thread's weight chunk: tile row wr, chunk wc of each stage.
+  const int wr = tid >> 1, wc = tid & 1;
+  const bool row_ok = n0 + wr < rows;
+  const RowPointers w_row = row_pointers(a.w, row_ok ? n0 + wr : 0);
   // This thread's x pieces: tile rows xr + j*XR, k = xk .. xk+7 of the stage.
   const int xr = tid >> 3, xk = (tid & 7) * 8;
   const float* x_base = a.x + int64_t(m0 + xr) * a.ldx + xk;
   const int64_t x_pass = int64_t(XR) * a.ldx;
   const bool x_rows_full = x_vec && m0 + BM <= a.n;
-  Chunk<F> chunk[CPT];
+  Chunk<F> chunk;
   float4 xv[2 * XP];
 
   auto load_stage = [&](int s) {
     const int64_t c = int64_t(s) * 2 + wc;
-#pragma unroll
-    for (int i = 0; i < CPT; ++i) {
-      if (row_ok[i] && c < chunks)
-        chunk[i].template load<GlobalMemory>(w_row[i], c);
-      else
-        chunk[i].zero();
-    }
+    if (row_ok && c < chunks)
+      chunk.template load<GlobalMemory>(w_row, c);
+    else
+      chunk.zero();
     const int64_t k0 = int64_t(s) * kStageK;
     if (x_rows_full && k0 + kStageK <= cols) {  // the common case: no checks
 #pragma unroll
@@ -150,15 +137,12 @@ __global__ void __launch_bounds__(WM* WN * 32, MinBlocks) kernel_gemm_wmma(GemmA
     }
   };
   auto store_stage = [&](int s, int buf) {
+    uint32_t h[16];
+    chunk.decode(int64_t(s) * 2 + wc, h);
+    uint4* dst = reinterpret_cast<uint4*>(sw + (buf * BN + wr) * kTileLd + wc * 32);
 #pragma unroll
-    for (int c = 0; c < CPT; ++c) {
-      uint32_t h[16];
-      chunk[c].decode(int64_t(s) * 2 + wc, h);
-      uint4* dst = reinterpret_cast<uint4*>(sw + (buf * BN + wr[c]) * kTileLd + wc * 32);
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        dst[i] = make_uint4(h[4 * i], h[4 * i + 1], h[4 * i + 2], h[4 * i + 3]);
-    }
+    for (int i = 0; i < 4; ++i)
+      dst[i] = make_uint4(h[4 * i], h[4 * i + 1], h[4 * i + 2], h[4 * i + 3]);
 #pragma unroll
     for (int j = 0; j < XP; ++j) {
       const float4 lo = xv[2 * j], hi = xv[2 * j + 1];
@@ -248,8 +232,6 @@ void launch_format(const GemmArgs& a, GemmTile tile, cudaStream_t stream) {
       return launch_tile<F, 32, 64, 1, 4>(a, stream);
     case GemmTile::T32x128:
       return launch_tile<F, 32, 128, 1, 8>(a, stream);
-    case GemmTile::T32x128W4:
-      return launch_tile<F, 32, 128, 1, 4>(a, stream);
     case GemmTile::T64x128:
       return launch_tile<F, 64, 128, 2, 4>(a, stream);
     case GemmTile::T128x128Occ2:
@@ -310,14 +292,7 @@ GemmTile gemm_pick_tile(int n, int64_t rows) {
     const char* v = std::getenv("VOLTAD_GEMM_HEAD_TILE");
     return !(v && std::strcmp(v, "32x64") == 0);
   }();
-  // VOLTAD_GEMM_HEAD_TILE=32x128w4: the same tile in 4 warps of 32 x 32
-  // (run 60: built, off until measured).
-  static const bool head_w4 = [] {
-    const char* v = std::getenv("VOLTAD_GEMM_HEAD_TILE");
-    return v && std::strcmp(v, "32x128w4") == 0;
-  }();
-  if (head && !narrow && n <= kGemmNarrowMaxTokens && head_wide)
-    return head_w4 ? GemmTile::T32x128W4 : GemmTile::T32x128;
+  if (head && !narrow && n <= kGemmNarrowMaxTokens && head_wide) return GemmTile::T32x128;
   // Cost model: waves of blocks times the work of one block, over a
   // relative efficiency of the tile (smaller tiles re-read more and keep the
   // tensor cores less busy). One resident block per SM for the 8-warp

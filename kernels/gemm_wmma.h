@@ -59,8 +59,6 @@ enum class GemmTile : uint8_t {
   T32x64,        // 4 warps: small n (batched decode) or few rows
   T32x128,       // 8 warps: an lm head at 9-32 tokens, x staged once per
                  // 128 rows instead of 64 (gemm_pick_tile; run 59)
-  T32x128W4,     // the same in 4 warps of 32 x 32, two weight chunks a
-                 // thread: each fragment of x read for two of the weights'
   T64x128,       // 8 warps
   T128x128,      // 8 warps: prefill
   T128x128Occ2,  // the same capped at 128 registers: two blocks per SM where
@@ -81,8 +79,6 @@ inline const char* gemm_tile_name(GemmTile t) {
       return "32x64";
     case GemmTile::T32x128:
       return "32x128";
-    case GemmTile::T32x128W4:
-      return "32x128/4w";
     case GemmTile::T64x128:
       return "64x128";
     case GemmTile::T128x128:

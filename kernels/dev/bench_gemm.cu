@@ -189,7 +189,7 @@ void head_sweep(bench::Buffers& buf) {
   const Head heads[] = {{PackedFormat::Int6K256, 128256, "Q6_K Llama-3"},
                         {PackedFormat::Int6K256, 151936, "Q6_K Qwen3"},
                         {PackedFormat::Int8Sym32, 128256, "Q8_0 Llama-3"}};
-  const GemmTile tiles[] = {GemmTile::T32x64, GemmTile::T32x128, GemmTile::T32x128W4};
+  const GemmTile tiles[] = {GemmTile::N16, GemmTile::T32x64, GemmTile::T32x128, GemmTile::T64x128};
   std::printf("\n== lm heads x 4096 at 9-32 tokens ==\n");
   for (const Head& h : heads) {
     Matrix m(h.f, h.rows, 4096, 13);

@@ -38,15 +38,6 @@ struct WmmaWarpsScope {
   WmmaWarpsScope& operator=(const WmmaWarpsScope&) = delete;
 };
 
-// The wmma pass 1's cache blocks in flight a warp (kernels/attention.h)
-// fixed at `depth` for the scope's life, the default again after it.
-struct WmmaDepthScope {
-  explicit WmmaDepthScope(int depth) { kernels::attention_wmma_depth_force(depth); }
-  ~WmmaDepthScope() { kernels::attention_wmma_depth_force(std::nullopt); }
-  WmmaDepthScope(const WmmaDepthScope&) = delete;
-  WmmaDepthScope& operator=(const WmmaDepthScope&) = delete;
-};
-
 struct PdlDecodeStep {
   static constexpr int kBlocksPerSeq = 33;  // 528 positions a sequence
   int n, kv_dim, q_dim;

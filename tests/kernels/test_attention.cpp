@@ -220,15 +220,13 @@ int check_attention(Shape sh, const std::vector<int>& cached, const std::vector<
                                           k_growth, planned_len);
   check_attention_with(sh, cached, new_tokens, max_splits, Pass1::Mma, k_growth, planned_len);
   // The wmma pass 1 in blocks of 4 and of 6 warps, whichever its plan
-  // would choose here, and in 4 with two cache blocks in flight a warp.
+  // would choose here.
   if (sh.head_dim == 64 || sh.head_dim == 128) {
     for (int warps : {4, 6}) {
       CAPTURE(warps);
       const WmmaWarpsScope scope(warps);
       check_attention_with(sh, cached, new_tokens, max_splits, Pass1::Wmma, k_growth, planned_len);
     }
-    const WmmaDepthScope depth(2);
-    check_attention_with(sh, cached, new_tokens, max_splits, Pass1::Wmma, k_growth, planned_len);
   } else {  // the portable pass 1 runs for these (attention_wmma_applies)
     check_attention_with(sh, cached, new_tokens, max_splits, Pass1::Wmma, k_growth, planned_len);
   }

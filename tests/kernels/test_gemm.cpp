@@ -337,9 +337,8 @@ TEST_CASE("gemm matches the float64 reference for every weight type, tile and sh
   const GgmlType types[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q4_K, GgmlType::Q5_0,
                             GgmlType::Q5_1, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0,
                             GgmlType::F16,  GgmlType::BF16, GgmlType::F32};
-  const GemmTile tiles[] = {GemmTile::T32x64,  GemmTile::T32x128,  GemmTile::T32x128W4,
-                            GemmTile::T64x128, GemmTile::T128x128, GemmTile::T128x128Occ2,
-                            GemmTile::Auto};
+  const GemmTile tiles[] = {GemmTile::T32x64,   GemmTile::T32x128,      GemmTile::T64x128,
+                            GemmTile::T128x128, GemmTile::T128x128Occ2, GemmTile::Auto};
   const int ns[] = {9, 37, 130, 64, 200, 17, 33, 129};
   int i = 0;
   for (GgmlType type : types) {
