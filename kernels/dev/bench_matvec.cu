@@ -25,6 +25,7 @@
 
 #include "kernels/dev/bench_timing.cuh"
 #include "kernels/gemm_narrow.cu"
+#include "kernels/gemm_narrow_pairs.cu"
 #include "kernels/gemm_narrow_sm80.cu"
 #include "kernels/gemm_sm80.cu"
 #include "kernels/gemm_wmma.cu"

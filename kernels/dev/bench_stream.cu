@@ -41,11 +41,18 @@
 #include <vector>
 
 #include "kernels/dev/bench_timing.cuh"
+#include "kernels/gemm_narrow.cu"
+#include "kernels/gemm_narrow_pairs.cu"
+#include "kernels/gemm_narrow_sm80.cu"
+#include "kernels/gemm_sm80.cu"
+#include "kernels/gemm_wmma.cu"
 #include "kernels/launch.cu"
 #include "kernels/matvec_dispatch.cu"
 #include "kernels/matvec_stream.cu"
 #define VOLTAD_BULK_STAMPS 1
 #include "kernels/matvec_bulk_sm90.cu"
+#include "kernels/narrow_bulk_sm90.cu"
+#include "kernels/narrow_x_sm80.cu"
 
 // launch_matvec's other launchers: never called here (batch 1, Q4_K/Q6_K).
 namespace voltad::kernels {
