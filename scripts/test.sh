@@ -3,7 +3,7 @@
 # integration suites (ctest; GPU tests are reported as skipped where no CUDA
 # device exists), the V100 (sm_70) compile check, the order of the matvecs'
 # loads around the PDL wait (scripts/check-pdl-loads.sh), that the dev
-# benches still compile (scripts/check-dev-benches.sh), the measurement
+# benches still compile and link (scripts/check-dev-benches.sh), the measurement
 # scripts' self-tests, the unit and integration tests again under
 # ThreadSanitizer (scripts/tsan.sh), and the fuzzers for a bounded time.
 # .ci/run calls exactly this.
