@@ -4,7 +4,8 @@
 # prints tok/s from the version of a file it was built with, and from an
 # environment switch), then versions of that file (--tree, --before), a
 # version whose tests fail, a file only a version has, a variant that is a
-# version plus a switch, and the refusals. Run by scripts/test.sh.
+# version plus a switch, the refusals, and a --tests pattern that picks no
+# gpu test (device-test.sh's own check of it too). Run by scripts/test.sh.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d)
@@ -39,7 +40,8 @@ chmod +x build-bench/bin/voltad-bench
 STUB
 cat >scripts/device-test.sh <<'STUB'
 #!/usr/bin/env bash
-# Stub: the tests fail on version p2.
+# Stub: --tests=none picks no test; the tests fail on version p2.
+if [[ " $* " == *" --select-only "* ]]; then [[ " $* " != *" --tests=none "* ]]; exit; fi
 echo "== device-test summary =="
 [[ $(cat kernels/k.cu) != p2 ]]
 STUB
@@ -69,6 +71,20 @@ out=$(bash scripts/device-ab.sh --tree base=.p1 -- base 2>&1); rc=$?
 check "--tree base=...: exit 64" test "$rc" -eq 64
 out=$(bash scripts/device-ab.sh --tree p9=.nowhere -- base p9 2>&1); rc=$?
 check "--tree to no folder: exit 64" test "$rc" -eq 64
+
+rm -rf build-bench
+out=$(bash scripts/device-ab.sh --tests none -- base 2>&1); rc=$?
+check "--tests that picks no test: exit 2" test "$rc" -eq 2
+check "--tests that picks no test: nothing built" test ! -e build-bench
+
+# The real device-test.sh's pick (no GPU needed): a pattern that picks no
+# gpu test stops it, naming the targets; --select-only lists a good pick.
+out=$(cd "$here/.." && bash scripts/device-test.sh --tests='^test_gemm$' --select-only 2>&1); rc=$?
+check "device-test: a pattern that picks no test: exit 2" test "$rc" -eq 2
+check "device-test: and the targets named" grep -q "kernels_test_gemm" <<<"$out"
+out=$(cd "$here/.." && bash scripts/device-test.sh --tests='test_gemm$' --select-only 2>&1); rc=$?
+check "device-test --select-only: exit 0" test "$rc" -eq 0
+check "device-test --select-only: the pick" grep -q "picks kernels_test_gemm\$" <<<"$out"
 
 ((fails == 0)) || { echo "device-ab-selftest: $fails failure(s)"; exit 1; }
 echo "device-ab-selftest: all checks passed"

@@ -70,6 +70,12 @@ while (($#)); do
        exit 64 ;;
   esac
 done
+# A --tests pattern that picks no gpu test stops the call here, before the
+# device builds anything (run 59's '^test_gemm$' ran none, and the A/B
+# went on).
+if [[ -n $tests ]]; then
+  bash scripts/device-test.sh --tests="$tests" --select-only || exit 2
+fi
 (($#)) || { echo "device-ab: name the variants after --, e.g. base VOLTAD_ROPE_IN_ATTENTION=0" >&2; exit 64; }
 variants=("$@")
 out=${OUT:-$PWD/build-device/out}

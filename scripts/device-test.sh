@@ -9,7 +9,8 @@
 # pass-1 kernels alone, kernels/dev/bench_attention.cu; --bench alone leaves
 # those three out);
 # --tests=REGEX builds and runs only the gpu tests whose target name
-# (kernels_test_*) matches. The summary is printed last. Logs go to $OUT (the
+# (kernels_test_*) matches; a REGEX that matches none stops it (exit 2), and
+# --select-only just checks that and lists them. The summary is printed last. Logs go to $OUT (the
 # device tool's folder) when set.
 #
 # The GPU machine has no Debian -dev packages, so doctest and nlohmann-json
@@ -35,15 +36,35 @@ arch=90
 bench=0
 benches="matvec gemm"
 tests_re=""
+select_only=0
 for arg in "$@"; do
   case $arg in
     --bench) bench=1 ;;
     --bench=*) bench=1; benches=${arg#--bench=}; benches=${benches//,/ } ;;
     --tests=*) tests_re=${arg#--tests=} ;;
     --arch=*) arch=${arg#--arch=} ;;
-    *) echo "usage: $0 [--prepare-deps | [--bench[=matvec|gemm|persistent|stream|attention]] [--tests=REGEX] [--arch=NN]]" >&2; exit 2 ;;
+    --select-only) select_only=1 ;;
+    *) echo "usage: $0 [--prepare-deps | [--bench[=matvec|gemm|persistent|stream|attention]] [--tests=REGEX [--select-only]] [--arch=NN]]" >&2; exit 2 ;;
   esac
 done
+# The gpu tests --tests picks (target names, kernels_test_*). A pattern that
+# picks none is a mistake (run 59's '^test_gemm$' ran no test, and its A/B
+# went on as if the tests had passed): stop before the device is used.
+targets=()
+for f in tests/kernels/test_*.cpp; do
+  t="kernels_$(basename "$f" .cpp)"
+  [[ -z $tests_re || $t =~ $tests_re ]] && targets+=("$t")
+done
+if ((${#targets[@]} == 0)); then
+  echo "device-test: --tests='$tests_re' picks no gpu test; the targets are:" >&2
+  for f in tests/kernels/test_*.cpp; do echo "  kernels_$(basename "$f" .cpp)" >&2; done
+  exit 2
+fi
+if ((select_only)); then  # scripts/device-ab.sh's check before it builds anything
+  echo "device-test: --tests picks ${targets[*]}"
+  exit 0
+fi
+
 [[ -f $deps/include/doctest/doctest.h ]] || {
   echo "device-test: no .deps/ (run --prepare-deps here and carry .deps)" >&2; exit 1; }
 
@@ -83,11 +104,6 @@ if ((bench)) && [[ " $benches " == *" gemm "* ]]; then
    nvcc "${gemm_flags[@]}" kernels/dev/bench_gemm.cu -o "$build/bench_gemm") >"$out/bench-gemm-build.log" 2>&1 &
 fi
 # Only the gpu tests and what they link: the rest of the tree is CI's job.
-targets=()
-for f in tests/kernels/test_*.cpp; do
-  t="kernels_$(basename "$f" .cpp)"
-  [[ -z $tests_re || $t =~ $tests_re ]] && targets+=("$t")
-done
 bash scripts/device-fresh-sources.sh "$build" >"$out/build.log"
 ninja -C "$build" -k 0 -j "$jobs" "${targets[@]}" >>"$out/build.log" 2>&1
 build_rc=$?
