@@ -10,8 +10,8 @@
 # those three out);
 # --tests=REGEX builds and runs only the gpu tests whose target name
 # (kernels_test_*) matches; a REGEX that matches none stops it (exit 2), and
-# --select-only just checks that and lists them. The summary is printed last. Logs go to $OUT (the
-# device tool's folder) when set.
+# --select-only just checks that and lists them. The summary is printed
+# last. Logs go to $OUT (the device tool's folder) when set.
 #
 # The GPU machine has no Debian -dev packages, so doctest and nlohmann-json
 # travel in .deps/ (git-ignored). Once, here:
