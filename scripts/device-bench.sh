@@ -12,7 +12,7 @@
 #                                [--batches 1,8] [--kernels auto,portable]
 # Each model runs every context with engine.kernels auto; with portable in
 # the list also once more with the portable kernels (the first context,
-# batch 1 and 8: prefill and decode as a V100 runs them).
+# batch 1, 8 and 32: prefill and decode as a V100 runs them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -54,7 +54,7 @@ for spec in ${models//,/ }; do
     [[ $ctx -gt 1024 ]] && b=1,8
     [[ ,$kernel_sets, == *,auto,* ]] && runs+=("auto $ctx $b")
   done
-  [[ ,$kernel_sets, == *,portable,* ]] && runs+=("portable ${contexts%%,*} 1,8")
+  [[ ,$kernel_sets, == *,portable,* ]] && runs+=("portable ${contexts%%,*} 1,8,32")
   for run in "${runs[@]}"; do
     read -r kernels ctx b <<<"$run"
     json=$json_dir/bench-$shape-$type-ctx$ctx-$kernels.json
