@@ -202,6 +202,35 @@ void head_sweep(bench::Buffers& buf) {
   }
 }
 
+// `bench_gemm wide`: a layer's products at 17-32 tokens (the 32-token
+// decode batches), in the narrow kernel and in the tiles (run 61).
+void wide_sweep(bench::Buffers& buf) {
+  using namespace bench;
+  struct Product {
+    PackedFormat f;
+    int64_t rows, cols;
+    const char* what;
+  };
+  const Product products[] = {{PackedFormat::Int4K256, 28672, 4096, "gate|up Q4_K"},
+                              {PackedFormat::Int4Sym32, 28672, 4096, "gate|up Q4_0"},
+                              {PackedFormat::Int4K256, 24576, 4096, "gate|up Q4_K Qwen3"},
+                              {PackedFormat::Int6K256, 4096, 14336, "down Q6_K"},
+                              {PackedFormat::Int4K256, 4096, 14336, "down Q4_K"},
+                              {PackedFormat::Int4K256, 6144, 4096, "q|k|v Q4_K"}};
+  const GemmTile tiles[] = {GemmTile::N16, GemmTile::T32x64, GemmTile::T32x128};
+  std::printf("\n== a layer's products at 17-32 tokens ==\n");
+  for (const Product& p : products) {
+    Matrix m(p.f, p.rows, p.cols, 17);
+    for (int n : {17, 24, 32})
+      for (GemmTile t : tiles) {
+        const float ms = time_gemm(m, buf, n, t);
+        report(std::string(p.what) + " " + std::to_string(p.rows) + "x" + std::to_string(p.cols) +
+                   " n=" + std::to_string(n) + " " + gemm_tile_name(t),
+               n, p.rows, p.cols, ms, false);
+      }
+  }
+}
+
 int main(int argc, char** argv) {
   using namespace bench;
   cudaDeviceProp prop;
@@ -211,6 +240,11 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "head") {
     Buffers buf(size_t(32) * 4096, size_t(32) * 151936);
     head_sweep(buf);
+    return 0;
+  }
+  if (argc > 1 && std::string(argv[1]) == "wide") {
+    Buffers buf(size_t(32) * 14336, size_t(32) * 28672);
+    wide_sweep(buf);
     return 0;
   }
   Buffers buf(size_t(2048) * 14336, size_t(2048) * 14336);
