@@ -278,16 +278,6 @@ GemmTile gemm_pick_tile(int n, int64_t rows) {
     return v && *v ? std::atoi(v) : kGemmNarrowMaxTokens;
   }();
   const bool wide_narrow = n <= wide_max && gemm_narrow_tokens32();
-  // VOLTAD_GEMM_WIDE_TILE=32x128 (run 61's probe): a matrix of two waves of
-  // 32x64 tiles or more that is not an lm head (gate|up) at 17-32 tokens in
-  // the 32x128 tiles instead of the narrow kernel.
-  static const bool wide_tiles = [] {
-    const char* v = std::getenv("VOLTAD_GEMM_WIDE_TILE");
-    return v && std::strcmp(v, "32x128") == 0;
-  }();
-  if (wide_tiles && !head && n > 16 && n <= kGemmNarrowMaxTokens &&
-      (rows + 63) / 64 >= 2 * int64_t(sms))
-    return GemmTile::T32x128;
   if (n <= kGemmNarrowMaxTokens && narrow &&
       (wide_narrow || (rows + 63) / 64 < 2 * int64_t(sms)))
     return GemmTile::N16;

@@ -12,6 +12,8 @@
 //      passes over ~index among those equal to T (lower index wins);
 //   3. the winners go to k slots, and each finds its rank among the k
 //      (key descending, index ascending): the output is sorted.
+// At k = 1 a block finds its best pair by a reduction instead (the 4,096
+// values never go to shared memory).
 // Pass 1 (grid chunks x rows) does this per chunk of kTopKChunk values;
 // pass 2 (one block per row) over the chunks' k candidates each. A row of at
 // most kTopKChunk values takes pass 1 alone. A row with noise (RowNoise::on)
@@ -143,6 +145,33 @@ __device__ void block_top_k(SelectShared& sm, int m, int k) {
   __syncthreads();
 }
 
+// k = 1 (greedy, or a token drawn by its Gumbel keys): the block's best
+// (key, index) by a reduction instead of the radix passes. A pair as one
+// 64-bit code, key above and ~index below, orders as the passes do (ties to
+// the lower index); 0 is below every candidate's code.
+__device__ __forceinline__ uint64_t best_code(uint32_t key, int32_t id) {
+  return (uint64_t(key) << 32) | uint64_t(~uint32_t(id));
+}
+__device__ __forceinline__ uint64_t larger(uint64_t a, uint64_t b) {
+  return a > b ? a : b;
+}
+
+// Each thread's best code in; the block's in sm.win_keys[0] and
+// sm.win_ids[0].
+__device__ void block_best(SelectShared& sm, uint64_t code) {
+  __shared__ uint64_t warp_best[kThreads / 32];
+  for (int o = 16; o > 0; o >>= 1) code = larger(code, __shfl_xor_sync(0xffffffffu, code, o));
+  if ((threadIdx.x & 31) == 0) warp_best[threadIdx.x >> 5] = code;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    uint64_t best = warp_best[0];
+    for (int w = 1; w < int(blockDim.x >> 5); ++w) best = larger(best, warp_best[w]);
+    sm.win_keys[0] = uint32_t(best >> 32);
+    sm.win_ids[0] = int32_t(~uint32_t(best));
+  }
+  __syncthreads();
+}
+
 // Writes the block's winners: to the final output or to the chunk's
 // candidate slots. raw_row: a noisy row's logits (the keys are not its
 // values), else null.
@@ -180,7 +209,20 @@ __global__ void __launch_bounds__(kThreads)
   const int m = n - begin < kTopKChunk ? int(n - begin) : kTopKChunk;
   const float* src = logits + int64_t(row) * ld + begin;
   const RowNoise* rn = row_noise(noise, row);
-  if (rn) {
+  if (k == 1) {
+    uint64_t best = 0;
+    if (rn) {
+      const uint64_t base = noise_base(*rn);
+      const float t = rn->temperature;
+      for (int i = threadIdx.x; i < m; i += blockDim.x)
+        best = larger(best, best_code(float_to_key(noise_key(src[i], t, base, begin + i)),
+                                      int32_t(begin + i)));
+    } else {
+      for (int i = threadIdx.x; i < m; i += blockDim.x)
+        best = larger(best, best_code(float_to_key(src[i]), int32_t(begin + i)));
+    }
+    block_best(sm, best);
+  } else if (rn) {
     const uint64_t base = noise_base(*rn);
     const float t = rn->temperature;
     for (int i = threadIdx.x; i < m; i += blockDim.x) {
@@ -193,12 +235,14 @@ __global__ void __launch_bounds__(kThreads)
       sm.ids[i] = int32_t(begin + i);
     }
   }
-  for (int i = m + threadIdx.x; i < k; i += blockDim.x) {
-    sm.keys[i] = 0;
-    sm.ids[i] = INT_MAX - i;
+  if (k > 1) {
+    for (int i = m + threadIdx.x; i < k; i += blockDim.x) {
+      sm.keys[i] = 0;
+      sm.ids[i] = INT_MAX - i;
+    }
+    __syncthreads();
+    block_top_k(sm, max(m, k), k);
   }
-  __syncthreads();
-  block_top_k(sm, max(m, k), k);
   const int64_t slot = (int64_t(row) * chunks + chunk) * k;
   if (final_pass)
     emit(sm, k, out_ids + int64_t(row) * k, out_vals + int64_t(row) * k, nullptr, nullptr,
@@ -214,12 +258,20 @@ __global__ void __launch_bounds__(kThreads)
   wait_for_previous_kernel();
   __shared__ SelectShared sm;
   const int row = blockIdx.x, m = chunks * k;
-  for (int i = threadIdx.x; i < m; i += blockDim.x) {
-    sm.keys[i] = cand_keys[int64_t(row) * m + i];
-    sm.ids[i] = cand_ids[int64_t(row) * m + i];
+  if (k == 1) {
+    uint64_t best = 0;
+    for (int i = threadIdx.x; i < m; i += blockDim.x)
+      best =
+          larger(best, best_code(cand_keys[int64_t(row) * m + i], cand_ids[int64_t(row) * m + i]));
+    block_best(sm, best);
+  } else {
+    for (int i = threadIdx.x; i < m; i += blockDim.x) {
+      sm.keys[i] = cand_keys[int64_t(row) * m + i];
+      sm.ids[i] = cand_ids[int64_t(row) * m + i];
+    }
+    __syncthreads();
+    block_top_k(sm, m, k);
   }
-  __syncthreads();
-  block_top_k(sm, m, k);
   emit(sm, k, out_ids + int64_t(row) * k, out_vals + int64_t(row) * k, nullptr, nullptr,
        row_noise(noise, row) ? logits + int64_t(row) * ld : nullptr, n);
 }

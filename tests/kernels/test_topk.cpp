@@ -81,6 +81,7 @@ void check_topk(int rows, int64_t n, int k, bool many_ties) {
 
 TEST_CASE("topk: rows of one chunk (one pass)") {
   check_topk(3, 1, 1, false);
+  check_topk(3, 4096, 1, true);
   check_topk(2, 7, 7, false);
   check_topk(5, 100, 5, false);
   check_topk(4, 4096, 64, false);
@@ -91,6 +92,7 @@ TEST_CASE("topk: rows of one chunk (one pass)") {
 TEST_CASE("topk: vocabulary-sized rows (two passes)") {
   check_topk(3, 4097, 64, false);
   check_topk(2, 32000, 1, false);    // argmax
+  check_topk(32, 128256, 1, true);   // greedy, a decode batch of 32, many ties
   check_topk(8, 128256, 40, false);  // Llama 3, a decode batch of 8
   check_topk(2, 151936, 64, true);   // Qwen, many ties
   check_topk(1, 262144, 64, false);  // the limit at k = 64
