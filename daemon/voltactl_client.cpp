@@ -251,12 +251,14 @@ Result<ApiResponse> ApiClient::stream(
                  " s in the middle of the answer (voltad sends a keep-alive every "
                  "server.stream_keepalive while it has nothing else to send; is it hung, or "
                  "is that longer than --timeout?)";
+      r.daemon_gone = true;
       return r;
     }
     if (ec) {
       r.broken = "the daemon at " + socket_path_ +
                  " closed the connection in the middle of the answer (" + ec.message() +
                  "): did it stop? Its log says why";
+      r.daemon_gone = true;
       return r;
     }
     pending += parser.get().body();

@@ -20,6 +20,10 @@ struct ApiResponse {
   // A stream that began (200) and broke off before its end: why. The text
   // received until then went to on_data.
   std::string broken;
+  // Broken because the daemon closed the connection or fell silent in the
+  // middle of the answer (voltactl exits 69, as with no daemon at all),
+  // not because the answer was not voltad's (exit 1).
+  bool daemon_gone = false;
 };
 
 // How long a request that is not a stream may wait for its whole answer

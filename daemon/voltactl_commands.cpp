@@ -294,7 +294,7 @@ int cmd_generate(const ApiClient& client, const Args& args) {
   if (!r.ok() || r->status != 200) return report(r);
   if (!r->broken.empty()) {
     std::fprintf(stderr, "voltactl: %s\n", r->broken.c_str());
-    return kExitFailure;
+    return r->daemon_gone ? kExitUnavailable : kExitFailure;
   }
   if (!error.empty()) {
     std::fprintf(stderr, "voltactl: the generation failed: %s\n", error.c_str());
@@ -374,9 +374,9 @@ int cmd_chat(const ApiClient& client, const Args& args) {
       history.erase(history.size() - 1);
       continue;
     }
-    if (r.ok() && !r->broken.empty()) {  // the daemon is gone
+    if (r.ok() && !r->broken.empty()) {  // the daemon is gone, or was never voltad
       std::fprintf(stderr, "voltactl: %s\n", r->broken.c_str());
-      return kExitFailure;
+      return r->daemon_gone ? kExitUnavailable : kExitFailure;
     }
     if (!r.ok() || r->status != 200 || !error.empty()) {
       if (!error.empty())
