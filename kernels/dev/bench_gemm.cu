@@ -14,6 +14,10 @@
 // compute-bound and the weights' L2 residency hardly matters: each matrix is
 // allocated once. Times: median of 7 rounds of the mean over 10 launches,
 // from CUDA events, after a warm-up.
+// `bench_gemm head`: the lm heads alone at 9-32 tokens in each kernel;
+// `bench_gemm wide`: a layer's products at 17-32 tokens in each kernel (the
+// narrow launch here converts fp32 x itself, where the decode graph's reads
+// the fp16 x its RMSNorm wrote: compare tiles with tiles).
 #include <algorithm>
 #include <cstdio>
 #include <string>
