@@ -209,6 +209,7 @@ json vram_plan_json(const VramPlan& p) {
         {"attention_partials", w.attention_partials},
         {"attention_arrivals", w.attention_arrivals},
         {"gemm_split", w.gemm_split},
+        {"norm_pieces", w.norm_pieces},
         {"total", w.total()}}},
       {"kv_pool",
        {{"bytes_per_token", p.kv.bytes_per_token},

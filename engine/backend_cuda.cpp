@@ -272,6 +272,18 @@ Status CudaBackend::Impl::allocate_workspace() {
                             "narrow GEMM split");
   gemm_scratch.split_bytes = size_t(ws.gemm_split);
   gemm_scratch.split_rows = c.dim;
+  {
+    // The next norm made in pieces by a narrow wo or w_down (enqueue_step):
+    // the readers' fp16 x for up to 32 tokens, then the sums of squares.
+    const size_t n8 = std::min<size_t>((T + 7) / 8 * 8, size_t(kernels::kGemmNarrowMaxTokens));
+    const size_t chunks = (size_t(c.dim) + 31) / 32;
+    const size_t x_bytes = kernels::gemm_narrow_sm80_scratch_bytes(int(n8), c.dim);
+    const size_t x_planned = (x_bytes + 255) / 256 * 256;
+    uint8_t* at = take(ws.norm_pieces, x_planned + chunks * n8 * sizeof(float), "norm pieces");
+    norm_pieces.x = reinterpret_cast<uint32_t*>(at);
+    norm_pieces.x_bytes = x_bytes;
+    norm_pieces.sumsq = reinterpret_cast<float*>(at + x_planned);
+  }
   VOLTAD_CHECK(next == base.value() + ws.total());
   // Zero once; every attention launch leaves them zero (kernels/attention.h),
   // and so does every narrow GEMM's split (kernels/gemm_sm80.h).
@@ -406,6 +418,7 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(std::shared_ptr<const M
     if (impl->qkv_side < 0)
       std::fprintf(stderr, "voltad: VOLTAD_QKV_SIDE=%s is neither 0 nor 1; the rule decides\n", v);
   }
+  if (const char* v = std::getenv("VOLTAD_NORM_PIECES")) impl->norm_pieces_on = v[0] != '0';
   if (const char* v = std::getenv("VOLTAD_NORM_UNITS")) {
     impl->norm_units = std::string(v) == "0" ? 0 : std::string(v) == "1" ? 1 : -1;
     if (impl->norm_units < 0)

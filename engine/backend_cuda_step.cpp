@@ -98,6 +98,14 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
   // The x the GEMM scratch holds in the narrow GEMMs' fp16 layout (written
   // by RMSNorm, SwiGLU or the attention combine; see below), else null.
   const float* scratch_holds = nullptr;
+  // Whether xn is, for now, the norm's pieces (norm_pieces: made by wo or
+  // w_down, product_with_norm below) rather than written.
+  bool pieces_hold = false;
+  auto pieces_scratch = [&] {
+    kernels::GemmScratch s{norm_pieces.x, norm_pieces.x_bytes};
+    s.holds_x = xn;
+    return s;
+  };
   auto gemm_args = [&](const kernels::PackedMatrixView& w, const float* xin, int64_t ldx, int rows, float* y,
                        int64_t ldy, const float* bias, bool accumulate) {
     kernels::GemmArgs g;
@@ -135,8 +143,13 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
       kernels::GemmScratch scratch = gemm_scratch;
       scratch.holds_x = scratch_holds;
       if (on != st) scratch.split = nullptr;  // the split memory serves one stream
-      return kernels::launch_gemm_for(
-          options.kernels, gemm_args(w, xin, ldx, rows, y, ldy, bias, accumulate), scratch, on);
+      kernels::GemmArgs g = gemm_args(w, xin, ldx, rows, y, ldy, bias, accumulate);
+      if (pieces_hold && xin == xn) {  // a reader of the norm's pieces
+        scratch = pieces_scratch();
+        g.norm_sumsq = norm_pieces.sumsq;
+        g.norm_eps = c.rms_eps;
+      }
+      return kernels::launch_gemm_for(options.kernels, g, scratch, on);
     }
     kernels::launch_matvec(matvec_args(w, xin, ldx, rows, y, ldy, bias, accumulate), on);
   };
@@ -167,6 +180,7 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
   };
   auto norm = [&](const float* weight, const std::vector<ProjectionStack>& readers) {
     scratch_holds = nullptr;
+    pieces_hold = false;
     if (omit.norms) return;
     if (quantized) kernels::launch_rmsnorm_quantize(x, dim, weight, xn, dim, n, dim, c.rms_eps, xq, st);
     else if (!narrow_readers(readers)) kernels::launch_rmsnorm(x, dim, weight, xn, dim, n, dim, c.rms_eps, st);
@@ -190,6 +204,29 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
         return false;
     return units && !readers.empty();
   };
+  // From gemm_min_tokens to 32 tokens, the same under `portable` (and
+  // wherever every product involved runs the portable narrow GEMM): o and
+  // down write the next norm's pieces in the epilogue (kernels::NormPieces:
+  // g * h in the narrow GEMMs' fp16 x, and each 32 rows' sums of squares),
+  // and its readers scale their outputs by 1 / rms; the norm's launch is
+  // left out (run 62).
+  const bool pieces = !quantized && n <= kernels::kGemmNarrowMaxTokens && !omit.norms &&
+                      norm_pieces_on && norm_pieces.x != nullptr;
+  auto pieces_args = [&](const kernels::PackedMatrixView& w, const float* xin, int64_t ldx,
+                         const float* weight) {
+    kernels::GemmArgs g = gemm_args(w, xin, ldx, n, x, dim, nullptr, true);
+    g.norm_out = {weight, norm_pieces.x, norm_pieces.sumsq};
+    return g;
+  };
+  auto readers_take_pieces = [&](const std::vector<ProjectionStack>& readers) {
+    for (const ProjectionStack& p : readers) {
+      kernels::GemmArgs g = gemm_args(p.w, xn, dim, n, q, ldqkv, nullptr, false);
+      g.norm_sumsq = norm_pieces.sumsq;
+      g.norm_eps = c.rms_eps;
+      if (!kernels::gemm_for_takes_norm_pieces(options.kernels, g, pieces_scratch())) return false;
+    }
+    return !readers.empty();
+  };
   // VOLTAD_NORM_UNITS_AT=ffn|attn: only that norm (comparisons).
   static const std::string units_at = [] {
     const char* v = std::getenv("VOLTAD_NORM_UNITS_AT");
@@ -207,6 +244,16 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
     const bool rule = w.layout.format == kernels::PackedFormat::Int4K256 ||
                       (w.layout.format == kernels::PackedFormat::Int4Sym32 && !programmatic);
     const bool at = units_at.empty() || units_at == which;
+    if (!skip && pieces && weight && readers && readers_take_pieces(*readers)) {
+      kernels::GemmScratch scratch = gemm_scratch;
+      scratch.holds_x = scratch_holds;
+      const kernels::GemmArgs g = pieces_args(w, xin, ldx, weight);
+      if (kernels::gemm_for_takes_norm_pieces(options.kernels, g, scratch)) {
+        kernels::launch_gemm_for(options.kernels, g, scratch, st);
+        pieces_hold = true;
+        return true;
+      }
+    }
     if (!skip && at && (rule || norm_units == 1) && readers && unscaled_readers(*readers) &&
         kernels::launch_matvec_norm_units(matvec_args(w, xin, ldx, n, x, dim, nullptr, true),
                                           weight, xq_norm, st))
@@ -281,7 +328,7 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
     }
     if (omit.qkv || paired) {
       // launched, or omitted (timing only)
-    } else if (l.qkv.size() > 1 && side_qkv && (quantized || scratch_holds == xn)) {
+    } else if (l.qkv.size() > 1 && side_qkv && (quantized || scratch_holds == xn || pieces_hold)) {
       CUDA_CHECK(cudaEventRecord(fork_event, st));
       CUDA_CHECK(cudaStreamWaitEvent(side, fork_event, 0));
       for (size_t i = 1; i < l.qkv.size(); ++i) {
@@ -306,6 +353,7 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
       }
     }
     x_in = xq;
+    pieces_hold = false;
     if (c.qk_norm && !rope_in) {
       kernels::launch_head_rmsnorm(q, ldqkv, n, int(c.n_heads), int(c.head_dim), l.q_norm,
                                    c.rms_eps, st);
@@ -347,6 +395,7 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
     for (const ProjectionStack& p : l.gate_up)
       matvec(omit.gate_up, p.w, xn, dim, n, gate + p.column, ldgu, nullptr, false);
     x_in = xq;
+    pieces_hold = false;
     scratch_holds = nullptr;
     if (omit.swiglu) {
     } else if (quantized) {

@@ -17,6 +17,7 @@ static_assert(voltad::kAttentionMinSplitTokens == voltad::kernels::kAttentionMin
 static_assert(voltad::kAttentionPartialHeader == voltad::kernels::kAttentionPartialHeader);
 #include "kernels/gemm_sm80.h"
 static_assert(voltad::kNarrowSplitCount == voltad::kernels::kNarrowSplits);
+static_assert(voltad::kNarrowMaxTokens == voltad::kernels::kGemmNarrowMaxTokens);
 #include "kernels/topk.h"
 static_assert(voltad::kTopKChunkValues == voltad::kernels::kTopKChunk);
 static_assert(voltad::kMaxCandidates == voltad::kernels::kTopKMax);
@@ -253,7 +254,7 @@ const char* kv_cache_type_name(KvCacheType type) {
 uint64_t CudaWorkspace::total() const {
   return residual + normed + qkv + attention_out + ffn_gate_up + quantized_x + quantized_x_scales +
          selected + logits + candidates + topk_scratch + step_indices + attention_partials +
-         attention_arrivals + gemm_split;
+         attention_arrivals + gemm_split + norm_pieces;
 }
 
 // {d1, d2, sum_x, 0} per block of activations (kernels/matvec.h; checked
@@ -306,6 +307,10 @@ CudaWorkspace cuda_workspace_bytes(const ModelConfig& m, const EngineLimits& l) 
   const uint64_t row_blocks = ceil_div(uint64_t(m.dim), kNarrowSplitRows);
   const uint64_t block_sums = kNarrowSplitCount * kNarrowSplitTokens * kNarrowSplitRows * 4;
   w.gemm_split = align256(row_blocks * 4) + align256(row_blocks * block_sums);
+  const uint64_t pieces_n8 = std::min<uint64_t>(ceil_div(t, 8) * 8, kNarrowMaxTokens);
+  const uint64_t dim_chunks = ceil_div(uint64_t(m.dim), 32);
+  w.norm_pieces = align256(pieces_n8 * (uint64_t(m.dim) * 2 + dim_chunks * 4)) +
+                  align256(dim_chunks * pieces_n8 * 4);
   return w;
 }
 

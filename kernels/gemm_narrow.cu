@@ -51,6 +51,7 @@
 #include "kernels/gemm_wmma.h"
 #include "kernels/launch.cuh"
 #include "kernels/narrow_plan.h"
+#include "kernels/narrow_x.cuh"
 #include "kernels/wmma_pairs.h"
 
 namespace voltad::kernels {
@@ -587,6 +588,32 @@ __device__ __forceinline__ void gemm_narrow_body(const GemmArgs& a, bool x_vec,
     }
   }
 
+  // x made of a norm's pieces (GemmArgs::norm_sumsq): each token's scale,
+  // 1 / (rms * kNormPieceScale) from its chunks' sums of squares, in the
+  // same order in every block. A warp takes tokens warp, warp + W, ...,
+  // their loads together, before the barrier that waits for the others.
+  const int n8 = (a.n + 7) / 8 * 8;
+  __shared__ float piece_scale[T];
+  if (a.norm_sumsq) {
+    constexpr int kPer = (T + W - 1) / W;
+    float ss[kPer];
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) ss[k] = 0.0f;
+    for (int c = lane; c < chunks; c += 32)
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) {
+        const int tm = warp + k * W;
+        if (tm < T && t0 + tm < a.n) ss[k] += a.norm_sumsq[int64_t(c) * n8 + t0 + tm];
+      }
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const float total = warp_sum(ss[k]);
+      const int tm = warp + k * W;
+      if (lane == 0 && tm < T)
+        piece_scale[tm] = rsqrtf(total / float(cols) + a.norm_eps) * (1.0f / kNormPieceScale);
+    }
+  }
+
   // The warps' partial sums, added in warp order.
   __syncthreads();                              // every warp is done with its pipeline tiles
   float* red = reinterpret_cast<float*>(smem);  // [warp][token][kNarrowRedLd]
@@ -597,6 +624,11 @@ __device__ __forceinline__ void gemm_narrow_body(const GemmArgs& a, bool x_vec,
       wmma::store_matrix_sync(red + (warp * T + g * kM) * kNarrowRedLd + j * kN, acc[g][j],
                               kNarrowRedLd, wmma::mem_row_major);
   __syncthreads();
+  // A warp's 32 threads here are one token's 32 rows (o's stride is whole
+  // warps), so the pieces' shuffles see one token; with pieces the rows are
+  // whole blocks of 32 (launch_gemm_narrow_x16 checks), and a warp skips
+  // only as a whole.
+  static_assert(kNarrowRows == 32, "a warp a token's rows");
   for (int o = threadIdx.x; o < T * kNarrowRows; o += W * 32) {
     const int tm = o / kNarrowRows, rn = o % kNarrowRows;
     const int t = t0 + tm;
@@ -605,10 +637,18 @@ __device__ __forceinline__ void gemm_narrow_body(const GemmArgs& a, bool x_vec,
     float v = 0.0f;
 #pragma unroll
     for (int w = 0; w < W; ++w) v += red[(w * T + tm) * kNarrowRedLd + rn];
+    if (a.norm_sumsq) v *= piece_scale[tm];
     if (a.bias) v += a.bias[row];
     float* dst = a.y + int64_t(t) * a.ldy + row;
     if (a.accumulate) v += *dst;
     *dst = v;
+    if (a.norm_out.weight) {  // v is h: the next norm's pieces of chunk r0 / 32
+      const int64_t c = r0 / kNarrowRows;
+      write_narrow_x_warp(v * a.norm_out.weight[row] * kNormPieceScale, lane, c, t, n8,
+                          rows / kNarrowRows, a.norm_out.x);
+      const float ss = warp_sum(v * v);
+      if (lane == 0) a.norm_out.sumsq[c * n8 + t] = ss;
+    }
   }
 }
 
@@ -804,7 +844,24 @@ int gemm_narrow_warps16(int64_t blocks) {
   return narrow_warps16(blocks, device_sm_count());
 }
 
+namespace {
+// The norm's pieces (GemmArgs::norm_out, norm_sumsq): whole blocks of 32
+// rows a warp's token (the epilogue's shuffles), and what they point at.
+void check_norm_pieces(const GemmArgs& a, const void* x16) {
+  if (a.norm_out.weight)
+    VOLTAD_KERNEL_REQUIRE(a.w.layout.rows % kNarrowRows == 0 && a.norm_out.x && a.norm_out.sumsq &&
+                              reinterpret_cast<uintptr_t>(a.norm_out.x) % 16 == 0,
+                          "gemm narrow: a norm's pieces need rows a multiple of 32 and their "
+                          "buffers");
+  if (a.norm_sumsq)
+    VOLTAD_KERNEL_REQUIRE(x16 && a.w.layout.cols % 32 == 0,
+                          "gemm narrow: x made of a norm's pieces is read as fp16 x "
+                          "(launch_gemm_narrow_x16)");
+}
+}  // namespace
+
 void launch_gemm_narrow(const GemmArgs& a, cudaStream_t stream) {
+  check_norm_pieces(a, nullptr);
   launch_narrow_any(a, nullptr, stream);
 }
 
@@ -821,6 +878,7 @@ void launch_gemm_narrow_x16(const GemmArgs& a, const void* x16, cudaStream_t str
       gemm_narrow_takes_x16(a) && x16 && reinterpret_cast<uintptr_t>(x16) % 16 == 0,
       "gemm narrow x16: a shape it takes (gemm_narrow_takes_x16), aligned x");
   VOLTAD_KERNEL_REQUIRE(a.y && a.ldy >= a.w.layout.rows, "gemm narrow x16: y and its row stride");
+  check_norm_pieces(a, x16);
   launch_narrow_any(a, static_cast<const uint32_t*>(x16), stream);
 }
 

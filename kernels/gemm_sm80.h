@@ -187,6 +187,12 @@ bool gemm_for_takes_narrow_sm80(KernelSet set, const GemmArgs& args, const GemmS
 // such GEMMs writes it there too, and they skip the conversion.
 bool gemm_for_reads_narrow_x(KernelSet set, const GemmArgs& args, const GemmScratch& scratch);
 
+// Whether launch_gemm_for(set, args, scratch) runs the portable narrow
+// GEMM, which alone makes a norm's pieces (GemmArgs::norm_out: rows a
+// multiple of 32) or reads them (norm_sumsq: from the scratch, which must
+// hold x, as fp16 x).
+bool gemm_for_takes_norm_pieces(KernelSet set, const GemmArgs& args, const GemmScratch& scratch);
+
 // With `set` Auto: the sm_80 narrow GEMM where it takes the arguments, else
 // launch_gemm_sm80 where it takes them and is preferred for them; otherwise
 // (and with Portable) launch_gemm (the portable kernels, auto tile), or the

@@ -329,6 +329,8 @@ void launch_gemm(const GemmArgs& a, GemmTile tile, cudaStream_t stream) {
   VOLTAD_KERNEL_REQUIRE((l.rows + 63) / 64 <= 65535, "gemm: too many rows for the grid");
   if (tile == GemmTile::Auto) tile = gemm_pick_tile(a.n, l.rows);
   if (tile == GemmTile::N16) return launch_gemm_narrow(a, stream);
+  VOLTAD_KERNEL_REQUIRE(!gemm_has_norm_pieces(a),
+                        "gemm: a norm's pieces are the narrow kernel's (GemmArgs::norm_out)");
   with_packed_format(l.format, [&](auto f) { launch_format<decltype(f)::value>(a, tile, stream); });
 }
 

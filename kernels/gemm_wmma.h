@@ -41,6 +41,23 @@ constexpr int kGemmNarrowMaxTokens = 32;  // up to this, launch_gemm picks the n
 // the tiles from 17 tokens (gemm_pick_tile).
 constexpr int64_t kGemmHeadRows = 65536;
 
+// The next RMSNorm made in pieces by the portable narrow GEMM that writes
+// the residual stream h (run 62), as the batch-1 matvecs make it in units
+// (kernels/matvec.h): each block, for its 32 rows and each token, writes
+// g * h * kNormPieceScale in the narrow GEMMs' fp16 x layout
+// (kernels/narrow_x.cuh; the 32 rows are one chunk of the readers' k) and
+// the sum of h^2. A narrow GEMM reading that x (GemmArgs::norm_sumsq) sums
+// a token's pieces and scales its outputs by 1 / (rms * kNormPieceScale):
+// W (g * h) / rms is what it would give on the norm's x. The norm's launch
+// is left out. The scale keeps g * h within fp16 for residuals up to ~1e6
+// (a power of two: exact).
+constexpr float kNormPieceScale = 1.0f / 16.0f;
+struct NormPieces {
+  const float* weight = nullptr;  // the norm's g (rows values); null: no pieces
+  uint32_t* x = nullptr;          // the readers' x: n8 x rows fp16 and the x sums
+  float* sumsq = nullptr;         // [rows / 32][n8]: a chunk's sum of h^2 a token
+};
+
 struct GemmArgs {
   PackedMatrixView w;        // (rows, cols), on the device
   const float* x = nullptr;  // (n, ldx) fp32; 16-byte aligned rows read faster
@@ -50,7 +67,14 @@ struct GemmArgs {
   int64_t ldy = 0;
   const float* bias = nullptr;  // (rows) or null
   bool accumulate = false;      // y += W x (fused residual add)
+  // Portable narrow GEMM only (launch_gemm_for refuses them elsewhere):
+  NormPieces norm_out{};              // this product makes the next norm's pieces
+  const float* norm_sumsq = nullptr;  // x is such pieces: their sums of squares
+  float norm_eps = 0.0f;              // the norm's epsilon, with norm_sumsq
 };
+inline bool gemm_has_norm_pieces(const GemmArgs& a) {
+  return a.norm_out.weight != nullptr || a.norm_sumsq != nullptr;
+}
 
 // Block tile shapes (tokens x weight rows). launch_gemm picks one from n,
 // rows and the device's SM count; the tests and the bench name one.

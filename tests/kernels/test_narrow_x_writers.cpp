@@ -2,7 +2,8 @@
 // attention's combine) and also write it in the narrow GEMMs' fp16 layout,
 // so that the GEMM skips its conversion (GemmScratch::holds_x): the sm_80
 // one and the portable one must then give what they give converting the
-// plain x themselves.
+// plain x themselves. Last, the narrow product that makes the next RMSNorm
+// in pieces as it writes the residual stream, and its readers.
 #include <doctest/doctest.h>
 
 #include <cuda_runtime.h>
@@ -10,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "engine/weight_repack.h"
@@ -275,4 +277,133 @@ TEST_CASE("gemm narrow on fp16 x: only the formats and shapes it takes") {
   const kernels::GemmScratch small{scratch.get(),
                                    kernels::gemm_narrow_sm80_scratch_bytes(8, 4096) - 4};
   CHECK_FALSE(kernels::gemm_for_reads_narrow_x(kernels::KernelSet::Portable, a, small));
+}
+
+namespace {
+
+struct DeviceMatrix {
+  PackedMatrix m;
+  DeviceBuffer<uint8_t> d;
+  DeviceMatrix(GgmlType type, int64_t rows, int64_t cols)
+      : m([&] {
+          const std::vector<uint8_t> gguf = random_valid_tensor(type, rows, cols, test_rng(), 15);
+          auto packed = repack_matrix(type, gguf.data(), rows, cols);
+          REQUIRE(packed.ok());
+          return std::move(*packed);
+        }()),
+        d(m.bytes) {}
+  kernels::PackedMatrixView view() const { return {m.layout, d.get()}; }
+};
+
+// The largest |x - y| over the largest |y|; NaN where x is not finite.
+double relative_gap(const std::vector<float>& x, const std::vector<float>& y) {
+  REQUIRE(x.size() == y.size());
+  double gap = 0.0, scale = 1e-30;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (!std::isfinite(x[i])) return std::nan("");
+    gap = std::max(gap, std::fabs(double(x[i]) - double(y[i])));
+    scale = std::max(scale, std::fabs(double(y[i])));
+  }
+  return gap / scale;
+}
+
+}  // namespace
+
+// The next RMSNorm made in pieces by the narrow product that writes the
+// residual stream (GemmArgs::norm_out, run 62): its y keeps the plain
+// kernel's bits, its sums of squares are h's a chunk and token, and a
+// narrow GEMM that reads the pieces (norm_sumsq; its fp32 x is zeros that
+// nothing writes) gives what it gives on the norm's own x
+// (launch_rmsnorm_narrow_x), bias and all, to fp16's rounding of x.
+TEST_CASE("a narrow product makes the next RMSNorm in pieces; its readers give the norm's result") {
+  const kernels::KernelSet portable = kernels::KernelSet::Portable;
+  const int64_t dim = 1024, in_cols = 512, reader_rows = 300;
+  const float eps = 1e-5f;
+  const kernels::GemmScratch none{};
+  DeviceBuffer<float> d_g(random_floats(size_t(dim)));
+  for (int n : {4, 8, 13, 32}) {
+    CAPTURE(n);
+    const int n8 = (n + 7) / 8 * 8;
+    DeviceBuffer<float> d_in(random_floats(size_t(n * in_cols)));
+    const std::vector<float> h0 = random_floats(size_t(n * dim), 3.0f);
+    for (GgmlType wtype : {GgmlType::Q4_K, GgmlType::Q6_K}) {
+      CAPTURE(ggml_type_name(wtype));
+      const DeviceMatrix wo(wtype, dim, in_cols);
+      kernels::GemmArgs g;
+      g.w = wo.view();
+      g.x = d_in.get();
+      g.ldx = in_cols;
+      g.n = n;
+      g.ldy = dim;
+      g.accumulate = true;
+      DeviceBuffer<float> y_plain(h0), y_pieces(h0);
+      g.y = y_plain.get();
+      kernels::launch_gemm_for(portable, g, none, nullptr);
+      const size_t x_bytes = kernels::gemm_narrow_sm80_scratch_bytes(n, dim);
+      DeviceBuffer<uint8_t> pieces_x(x_bytes);
+      DeviceBuffer<float> sumsq(size_t(dim / 32 * n8));
+      poison(sumsq);
+      g.y = y_pieces.get();
+      g.norm_out = {d_g.get(), reinterpret_cast<uint32_t*>(pieces_x.get()), sumsq.get()};
+      REQUIRE(kernels::gemm_for_takes_norm_pieces(portable, g, none));
+      kernels::launch_gemm_for(portable, g, none, nullptr);
+      const std::vector<float> h = y_plain.download();
+      CHECK(same_bits(h, y_pieces.download()));
+      const std::vector<float> ss = sumsq.download();
+      int bad_sums = 0;
+      for (int64_t c = 0; c < dim / 32; ++c)
+        for (int t = 0; t < n; ++t) {
+          double want = 0.0;
+          for (int r = 0; r < 32; ++r)
+            want += double(h[size_t(t * dim + c * 32 + r)]) * h[size_t(t * dim + c * 32 + r)];
+          const double got = ss[size_t(c * n8 + t)];
+          bad_sums += !(std::fabs(got - want) <= 1e-5 * want + 1e-6);
+        }
+      CHECK(bad_sums == 0);
+
+      // The norm's own x, and the readers on it and on the pieces.
+      DeviceBuffer<float> xn(size_t(n * dim));
+      DeviceBuffer<uint8_t> norm_x(x_bytes);
+      REQUIRE(kernels::launch_rmsnorm_narrow_x(y_plain.get(), dim, d_g.get(), xn.get(), dim, n,
+                                               int(dim), eps, norm_x.get(), nullptr));
+      DeviceBuffer<float> unwritten(std::vector<float>(size_t(n * dim), 0.0f));
+      for (GgmlType rtype : {GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
+        CAPTURE(ggml_type_name(rtype));
+        const DeviceMatrix r(rtype, reader_rows, dim);
+        DeviceBuffer<float> bias(random_floats(size_t(reader_rows)));
+        DeviceBuffer<float> y_norm(size_t(n * reader_rows)), y_read(size_t(n * reader_rows));
+        kernels::GemmArgs ra;
+        ra.w = r.view();
+        ra.ldx = dim;
+        ra.n = n;
+        ra.ldy = reader_rows;
+        ra.bias = bias.get();
+        ra.x = xn.get();
+        ra.y = y_norm.get();
+        kernels::GemmScratch on_norm{norm_x.get(), x_bytes};
+        on_norm.holds_x = xn.get();
+        kernels::launch_gemm_for(portable, ra, on_norm, nullptr);
+        ra.x = unwritten.get();
+        ra.y = y_read.get();
+        ra.norm_sumsq = sumsq.get();
+        ra.norm_eps = eps;
+        kernels::GemmScratch on_pieces{pieces_x.get(), x_bytes};
+        on_pieces.holds_x = unwritten.get();
+        REQUIRE(kernels::gemm_for_takes_norm_pieces(portable, ra, on_pieces));
+        kernels::launch_gemm_for(portable, ra, on_pieces, nullptr);
+        const double gap = relative_gap(y_read.download(), y_norm.download());
+        MESSAGE(ggml_type_name(wtype)
+                << " writer, " << ggml_type_name(rtype) << " reader, n " << n << ": gap " << gap);
+        CHECK(gap <= 2e-3);
+      }
+    }
+  }
+  // Only the portable narrow GEMM takes pieces: not the tiles of a head.
+  kernels::GemmArgs head;
+  head.w.layout.format = kernels::PackedFormat::Int6K256;
+  head.w.layout.rows = kernels::kGemmHeadRows;
+  head.w.layout.cols = dim;
+  head.n = 24;
+  head.norm_out.weight = d_g.get();
+  CHECK_FALSE(kernels::gemm_for_takes_norm_pieces(portable, head, none));
 }
