@@ -123,14 +123,15 @@ struct CudaBackend::Impl {
   kernels::GemmScratch gemm_scratch;  // aliases xq.q (allocate_workspace)
   // A step of 4-32 tokens' next RMSNorm, made in pieces by a portable narrow
   // wo or w_down as it writes the residual stream (kernels::NormPieces;
-  // enqueue_step): the readers' fp16 x and the sums of squares. Off with
-  // VOLTAD_NORM_PIECES=0 (comparisons).
+  // enqueue_step): the readers' fp16 x and the sums of squares. Built in
+  // run 62 with no device time left: off until measured, on with
+  // VOLTAD_NORM_PIECES=1.
   struct NormPiecesBuffers {
     uint32_t* x = nullptr;
     size_t x_bytes = 0;
     float* sumsq = nullptr;
   } norm_pieces;
-  bool norm_pieces_on = true;
+  bool norm_pieces_on = false;
   int gemm_min_tokens = kernels::kGemmMinTokens;  // GEMMs from here, else dp4a matvecs
   // Decode graphs run the head norms, RoPE and the KV write inside the
   // attention (kernels::AttentionArgs::rope): the fp16 cache; off with

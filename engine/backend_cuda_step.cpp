@@ -209,7 +209,7 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
   // down write the next norm's pieces in the epilogue (kernels::NormPieces:
   // g * h in the narrow GEMMs' fp16 x, and each 32 rows' sums of squares),
   // and its readers scale their outputs by 1 / rms; the norm's launch is
-  // left out (run 62).
+  // left out (run 62: built, not yet run on a GPU; VOLTAD_NORM_PIECES=1).
   const bool pieces = !quantized && n <= kernels::kGemmNarrowMaxTokens && !omit.norms &&
                       norm_pieces_on && norm_pieces.x != nullptr;
   auto pieces_args = [&](const kernels::PackedMatrixView& w, const float* xin, int64_t ldx,

@@ -236,8 +236,13 @@ struct NarrowShape {
   static constexpr size_t kTileBytes = size_t(W) * (kNarrowRows + T) * kNarrowLd * sizeof(__half);
   static constexpr size_t kPipeBytes =
       kTileBytes + (staged_quants<F, T, kX == NarrowX::Fp16>() ? size_t(W) * kStageWarpBytes : 0);
+  // The warps' partial sums, then each token's scale where x is a norm's
+  // pieces (GemmArgs::norm_sumsq): within the pipeline's bytes in every
+  // shape built, so the pieces cost no shared memory.
   static constexpr size_t kRedBytes = size_t(W) * T * kNarrowRedLd * sizeof(float);
-  static constexpr size_t kSmemBytes = kPipeBytes > kRedBytes ? kPipeBytes : kRedBytes;
+  static constexpr size_t kScaleBytes = size_t(T) * sizeof(float);
+  static_assert(kPipeBytes >= kRedBytes + kScaleBytes, "the sums and scales lie over the pipeline");
+  static constexpr size_t kSmemBytes = kPipeBytes;
   static_assert(kSmemBytes <= 96 * 1024, "fits the V100's shared memory");
 };
 
@@ -593,18 +598,23 @@ __device__ __forceinline__ void gemm_narrow_body(const GemmArgs& a, bool x_vec,
   // same order in every block. A warp takes tokens warp, warp + W, ...,
   // their loads together, before the barrier that waits for the others.
   const int n8 = (a.n + 7) / 8 * 8;
-  __shared__ float piece_scale[T];
-  if (a.norm_sumsq) {
-    constexpr int kPer = (T + W - 1) / W;
-    float ss[kPer];
+  constexpr int kPer = (T + W - 1) / W;
+  float ss[kPer];
 #pragma unroll
-    for (int k = 0; k < kPer; ++k) ss[k] = 0.0f;
+  for (int k = 0; k < kPer; ++k) ss[k] = 0.0f;
+  if (a.norm_sumsq)
     for (int c = lane; c < chunks; c += 32)
 #pragma unroll
       for (int k = 0; k < kPer; ++k) {
         const int tm = warp + k * W;
         if (tm < T && t0 + tm < a.n) ss[k] += a.norm_sumsq[int64_t(c) * n8 + t0 + tm];
       }
+
+  // The warps' partial sums, added in warp order.
+  __syncthreads();                              // every warp is done with its pipeline tiles
+  float* red = reinterpret_cast<float*>(smem);  // [warp][token][kNarrowRedLd]
+  float* piece_scale = reinterpret_cast<float*>(smem + S::kRedBytes);  // [T]
+  if (a.norm_sumsq)
 #pragma unroll
     for (int k = 0; k < kPer; ++k) {
       const float total = warp_sum(ss[k]);
@@ -612,11 +622,6 @@ __device__ __forceinline__ void gemm_narrow_body(const GemmArgs& a, bool x_vec,
       if (lane == 0 && tm < T)
         piece_scale[tm] = rsqrtf(total / float(cols) + a.norm_eps) * (1.0f / kNormPieceScale);
     }
-  }
-
-  // The warps' partial sums, added in warp order.
-  __syncthreads();                              // every warp is done with its pipeline tiles
-  float* red = reinterpret_cast<float*>(smem);  // [warp][token][kNarrowRedLd]
 #pragma unroll
   for (int g = 0; g < kGroups; ++g)
 #pragma unroll

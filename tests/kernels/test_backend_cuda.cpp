@@ -162,6 +162,18 @@ std::shared_ptr<const Model> mixed_type_model() {
   return model.value();
 }
 
+// Sets a switch the backend reads as it is created, then puts back what
+// was there.
+struct EnvScope {
+  const char* name;
+  std::optional<std::string> before;
+  EnvScope(const char* n, const char* v) : name(n) {
+    if (const char* b = std::getenv(name)) before = b;
+    v ? setenv(name, v, 1) : unsetenv(name);
+  }
+  ~EnvScope() { before ? setenv(name, before->c_str(), 1) : unsetenv(name); }
+};
+
 }  // namespace
 
 TEST_CASE("CUDA logits follow transformers on every tiny fixture model") {
@@ -446,11 +458,15 @@ TEST_CASE("batched steps with auto (narrow GEMM, fused x) follow the portable ke
   const int S = 8;
   for (bool kv_int8 : {false, true}) {
     CAPTURE(kv_int8);
-    std::vector<std::vector<float>> rows[2];
+    // rows[2]: portable with the next norms made in pieces by wo and w_down
+    // (VOLTAD_NORM_PIECES=1; kernels/gemm_wmma.h, NormPieces); rows[0]
+    // without them.
+    std::vector<std::vector<float>> rows[3];
     std::string used;
-    for (int k = 0; k < 2; ++k) {
+    for (int k = 0; k < 3; ++k) {
+      const EnvScope pieces("VOLTAD_NORM_PIECES", k == 2 ? "1" : "0");
       CudaBackendOptions o;
-      o.kernels = k == 0 ? kernels::KernelSet::Portable : kernels::KernelSet::Auto;
+      o.kernels = k == 1 ? kernels::KernelSet::Auto : kernels::KernelSet::Portable;
       o.max_context = 128;
       o.max_sequences = 8;
       o.max_batch_tokens = 64;
@@ -506,6 +522,19 @@ TEST_CASE("batched steps with auto (narrow GEMM, fused x) follow the portable ke
     for (size_t r = 0; r < rows[0].size(); ++r) worst = std::max(worst, relative_error(rows[1][r], rows[0][r]));
     MESSAGE("auto vs portable, batched steps: worst relative error " << worst);
     CHECK(worst < 2e-2);
+    // The norm's pieces: fp16 g * h / 16 for fp16 g * h / rms, the same
+    // kernels otherwise (the 2- and 3-token steps, matvecs, are the same bits).
+    REQUIRE(rows[2].size() == rows[0].size());
+    double pieces_worst = 0.0;
+    int same = 0;
+    for (size_t r = 0; r < rows[0].size(); ++r) {
+      pieces_worst = std::max(pieces_worst, relative_error(rows[2][r], rows[0][r]));
+      same += rows[2][r] == rows[0][r];
+    }
+    MESSAGE("norm pieces vs the norm, batched steps: worst relative error "
+            << pieces_worst << ", " << same << " rows the same");
+    CHECK(pieces_worst < 1e-2);
+    CHECK(same < int(rows[0].size()));  // the pieces ran: the 4+-token steps' logits moved
   }
 }
 
@@ -621,15 +650,6 @@ TEST_CASE("stacked, partly stacked and separate projections: CUDA follows the CP
   // (kernels::launch_matvec_pair), and v first where VOLTAD_QKV_REVERSE=1
   // (the rule takes it only for narrow GEMMs of 9-32 tokens, which these
   // steps do not have). The switches are read as the backend is created.
-  struct EnvScope {  // sets a switch, then puts back what was there
-    const char* name;
-    std::optional<std::string> before;
-    EnvScope(const char* n, const char* v) : name(n) {
-      if (const char* b = std::getenv(name)) before = b;
-      v ? setenv(name, v, 1) : unsetenv(name);
-    }
-    ~EnvScope() { before ? setenv(name, before->c_str(), 1) : unsetenv(name); }
-  };
   // The same kernels in another order or on another stream: the same bits.
   std::map<bool, std::vector<std::vector<float>>> one_after_other;
   struct Order {
