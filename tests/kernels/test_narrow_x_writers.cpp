@@ -19,6 +19,7 @@
 #include "kernels/attention.h"
 #include "kernels/gemm_sm80.h"
 #include "kernels/norm.h"
+#include "tests/kernels/device_matrix.h"
 #include "tests/kernels/gpu_test_util.h"
 #include "tests/kernels/random_weights.h"
 
@@ -278,36 +279,6 @@ TEST_CASE("gemm narrow on fp16 x: only the formats and shapes it takes") {
                                    kernels::gemm_narrow_sm80_scratch_bytes(8, 4096) - 4};
   CHECK_FALSE(kernels::gemm_for_reads_narrow_x(kernels::KernelSet::Portable, a, small));
 }
-
-namespace {
-
-struct DeviceMatrix {
-  PackedMatrix m;
-  DeviceBuffer<uint8_t> d;
-  DeviceMatrix(GgmlType type, int64_t rows, int64_t cols)
-      : m([&] {
-          const std::vector<uint8_t> gguf = random_valid_tensor(type, rows, cols, test_rng(), 15);
-          auto packed = repack_matrix(type, gguf.data(), rows, cols);
-          REQUIRE(packed.ok());
-          return std::move(*packed);
-        }()),
-        d(m.bytes) {}
-  kernels::PackedMatrixView view() const { return {m.layout, d.get()}; }
-};
-
-// The largest |x - y| over the largest |y|; NaN where x is not finite.
-double relative_gap(const std::vector<float>& x, const std::vector<float>& y) {
-  REQUIRE(x.size() == y.size());
-  double gap = 0.0, scale = 1e-30;
-  for (size_t i = 0; i < x.size(); ++i) {
-    if (!std::isfinite(x[i])) return std::nan("");
-    gap = std::max(gap, std::fabs(double(x[i]) - double(y[i])));
-    scale = std::max(scale, std::fabs(double(y[i])));
-  }
-  return gap / scale;
-}
-
-}  // namespace
 
 // The next RMSNorm made in pieces by the narrow product that writes the
 // residual stream (GemmArgs::norm_out, run 62): its y keeps the plain
