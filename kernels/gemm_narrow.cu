@@ -651,8 +651,8 @@ __device__ __forceinline__ void gemm_narrow_body(const GemmArgs& a, bool x_vec,
       const int64_t c = r0 / kNarrowRows;
       write_narrow_x_warp(v * a.norm_out.weight[row] * kNormPieceScale, lane, c, t, n8,
                           rows / kNarrowRows, a.norm_out.x);
-      const float ss = warp_sum(v * v);
-      if (lane == 0) a.norm_out.sumsq[c * n8 + t] = ss;
+      const float squares = warp_sum(v * v);
+      if (lane == 0) a.norm_out.sumsq[c * n8 + t] = squares;
     }
   }
 }
