@@ -40,7 +40,7 @@ chmod +x build-bench/bin/voltad-bench
 STUB
 cat >scripts/device-test.sh <<'STUB'
 #!/usr/bin/env bash
-# Stub: --tests=none picks no test; the tests fail on version p2.
+# A stand-in for the real script: --tests=none picks no test; the tests fail on version p2.
 if [[ " $* " == *" --select-only "* ]]; then [[ " $* " != *" --tests=none "* ]]; exit; fi
 echo "== device-test summary =="
 [[ $(cat kernels/k.cu) != p2 ]]
