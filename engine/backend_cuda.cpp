@@ -274,15 +274,19 @@ Status CudaBackend::Impl::allocate_workspace() {
   gemm_scratch.split_rows = c.dim;
   {
     // The next norm made in pieces by a narrow wo or w_down (enqueue_step):
-    // the readers' fp16 x for up to 32 tokens, then the sums of squares.
+    // the readers' fp16 x for up to 32 tokens, then the sums of squares,
+    // each token's scale and the blocks' counter.
     const size_t n8 = std::min<size_t>((T + 7) / 8 * 8, size_t(kernels::kGemmNarrowMaxTokens));
     const size_t chunks = (size_t(c.dim) + 31) / 32;
     const size_t x_bytes = kernels::gemm_narrow_sm80_scratch_bytes(int(n8), c.dim);
     const size_t x_planned = (x_bytes + 255) / 256 * 256;
-    uint8_t* at = take(ws.norm_pieces, x_planned + chunks * n8 * sizeof(float), "norm pieces");
+    const size_t tail = (chunks + 1) * n8 * sizeof(float) + sizeof(uint32_t);
+    uint8_t* at = take(ws.norm_pieces, x_planned + tail, "norm pieces");
     norm_pieces.x = reinterpret_cast<uint32_t*>(at);
     norm_pieces.x_bytes = x_bytes;
     norm_pieces.sumsq = reinterpret_cast<float*>(at + x_planned);
+    norm_pieces.scale = norm_pieces.sumsq + chunks * n8;
+    norm_pieces.arrivals = reinterpret_cast<uint32_t*>(norm_pieces.scale + n8);
   }
   VOLTAD_CHECK(next == base.value() + ws.total());
   // Zero once; every attention launch leaves them zero (kernels/attention.h),
@@ -291,6 +295,9 @@ Status CudaBackend::Impl::allocate_workspace() {
     return cuda_error("zeroing the attention arrivals", z);
   if (cudaError_t z = cudaMemsetAsync(gemm_scratch.split, 0, ws.gemm_split, stream); z != cudaSuccess)
     return cuda_error("zeroing the narrow GEMM's split counters", z);
+  if (cudaError_t z = cudaMemsetAsync(norm_pieces.arrivals, 0, sizeof(uint32_t), stream);
+      z != cudaSuccess)
+    return cuda_error("zeroing the norm pieces' counter", z);
   if (!drift.empty()) return make_error("cuda backend: " + drift);
   cudaError_t e = alloc_pinned(h_logits, S * size_t(c.n_vocab) * sizeof(float));
   if (e != cudaSuccess) return cuda_error("allocating pinned host memory for logits", e);

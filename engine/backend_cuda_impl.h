@@ -129,7 +129,9 @@ struct CudaBackend::Impl {
   struct NormPiecesBuffers {
     uint32_t* x = nullptr;
     size_t x_bytes = 0;
-    float* sumsq = nullptr;
+    float* sumsq = nullptr;        // n8 x dim / 32
+    float* scale = nullptr;        // n8
+    uint32_t* arrivals = nullptr;  // zeroed once (allocate_workspace)
   } norm_pieces;
   bool norm_pieces_on = false;
   int gemm_min_tokens = kernels::kGemmMinTokens;  // GEMMs from here, else dp4a matvecs

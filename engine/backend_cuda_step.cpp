@@ -146,8 +146,7 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
       kernels::GemmArgs g = gemm_args(w, xin, ldx, rows, y, ldy, bias, accumulate);
       if (pieces_hold && xin == xn) {  // a reader of the norm's pieces
         scratch = pieces_scratch();
-        g.norm_sumsq = norm_pieces.sumsq;
-        g.norm_eps = c.rms_eps;
+        g.norm_scale = norm_pieces.scale;
       }
       return kernels::launch_gemm_for(options.kernels, g, scratch, on);
     }
@@ -215,14 +214,15 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
   auto pieces_args = [&](const kernels::PackedMatrixView& w, const float* xin, int64_t ldx,
                          const float* weight) {
     kernels::GemmArgs g = gemm_args(w, xin, ldx, n, x, dim, nullptr, true);
-    g.norm_out = {weight, norm_pieces.x, norm_pieces.sumsq};
+    g.norm_out = {
+        weight,   norm_pieces.x, norm_pieces.sumsq, norm_pieces.scale, norm_pieces.arrivals,
+        c.rms_eps};
     return g;
   };
   auto readers_take_pieces = [&](const std::vector<ProjectionStack>& readers) {
     for (const ProjectionStack& p : readers) {
       kernels::GemmArgs g = gemm_args(p.w, xn, dim, n, q, ldqkv, nullptr, false);
-      g.norm_sumsq = norm_pieces.sumsq;
-      g.norm_eps = c.rms_eps;
+      g.norm_scale = norm_pieces.scale;
       if (!kernels::gemm_for_takes_norm_pieces(options.kernels, g, pieces_scratch())) return false;
     }
     return !readers.empty();

@@ -310,7 +310,7 @@ CudaWorkspace cuda_workspace_bytes(const ModelConfig& m, const EngineLimits& l) 
   const uint64_t pieces_n8 = std::min<uint64_t>(ceil_div(t, 8) * 8, kNarrowMaxTokens);
   const uint64_t dim_chunks = ceil_div(uint64_t(m.dim), 32);
   w.norm_pieces = align256(pieces_n8 * (uint64_t(m.dim) * 2 + dim_chunks * 4)) +
-                  align256(dim_chunks * pieces_n8 * 4);
+                  align256((dim_chunks + 1) * pieces_n8 * 4 + 4);
   return w;
 }
 

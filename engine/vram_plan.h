@@ -70,7 +70,8 @@ struct CudaWorkspace {
                                 // rows (wo and the Q4_K w_down of a Q4_K_M model)
   uint64_t norm_pieces;         // n8 = min(T rounded up to 8, 32): (n8, dim) fp16 and a
                                 // 4-byte x sum per 32 values (the narrow GEMMs' x), then
-                                // (ceil(dim/32), n8) fp32 sums of squares: the next
+                                // (n8, ceil(dim/32)) fp32 sums of squares, n8 fp32
+                                // scales and a uint32 counter: the next
                                 // RMSNorm made in pieces by a narrow wo or w_down
                                 // (kernels/gemm_wmma.h, NormPieces)
   uint64_t total() const;

@@ -237,7 +237,7 @@ struct NarrowShape {
   static constexpr size_t kPipeBytes =
       kTileBytes + (staged_quants<F, T, kX == NarrowX::Fp16>() ? size_t(W) * kStageWarpBytes : 0);
   // The warps' partial sums, then each token's scale where x is a norm's
-  // pieces (GemmArgs::norm_sumsq): within the pipeline's bytes in every
+  // pieces (GemmArgs::norm_scale): within the pipeline's bytes in every
   // shape built, so the pieces cost no shared memory.
   static constexpr size_t kRedBytes = size_t(W) * T * kNarrowRedLd * sizeof(float);
   static constexpr size_t kScaleBytes = size_t(T) * sizeof(float);
@@ -373,6 +373,34 @@ __device__ __forceinline__ void paired_chunk(
 // so the MMAs see the operands of the tile path on fp32 x in the same
 // order: the same sums, bit for bit. 16-token blocks run two m8n32k16 MMAs
 // a k step on the same B (8 tokens each).
+// The block of a product making a norm's pieces (NormPieces) that counts
+// in last, once every block's sums of squares are visible device-wide,
+// adds each token's (a warp a token, in chunk order then the warp's fixed
+// shuffle order: the same sum in every run) and writes its scale. It
+// leaves the counter zero for the next launch (atomicInc wraps).
+template <int W>
+__device__ __forceinline__ void finish_norm_pieces(const NormPieces& p, int n, int64_t rows,
+                                                   unsigned char* smem) {
+  __threadfence();
+  __syncthreads();  // the epilogue is done with shared memory too
+  unsigned* last = reinterpret_cast<unsigned*>(smem);
+  if (threadIdx.x == 0) {
+    const unsigned blocks = gridDim.x * gridDim.y;
+    *last = atomicInc(p.arrivals, blocks - 1) == blocks - 1;
+  }
+  __syncthreads();
+  if (!*last) return;
+  __threadfence();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int chunks = int(rows / kNarrowRows);
+  for (int t = warp; t < n; t += W) {
+    float s = 0.0f;
+    for (int c = lane; c < chunks; c += 32) s += __ldcg(p.sumsq + int64_t(t) * chunks + c);
+    s = warp_sum(s);
+    if (lane == 0) p.scale[t] = rsqrtf(s / float(rows) + p.eps) * (1.0f / kNormPieceScale);
+  }
+}
+
 template <PackedFormat F, int W, int T, NarrowX kX, WmmaPairs kP>
 __device__ __forceinline__ void gemm_narrow_body(const GemmArgs& a, bool x_vec,
                                                  const uint32_t* xh) {
@@ -527,6 +555,14 @@ __device__ __forceinline__ void gemm_narrow_body(const GemmArgs& a, bool x_vec,
   XPiece xv[2][kXPerLane];
   load_x(xv[0], c_begin);
   load_x(xv[1], c_begin + 1);
+  // x made of a norm's pieces (GemmArgs::norm_scale): lane k of a warp
+  // holds the scale of token warp + k * W, the warp's k-th in the epilogue,
+  // loaded now so that its latency passes under the main loop.
+  constexpr int kPer = (T + W - 1) / W;
+  static_assert(kPer <= 32, "a lane a token's scale");
+  float piece_scale_in = 1.0f;
+  if (a.norm_scale && lane < kPer && warp + lane * W < T && t0 + warp + lane * W < a.n)
+    piece_scale_in = __ldg(a.norm_scale + t0 + warp + lane * W);
 
   for (int c0 = c_begin; c0 < c_end; c0 += kDepth) {
     if constexpr (kStaged) {
@@ -593,35 +629,12 @@ __device__ __forceinline__ void gemm_narrow_body(const GemmArgs& a, bool x_vec,
     }
   }
 
-  // x made of a norm's pieces (GemmArgs::norm_sumsq): each token's scale,
-  // 1 / (rms * kNormPieceScale) from its chunks' sums of squares, in the
-  // same order in every block. A warp takes tokens warp, warp + W, ...,
-  // their loads together, before the barrier that waits for the others.
-  const int n8 = (a.n + 7) / 8 * 8;
-  constexpr int kPer = (T + W - 1) / W;
-  float ss[kPer];
-#pragma unroll
-  for (int k = 0; k < kPer; ++k) ss[k] = 0.0f;
-  if (a.norm_sumsq)
-    for (int c = lane; c < chunks; c += 32)
-#pragma unroll
-      for (int k = 0; k < kPer; ++k) {
-        const int tm = warp + k * W;
-        if (tm < T && t0 + tm < a.n) ss[k] += a.norm_sumsq[int64_t(c) * n8 + t0 + tm];
-      }
-
   // The warps' partial sums, added in warp order.
   __syncthreads();                              // every warp is done with its pipeline tiles
   float* red = reinterpret_cast<float*>(smem);  // [warp][token][kNarrowRedLd]
   float* piece_scale = reinterpret_cast<float*>(smem + S::kRedBytes);  // [T]
-  if (a.norm_sumsq)
-#pragma unroll
-    for (int k = 0; k < kPer; ++k) {
-      const float total = warp_sum(ss[k]);
-      const int tm = warp + k * W;
-      if (lane == 0 && tm < T)
-        piece_scale[tm] = rsqrtf(total / float(cols) + a.norm_eps) * (1.0f / kNormPieceScale);
-    }
+  if (a.norm_scale && lane < kPer && warp + lane * W < T)
+    piece_scale[warp + lane * W] = piece_scale_in;
 #pragma unroll
   for (int g = 0; g < kGroups; ++g)
 #pragma unroll
@@ -634,6 +647,7 @@ __device__ __forceinline__ void gemm_narrow_body(const GemmArgs& a, bool x_vec,
   // whole blocks of 32 (launch_gemm_narrow_x16 checks), and a warp skips
   // only as a whole.
   static_assert(kNarrowRows == 32, "a warp a token's rows");
+  const int n8 = (a.n + 7) / 8 * 8;
   for (int o = threadIdx.x; o < T * kNarrowRows; o += W * 32) {
     const int tm = o / kNarrowRows, rn = o % kNarrowRows;
     const int t = t0 + tm;
@@ -642,7 +656,7 @@ __device__ __forceinline__ void gemm_narrow_body(const GemmArgs& a, bool x_vec,
     float v = 0.0f;
 #pragma unroll
     for (int w = 0; w < W; ++w) v += red[(w * T + tm) * kNarrowRedLd + rn];
-    if (a.norm_sumsq) v *= piece_scale[tm];
+    if (a.norm_scale) v *= piece_scale[tm];
     if (a.bias) v += a.bias[row];
     float* dst = a.y + int64_t(t) * a.ldy + row;
     if (a.accumulate) v += *dst;
@@ -652,9 +666,10 @@ __device__ __forceinline__ void gemm_narrow_body(const GemmArgs& a, bool x_vec,
       write_narrow_x_warp(v * a.norm_out.weight[row] * kNormPieceScale, lane, c, t, n8,
                           rows / kNarrowRows, a.norm_out.x);
       const float squares = warp_sum(v * v);
-      if (lane == 0) a.norm_out.sumsq[c * n8 + t] = squares;
+      if (lane == 0) a.norm_out.sumsq[t * (rows / kNarrowRows) + c] = squares;
     }
   }
+  if (a.norm_out.weight) finish_norm_pieces<W>(a.norm_out, a.n, rows, smem);
 }
 
 // The last launch's block shape (gemm_narrow_last_launch, for tests).
@@ -850,15 +865,16 @@ int gemm_narrow_warps16(int64_t blocks) {
 }
 
 namespace {
-// The norm's pieces (GemmArgs::norm_out, norm_sumsq): whole blocks of 32
+// The norm's pieces (GemmArgs::norm_out, norm_scale): whole blocks of 32
 // rows a warp's token (the epilogue's shuffles), and what they point at.
 void check_norm_pieces(const GemmArgs& a, const void* x16) {
   if (a.norm_out.weight)
     VOLTAD_KERNEL_REQUIRE(a.w.layout.rows % kNarrowRows == 0 && a.norm_out.x && a.norm_out.sumsq &&
+                              a.norm_out.scale && a.norm_out.arrivals &&
                               reinterpret_cast<uintptr_t>(a.norm_out.x) % 16 == 0,
                           "gemm narrow: a norm's pieces need rows a multiple of 32 and their "
                           "buffers");
-  if (a.norm_sumsq)
+  if (a.norm_scale)
     VOLTAD_KERNEL_REQUIRE(x16 && a.w.layout.cols % 32 == 0,
                           "gemm narrow: x made of a norm's pieces is read as fp16 x "
                           "(launch_gemm_narrow_x16)");

@@ -189,7 +189,7 @@ bool gemm_for_reads_narrow_x(KernelSet set, const GemmArgs& args, const GemmScra
 
 // Whether launch_gemm_for(set, args, scratch) runs the portable narrow
 // GEMM, which alone makes a norm's pieces (GemmArgs::norm_out: rows a
-// multiple of 32) or reads them (norm_sumsq: from the scratch, which must
+// multiple of 32) or reads them (norm_scale: from the scratch, which must
 // hold x, as fp16 x).
 bool gemm_for_takes_norm_pieces(KernelSet set, const GemmArgs& args, const GemmScratch& scratch);
 

@@ -42,12 +42,13 @@ constexpr int kGemmNarrowMaxTokens = 32;  // up to this, launch_gemm picks the n
 constexpr int64_t kGemmHeadRows = 65536;
 
 // The next RMSNorm made in pieces by the portable narrow GEMM that writes
-// the residual stream h (run 62), as the batch-1 matvecs make it in units
-// (kernels/matvec.h): each block, for its 32 rows and each token, writes
-// g * h * kNormPieceScale in the narrow GEMMs' fp16 x layout
+// the residual stream h (runs 62-63), as the batch-1 matvecs make it in
+// units (kernels/matvec.h): each block, for its 32 rows and each token,
+// writes g * h * kNormPieceScale in the narrow GEMMs' fp16 x layout
 // (kernels/narrow_x.cuh; the 32 rows are one chunk of the readers' k) and
-// the sum of h^2. A narrow GEMM reading that x (GemmArgs::norm_sumsq) sums
-// a token's pieces and scales its outputs by 1 / (rms * kNormPieceScale):
+// the sum of h^2; the block that finishes last adds each token's sums (in
+// a fixed order) and writes its scale 1 / (rms * kNormPieceScale). A narrow
+// GEMM reading that x (GemmArgs::norm_scale) scales its outputs by it:
 // W (g * h) / rms is what it would give on the norm's x. The norm's launch
 // is left out. The scale keeps g * h within fp16 for residuals up to ~1e6
 // (a power of two: exact).
@@ -55,7 +56,10 @@ constexpr float kNormPieceScale = 1.0f / 16.0f;
 struct NormPieces {
   const float* weight = nullptr;  // the norm's g (rows values); null: no pieces
   uint32_t* x = nullptr;          // the readers' x: n8 x rows fp16 and the x sums
-  float* sumsq = nullptr;         // [rows / 32][n8]: a chunk's sum of h^2 a token
+  float* sumsq = nullptr;         // [n][rows / 32]: a chunk's sum of h^2 a token
+  float* scale = nullptr;         // [n]: each token's 1 / (rms * kNormPieceScale)
+  uint32_t* arrivals = nullptr;   // blocks counted in; zero before, left zero
+  float eps = 0.0f;               // the norm's epsilon
 };
 
 struct GemmArgs {
@@ -69,11 +73,10 @@ struct GemmArgs {
   bool accumulate = false;      // y += W x (fused residual add)
   // Portable narrow GEMM only (launch_gemm_for refuses them elsewhere):
   NormPieces norm_out{};              // this product makes the next norm's pieces
-  const float* norm_sumsq = nullptr;  // x is such pieces: their sums of squares
-  float norm_eps = 0.0f;              // the norm's epsilon, with norm_sumsq
+  const float* norm_scale = nullptr;  // x is such pieces: NormPieces::scale
 };
 inline bool gemm_has_norm_pieces(const GemmArgs& a) {
-  return a.norm_out.weight != nullptr || a.norm_sumsq != nullptr;
+  return a.norm_out.weight != nullptr || a.norm_scale != nullptr;
 }
 
 // Block tile shapes (tokens x weight rows). launch_gemm picks one from n,

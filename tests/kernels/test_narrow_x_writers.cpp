@@ -281,9 +281,11 @@ TEST_CASE("gemm narrow on fp16 x: only the formats and shapes it takes") {
 }
 
 // The next RMSNorm made in pieces by the narrow product that writes the
-// residual stream (GemmArgs::norm_out, run 62): its y keeps the plain
-// kernel's bits, its sums of squares are h's a chunk and token, and a
-// narrow GEMM that reads the pieces (norm_sumsq; its fp32 x is zeros that
+// residual stream (GemmArgs::norm_out, runs 62-63): its y keeps the plain
+// kernel's bits, its sums of squares are h's a chunk and token, each
+// token's scale is 1 / (rms * kNormPieceScale), the blocks' counter is left
+// zero (a second launch gives the same scales), and a
+// narrow GEMM that reads the pieces (norm_scale; its fp32 x is zeros that
 // nothing writes) gives what it gives on the norm's own x
 // (launch_rmsnorm_narrow_x), bias and all, to fp16's rounding of x.
 TEST_CASE("a narrow product makes the next RMSNorm in pieces; its readers give the norm's result") {
@@ -312,25 +314,42 @@ TEST_CASE("a narrow product makes the next RMSNorm in pieces; its readers give t
       kernels::launch_gemm_for(portable, g, none, nullptr);
       const size_t x_bytes = kernels::gemm_narrow_sm80_scratch_bytes(n, dim);
       DeviceBuffer<uint8_t> pieces_x(x_bytes);
-      DeviceBuffer<float> sumsq(size_t(dim / 32 * n8));
+      DeviceBuffer<float> sumsq(size_t(dim / 32 * n8)), scale{size_t(n8)};
+      DeviceBuffer<uint32_t> arrivals(std::vector<uint32_t>{0u});
       poison(sumsq);
+      poison(scale);
       g.y = y_pieces.get();
-      g.norm_out = {d_g.get(), reinterpret_cast<uint32_t*>(pieces_x.get()), sumsq.get()};
+      g.norm_out = {d_g.get(),      reinterpret_cast<uint32_t*>(pieces_x.get()),
+                    sumsq.get(),    scale.get(),
+                    arrivals.get(), eps};
       REQUIRE(kernels::gemm_for_takes_norm_pieces(portable, g, none));
       kernels::launch_gemm_for(portable, g, none, nullptr);
       const std::vector<float> h = y_plain.download();
       CHECK(same_bits(h, y_pieces.download()));
       const std::vector<float> ss = sumsq.download();
-      int bad_sums = 0;
-      for (int64_t c = 0; c < dim / 32; ++c)
-        for (int t = 0; t < n; ++t) {
+      const std::vector<float> scales = scale.download();
+      int bad_sums = 0, bad_scales = 0;
+      for (int t = 0; t < n; ++t) {
+        double total = 0.0;
+        for (int64_t c = 0; c < dim / 32; ++c) {
           double want = 0.0;
           for (int r = 0; r < 32; ++r)
             want += double(h[size_t(t * dim + c * 32 + r)]) * h[size_t(t * dim + c * 32 + r)];
-          const double got = ss[size_t(c * n8 + t)];
+          const double got = ss[size_t(t * (dim / 32) + c)];
           bad_sums += !(std::fabs(got - want) <= 1e-5 * want + 1e-6);
+          total += want;
         }
+        const double want = 1.0 / (std::sqrt(total / double(dim) + eps) * kernels::kNormPieceScale);
+        bad_scales += !(std::fabs(scales[size_t(t)] - want) <= 1e-5 * want);
+      }
       CHECK(bad_sums == 0);
+      CHECK(bad_scales == 0);
+      CHECK(arrivals.download()[0] == 0u);
+      poison(scale);  // the counter left zero: a second launch finds its last block again
+      y_pieces.upload(h0);
+      kernels::launch_gemm_for(portable, g, none, nullptr);
+      CHECK(same_bits(scales, scale.download()));
+      CHECK(arrivals.download()[0] == 0u);
 
       // The norm's own x, and the readers on it and on the pieces.
       DeviceBuffer<float> xn(size_t(n * dim));
@@ -356,8 +375,7 @@ TEST_CASE("a narrow product makes the next RMSNorm in pieces; its readers give t
         kernels::launch_gemm_for(portable, ra, on_norm, nullptr);
         ra.x = unwritten.get();
         ra.y = y_read.get();
-        ra.norm_sumsq = sumsq.get();
-        ra.norm_eps = eps;
+        ra.norm_scale = scale.get();
         kernels::GemmScratch on_pieces{pieces_x.get(), x_bytes};
         on_pieces.holds_x = unwritten.get();
         REQUIRE(kernels::gemm_for_takes_norm_pieces(portable, ra, on_pieces));
