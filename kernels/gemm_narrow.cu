@@ -236,13 +236,12 @@ struct NarrowShape {
   static constexpr size_t kTileBytes = size_t(W) * (kNarrowRows + T) * kNarrowLd * sizeof(__half);
   static constexpr size_t kPipeBytes =
       kTileBytes + (staged_quants<F, T, kX == NarrowX::Fp16>() ? size_t(W) * kStageWarpBytes : 0);
-  // The warps' partial sums, then each token's scale where x is a norm's
-  // pieces (GemmArgs::norm_scale): within the pipeline's bytes in every
-  // shape built, so the pieces cost no shared memory.
+  // The warps' partial sums, within the pipeline's bytes in every shape
+  // built, then each token's scale where x is a norm's pieces
+  // (GemmArgs::norm_scale), past them: written before the main loop.
   static constexpr size_t kRedBytes = size_t(W) * T * kNarrowRedLd * sizeof(float);
-  static constexpr size_t kScaleBytes = size_t(T) * sizeof(float);
-  static_assert(kPipeBytes >= kRedBytes + kScaleBytes, "the sums and scales lie over the pipeline");
-  static constexpr size_t kSmemBytes = kPipeBytes;
+  static_assert(kPipeBytes >= kRedBytes, "the sums lie over the pipeline");
+  static constexpr size_t kSmemBytes = kPipeBytes + size_t(T) * sizeof(float);
   static_assert(kSmemBytes <= 96 * 1024, "fits the V100's shared memory");
 };
 
@@ -555,14 +554,14 @@ __device__ __forceinline__ void gemm_narrow_body(const GemmArgs& a, bool x_vec,
   XPiece xv[2][kXPerLane];
   load_x(xv[0], c_begin);
   load_x(xv[1], c_begin + 1);
-  // x made of a norm's pieces (GemmArgs::norm_scale): lane k of a warp
-  // holds the scale of token warp + k * W, the warp's k-th in the epilogue,
-  // loaded now so that its latency passes under the main loop.
-  constexpr int kPer = (T + W - 1) / W;
-  static_assert(kPer <= 32, "a lane a token's scale");
-  float piece_scale_in = 1.0f;
-  if (a.norm_scale && lane < kPer && warp + lane * W < T && t0 + warp + lane * W < a.n)
-    piece_scale_in = __ldg(a.norm_scale + t0 + warp + lane * W);
+  // x made of a norm's pieces (GemmArgs::norm_scale): each token's scale,
+  // copied to shared memory past the pipeline's while the first chunks'
+  // loads are in flight (no register held through the main loop: sm_70's
+  // 16-token Q6_K block has none to spare).
+  float* piece_scale = reinterpret_cast<float*>(smem + S::kPipeBytes);  // [T]
+  if (a.norm_scale && threadIdx.x < T)
+    piece_scale[threadIdx.x] =
+        t0 + int(threadIdx.x) < a.n ? __ldg(a.norm_scale + t0 + threadIdx.x) : 1.0f;
 
   for (int c0 = c_begin; c0 < c_end; c0 += kDepth) {
     if constexpr (kStaged) {
@@ -632,9 +631,6 @@ __device__ __forceinline__ void gemm_narrow_body(const GemmArgs& a, bool x_vec,
   // The warps' partial sums, added in warp order.
   __syncthreads();                              // every warp is done with its pipeline tiles
   float* red = reinterpret_cast<float*>(smem);  // [warp][token][kNarrowRedLd]
-  float* piece_scale = reinterpret_cast<float*>(smem + S::kRedBytes);  // [T]
-  if (a.norm_scale && lane < kPer && warp + lane * W < T)
-    piece_scale[warp + lane * W] = piece_scale_in;
 #pragma unroll
   for (int g = 0; g < kGroups; ++g)
 #pragma unroll
