@@ -276,7 +276,7 @@ Status CudaBackend::Impl::allocate_workspace() {
     // The next norm made in pieces by a narrow wo or w_down (enqueue_step):
     // the readers' fp16 x for up to 32 tokens, then the sums of squares,
     // each token's scale and the blocks' counter.
-    const size_t n8 = std::min<size_t>((T + 7) / 8 * 8, size_t(kernels::kGemmNarrowMaxTokens));
+    const size_t n8 = std::min<size_t>((T + 7) / 8 * 8, size_t(kernels::kNormPiecesMaxTokens));
     const size_t chunks = (size_t(c.dim) + 31) / 32;
     const size_t x_bytes = kernels::gemm_narrow_sm80_scratch_bytes(int(n8), c.dim);
     const size_t x_planned = (x_bytes + 255) / 256 * 256;

@@ -121,11 +121,12 @@ struct CudaBackend::Impl {
   // workspace holds fewer than 3 token rows (the norms are then launched).
   kernels::QuantizedActivations xq_norm;
   kernels::GemmScratch gemm_scratch;  // aliases xq.q (allocate_workspace)
-  // A step of 4-32 tokens' next RMSNorm, made in pieces by a portable narrow
+  // A step of 4-16 tokens' next RMSNorm, made in pieces by a portable narrow
   // wo or w_down as it writes the residual stream (kernels::NormPieces;
-  // enqueue_step): the readers' fp16 x and the sums of squares. Built in
-  // run 62 with no device time left: off until measured, on with
-  // VOLTAD_NORM_PIECES=1.
+  // enqueue_step): the readers' fp16 x, the sums of squares and each
+  // token's scale. Run 63 (H100, portable): batch 8 +0.9-1.5%, 16
+  // +0.8-1.1%, 32 -0.2 to -0.9%, so up to kernels::kNormPiecesMaxTokens
+  // (16). VOLTAD_NORM_PIECES=0 turns them off.
   struct NormPiecesBuffers {
     uint32_t* x = nullptr;
     size_t x_bytes = 0;
@@ -133,7 +134,7 @@ struct CudaBackend::Impl {
     float* scale = nullptr;        // n8
     uint32_t* arrivals = nullptr;  // zeroed once (allocate_workspace)
   } norm_pieces;
-  bool norm_pieces_on = false;
+  bool norm_pieces_on = true;
   int gemm_min_tokens = kernels::kGemmMinTokens;  // GEMMs from here, else dp4a matvecs
   // Decode graphs run the head norms, RoPE and the KV write inside the
   // attention (kernels::AttentionArgs::rope): the fp16 cache; off with

@@ -203,13 +203,14 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
         return false;
     return units && !readers.empty();
   };
-  // From gemm_min_tokens to 32 tokens, the same under `portable` (and
-  // wherever every product involved runs the portable narrow GEMM): o and
-  // down write the next norm's pieces in the epilogue (kernels::NormPieces:
-  // g * h in the narrow GEMMs' fp16 x, and each 32 rows' sums of squares),
-  // and its readers scale their outputs by 1 / rms; the norm's launch is
-  // left out (run 62: built, not yet run on a GPU; VOLTAD_NORM_PIECES=1).
-  const bool pieces = !quantized && n <= kernels::kGemmNarrowMaxTokens && !omit.norms &&
+  // From gemm_min_tokens to kernels::kNormPiecesMaxTokens (16), the same under
+  // `portable` (and wherever every product involved runs the portable
+  // narrow GEMM): o and down write the next norm's pieces in the epilogue
+  // (kernels::NormPieces: g * h in the narrow GEMMs' fp16 x, each 32 rows'
+  // sums of squares and, from their last block, each token's scale), and
+  // its readers scale their outputs by 1 / rms; the norm's launch is left
+  // out (run 63: batch 8 and 16 +1%, batch 32 lost).
+  const bool pieces = !quantized && n <= kernels::kNormPiecesMaxTokens && !omit.norms &&
                       norm_pieces_on && norm_pieces.x != nullptr;
   auto pieces_args = [&](const kernels::PackedMatrixView& w, const float* xin, int64_t ldx,
                          const float* weight) {

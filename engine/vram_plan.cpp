@@ -17,7 +17,7 @@ static_assert(voltad::kAttentionMinSplitTokens == voltad::kernels::kAttentionMin
 static_assert(voltad::kAttentionPartialHeader == voltad::kernels::kAttentionPartialHeader);
 #include "kernels/gemm_sm80.h"
 static_assert(voltad::kNarrowSplitCount == voltad::kernels::kNarrowSplits);
-static_assert(voltad::kNarrowMaxTokens == voltad::kernels::kGemmNarrowMaxTokens);
+static_assert(voltad::kNormPiecesMaxTokens == voltad::kernels::kNormPiecesMaxTokens);
 #include "kernels/topk.h"
 static_assert(voltad::kTopKChunkValues == voltad::kernels::kTopKChunk);
 static_assert(voltad::kMaxCandidates == voltad::kernels::kTopKMax);
@@ -307,7 +307,7 @@ CudaWorkspace cuda_workspace_bytes(const ModelConfig& m, const EngineLimits& l) 
   const uint64_t row_blocks = ceil_div(uint64_t(m.dim), kNarrowSplitRows);
   const uint64_t block_sums = kNarrowSplitCount * kNarrowSplitTokens * kNarrowSplitRows * 4;
   w.gemm_split = align256(row_blocks * 4) + align256(row_blocks * block_sums);
-  const uint64_t pieces_n8 = std::min<uint64_t>(ceil_div(t, 8) * 8, kNarrowMaxTokens);
+  const uint64_t pieces_n8 = std::min<uint64_t>(ceil_div(t, 8) * 8, kNormPiecesMaxTokens);
   const uint64_t dim_chunks = ceil_div(uint64_t(m.dim), 32);
   w.norm_pieces = align256(pieces_n8 * (uint64_t(m.dim) * 2 + dim_chunks * 4)) +
                   align256((dim_chunks + 1) * pieces_n8 * 4 + 4);

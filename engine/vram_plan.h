@@ -68,7 +68,7 @@ struct CudaWorkspace {
                                 // (ceil(dim/32), 2, 32, 32) fp32: the narrow sm_80 GEMM's
                                 // blocks splitting k on main-stream products of up to dim
                                 // rows (wo and the Q4_K w_down of a Q4_K_M model)
-  uint64_t norm_pieces;         // n8 = min(T rounded up to 8, 32): (n8, dim) fp16 and a
+  uint64_t norm_pieces;         // n8 = min(T rounded up to 8, 16): (n8, dim) fp16 and a
                                 // 4-byte x sum per 32 values (the narrow GEMMs' x), then
                                 // (n8, ceil(dim/32)) fp32 sums of squares, n8 fp32
                                 // scales and a uint32 counter: the next
@@ -91,9 +91,9 @@ constexpr int64_t kAttentionPartialHeader = 4;  // floats before a partial's hea
 constexpr int64_t kNarrowSplitRows = 32;
 constexpr int64_t kNarrowSplitTokens = 32;
 constexpr int64_t kNarrowSplitCount = 2;
-// The most tokens of a narrow GEMM (kernels/gemm_wmma.h,
-// kGemmNarrowMaxTokens): the next norm's pieces are made for up to these.
-constexpr int64_t kNarrowMaxTokens = 32;
+// The most tokens of a step whose next norm is made in pieces
+// (kernels/gemm_wmma.h, kNormPiecesMaxTokens).
+constexpr int64_t kNormPiecesMaxTokens = 16;
 // Tokens per KV cache block (KvBlockPool::kBlockTokens).
 constexpr int64_t kKvBlockTokens = 16;
 // Values per block of the GPU top-k's first pass (kernels/topk.h).

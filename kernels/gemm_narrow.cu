@@ -237,12 +237,13 @@ struct NarrowShape {
   static constexpr size_t kPipeBytes =
       kTileBytes + (staged_quants<F, T, kX == NarrowX::Fp16>() ? size_t(W) * kStageWarpBytes : 0);
   // The warps' partial sums, within the pipeline's bytes in every shape
-  // built, then each token's scale where x is a norm's pieces
-  // (GemmArgs::norm_scale), past them: written before the main loop.
+  // built; in the kernels of a norm's pieces each token's scale
+  // (GemmArgs::norm_scale) past them, written before the main loop.
   static constexpr size_t kRedBytes = size_t(W) * T * kNarrowRedLd * sizeof(float);
+  // A block's shared memory is kPipeBytes, kPiecesSmemBytes with the scales.
   static_assert(kPipeBytes >= kRedBytes, "the sums lie over the pipeline");
-  static constexpr size_t kSmemBytes = kPipeBytes + size_t(T) * sizeof(float);
-  static_assert(kSmemBytes <= 96 * 1024, "fits the V100's shared memory");
+  static constexpr size_t kPiecesSmemBytes = kPipeBytes + size_t(T) * sizeof(float);
+  static_assert(kPiecesSmemBytes <= 96 * 1024, "fits the V100's shared memory");
 };
 
 // W warps split k. Block (blockIdx.x, blockIdx.y) computes tokens
@@ -400,7 +401,10 @@ __device__ __forceinline__ void finish_norm_pieces(const NormPieces& p, int n, i
   }
 }
 
-template <PackedFormat F, int W, int T, NarrowX kX, WmmaPairs kP>
+// kPieces: the kernels that make or read a norm's pieces (NormPieces),
+// built apart so that the others compile as they did without them (run
+// 63: their code's registers had moved).
+template <PackedFormat F, int W, int T, NarrowX kX, WmmaPairs kP, bool kPieces>
 __device__ __forceinline__ void gemm_narrow_body(const GemmArgs& a, bool x_vec,
                                                  const uint32_t* xh) {
   using S = NarrowShape<F, W, T, kX>;
@@ -559,9 +563,10 @@ __device__ __forceinline__ void gemm_narrow_body(const GemmArgs& a, bool x_vec,
   // loads are in flight (no register held through the main loop: sm_70's
   // 16-token Q6_K block has none to spare).
   float* piece_scale = reinterpret_cast<float*>(smem + S::kPipeBytes);  // [T]
-  if (a.norm_scale && threadIdx.x < T)
-    piece_scale[threadIdx.x] =
-        t0 + int(threadIdx.x) < a.n ? __ldg(a.norm_scale + t0 + threadIdx.x) : 1.0f;
+  if constexpr (kPieces)
+    if (a.norm_scale && threadIdx.x < T)
+      piece_scale[threadIdx.x] =
+          t0 + int(threadIdx.x) < a.n ? __ldg(a.norm_scale + t0 + threadIdx.x) : 1.0f;
 
   for (int c0 = c_begin; c0 < c_end; c0 += kDepth) {
     if constexpr (kStaged) {
@@ -643,7 +648,6 @@ __device__ __forceinline__ void gemm_narrow_body(const GemmArgs& a, bool x_vec,
   // whole blocks of 32 (launch_gemm_narrow_x16 checks), and a warp skips
   // only as a whole.
   static_assert(kNarrowRows == 32, "a warp a token's rows");
-  const int n8 = (a.n + 7) / 8 * 8;
   for (int o = threadIdx.x; o < T * kNarrowRows; o += W * 32) {
     const int tm = o / kNarrowRows, rn = o % kNarrowRows;
     const int t = t0 + tm;
@@ -652,20 +656,23 @@ __device__ __forceinline__ void gemm_narrow_body(const GemmArgs& a, bool x_vec,
     float v = 0.0f;
 #pragma unroll
     for (int w = 0; w < W; ++w) v += red[(w * T + tm) * kNarrowRedLd + rn];
-    if (a.norm_scale) v *= piece_scale[tm];
+    if constexpr (kPieces)
+      if (a.norm_scale) v *= piece_scale[tm];
     if (a.bias) v += a.bias[row];
     float* dst = a.y + int64_t(t) * a.ldy + row;
     if (a.accumulate) v += *dst;
     *dst = v;
-    if (a.norm_out.weight) {  // v is h: the next norm's pieces of chunk r0 / 32
+    if (kPieces && a.norm_out.weight) {  // v is h: the next norm's pieces of chunk r0 / 32
       const int64_t c = r0 / kNarrowRows;
+      const int n8 = (a.n + 7) / 8 * 8;
       write_narrow_x_warp(v * a.norm_out.weight[row] * kNormPieceScale, lane, c, t, n8,
                           rows / kNarrowRows, a.norm_out.x);
       const float squares = warp_sum(v * v);
       if (lane == 0) a.norm_out.sumsq[t * (rows / kNarrowRows) + c] = squares;
     }
   }
-  if (a.norm_out.weight) finish_norm_pieces<W>(a.norm_out, a.n, rows, smem);
+  if constexpr (kPieces)
+    if (a.norm_out.weight) finish_norm_pieces<W>(a.norm_out, a.n, rows, smem);
 }
 
 // The last launch's block shape (gemm_narrow_last_launch, for tests).
@@ -680,34 +687,46 @@ constexpr int narrow_warps_per_sm(int tokens) {
 // Paired kernels are built where their order is native
 // (pairs_built_natively), and RowPerLane's from sm_75 too, emulated
 // (paired_chunk), for tests only (gemm_narrow_pairs_force).
-template <PackedFormat F, int W, int T, NarrowX kX, WmmaPairs kP>
+template <PackedFormat F, int W, int T, NarrowX kX, WmmaPairs kP, bool kPieces>
 __global__ void __launch_bounds__(W * 32, narrow_warps_per_sm(T) / W)
     kernel_gemm_narrow(GemmArgs a, bool x_vec, const uint32_t* xh) {
   wait_for_previous_kernel();
 #if defined(__CUDA_ARCH__)
   if constexpr (pairs_built_natively(kP, __CUDA_ARCH__) || kP == WmmaPairs::RowPerLane)
-    gemm_narrow_body<F, W, T, kX, kP>(a, x_vec, xh);
+    gemm_narrow_body<F, W, T, kX, kP, kPieces>(a, x_vec, xh);
   else
     __trap();
 #endif
 }
 
-template <PackedFormat F, int W, int T, NarrowX kX, WmmaPairs kP = WmmaPairs::None>
-void launch_narrow_x(const GemmArgs& a, dim3 grid, bool x_vec, const uint32_t* xh,
-                     cudaStream_t stream) {
+template <PackedFormat F, int W, int T, NarrowX kX, WmmaPairs kP, bool kPieces>
+void launch_narrow_kernel(const GemmArgs& a, dim3 grid, bool x_vec, const uint32_t* xh,
+                          cudaStream_t stream) {
   using S = NarrowShape<F, W, T, kX>;
   static_assert(narrow_warps_per_sm(T) % W == 0, "whole blocks an SM");
-  auto kernel = kernel_gemm_narrow<F, W, T, kX, kP>;
+  auto kernel = kernel_gemm_narrow<F, W, T, kX, kP, kPieces>;
+  constexpr size_t bytes = kPieces ? S::kPiecesSmemBytes : S::kPipeBytes;
   // Above 48 KB of dynamic shared memory a kernel must opt in (once).
   static const bool opted_in = [&] {
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    int(S::kSmemBytes)));
+    CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
     return true;
   }();
   (void)opted_in;
-  launch_kernel(kernel, grid, W * 32, S::kSmemBytes, stream, a, x_vec, xh);
+  launch_kernel(kernel, grid, W * 32, bytes, stream, a, x_vec, xh);
   CUDA_CHECK(cudaGetLastError());
   g_last_launch.store(NarrowLaunch{kP, T, W}.code());
+}
+
+// A norm's pieces only in blocks of 8 or 16 tokens (kNormPiecesMaxTokens;
+// check_norm_pieces holds the launch to that).
+template <PackedFormat F, int W, int T, NarrowX kX, WmmaPairs kP = WmmaPairs::None>
+void launch_narrow_x(const GemmArgs& a, dim3 grid, bool x_vec, const uint32_t* xh,
+                     cudaStream_t stream) {
+  if constexpr (T != kNarrowTokens32)
+    if (gemm_has_norm_pieces(a))
+      return launch_narrow_kernel<F, W, T, kX, kP, true>(a, grid, x_vec, xh, stream);
+  launch_narrow_kernel<F, W, T, kX, kP, false>(a, grid, x_vec, xh, stream);
 }
 
 // Whole stages of whole chunks (kStageChunks x 32 values: every model's
@@ -748,9 +767,9 @@ void launch_narrow(const GemmArgs& a, dim3 grid, const uint32_t* xh, cudaStream_
 // Turing, 64 KB a block).
 template <PackedFormat F, int W, int T>
 bool narrow_smem_fits() {
-  constexpr size_t bytes = std::max({NarrowShape<F, W, T, NarrowX::Fp32>::kSmemBytes,
-                                     NarrowShape<F, W, T, NarrowX::Fp32Whole>::kSmemBytes,
-                                     NarrowShape<F, W, T, NarrowX::Fp16>::kSmemBytes});
+  constexpr size_t bytes = std::max({NarrowShape<F, W, T, NarrowX::Fp32>::kPiecesSmemBytes,
+                                     NarrowShape<F, W, T, NarrowX::Fp32Whole>::kPiecesSmemBytes,
+                                     NarrowShape<F, W, T, NarrowX::Fp16>::kPiecesSmemBytes});
   return bytes <= device_smem_optin();
 }
 
@@ -864,6 +883,9 @@ namespace {
 // The norm's pieces (GemmArgs::norm_out, norm_scale): whole blocks of 32
 // rows a warp's token (the epilogue's shuffles), and what they point at.
 void check_norm_pieces(const GemmArgs& a, const void* x16) {
+  if (gemm_has_norm_pieces(a))
+    VOLTAD_KERNEL_REQUIRE(a.n <= kNormPiecesMaxTokens,
+                          "gemm narrow: a norm's pieces in steps of up to 16 tokens");
   if (a.norm_out.weight)
     VOLTAD_KERNEL_REQUIRE(a.w.layout.rows % kNarrowRows == 0 && a.norm_out.x && a.norm_out.sumsq &&
                               a.norm_out.scale && a.norm_out.arrivals &&

@@ -439,7 +439,8 @@ bool gemm_for_reads_narrow_x(KernelSet set, const GemmArgs& a, const GemmScratch
 
 bool gemm_for_takes_norm_pieces(KernelSet set, const GemmArgs& a, const GemmScratch& scratch) {
   if (gemm_for_takes_narrow_sm80(set, a, scratch) || takes_sm80(set, a, scratch)) return false;
-  if (gemm_pick_tile(a.n, a.w.layout.rows) != GemmTile::N16) return false;
+  if (a.n > kNormPiecesMaxTokens || gemm_pick_tile(a.n, a.w.layout.rows) != GemmTile::N16)
+    return false;
   if (a.norm_out.weight && a.w.layout.rows % 32 != 0) return false;
   return !a.norm_scale || (a.x && scratch.holds_x == a.x && a.w.layout.cols % 32 == 0 &&
                            takes_narrow_x16(a, scratch));

@@ -53,6 +53,9 @@ constexpr int64_t kGemmHeadRows = 65536;
 // is left out. The scale keeps g * h within fp16 for residuals up to ~1e6
 // (a power of two: exact).
 constexpr float kNormPieceScale = 1.0f / 16.0f;
+// Up to this many tokens (blocks of 8 or 16; at 17-32 the pieces lost:
+// run 63).
+constexpr int kNormPiecesMaxTokens = 16;
 struct NormPieces {
   const float* weight = nullptr;  // the norm's g (rows values); null: no pieces
   uint32_t* x = nullptr;          // the readers' x: n8 x rows fp16 and the x sums

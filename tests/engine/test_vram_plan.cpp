@@ -118,10 +118,10 @@ TEST_CASE("workspace: each buffer by its formula, 256-byte aligned, total their 
                          w.quantized_x + w.quantized_x_scales + w.selected + w.logits +
                          w.candidates + w.topk_scratch + w.step_indices + w.attention_partials +
                          w.attention_arrivals + w.gemm_split + w.norm_pieces);
-  // The next norm in pieces, for up to 32 tokens (T = 2048 here): 32 rows
-  // of 4096 fp16 and 128 x sums, then 32 x 128 sums of squares, 32
-  // scales and a counter (16,516 bytes, rounded up to 16,640).
-  CHECK(w.norm_pieces == 32ull * (4096 * 2 + 128 * 4) + 16640);
+  // The next norm in pieces, for up to 16 tokens (T = 2048 here): 16 rows
+  // of 4096 fp16 and 128 x sums, then 16 x 128 sums of squares, 16
+  // scales and a counter (8,260 bytes, rounded up to 8,448).
+  CHECK(w.norm_pieces == 16ull * (4096 * 2 + 128 * 4) + 8448);
   // T = 4: 8 rows (the narrow GEMMs' x is rounded up to 8 tokens); 8 x 129
   // floats and the counter are 4,132 bytes, rounded up to 4,352.
   CHECK(cuda_workspace_bytes(kLlama3_8b, limits(4096, 4, 4)).norm_pieces ==

@@ -294,7 +294,7 @@ TEST_CASE("a narrow product makes the next RMSNorm in pieces; its readers give t
   const float eps = 1e-5f;
   const kernels::GemmScratch none{};
   DeviceBuffer<float> d_g(random_floats(size_t(dim)));
-  for (int n : {4, 8, 13, 32}) {
+  for (int n : {4, 8, 13, 16}) {
     CAPTURE(n);
     const int n8 = (n + 7) / 8 * 8;
     DeviceBuffer<float> d_in(random_floats(size_t(n * in_cols)));
@@ -386,6 +386,18 @@ TEST_CASE("a narrow product makes the next RMSNorm in pieces; its readers give t
         CHECK(gap <= 2e-3);
       }
     }
+  }
+  // Not past kNormPiecesMaxTokens (16: at 17-32 tokens the pieces lost,
+  // run 63, and no 32-token block is built with them).
+  {
+    const DeviceMatrix wo(GgmlType::Q4_K, dim, in_cols);
+    kernels::GemmArgs g;
+    g.w = wo.view();
+    g.n = kernels::kNormPiecesMaxTokens;
+    g.norm_out.weight = d_g.get();
+    CHECK(kernels::gemm_for_takes_norm_pieces(portable, g, none));
+    g.n = kernels::kNormPiecesMaxTokens + 1;
+    CHECK_FALSE(kernels::gemm_for_takes_norm_pieces(portable, g, none));
   }
   // Only the portable narrow GEMM takes pieces: not the tiles of a head.
   kernels::GemmArgs head;
