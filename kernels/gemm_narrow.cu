@@ -52,6 +52,7 @@
 #include "kernels/launch.cuh"
 #include "kernels/narrow_plan.h"
 #include "kernels/narrow_x.cuh"
+#include "kernels/norm_pieces.cuh"
 #include "kernels/wmma_pairs.h"
 
 namespace voltad::kernels {
@@ -373,37 +374,10 @@ __device__ __forceinline__ void paired_chunk(
 // so the MMAs see the operands of the tile path on fp32 x in the same
 // order: the same sums, bit for bit. 16-token blocks run two m8n32k16 MMAs
 // a k step on the same B (8 tokens each).
-// The block of a product making a norm's pieces (NormPieces) that counts
-// in last, once every block's sums of squares are visible device-wide,
-// adds each token's (a warp a token, in chunk order then the warp's fixed
-// shuffle order: the same sum in every run) and writes its scale. It
-// leaves the counter zero for the next launch (atomicInc wraps).
-template <int W>
-__device__ __forceinline__ void finish_norm_pieces(const NormPieces& p, int n, int64_t rows,
-                                                   unsigned char* smem) {
-  __threadfence();
-  __syncthreads();  // the epilogue is done with shared memory too
-  unsigned* last = reinterpret_cast<unsigned*>(smem);
-  if (threadIdx.x == 0) {
-    const unsigned blocks = gridDim.x * gridDim.y;
-    *last = atomicInc(p.arrivals, blocks - 1) == blocks - 1;
-  }
-  __syncthreads();
-  if (!*last) return;
-  __threadfence();
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int chunks = int(rows / kNarrowRows);
-  for (int t = warp; t < n; t += W) {
-    float s = 0.0f;
-    for (int c = lane; c < chunks; c += 32) s += __ldcg(p.sumsq + int64_t(t) * chunks + c);
-    s = warp_sum(s);
-    if (lane == 0) p.scale[t] = rsqrtf(s / float(rows) + p.eps) * (1.0f / kNormPieceScale);
-  }
-}
-
-// kPieces: the kernels that make or read a norm's pieces (NormPieces),
-// built apart so that the others compile as they did without them (run
-// 63: their code's registers had moved).
+//
+// kPieces: the kernels that make or read a norm's pieces (NormPieces;
+// kernels/norm_pieces.cuh), built apart so that the others compile as
+// they did without them (run 63: their code's registers had moved).
 template <PackedFormat F, int W, int T, NarrowX kX, WmmaPairs kP, bool kPieces>
 __device__ __forceinline__ void gemm_narrow_body(const GemmArgs& a, bool x_vec,
                                                  const uint32_t* xh) {
@@ -662,14 +636,8 @@ __device__ __forceinline__ void gemm_narrow_body(const GemmArgs& a, bool x_vec,
     float* dst = a.y + int64_t(t) * a.ldy + row;
     if (a.accumulate) v += *dst;
     *dst = v;
-    if (kPieces && a.norm_out.weight) {  // v is h: the next norm's pieces of chunk r0 / 32
-      const int64_t c = r0 / kNarrowRows;
-      const int n8 = (a.n + 7) / 8 * 8;
-      write_narrow_x_warp(v * a.norm_out.weight[row] * kNormPieceScale, lane, c, t, n8,
-                          rows / kNarrowRows, a.norm_out.x);
-      const float squares = warp_sum(v * v);
-      if (lane == 0) a.norm_out.sumsq[t * (rows / kNarrowRows) + c] = squares;
-    }
+    if (kPieces && a.norm_out.weight)  // v is h: the next norm's pieces of chunk r0 / 32
+      write_norm_piece_warp(a.norm_out, v, row, lane, r0 / kNarrowRows, t, a.n, rows);
   }
   if constexpr (kPieces)
     if (a.norm_out.weight) finish_norm_pieces<W>(a.norm_out, a.n, rows, smem);
