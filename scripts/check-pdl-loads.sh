@@ -12,8 +12,8 @@
 # A kernel with no weight load before the wait has lost the overlap.
 # The float matvec waits first thing and is only checked for the first rule.
 #
-# Needs CUDA >= 12 nvcc (sm_90) and nvdisasm; nvdisasm comes from PyPI,
-# pinned, cached under ~/.cache/voltad when the toolkit has none.
+# Needs CUDA >= 12 nvcc (sm_90) and nvdisasm (scripts/nvdisasm-path.sh:
+# from PyPI, pinned, cached under ~/.cache/voltad when the toolkit has none).
 # VOLTAD_CHECK_NVCC_FLAGS adds nvcc flags, to check a variant (for example
 # -DVOLTAD_WEIGHTS_NC=1, which fails: ptxas then sinks the int8 kernels'
 # early weight loads below the wait).
@@ -21,16 +21,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 [[ -x $nvcc ]] || { echo "check-pdl-loads: skipped: no nvcc"; exit 0; }
-nvdisasm=$(dirname "$nvcc")/nvdisasm
-if [[ ! -x $nvdisasm ]]; then
-  pin=nvidia-cuda-nvdisasm==13.5.37
-  prefix="$HOME/.cache/voltad/${pin//=/-}"
-  if [[ ! -x $prefix/nvidia/cu13/bin/nvdisasm ]]; then
-    rm -rf "$prefix"
-    python3 -m pip install -q --disable-pip-version-check --no-deps --target "$prefix" "$pin" >&2
-  fi
-  nvdisasm=$prefix/nvidia/cu13/bin/nvdisasm
-fi
+nvdisasm=$(bash scripts/nvdisasm-path.sh)
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
