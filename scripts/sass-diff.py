@@ -2,6 +2,7 @@
 """Compares the SASS of two nvdisasm listings kernel by kernel.
 
     sass-diff.py [--rename REGEX=REPLACEMENT]... [--params] OLD.sass NEW.sass
+    sass-diff.py --self-test
 
 A kernel is named by its demangled name (c++filt), with the file's
 anonymous-namespace hash set aside. --rename rewrites the new listing's
@@ -53,18 +54,12 @@ def demangled(names):
     return {n: re.sub(r"_GLOBAL__N__[0-9a-f]+_[^:]*", "anon", d) for n, d in zip(names, text)}
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rename", action="append", default=[], metavar="REGEX=REPLACEMENT")
-    ap.add_argument("--params", action="store_true", help="compare parameter offsets too")
-    ap.add_argument("old")
-    ap.add_argument("new")
-    a = ap.parse_args()
-    old, new = kernels(a.old, a.params), kernels(a.new, a.params)
+def compare(old, new, renames):
+    """(same, [(name, old body, new body)], [gone names]) of two parsed listings."""
     old_names, new_names = demangled(list(old)), demangled(list(new))
     renamed = {}
     for mangled, name in new_names.items():
-        for rule in a.rename:
+        for rule in renames:
             pattern, _, replacement = rule.partition("=>")
             name = re.sub(pattern, replacement, name)
         renamed.setdefault(name, mangled)
@@ -76,6 +71,48 @@ def main():
             same += 1
         else:
             differ.append((name, old[mangled], new[renamed[name]]))
+    return same, differ, gone
+
+
+def self_test():
+    """Listings in nvdisasm -c's shape: a kernel k<int> whose parameter
+    moved, and one that gained a bool template argument."""
+    def listing(param, extra, bool_arg):
+        name = "_Z1kIiEvv" if not bool_arg else "_Z1kIiLb0EEvv"
+        return (f"//------- .text.{name} -------\n\t.section .text.{name}\n{name}:\n"
+                f"        /*0000*/                   LDC R1, c[0x0][{param}] ;  /* 0x000 */\n"
+                f"{extra}        /*0010*/                   EXIT ;\n")
+    import os
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        def parsed(text, keep_params=False):
+            path = os.path.join(d, "x.sass")
+            open(path, "w").write(text)
+            return kernels(path, keep_params)
+        base = parsed(listing("0x28", "", False))
+        assert compare(base, parsed(listing("0x38", "", False)), [])[0] == 1
+        assert len(compare(parsed(listing("0x28", "", False), True),
+                           parsed(listing("0x38", "", False), True), [])[1]) == 1
+        longer = listing("0x28", "        /*0008*/                   NOP ;\n", False)
+        assert len(compare(base, parsed(longer), [])[1]) == 1
+        gained = parsed(listing("0x28", "", True))
+        assert len(compare(base, gained, [])[2]) == 1
+        assert compare(base, gained, [r", false>\(=>>("])[0] == 1
+    print("sass-diff: self-test passed")
+    return 0
+
+
+def main():
+    if sys.argv[1:] == ["--self-test"]:
+        return self_test()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rename", action="append", default=[], metavar="REGEX=REPLACEMENT")
+    ap.add_argument("--params", action="store_true", help="compare parameter offsets too")
+    ap.add_argument("old")
+    ap.add_argument("new")
+    a = ap.parse_args()
+    old, new = kernels(a.old, a.params), kernels(a.new, a.params)
+    same, differ, gone = compare(old, new, a.rename)
     print(f"sass-diff: {len(old)} old kernels, {len(new)} new: {same} the same, "
           f"{len(differ)} differ, {len(gone)} gone")
     for name in gone[:5]:

@@ -46,6 +46,7 @@ fi
 echo "== measurement scripts (self-tests)"
 python3 scripts/ncu-stalls.py --self-test
 python3 scripts/sass-loop-mix.py --self-test
+python3 scripts/sass-diff.py --self-test
 bash scripts/device-ab-selftest.sh
 
 echo "== ThreadSanitizer (daemon threads)"
