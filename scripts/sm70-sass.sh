@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prints the V100's (sm_70) machine code for a kernel file: what the portable
 # path runs there, for counting a loop's instructions and memory operations
-# without a V100 (docs/KERNEL-NOTES.md, "sm_70 SASS").
+# without a V100 (docs/KERNEL-NOTES-RUNS-49-51.md, "sm_70 SASS").
 #
 # usage: scripts/sm70-sass.sh FILE.cu [NAME-REGEX]
 #   NAME-REGEX keeps the kernels whose (demangled) name matches (an awk

@@ -1,7 +1,7 @@
 // Paired B's orders (kernels/wmma_pairs.h) and the classification of the
 // probe's codes, on the CPU: the orders as seen on devices (the H200's
 // `load_matrix_sync`, printed by a probe on 2026-12-05; the V100's from its
-// machine code, docs/KERNEL-NOTES.md "sm_70 SASS"), each accepted as
+// machine code, docs/KERNEL-NOTES-RUNS-49-51.md "sm_70 SASS"), each accepted as
 // itself; codes that differ anywhere refused.
 #include <doctest/doctest.h>
 
