@@ -274,7 +274,7 @@ Status CudaBackend::Impl::allocate_workspace() {
   gemm_scratch.split_rows = c.dim;
   {
     // The next norm made in pieces by a narrow wo or w_down (enqueue_step):
-    // the readers' fp16 x for up to 32 tokens, then the sums of squares,
+    // the readers' fp16 x for up to 16 tokens, then the sums of squares,
     // each token's scale and the blocks' counter.
     const size_t n8 = std::min<size_t>((T + 7) / 8 * 8, size_t(kernels::kNormPiecesMaxTokens));
     const size_t chunks = (size_t(c.dim) + 31) / 32;
