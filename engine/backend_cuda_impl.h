@@ -135,6 +135,9 @@ struct CudaBackend::Impl {
     uint32_t* arrivals = nullptr;  // zeroed once (allocate_workspace)
   } norm_pieces;
   bool norm_pieces_on = true;
+  // The final norm writes the lm head's fp16 x where the head reads it
+  // (VOLTAD_HEAD_X16=0: the head converts x itself; comparisons).
+  bool head_x16_on = true;
   int gemm_min_tokens = kernels::kGemmMinTokens;  // GEMMs from here, else dp4a matvecs
   // Decode graphs run the head norms, RoPE and the KV write inside the
   // attention (kernels::AttentionArgs::rope): the fp16 cache; off with

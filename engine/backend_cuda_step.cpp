@@ -416,11 +416,25 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
                           next ? &next->qkv : nullptr, "attn");
   }
 
-  scratch_holds = nullptr;  // the final norm's quantization takes the scratch's bytes (xq)
+  scratch_holds = nullptr;
+  pieces_hold = false;
   if (n_out > 0) {
     kernels::launch_gather_rows(x, dim, d_logit_rows, n_out, dim, selected, dim, st);
     // Out of place: the norm's blocks of a row all read the whole row.
-    kernels::launch_rmsnorm_quantize(selected, dim, output_norm, xn, dim, n_out, dim, c.rms_eps, xq, st);
+    // Where the lm head reads fp16 x (a narrow GEMM, or from 9 tokens the
+    // 32-token tiles), the norm writes it into the scratch; otherwise it
+    // quantizes for the matvecs into xq, which takes the scratch's bytes.
+    const bool head_x16 =
+        head_x16_on && n_out >= gemm_min_tokens &&
+        kernels::gemm_for_reads_narrow_x(
+            options.kernels, gemm_args(output, xn, dim, n_out, logits, c.n_vocab, nullptr, false),
+            gemm_scratch);
+    if (head_x16 && kernels::launch_rmsnorm_narrow_x(selected, dim, output_norm, xn, dim, n_out,
+                                                     dim, c.rms_eps, gemm_scratch.data, st))
+      scratch_holds = xn;
+    else
+      kernels::launch_rmsnorm_quantize(selected, dim, output_norm, xn, dim, n_out, dim, c.rms_eps,
+                                       xq, st);
     matvec(omit.output, output, xn, dim, n_out, logits, c.n_vocab, nullptr, false);
   }
 }

@@ -424,11 +424,16 @@ bool takes_sm80(KernelSet set, const GemmArgs& a, const GemmScratch& scratch) {
   return set == KernelSet::Auto && gemm_sm80_supports(a, scratch) &&
          (sm80_always() || gemm_sm80_preferred(a));
 }
-// The portable narrow GEMM on the scratch's fp16 x, where it may hold it.
+// The portable narrow GEMM or 32-token tiles on the scratch's fp16 x,
+// where it may hold it.
 bool takes_narrow_x16(const GemmArgs& a, const GemmScratch& scratch) {
   return scratch.data && reinterpret_cast<uintptr_t>(scratch.data) % 16 == 0 &&
          scratch.bytes >= gemm_narrow_sm80_scratch_bytes(a.n, a.w.layout.cols) &&
-         gemm_narrow_takes_x16(a);
+         (gemm_narrow_takes_x16(a) || gemm_tiles_take_x16(a));
+}
+void launch_x16(const GemmArgs& a, const void* x16, cudaStream_t stream) {
+  if (gemm_narrow_takes_x16(a)) return launch_gemm_narrow_x16(a, x16, stream);
+  launch_gemm_tiles_x16(a, x16, stream);
 }
 }  // namespace
 
@@ -453,14 +458,14 @@ void launch_gemm_for(KernelSet set, const GemmArgs& a, const GemmScratch& scratc
                           "gemm: a norm's pieces only on the portable narrow GEMM "
                           "(gemm_for_takes_norm_pieces)");
     if (a.x && scratch.holds_x == a.x && takes_narrow_x16(a, scratch))
-      return launch_gemm_narrow_x16(a, scratch.data, stream);
+      return launch_x16(a, scratch.data, stream);
     return launch_gemm_narrow(a, stream);
   }
   if (gemm_for_takes_narrow_sm80(set, a, scratch))
     return launch_gemm_narrow_sm80(a, scratch, stream);
   if (takes_sm80(set, a, scratch)) return launch_gemm_sm80(a, scratch, stream);
   if (a.x && scratch.holds_x == a.x && takes_narrow_x16(a, scratch))
-    return launch_gemm_narrow_x16(a, scratch.data, stream);
+    return launch_x16(a, scratch.data, stream);
   launch_gemm(a, stream);
 }
 

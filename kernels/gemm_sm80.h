@@ -181,8 +181,9 @@ bool gemm_for_takes_narrow_sm80(KernelSet set, const GemmArgs& args, const GemmS
 
 // Whether launch_gemm_for(set, args, scratch) would read x from the scratch
 // where scratch.holds_x == args.x (kernels/narrow_x.cuh's layout): the
-// sm_80 narrow GEMM, or the portable one where gemm_narrow_takes_x16 and
-// the scratch holds n rows of x (not where the prefill variant would take
+// sm_80 narrow GEMM, or the portable narrow kernel or 32-token tiles where
+// gemm_narrow_takes_x16 or gemm_tiles_take_x16 and the scratch holds n
+// rows of x (not where the prefill variant would take
 // the call: it rounds x into the scratch itself). A kernel that makes x for
 // such GEMMs writes it there too, and they skip the conversion.
 bool gemm_for_reads_narrow_x(KernelSet set, const GemmArgs& args, const GemmScratch& scratch);
@@ -196,8 +197,9 @@ bool gemm_for_takes_norm_pieces(KernelSet set, const GemmArgs& args, const GemmS
 // With `set` Auto: the sm_80 narrow GEMM where it takes the arguments, else
 // launch_gemm_sm80 where it takes them and is preferred for them; otherwise
 // (and with Portable) launch_gemm (the portable kernels, auto tile), or the
-// portable narrow kernel on the scratch's fp16 x (launch_gemm_narrow_x16)
-// where it holds x and gemm_for_reads_narrow_x.
+// portable narrow kernel or 32-token tiles on the scratch's fp16 x
+// (launch_gemm_narrow_x16, launch_gemm_tiles_x16) where it holds x and
+// gemm_for_reads_narrow_x.
 // VOLTAD_GEMM_SM80_ALWAYS=1 (tests) puts launch_gemm_sm80 first.
 void launch_gemm_for(KernelSet set, const GemmArgs& args, const GemmScratch& scratch,
                      cudaStream_t stream);

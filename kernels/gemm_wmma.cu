@@ -13,7 +13,12 @@
 //            one per thread (every tile shape has 2*BN threads). Its 16
 //            bytes of nibbles (32 of int8, 64 of f16, 128 of f32) and its
 //            scales become 32 halves, stored as 4 16-byte words.
-//   x:       BM x 64 floats, float4 per thread per step, rounded to FP16.
+//   x:       BM x 64 floats, float4 per thread per step, rounded to FP16;
+//            or, in the 32-token tiles, x already in fp16 in the narrow
+//            GEMMs' layout (kernels/narrow_x.cuh), written by the kernel
+//            that made it (kX16): a stage's two chunks are 2 x 32 tokens x
+//            64 contiguous bytes, one 16-byte load a thread (two in the
+//            4-warp tile), put back in k order on the way to shared memory.
 //   shared:  both tiles k-contiguous with rows of 72 halves (144 bytes: the
 //            8-half pad spreads the rows of a 16x16 fragment over the banks);
 //            x is wmma's row-major A, W (rows x k) is its column-major B.
@@ -81,14 +86,30 @@ __device__ __forceinline__ void load_x8_edge(const float* p, int64_t k, int64_t 
   hi = make_float4(v[4], v[5], v[6], v[7]);
 }
 
+// Words 4q..4q+3 of a chunk in the narrow x layout hold the values
+// 4q..4q+3 and 16+4q..19+4q as the pairs (v, v+2), (v+1, v+3): put back
+// as (v, v+1), (v+2, v+3) at k = 4q and 16 + 4q of the chunk's 32 halves.
+__device__ __forceinline__ void store_x16_quarter(__half* chunk_row, int q, uint4 w) {
+  *reinterpret_cast<uint2*>(chunk_row + 4 * q) =
+      make_uint2(__byte_perm(w.x, w.y, 0x5410), __byte_perm(w.x, w.y, 0x7632));
+  *reinterpret_cast<uint2*>(chunk_row + 16 + 4 * q) =
+      make_uint2(__byte_perm(w.z, w.w, 0x5410), __byte_perm(w.z, w.w, 0x7632));
+}
+
 // MinBlocks 2 caps registers at 128 so that two 128x128 blocks share an SM
 // where shared memory allows (sm_80+: 2 x 72 KB); the V100 holds one.
-template <PackedFormat F, int BM, int BN, int WM, int WN, int MinBlocks>
-__global__ void __launch_bounds__(WM* WN * 32, MinBlocks) kernel_gemm_wmma(GemmArgs a, bool x_vec) {
+// kX16: x is x16 (the narrow GEMMs' fp16 layout, n rounded up to 8 rows),
+// not a.x; BM 32 only.
+template <PackedFormat F, int BM, int BN, int WM, int WN, int MinBlocks, bool kX16>
+__global__ void __launch_bounds__(WM* WN * 32, MinBlocks)
+    kernel_gemm_wmma(GemmArgs a, bool x_vec, const uint32_t* x16) {
   wait_for_previous_kernel();
   using S = TileShape<BM, BN, WM, WN>;
   constexpr int T = S::kThreads, FM = S::kFragsM, FN = S::kFragsN;
-  constexpr int XP = S::kXPasses, XR = S::kXRowsPerPass;
+  constexpr int XP = kX16 ? 1 : S::kXPasses, XR = S::kXRowsPerPass;
+  // x16: BM tokens x 2 chunks x 4 quarters of 16 bytes a stage.
+  constexpr int XQ = kX16 ? BM * 8 / T : 1;
+  static_assert(!kX16 || (BM == 32 && XQ * T == BM * 8), "x16 tiles: 32 tokens, whole loads");
   extern __shared__ __align__(128) unsigned char smem[];
   __half* sx = reinterpret_cast<__half*>(smem);  // [2][BM][kTileLd]
   __half* sw = sx + 2 * BM * kTileLd;            // [2][BN][kTileLd]
@@ -112,6 +133,8 @@ __global__ void __launch_bounds__(WM* WN * 32, MinBlocks) kernel_gemm_wmma(GemmA
   const bool x_rows_full = x_vec && m0 + BM <= a.n;
   Chunk<F> chunk;
   float4 xv[2 * XP];
+  uint4 xh[XQ];
+  const int64_t n8 = (a.n + 7) / 8 * 8;
 
   auto load_stage = [&](int s) {
     const int64_t c = int64_t(s) * 2 + wc;
@@ -120,7 +143,16 @@ __global__ void __launch_bounds__(WM* WN * 32, MinBlocks) kernel_gemm_wmma(GemmA
     else
       chunk.zero();
     const int64_t k0 = int64_t(s) * kStageK;
-    if (x_rows_full && k0 + kStageK <= cols) {  // the common case: no checks
+    if constexpr (kX16) {  // cols is whole stages (gemm_tiles_take_x16)
+#pragma unroll
+      for (int j = 0; j < XQ; ++j) {
+        const int i = tid + j * T, token = m0 + ((i >> 2) & (BM - 1));
+        const int64_t c = int64_t(s) * 2 + i / (BM * 4);
+        xh[j] = token < a.n ? load_activation(reinterpret_cast<const uint4*>(
+                                  x16 + (c * n8 + token) * 16 + 4 * (i & 3)))
+                            : make_uint4(0, 0, 0, 0);
+      }
+    } else if (x_rows_full && k0 + kStageK <= cols) {  // the common case: no checks
 #pragma unroll
       for (int j = 0; j < XP; ++j) {
         const float4* p = reinterpret_cast<const float4*>(x_base + j * x_pass + k0);
@@ -143,12 +175,21 @@ __global__ void __launch_bounds__(WM* WN * 32, MinBlocks) kernel_gemm_wmma(GemmA
 #pragma unroll
     for (int i = 0; i < 4; ++i)
       dst[i] = make_uint4(h[4 * i], h[4 * i + 1], h[4 * i + 2], h[4 * i + 3]);
+    if constexpr (kX16) {
 #pragma unroll
-    for (int j = 0; j < XP; ++j) {
-      const float4 lo = xv[2 * j], hi = xv[2 * j + 1];
-      *reinterpret_cast<uint4*>(sx + (buf * BM + xr + j * XR) * kTileLd + xk) =
-          make_uint4(pack_half2(lo.x, lo.y), pack_half2(lo.z, lo.w), pack_half2(hi.x, hi.y),
-                     pack_half2(hi.z, hi.w));
+      for (int j = 0; j < XQ; ++j) {
+        const int i = tid + j * T;
+        store_x16_quarter(sx + (buf * BM + ((i >> 2) & (BM - 1))) * kTileLd + i / (BM * 4) * 32,
+                          i & 3, xh[j]);
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < XP; ++j) {
+        const float4 lo = xv[2 * j], hi = xv[2 * j + 1];
+        *reinterpret_cast<uint4*>(sx + (buf * BM + xr + j * XR) * kTileLd + xk) =
+            make_uint4(pack_half2(lo.x, lo.y), pack_half2(lo.z, lo.w), pack_half2(hi.x, hi.y),
+                       pack_half2(hi.z, hi.w));
+      }
     }
   };
 
@@ -208,10 +249,10 @@ __global__ void __launch_bounds__(WM* WN * 32, MinBlocks) kernel_gemm_wmma(GemmA
   }
 }
 
-template <PackedFormat F, int BM, int BN, int WM, int WN, int MinBlocks = 1>
-void launch_tile(const GemmArgs& a, cudaStream_t stream) {
+template <PackedFormat F, int BM, int BN, int WM, int WN, int MinBlocks = 1, bool kX16 = false>
+void launch_tile(const GemmArgs& a, cudaStream_t stream, const uint32_t* x16 = nullptr) {
   using S = TileShape<BM, BN, WM, WN>;
-  auto kernel = kernel_gemm_wmma<F, BM, BN, WM, WN, MinBlocks>;
+  auto kernel = kernel_gemm_wmma<F, BM, BN, WM, WN, MinBlocks, kX16>;
   // Above 48 KB of dynamic shared memory a kernel must opt in (once).
   static const bool opted_in = [&] {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -221,7 +262,7 @@ void launch_tile(const GemmArgs& a, cudaStream_t stream) {
   (void)opted_in;
   const bool x_vec = a.ldx % 4 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
   const dim3 grid(unsigned((a.n + BM - 1) / BM), unsigned((a.w.layout.rows + BN - 1) / BN));
-  launch_kernel(kernel, grid, S::kThreads, S::kSmemBytes, stream, a, x_vec);
+  launch_kernel(kernel, grid, S::kThreads, S::kSmemBytes, stream, a, x_vec, x16);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -245,7 +286,54 @@ void launch_format(const GemmArgs& a, GemmTile tile, cudaStream_t stream) {
   }
 }
 
+template <PackedFormat F>
+void launch_format_x16(const GemmArgs& a, GemmTile tile, const uint32_t* x16, cudaStream_t stream) {
+  if (tile == GemmTile::T32x64) return launch_tile<F, 32, 64, 1, 4, 1, true>(a, stream, x16);
+  launch_tile<F, 32, 128, 1, 8, 1, true>(a, stream, x16);
+}
+
+// VOLTAD_GEMM_TILES_X16=0: the tiles convert x themselves (comparisons).
+bool tiles_x16_on() {
+  static const bool on = [] {
+    const char* v = std::getenv("VOLTAD_GEMM_TILES_X16");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  return on;
+}
+
 }  // namespace
+
+bool gemm_tiles_take_x16(const GemmArgs& a) {
+  const PackedLayout& l = a.w.layout;
+  if (!tiles_x16_on() || a.n < 1 || a.n > kGemmNarrowMaxTokens || !a.w.data ||
+      l.cols % kStageK != 0 || gemm_has_norm_pieces(a))
+    return false;
+  const GemmTile tile = gemm_pick_tile(a.n, l.rows);
+  return tile == GemmTile::T32x64 || tile == GemmTile::T32x128;
+}
+
+void launch_gemm_tiles_x16(const GemmArgs& a, const void* x16, cudaStream_t stream) {
+  VOLTAD_KERNEL_REQUIRE(gemm_tiles_take_x16(a),
+                        "gemm tiles x16: a shape they take (gemm_tiles_take_x16)");
+  launch_gemm_tiles_x16(a, gemm_pick_tile(a.n, a.w.layout.rows), x16, stream);
+}
+
+void launch_gemm_tiles_x16(const GemmArgs& a, GemmTile tile, const void* x16, cudaStream_t stream) {
+  const PackedLayout& l = a.w.layout;
+  VOLTAD_KERNEL_REQUIRE(tile == GemmTile::T32x64 || tile == GemmTile::T32x128,
+                        "gemm tiles x16: the 32x64 or 32x128 tile");
+  VOLTAD_KERNEL_REQUIRE(
+      a.n >= 1 && a.y && a.w.data && x16 && reinterpret_cast<uintptr_t>(x16) % 16 == 0,
+      "gemm tiles x16: n >= 1, y, weights and 16-byte aligned x");
+  VOLTAD_KERNEL_REQUIRE(l.rows >= 1 && l.cols % kStageK == 0 && a.ldy >= l.rows,
+                        "gemm tiles x16: cols whole stages of 64, y's row stride");
+  VOLTAD_KERNEL_REQUIRE((l.rows + 63) / 64 <= 65535, "gemm tiles x16: too many rows for the grid");
+  VOLTAD_KERNEL_REQUIRE(!gemm_has_norm_pieces(a),
+                        "gemm tiles x16: a norm's pieces are the narrow kernel's");
+  with_packed_format(l.format, [&](auto f) {
+    launch_format_x16<decltype(f)::value>(a, tile, static_cast<const uint32_t*>(x16), stream);
+  });
+}
 
 GemmTile gemm_pick_tile(int n, int64_t rows) {
   const int sms = device_sm_count();

@@ -142,6 +142,19 @@ void launch_gemm_narrow(const GemmArgs& args, cudaStream_t stream);
 // (every model's products); off with VOLTAD_NARROW_X16=0 (comparisons).
 bool gemm_narrow_takes_x16(const GemmArgs& args);
 void launch_gemm_narrow_x16(const GemmArgs& args, const void* x16, cudaStream_t stream);
+// The 32-token tiles (32x64, 32x128: an lm head at 9-32 tokens, other
+// products where the narrow kernel does not take them) on the same fp16 x:
+// each stage's x one 16-byte load a thread, 4 KB for 32 tokens against the
+// 8 KB of fp32 it converts otherwise. Takes up to kGemmNarrowMaxTokens
+// tokens where gemm_pick_tile picks those tiles, `cols` whole stages of 64,
+// any format; off with VOLTAD_GEMM_TILES_X16=0 (comparisons). Same fp16
+// operands as launch_gemm on those tiles: the same results, bit for bit.
+bool gemm_tiles_take_x16(const GemmArgs& args);
+void launch_gemm_tiles_x16(const GemmArgs& args, const void* x16, cudaStream_t stream);
+// Tests: the tile named (T32x64 or T32x128) for any n >= 1, x16 holding n
+// rounded up to 8 rows.
+void launch_gemm_tiles_x16(const GemmArgs& args, GemmTile tile, const void* x16,
+                           cudaStream_t stream);
 
 // Paired B (kernels/wmma_pairs.h): the order in which the narrow kernel on
 // fp16 x builds the 4-bit formats' B fragments in registers, from a probe
