@@ -14,7 +14,8 @@
 // compute-bound and the weights' L2 residency hardly matters: each matrix is
 // allocated once. Times: median of 7 rounds of the mean over 10 launches,
 // from CUDA events, after a warm-up.
-// `bench_gemm head`: the lm heads alone at 9-32 tokens in each kernel;
+// `bench_gemm head`: the lm heads alone at 9-32 tokens in each kernel (the
+// 32-token tiles also on fp16 x, as the decode graph gives it to them);
 // `bench_gemm wide`: a layer's products at 17-32 tokens in each kernel (the
 // narrow launch here converts fp32 x itself, where the decode graph's reads
 // the fp16 x its RMSNorm wrote: compare tiles with tiles).
@@ -140,6 +141,20 @@ float time_gemm(const Matrix& m, Buffers& buf, int n, GemmTile tile, bool accumu
   return time_ms([&] { launch_gemm(a, tile, nullptr); });
 }
 
+// The 32-token tiles on fp16 x in the narrow layout (launch_gemm_tiles_x16):
+// the scratch's bytes as that x (0x3C3C halves, ~1.06).
+float time_gemm_x16(const Matrix& m, Buffers& buf, int n, GemmTile tile) {
+  GemmArgs a;
+  a.w = m.view;
+  a.x = buf.x;
+  a.ldx = m.view.layout.cols;
+  a.n = n;
+  a.y = buf.y;
+  a.ldy = m.view.layout.rows;
+  CUDA_CHECK(cudaMemset(buf.scratch.data, 0x3C, buf.scratch.bytes));
+  return time_ms([&] { launch_gemm_tiles_x16(a, tile, buf.scratch.data, nullptr); });
+}
+
 void report(const std::string& what, int n, int64_t rows, int64_t cols, float ms, bool summary) {
   const double tflops = 2.0 * n * rows * cols / (ms * 1e-3) / 1e12;
   char line[200];
@@ -202,6 +217,10 @@ void head_sweep(bench::Buffers& buf) {
         const float ms = time_gemm(m, buf, n, t);
         report(std::string(h.what) + " n=" + std::to_string(n) + " " + gemm_tile_name(t), n, h.rows,
                4096, ms, false);
+        if (t != GemmTile::T32x64 && t != GemmTile::T32x128) continue;
+        const float ms16 = time_gemm_x16(m, buf, n, t);
+        report(std::string(h.what) + " n=" + std::to_string(n) + " " + gemm_tile_name(t) + " x16",
+               n, h.rows, 4096, ms16, false);
       }
   }
 }
@@ -296,16 +315,21 @@ int main(int argc, char** argv) {
       CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k, threads, smem));
       std::printf("%-12s regs %d, smem %zu, %d blk/SM\n", name, attr.numRegs, smem, blocks);
     };
-    show("128x128", (const void*)kernel_gemm_wmma<PackedFormat::Int4K256, 128, 128, 2, 4, 1>, 256,
+    show("128x128", (const void*)kernel_gemm_wmma<PackedFormat::Int4K256, 128, 128, 2, 4, 1, false>,
+         256, TileShape<128, 128, 2, 4>::kSmemBytes);
+    show("128x128/2",
+         (const void*)kernel_gemm_wmma<PackedFormat::Int4K256, 128, 128, 2, 4, 2, false>, 256,
          TileShape<128, 128, 2, 4>::kSmemBytes);
-    show("128x128/2", (const void*)kernel_gemm_wmma<PackedFormat::Int4K256, 128, 128, 2, 4, 2>, 256,
-         TileShape<128, 128, 2, 4>::kSmemBytes);
-    show("64x128", (const void*)kernel_gemm_wmma<PackedFormat::Int4K256, 64, 128, 2, 4, 1>, 256,
-         TileShape<64, 128, 2, 4>::kSmemBytes);
-    show("32x64", (const void*)kernel_gemm_wmma<PackedFormat::Int4K256, 32, 64, 1, 4, 1>, 128,
-         TileShape<32, 64, 1, 4>::kSmemBytes);
-    show("32x128 Q6_K", (const void*)kernel_gemm_wmma<PackedFormat::Int6K256, 32, 128, 1, 8, 1>,
-         256, TileShape<32, 128, 1, 8>::kSmemBytes);
+    show("64x128", (const void*)kernel_gemm_wmma<PackedFormat::Int4K256, 64, 128, 2, 4, 1, false>,
+         256, TileShape<64, 128, 2, 4>::kSmemBytes);
+    show("32x64", (const void*)kernel_gemm_wmma<PackedFormat::Int4K256, 32, 64, 1, 4, 1, false>,
+         128, TileShape<32, 64, 1, 4>::kSmemBytes);
+    show("32x128 Q6_K",
+         (const void*)kernel_gemm_wmma<PackedFormat::Int6K256, 32, 128, 1, 8, 1, false>, 256,
+         TileShape<32, 128, 1, 8>::kSmemBytes);
+    show("32x128 Q6_K x16",
+         (const void*)kernel_gemm_wmma<PackedFormat::Int6K256, 32, 128, 1, 8, 1, true>, 256,
+         TileShape<32, 128, 1, 8>::kSmemBytes);
   }
 
   std::printf("\n== token count sweep, Q4_K 4096x4096 ==\n");
