@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "engine/backend_cuda_impl.h"
@@ -426,6 +427,8 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(std::shared_ptr<const M
       std::fprintf(stderr, "voltad: VOLTAD_QKV_SIDE=%s is neither 0 nor 1; the rule decides\n", v);
   }
   if (const char* v = std::getenv("VOLTAD_NORM_PIECES")) impl->norm_pieces_on = v[0] != '0';
+  if (const char* v = std::getenv("VOLTAD_NORM_PIECES_MAX"))
+    impl->norm_pieces_max = std::clamp(std::atoi(v), 0, kernels::kNormPiecesMaxTokens);
   if (const char* v = std::getenv("VOLTAD_HEAD_X16")) impl->head_x16_on = v[0] != '0';
   if (const char* v = std::getenv("VOLTAD_NORM_UNITS")) {
     impl->norm_units = std::string(v) == "0" ? 0 : std::string(v) == "1" ? 1 : -1;

@@ -121,12 +121,15 @@ struct CudaBackend::Impl {
   // workspace holds fewer than 3 token rows (the norms are then launched).
   kernels::QuantizedActivations xq_norm;
   kernels::GemmScratch gemm_scratch;  // aliases xq.q (allocate_workspace)
-  // A step of 4-16 tokens' next RMSNorm, made in pieces by a portable narrow
+  // A step of 4-8 tokens' next RMSNorm, made in pieces by a portable narrow
   // wo or w_down as it writes the residual stream (kernels::NormPieces;
   // enqueue_step): the readers' fp16 x, the sums of squares and each
   // token's scale. Run 63 (H100, portable): batch 8 +0.9-1.5%, 16
-  // +0.8-1.1%, 32 -0.2 to -0.9%, so up to kernels::kNormPiecesMaxTokens
-  // (16). VOLTAD_NORM_PIECES=0 turns them off.
+  // +0.8-1.1%, 32 -0.2 to -0.9%; run 64 (H100, the pieces' kernels of
+  // their own): batch 4 and 8 -0.2 to +0.6%, 12 -1.0% / -1.4%, 16 -0.8 to
+  // -2.1%. So up to norm_pieces_max (8; the kernels take up to
+  // kernels::kNormPiecesMaxTokens, 16, and VOLTAD_NORM_PIECES_MAX=N moves
+  // the bound there); VOLTAD_NORM_PIECES=0 turns them off.
   struct NormPiecesBuffers {
     uint32_t* x = nullptr;
     size_t x_bytes = 0;
@@ -135,6 +138,7 @@ struct CudaBackend::Impl {
     uint32_t* arrivals = nullptr;  // zeroed once (allocate_workspace)
   } norm_pieces;
   bool norm_pieces_on = true;
+  int norm_pieces_max = 8;
   // The final norm writes the lm head's fp16 x where the head reads it
   // (VOLTAD_HEAD_X16=0: the head converts x itself; comparisons).
   bool head_x16_on = true;

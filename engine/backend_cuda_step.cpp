@@ -203,15 +203,15 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
         return false;
     return units && !readers.empty();
   };
-  // From gemm_min_tokens to kernels::kNormPiecesMaxTokens (16), the same under
-  // `portable` (and wherever every product involved runs the portable
-  // narrow GEMM): o and down write the next norm's pieces in the epilogue
+  // From gemm_min_tokens to norm_pieces_max (8), the same under `portable`
+  // (and wherever every product involved runs the portable narrow GEMM):
+  // o and down write the next norm's pieces in the epilogue
   // (kernels::NormPieces: g * h in the narrow GEMMs' fp16 x, each 32 rows'
   // sums of squares and, from their last block, each token's scale), and
   // its readers scale their outputs by 1 / rms; the norm's launch is left
-  // out (run 63: batch 8 and 16 +1%, batch 32 lost).
-  const bool pieces = !quantized && n <= kernels::kNormPiecesMaxTokens && !omit.norms &&
-                      norm_pieces_on && norm_pieces.x != nullptr;
+  // out (runs 63-64: even to +0.6% at batch 4-8, lost from 12).
+  const bool pieces = !quantized && n <= norm_pieces_max && !omit.norms && norm_pieces_on &&
+                      norm_pieces.x != nullptr;
   auto pieces_args = [&](const kernels::PackedMatrixView& w, const float* xin, int64_t ldx,
                          const float* weight) {
     kernels::GemmArgs g = gemm_args(w, xin, ldx, n, x, dim, nullptr, true);
