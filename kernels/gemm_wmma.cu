@@ -288,7 +288,17 @@ void launch_format(const GemmArgs& a, GemmTile tile, cudaStream_t stream) {
 
 template <PackedFormat F>
 void launch_format_x16(const GemmArgs& a, GemmTile tile, const uint32_t* x16, cudaStream_t stream) {
+  // VOLTAD_GEMM_TILES_X16_BLOCKS=3 (off until measured): the 32x128 tiles
+  // capped at 80 registers, three blocks an SM where shared memory allows
+  // (sm_80+; 2 x 46 KB on the V100) instead of two: 24 warps to hide each
+  // stage's loads, for a head that reads ~1.1 of ~3.0 TB/s on an H100 (run
+  // 64; sm_90, no spills, 66-80 registers against 78-110).
+  static const bool three = [] {
+    const char* v = std::getenv("VOLTAD_GEMM_TILES_X16_BLOCKS");
+    return v && std::strcmp(v, "3") == 0;
+  }();
   if (tile == GemmTile::T32x64) return launch_tile<F, 32, 64, 1, 4, 1, true>(a, stream, x16);
+  if (three) return launch_tile<F, 32, 128, 1, 8, 3, true>(a, stream, x16);
   launch_tile<F, 32, 128, 1, 8, 1, true>(a, stream, x16);
 }
 
