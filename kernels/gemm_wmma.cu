@@ -31,6 +31,7 @@
 #include <mma.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -322,6 +323,14 @@ bool gemm_tiles_take_x16(const GemmArgs& a) {
   return tile == GemmTile::T32x64 || tile == GemmTile::T32x128;
 }
 
+namespace {
+std::atomic<uint64_t> tiles_x16_launches{0};
+}  // namespace
+
+uint64_t gemm_tiles_x16_launches() {
+  return tiles_x16_launches.load();
+}
+
 void launch_gemm_tiles_x16(const GemmArgs& a, const void* x16, cudaStream_t stream) {
   VOLTAD_KERNEL_REQUIRE(gemm_tiles_take_x16(a),
                         "gemm tiles x16: a shape they take (gemm_tiles_take_x16)");
@@ -343,6 +352,7 @@ void launch_gemm_tiles_x16(const GemmArgs& a, GemmTile tile, const void* x16, cu
   with_packed_format(l.format, [&](auto f) {
     launch_format_x16<decltype(f)::value>(a, tile, static_cast<const uint32_t*>(x16), stream);
   });
+  ++tiles_x16_launches;
 }
 
 GemmTile gemm_pick_tile(int n, int64_t rows) {

@@ -155,6 +155,9 @@ void launch_gemm_tiles_x16(const GemmArgs& args, const void* x16, cudaStream_t s
 // rounded up to 8 rows.
 void launch_gemm_tiles_x16(const GemmArgs& args, GemmTile tile, const void* x16,
                            cudaStream_t stream);
+// Tests: the tiles' launches on fp16 x in this process so far (a graph's
+// counted once, as it is captured).
+uint64_t gemm_tiles_x16_launches();
 
 // Paired B (kernels/wmma_pairs.h): the order in which the narrow kernel on
 // fp16 x builds the 4-bit formats' B fragments in registers, from a probe

@@ -553,6 +553,69 @@ TEST_CASE("batched steps with auto (narrow GEMM, fused x) follow the portable ke
   }
 }
 
+// An lm head of kGemmHeadRows rows or more takes the 32x128 tiles at 9-32
+// tokens (gemm_pick_tile); under `portable` they read the fp16 x the final
+// norm writes for them (run 64). Steps of 16 and 12 sequences against the
+// same steps with VOLTAD_HEAD_X16=0, where the head converts the norm's
+// fp32 x itself: the same fp16 operands but for the two norm kernels' own
+// sums, so the logits are close; and the x16 tiles must have run (a head
+// that read some other x would be far off).
+TEST_CASE("an lm head in the 32-token tiles reads the final norm's fp16 x (portable)") {
+  test::TinyModelSpec spec;
+  spec.dim = 256;
+  spec.n_layers = 1;
+  spec.ffn_dim = 256;
+  spec.n_vocab = kernels::kGemmHeadRows + 64;
+  spec.omit.insert("output.weight");
+  GgufWriter w = test::tiny_model_writer(spec);
+  std::mt19937 rng(5);
+  w.add_tensor("output.weight", GgmlType::Q6_K, {256, uint64_t(spec.n_vocab)},
+               test::random_valid_tensor(GgmlType::Q6_K, spec.n_vocab, 256, rng, 15));
+  auto file = GgufFile::from_bytes(w.to_bytes(), "big-vocab.gguf");
+  REQUIRE_MESSAGE(file.ok(), (file.ok() ? "" : file.error().message));
+  auto model = load_model(std::move(file).value());
+  REQUIRE_MESSAGE(model.ok(), (model.ok() ? "" : model.error().message));
+  const int32_t vocab = int32_t(spec.n_vocab);
+  std::vector<std::vector<float>> rows[2];
+  uint64_t launched[2] = {0, 0};
+  for (int k = 0; k < 2; ++k) {
+    const EnvScope head_x16("VOLTAD_HEAD_X16", k == 1 ? "0" : nullptr);
+    auto be = make_cuda(model.value(), 64, 16, 64, kernels::KernelSet::Portable);
+    const uint64_t before = kernels::gemm_tiles_x16_launches();
+    std::vector<std::vector<int32_t>> toks(16);
+    for (int s = 0; s < 16; ++s) REQUIRE(be->kv_pool().reserve(s, 8));
+    for (int count : {16, 12, 16}) {  // one token of each of the first `count` sequences
+      std::vector<BatchChunk> chunks;
+      for (int s = 0; s < count; ++s)
+        toks[size_t(s)].push_back(
+            int32_t((s * 7919 + int(toks[size_t(s)].size()) * 131 + 17) % vocab));
+      for (int s = 0; s < count; ++s) {
+        BatchChunk c;
+        c.seq_id = s;
+        c.start_pos = int32_t(toks[size_t(s)].size()) - 1;
+        c.tokens = std::span<const int32_t>(toks[size_t(s)]).last(1);
+        chunks.push_back(c);
+      }
+      ForwardOutput out;
+      REQUIRE(be->forward(chunks, out).ok());
+      REQUIRE(out.n_rows == count);
+      for (int64_t r = 0; r < out.n_rows; ++r)
+        rows[k].emplace_back(out.row(r).begin(), out.row(r).end());
+    }
+    launched[k] = kernels::gemm_tiles_x16_launches() - before;
+  }
+  CHECK(launched[0] > 0);
+  CHECK(launched[1] == 0);
+  REQUIRE(rows[0].size() == rows[1].size());
+  double worst = 0.0;
+  for (size_t r = 0; r < rows[0].size(); ++r) {
+    for (float v : rows[1][r]) REQUIRE(std::isfinite(v));
+    worst = std::max(worst, relative_error(rows[0][r], rows[1][r]));
+  }
+  MESSAGE("the head's tiles on the norm's fp16 x vs on fp32 x: worst relative error " << worst);
+  CHECK(worst < 1e-3);
+}
+
 // The two kernel sets on prompt chunks long enough for the GEMM (25+
 // tokens): on an sm_80+ card `auto` runs the sm_80 GEMM, whose results are
 // bit-identical to the portable one's (tests/kernels/test_gemm.cpp), so the
