@@ -129,7 +129,8 @@ struct Buffers {
 
 std::vector<std::string> g_summary;
 
-float time_gemm(const Matrix& m, Buffers& buf, int n, GemmTile tile, bool accumulate = false) {
+// n tokens of the buffers' x through m into their y.
+GemmArgs bench_args(const Matrix& m, Buffers& buf, int n) {
   GemmArgs a;
   a.w = m.view;
   a.x = buf.x;
@@ -137,6 +138,11 @@ float time_gemm(const Matrix& m, Buffers& buf, int n, GemmTile tile, bool accumu
   a.n = n;
   a.y = buf.y;
   a.ldy = m.view.layout.rows;
+  return a;
+}
+
+float time_gemm(const Matrix& m, Buffers& buf, int n, GemmTile tile, bool accumulate = false) {
+  GemmArgs a = bench_args(m, buf, n);
   a.accumulate = accumulate;
   return time_ms([&] { launch_gemm(a, tile, nullptr); });
 }
@@ -144,13 +150,7 @@ float time_gemm(const Matrix& m, Buffers& buf, int n, GemmTile tile, bool accumu
 // The 32-token tiles on fp16 x in the narrow layout (launch_gemm_tiles_x16):
 // the scratch's bytes as that x (0x3C3C halves, ~1.06).
 float time_gemm_x16(const Matrix& m, Buffers& buf, int n, GemmTile tile) {
-  GemmArgs a;
-  a.w = m.view;
-  a.x = buf.x;
-  a.ldx = m.view.layout.cols;
-  a.n = n;
-  a.y = buf.y;
-  a.ldy = m.view.layout.rows;
+  const GemmArgs a = bench_args(m, buf, n);
   CUDA_CHECK(cudaMemset(buf.scratch.data, 0x3C, buf.scratch.bytes));
   return time_ms([&] { launch_gemm_tiles_x16(a, tile, buf.scratch.data, nullptr); });
 }
