@@ -462,12 +462,16 @@ TEST_CASE("batched steps with auto (narrow GEMM, fused x) follow the portable ke
     // (VOLTAD_NORM_PIECES=1; kernels/gemm_wmma.h, NormPieces); rows[0]
     // without them. rows[3]: as rows[0], but the lm head converts its x
     // itself (VOLTAD_HEAD_X16=0) instead of reading the fp16 x the final
-    // norm writes for it.
-    std::vector<std::vector<float>> rows[4];
+    // norm writes for it. rows[4]: as rows[0], with SwiGLU made by gate|up
+    // in pairs of blocks (VOLTAD_SWIGLU_PAIRS_MAX=32; kernels::SwigluPairs).
+    std::vector<std::vector<float>> rows[5];
     std::string used;
-    for (int k = 0; k < 4; ++k) {
+    uint64_t swiglu_pairs = 0;
+    for (int k = 0; k < 5; ++k) {
       const EnvScope pieces("VOLTAD_NORM_PIECES", k == 2 ? "1" : "0");
       const EnvScope head_x16("VOLTAD_HEAD_X16", k == 3 ? "0" : nullptr);
+      const EnvScope pairs("VOLTAD_SWIGLU_PAIRS_MAX", k == 4 ? "32" : "0");
+      const uint64_t pairs_before = kernels::gemm_narrow_swiglu_launches();
       CudaBackendOptions o;
       o.kernels = k == 1 ? kernels::KernelSet::Auto : kernels::KernelSet::Portable;
       o.max_context = 128;
@@ -515,6 +519,10 @@ TEST_CASE("batched steps with auto (narrow GEMM, fused x) follow the portable ke
       std::vector<std::pair<int, int>> mixed = {{0, 20}};  // 20 + 7 = 27 tokens
       for (int s = 1; s < S; ++s) mixed.push_back({s, 1});
       extend(mixed, 7);
+      if (k == 4)
+        swiglu_pairs = kernels::gemm_narrow_swiglu_launches() - pairs_before;
+      else
+        CHECK(kernels::gemm_narrow_swiglu_launches() == pairs_before);
     }
     MESSAGE("auto runs '" << used << "'");
     if (major >= 8 && !std::getenv("VOLTAD_GEMM_SM80_ALWAYS"))
@@ -550,6 +558,14 @@ TEST_CASE("batched steps with auto (narrow GEMM, fused x) follow the portable ke
     CHECK(head_worst < 1e-3);
     CHECK(head_same >= 5);                   // the 2- and 3-token steps
     CHECK(head_same < int(rows[0].size()));  // the 4+-token steps' head read x16
+    // SwiGLU in pairs: the same arithmetic on the same values, and w_down
+    // reads the same fp16 x, so the same bits; and the pairs must have run.
+    const auto [pairs_worst, pairs_same] = against_portable(4);
+    MESSAGE("SwiGLU in pairs vs its launch: " << swiglu_pairs << " launches, worst relative error "
+                                              << pairs_worst << ", " << pairs_same
+                                              << " rows the same");
+    CHECK(swiglu_pairs > 0);
+    CHECK(pairs_same == int(rows[0].size()));
   }
 }
 
@@ -557,9 +573,10 @@ TEST_CASE("batched steps with auto (narrow GEMM, fused x) follow the portable ke
 // tokens (gemm_pick_tile); under `portable` they read the fp16 x the final
 // norm writes for them (run 64). Steps of 16 and 12 sequences against the
 // same steps with VOLTAD_HEAD_X16=0, where the head converts the norm's
-// fp32 x itself: the same fp16 operands but for the two norm kernels' own
-// sums, so the logits are close; and the x16 tiles must have run (a head
-// that read some other x would be far off).
+// fp32 x itself: the same fp16 operands (the tiles give the same bits on
+// either x: test_gemm_tiles_x16), so the logits are close or the same; and
+// the x16 tiles must have run (a head that read some other x would be far
+// off).
 TEST_CASE("an lm head in the 32-token tiles reads the final norm's fp16 x (portable)") {
   test::TinyModelSpec spec;
   spec.dim = 256;
@@ -580,8 +597,9 @@ TEST_CASE("an lm head in the 32-token tiles reads the final norm's fp16 x (porta
   uint64_t launched[2] = {0, 0};
   for (int k = 0; k < 2; ++k) {
     const EnvScope head_x16("VOLTAD_HEAD_X16", k == 1 ? "0" : nullptr);
-    auto be = make_cuda(model.value(), 64, 16, 64, kernels::KernelSet::Portable);
+    // Counted before create(), which captures the decode graphs.
     const uint64_t before = kernels::gemm_tiles_x16_launches();
+    auto be = make_cuda(model.value(), 64, 16, 64, kernels::KernelSet::Portable);
     std::vector<std::vector<int32_t>> toks(16);
     for (int s = 0; s < 16; ++s) REQUIRE(be->kv_pool().reserve(s, 8));
     for (int count : {16, 12, 16}) {  // one token of each of the first `count` sequences
