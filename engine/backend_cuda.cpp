@@ -289,21 +289,6 @@ Status CudaBackend::Impl::allocate_workspace() {
     norm_pieces.scale = norm_pieces.sumsq + chunks * n8;
     norm_pieces.arrivals = reinterpret_cast<uint32_t*>(norm_pieces.scale + n8);
   }
-  {
-    // SwiGLU made by gate|up in pairs of blocks (enqueue_step): w_down's
-    // fp16 x for up to 32 tokens, then the pairs' counters.
-    const size_t n8 = std::min<size_t>((T + 7) / 8 * 8, size_t(kernels::kGemmNarrowMaxTokens));
-    const size_t chunks = (size_t(c.ffn_dim) + 31) / 32;
-    const size_t x_bytes = kernels::gemm_narrow_sm80_scratch_bytes(int(n8), c.ffn_dim);
-    const size_t x_planned = (x_bytes + 255) / 256 * 256;
-    uint8_t* at = take(ws.swiglu_pairs,
-                       x_planned + (kernels::kSwigluPairTiles * chunks * 4 + 255) / 256 * 256,
-                       "SwiGLU pairs");
-    swiglu_pairs.x = reinterpret_cast<uint32_t*>(at);
-    swiglu_pairs.x_bytes = x_bytes;
-    swiglu_pairs.arrivals = reinterpret_cast<uint32_t*>(at + x_planned);
-    swiglu_pairs.arrival_bytes = kernels::kSwigluPairTiles * chunks * 4;
-  }
   VOLTAD_CHECK(next == base.value() + ws.total());
   // Zero once; every attention launch leaves them zero (kernels/attention.h),
   // and so does every narrow GEMM's split (kernels/gemm_sm80.h).
@@ -314,9 +299,6 @@ Status CudaBackend::Impl::allocate_workspace() {
   if (cudaError_t z = cudaMemsetAsync(norm_pieces.arrivals, 0, sizeof(uint32_t), stream);
       z != cudaSuccess)
     return cuda_error("zeroing the norm pieces' counter", z);
-  if (cudaError_t z = cudaMemsetAsync(swiglu_pairs.arrivals, 0, swiglu_pairs.arrival_bytes, stream);
-      z != cudaSuccess)
-    return cuda_error("zeroing the SwiGLU pairs' counters", z);
   if (!drift.empty()) return make_error("cuda backend: " + drift);
   cudaError_t e = alloc_pinned(h_logits, S * size_t(c.n_vocab) * sizeof(float));
   if (e != cudaSuccess) return cuda_error("allocating pinned host memory for logits", e);
@@ -448,8 +430,6 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(std::shared_ptr<const M
   if (const char* v = std::getenv("VOLTAD_NORM_PIECES_MAX"))
     impl->norm_pieces_max = std::clamp(std::atoi(v), 0, kernels::kNormPiecesMaxTokens);
   if (const char* v = std::getenv("VOLTAD_HEAD_X16")) impl->head_x16_on = v[0] != '0';
-  if (const char* v = std::getenv("VOLTAD_SWIGLU_PAIRS_MAX"))
-    impl->swiglu_pairs_max = std::clamp(std::atoi(v), 0, kernels::kGemmNarrowMaxTokens);
   if (const char* v = std::getenv("VOLTAD_NORM_UNITS")) {
     impl->norm_units = std::string(v) == "0" ? 0 : std::string(v) == "1" ? 1 : -1;
     if (impl->norm_units < 0)

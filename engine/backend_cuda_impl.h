@@ -139,18 +139,6 @@ struct CudaBackend::Impl {
   } norm_pieces;
   bool norm_pieces_on = true;
   int norm_pieces_max = 8;
-  // SwiGLU made by a portable narrow gate|up in pairs of blocks
-  // (kernels::SwigluPairs; enqueue_step), in place of its launch: w_down's
-  // fp16 x (not the scratch, which gate|up's blocks still read) and the
-  // pairs' counters. In steps of up to swiglu_pairs_max tokens (0: none
-  // until measured; VOLTAD_SWIGLU_PAIRS_MAX=N, up to 32).
-  struct SwigluPairsBuffers {
-    uint32_t* x = nullptr;
-    size_t x_bytes = 0;
-    uint32_t* arrivals = nullptr;  // zeroed once (allocate_workspace)
-    size_t arrival_bytes = 0;
-  } swiglu_pairs;
-  int swiglu_pairs_max = 0;
   // The final norm writes the lm head's fp16 x where the head reads it
   // (VOLTAD_HEAD_X16=0: the head converts x itself; comparisons).
   bool head_x16_on = true;

@@ -136,37 +136,19 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
     a.accumulate = accumulate;
     return a;
   };
-  // Whether gate is, for now, w_down's fp16 x made by gate|up's blocks in
-  // pairs (swiglu_pairs; below) rather than by SwiGLU's launch.
-  bool swiglu_hold = false;
-  // A GEMM's arguments and the scratch that holds its x.
-  struct GemmCall {
-    kernels::GemmArgs args;
-    kernels::GemmScratch scratch;
-  };
-  auto gemm_call = [&](cudaStream_t on, const kernels::PackedMatrixView& w, const float* xin,
-                       int64_t ldx, int rows, float* y, int64_t ldy, const float* bias,
-                       bool accumulate) {
-    GemmCall call{gemm_args(w, xin, ldx, rows, y, ldy, bias, accumulate), gemm_scratch};
-    call.scratch.holds_x = scratch_holds;
-    if (on != st) call.scratch.split = nullptr;  // the split memory serves one stream
-    if (pieces_hold && xin == xn) {              // a reader of the norm's pieces
-      call.scratch = pieces_scratch();
-      call.args.norm_scale = norm_pieces.scale;
-    }
-    if (swiglu_hold && xin == gate) {
-      call.scratch.data = swiglu_pairs.x;
-      call.scratch.bytes = swiglu_pairs.x_bytes;
-      call.scratch.holds_x = gate;
-    }
-    return call;
-  };
   auto matvec_on = [&](cudaStream_t on, const kernels::PackedMatrixView& w, const float* xin,
                        int64_t ldx, int rows, float* y, int64_t ldy, const float* bias,
                        bool accumulate) {
     if (rows >= gemm_min_tokens) {
-      const GemmCall call = gemm_call(on, w, xin, ldx, rows, y, ldy, bias, accumulate);
-      return kernels::launch_gemm_for(options.kernels, call.args, call.scratch, on);
+      kernels::GemmScratch scratch = gemm_scratch;
+      scratch.holds_x = scratch_holds;
+      if (on != st) scratch.split = nullptr;  // the split memory serves one stream
+      kernels::GemmArgs g = gemm_args(w, xin, ldx, rows, y, ldy, bias, accumulate);
+      if (pieces_hold && xin == xn) {  // a reader of the norm's pieces
+        scratch = pieces_scratch();
+        g.norm_scale = norm_pieces.scale;
+      }
+      return kernels::launch_gemm_for(options.kernels, g, scratch, on);
     }
     kernels::launch_matvec(matvec_args(w, xin, ldx, rows, y, ldy, bias, accumulate), on);
   };
@@ -264,8 +246,8 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
                       (w.layout.format == kernels::PackedFormat::Int4Sym32 && !programmatic);
     const bool at = units_at.empty() || units_at == which;
     if (!skip && pieces && weight && readers && readers_take_pieces(*readers)) {
-      const kernels::GemmScratch scratch =
-          gemm_call(st, w, xin, ldx, n, x, dim, nullptr, true).scratch;
+      kernels::GemmScratch scratch = gemm_scratch;
+      scratch.holds_x = scratch_holds;
       const kernels::GemmArgs g = pieces_args(w, xin, ldx, weight);
       if (kernels::gemm_for_takes_norm_pieces(options.kernels, g, scratch)) {
         kernels::launch_gemm_for(options.kernels, g, scratch, st);
@@ -411,28 +393,12 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
       norm(l.ffn_norm, l.gate_up);
     }
     // gate and up side by side in one row of ldgu; SwiGLU's output over gate.
-    // Where gate|up is one portable narrow GEMM and w_down reads fp16 x, up
-    // to swiglu_pairs_max tokens, gate|up's blocks make SwiGLU in pairs
-    // (kernels::SwigluPairs) and its launch is left out.
-    const bool pairs = !quantized && n <= swiglu_pairs_max && !omit.gate_up && !omit.swiglu &&
-                       l.gate_up.size() == 1 && ffn % 32 == 0 && swiglu_pairs.x != nullptr;
-    if (pairs) {
-      GemmCall up_call = gemm_call(st, l.gate_up[0].w, xn, dim, n, gate, ldgu, nullptr, false);
-      up_call.args.swiglu_out = {ffn, swiglu_pairs.x, swiglu_pairs.arrivals};
-      swiglu_hold = true;
-      const GemmCall down = gemm_call(st, l.w_down, gate, ldgu, n, x, dim, nullptr, true);
-      swiglu_hold =
-          kernels::gemm_for_takes_swiglu_pairs(options.kernels, up_call.args, up_call.scratch) &&
-          kernels::gemm_for_reads_narrow_x(options.kernels, down.args, down.scratch);
-      if (swiglu_hold) kernels::launch_gemm_for(options.kernels, up_call.args, up_call.scratch, st);
-    }
-    if (!swiglu_hold)
-      for (const ProjectionStack& p : l.gate_up)
-        matvec(omit.gate_up, p.w, xn, dim, n, gate + p.column, ldgu, nullptr, false);
+    for (const ProjectionStack& p : l.gate_up)
+      matvec(omit.gate_up, p.w, xn, dim, n, gate + p.column, ldgu, nullptr, false);
     x_in = xq;
     pieces_hold = false;
     scratch_holds = nullptr;
-    if (omit.swiglu || swiglu_hold) {
+    if (omit.swiglu) {
     } else if (quantized) {
       kernels::launch_swiglu_quantize(gate, ldgu, up, ldgu, gate, ldgu, n, ffn, xq, st);
     } else if (ffn % kernels::kActivationBlock == 0 &&
@@ -448,7 +414,6 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
     attn_norm_made =
         product_with_norm(omit.down, l.w_down, gate, ldgu, next ? next->attn_norm : nullptr,
                           next ? &next->qkv : nullptr, "attn");
-    swiglu_hold = false;
   }
 
   scratch_holds = nullptr;

@@ -74,11 +74,6 @@ struct CudaWorkspace {
                                 // scales and a uint32 counter: the next
                                 // RMSNorm made in pieces by a narrow wo or w_down
                                 // (kernels/gemm_wmma.h, NormPieces)
-  uint64_t swiglu_pairs;        // n8 = min(T rounded up to 8, 32): (n8, ffn_dim) fp16 and a
-                                // 4-byte x sum per 32 values (w_down's x), then
-                                // (4, ffn_dim / 32) uint32 counters: SwiGLU made by
-                                // gate|up's blocks in pairs (kernels/gemm_wmma.h,
-                                // SwigluPairs)
   uint64_t total() const;
 };
 CudaWorkspace cuda_workspace_bytes(const ModelConfig& model, const EngineLimits& limits);
@@ -99,11 +94,6 @@ constexpr int64_t kNarrowSplitCount = 2;
 // The most tokens of a step whose next norm is made in pieces
 // (kernels/gemm_wmma.h, kNormPiecesMaxTokens).
 constexpr int64_t kNormPiecesMaxTokens = 16;
-// The most tokens of a step whose SwiGLU gate|up makes in pairs of blocks,
-// and the token tiles (of 8 tokens or more) their counters are kept for
-// (kernels/gemm_wmma.h, kGemmNarrowMaxTokens, kSwigluPairTiles).
-constexpr int64_t kSwigluPairsMaxTokens = 32;
-constexpr int64_t kSwigluPairTiles = 4;
 // Tokens per KV cache block (KvBlockPool::kBlockTokens).
 constexpr int64_t kKvBlockTokens = 16;
 // Values per block of the GPU top-k's first pass (kernels/topk.h).

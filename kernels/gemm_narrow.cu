@@ -53,7 +53,6 @@
 #include "kernels/narrow_plan.h"
 #include "kernels/narrow_x.cuh"
 #include "kernels/norm_pieces.cuh"
-#include "kernels/swiglu_pairs.cuh"
 #include "kernels/wmma_pairs.h"
 
 namespace voltad::kernels {
@@ -376,11 +375,10 @@ __device__ __forceinline__ void paired_chunk(
 // order: the same sums, bit for bit. 16-token blocks run two m8n32k16 MMAs
 // a k step on the same B (8 tokens each).
 //
-// kHandoff: the kernels that make or read a norm's pieces (NormPieces;
-// kernels/norm_pieces.cuh) or make SwiGLU in pairs of blocks (SwigluPairs;
-// kernels/swiglu_pairs.cuh), built apart so that the others compile as
+// kPieces: the kernels that make or read a norm's pieces (NormPieces;
+// kernels/norm_pieces.cuh), built apart so that the others compile as
 // they did without them (run 63: their code's registers had moved).
-template <PackedFormat F, int W, int T, NarrowX kX, WmmaPairs kP, bool kHandoff>
+template <PackedFormat F, int W, int T, NarrowX kX, WmmaPairs kP, bool kPieces>
 __device__ __forceinline__ void gemm_narrow_body(const GemmArgs& a, bool x_vec,
                                                  const uint32_t* xh) {
   using S = NarrowShape<F, W, T, kX>;
@@ -539,7 +537,7 @@ __device__ __forceinline__ void gemm_narrow_body(const GemmArgs& a, bool x_vec,
   // loads are in flight (no register held through the main loop: sm_70's
   // 16-token Q6_K block has none to spare).
   float* piece_scale = reinterpret_cast<float*>(smem + S::kPipeBytes);  // [T]
-  if constexpr (kHandoff)
+  if constexpr (kPieces)
     if (a.norm_scale && threadIdx.x < T)
       piece_scale[threadIdx.x] =
           t0 + int(threadIdx.x) < a.n ? __ldg(a.norm_scale + t0 + threadIdx.x) : 1.0f;
@@ -632,21 +630,17 @@ __device__ __forceinline__ void gemm_narrow_body(const GemmArgs& a, bool x_vec,
     float v = 0.0f;
 #pragma unroll
     for (int w = 0; w < W; ++w) v += red[(w * T + tm) * kNarrowRedLd + rn];
-    if constexpr (kHandoff)
+    if constexpr (kPieces)
       if (a.norm_scale) v *= piece_scale[tm];
     if (a.bias) v += a.bias[row];
     float* dst = a.y + int64_t(t) * a.ldy + row;
     if (a.accumulate) v += *dst;
     *dst = v;
-    if (kHandoff && a.norm_out.weight)  // v is h: the next norm's pieces of chunk r0 / 32
+    if (kPieces && a.norm_out.weight)  // v is h: the next norm's pieces of chunk r0 / 32
       write_norm_piece_warp(a.norm_out, v, row, lane, r0 / kNarrowRows, t, a.n, rows);
   }
-  if constexpr (kHandoff) {
-    if (a.norm_out.weight)
-      finish_norm_pieces<W>(a.norm_out, a.n, rows, smem);
-    else if (a.swiglu_out.half)
-      finish_swiglu_pair<W, T>(a, r0, t0, smem);
-  }
+  if constexpr (kPieces)
+    if (a.norm_out.weight) finish_norm_pieces<W>(a.norm_out, a.n, rows, smem);
 }
 
 // The last launch's block shape (gemm_narrow_last_launch, for tests).
@@ -661,25 +655,25 @@ constexpr int narrow_warps_per_sm(int tokens) {
 // Paired kernels are built where their order is native
 // (pairs_built_natively), and RowPerLane's from sm_75 too, emulated
 // (paired_chunk), for tests only (gemm_narrow_pairs_force).
-template <PackedFormat F, int W, int T, NarrowX kX, WmmaPairs kP, bool kHandoff>
+template <PackedFormat F, int W, int T, NarrowX kX, WmmaPairs kP, bool kPieces>
 __global__ void __launch_bounds__(W * 32, narrow_warps_per_sm(T) / W)
     kernel_gemm_narrow(GemmArgs a, bool x_vec, const uint32_t* xh) {
   wait_for_previous_kernel();
 #if defined(__CUDA_ARCH__)
   if constexpr (pairs_built_natively(kP, __CUDA_ARCH__) || kP == WmmaPairs::RowPerLane)
-    gemm_narrow_body<F, W, T, kX, kP, kHandoff>(a, x_vec, xh);
+    gemm_narrow_body<F, W, T, kX, kP, kPieces>(a, x_vec, xh);
   else
     __trap();
 #endif
 }
 
-template <PackedFormat F, int W, int T, NarrowX kX, WmmaPairs kP, bool kHandoff>
+template <PackedFormat F, int W, int T, NarrowX kX, WmmaPairs kP, bool kPieces>
 void launch_narrow_kernel(const GemmArgs& a, dim3 grid, bool x_vec, const uint32_t* xh,
                           cudaStream_t stream) {
   using S = NarrowShape<F, W, T, kX>;
   static_assert(narrow_warps_per_sm(T) % W == 0, "whole blocks an SM");
-  auto kernel = kernel_gemm_narrow<F, W, T, kX, kP, kHandoff>;
-  constexpr size_t bytes = kHandoff ? S::kPiecesSmemBytes : S::kPipeBytes;
+  auto kernel = kernel_gemm_narrow<F, W, T, kX, kP, kPieces>;
+  constexpr size_t bytes = kPieces ? S::kPiecesSmemBytes : S::kPipeBytes;
   // Above 48 KB of dynamic shared memory a kernel must opt in (once).
   static const bool opted_in = [&] {
     CUDA_CHECK(
@@ -693,12 +687,13 @@ void launch_narrow_kernel(const GemmArgs& a, dim3 grid, bool x_vec, const uint32
 }
 
 // A norm's pieces only in blocks of 8 or 16 tokens (kNormPiecesMaxTokens;
-// check_handoff holds the launch to that), SwiGLU's pairs in any.
+// check_norm_pieces holds the launch to that).
 template <PackedFormat F, int W, int T, NarrowX kX, WmmaPairs kP = WmmaPairs::None>
 void launch_narrow_x(const GemmArgs& a, dim3 grid, bool x_vec, const uint32_t* xh,
                      cudaStream_t stream) {
-  if (gemm_has_handoff(a))
-    return launch_narrow_kernel<F, W, T, kX, kP, true>(a, grid, x_vec, xh, stream);
+  if constexpr (T != kNarrowTokens32)
+    if (gemm_has_norm_pieces(a))
+      return launch_narrow_kernel<F, W, T, kX, kP, true>(a, grid, x_vec, xh, stream);
   launch_narrow_kernel<F, W, T, kX, kP, false>(a, grid, x_vec, xh, stream);
 }
 
@@ -844,14 +839,6 @@ bool narrow_x16_on() {
 
 }  // namespace
 
-namespace {
-std::atomic<uint64_t> swiglu_launches{0};
-}  // namespace
-
-uint64_t gemm_narrow_swiglu_launches() {
-  return swiglu_launches.load();
-}
-
 NarrowLaunch gemm_narrow_last_launch() {
   return NarrowLaunch::decode(g_last_launch.load());
 }
@@ -861,19 +848,9 @@ int gemm_narrow_warps16(int64_t blocks) {
 }
 
 namespace {
-// The norm's pieces (GemmArgs::norm_out, norm_scale) and SwiGLU's pairs
-// (swiglu_out): whole blocks of 32 rows a warp's token (the epilogue's
-// shuffles), and what they point at; counts the launches that make SwiGLU.
-void check_handoff(const GemmArgs& a, const void* x16) {
-  const SwigluPairs& p = a.swiglu_out;
-  if (p.half)
-    VOLTAD_KERNEL_REQUIRE(p.half > 0 && p.half % kNarrowRows == 0 &&
-                              a.w.layout.rows == 2 * p.half && a.n <= kGemmNarrowMaxTokens && p.x &&
-                              reinterpret_cast<uintptr_t>(p.x) % 4 == 0 && p.arrivals &&
-                              !a.norm_out.weight && !a.accumulate && p.x != x16,
-                          "gemm narrow: SwiGLU's pairs need gate|up's 2 x half rows (half a "
-                          "multiple of 32), up to 32 tokens, their x (not the product's own) "
-                          "and counters, no norm's pieces and no accumulate");
+// The norm's pieces (GemmArgs::norm_out, norm_scale): whole blocks of 32
+// rows a warp's token (the epilogue's shuffles), and what they point at.
+void check_norm_pieces(const GemmArgs& a, const void* x16) {
   if (gemm_has_norm_pieces(a))
     VOLTAD_KERNEL_REQUIRE(a.n <= kNormPiecesMaxTokens,
                           "gemm narrow: a norm's pieces in steps of up to 16 tokens");
@@ -887,12 +864,11 @@ void check_handoff(const GemmArgs& a, const void* x16) {
     VOLTAD_KERNEL_REQUIRE(x16 && a.w.layout.cols % 32 == 0,
                           "gemm narrow: x made of a norm's pieces is read as fp16 x "
                           "(launch_gemm_narrow_x16)");
-  if (p.half) ++swiglu_launches;
 }
 }  // namespace
 
 void launch_gemm_narrow(const GemmArgs& a, cudaStream_t stream) {
-  check_handoff(a, nullptr);
+  check_norm_pieces(a, nullptr);
   launch_narrow_any(a, nullptr, stream);
 }
 
@@ -909,7 +885,7 @@ void launch_gemm_narrow_x16(const GemmArgs& a, const void* x16, cudaStream_t str
       gemm_narrow_takes_x16(a) && x16 && reinterpret_cast<uintptr_t>(x16) % 16 == 0,
       "gemm narrow x16: a shape it takes (gemm_narrow_takes_x16), aligned x");
   VOLTAD_KERNEL_REQUIRE(a.y && a.ldy >= a.w.layout.rows, "gemm narrow x16: y and its row stride");
-  check_handoff(a, x16);
+  check_norm_pieces(a, x16);
   launch_narrow_any(a, static_cast<const uint32_t*>(x16), stream);
 }
 

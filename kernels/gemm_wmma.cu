@@ -289,17 +289,9 @@ void launch_format(const GemmArgs& a, GemmTile tile, cudaStream_t stream) {
 
 template <PackedFormat F>
 void launch_format_x16(const GemmArgs& a, GemmTile tile, const uint32_t* x16, cudaStream_t stream) {
-  // VOLTAD_GEMM_TILES_X16_BLOCKS=3 (off until measured): the 32x128 tiles
-  // capped at 80 registers, three blocks an SM where shared memory allows
-  // (sm_80+; 2 x 46 KB on the V100) instead of two: 24 warps to hide each
-  // stage's loads, for a head that reads ~1.1 of ~3.0 TB/s on an H100 (run
-  // 64; sm_90, no spills, 66-80 registers against 78-110).
-  static const bool three = [] {
-    const char* v = std::getenv("VOLTAD_GEMM_TILES_X16_BLOCKS");
-    return v && std::strcmp(v, "3") == 0;
-  }();
+  // Capped at 80 registers for three blocks an SM (24 warps), the 32x128
+  // tiles lost 1.2-1.8% at batch 16-32 end to end (run 65, H100): two.
   if (tile == GemmTile::T32x64) return launch_tile<F, 32, 64, 1, 4, 1, true>(a, stream, x16);
-  if (three) return launch_tile<F, 32, 128, 1, 8, 3, true>(a, stream, x16);
   launch_tile<F, 32, 128, 1, 8, 1, true>(a, stream, x16);
 }
 
@@ -317,7 +309,7 @@ bool tiles_x16_on() {
 bool gemm_tiles_take_x16(const GemmArgs& a) {
   const PackedLayout& l = a.w.layout;
   if (!tiles_x16_on() || a.n < 1 || a.n > kGemmNarrowMaxTokens || !a.w.data ||
-      l.cols % kStageK != 0 || gemm_has_handoff(a))
+      l.cols % kStageK != 0 || gemm_has_norm_pieces(a))
     return false;
   const GemmTile tile = gemm_pick_tile(a.n, l.rows);
   return tile == GemmTile::T32x64 || tile == GemmTile::T32x128;
@@ -347,9 +339,8 @@ void launch_gemm_tiles_x16(const GemmArgs& a, GemmTile tile, const void* x16, cu
   VOLTAD_KERNEL_REQUIRE(l.rows >= 1 && l.cols % kStageK == 0 && a.ldy >= l.rows,
                         "gemm tiles x16: cols whole stages of 64, y's row stride");
   VOLTAD_KERNEL_REQUIRE((l.rows + 63) / 64 <= 65535, "gemm tiles x16: too many rows for the grid");
-  VOLTAD_KERNEL_REQUIRE(!gemm_has_handoff(a),
-                        "gemm tiles x16: a norm's pieces and SwiGLU's pairs are the narrow "
-                        "kernel's");
+  VOLTAD_KERNEL_REQUIRE(!gemm_has_norm_pieces(a),
+                        "gemm tiles x16: a norm's pieces are the narrow kernel's");
   with_packed_format(l.format, [&](auto f) {
     launch_format_x16<decltype(f)::value>(a, tile, static_cast<const uint32_t*>(x16), stream);
   });
@@ -438,9 +429,8 @@ void launch_gemm(const GemmArgs& a, GemmTile tile, cudaStream_t stream) {
   VOLTAD_KERNEL_REQUIRE((l.rows + 63) / 64 <= 65535, "gemm: too many rows for the grid");
   if (tile == GemmTile::Auto) tile = gemm_pick_tile(a.n, l.rows);
   if (tile == GemmTile::N16) return launch_gemm_narrow(a, stream);
-  VOLTAD_KERNEL_REQUIRE(!gemm_has_handoff(a),
-                        "gemm: a norm's pieces and SwiGLU's pairs are the narrow kernel's "
-                        "(GemmArgs::norm_out, swiglu_out)");
+  VOLTAD_KERNEL_REQUIRE(!gemm_has_norm_pieces(a),
+                        "gemm: a norm's pieces are the narrow kernel's (GemmArgs::norm_out)");
   with_packed_format(l.format, [&](auto f) { launch_format<decltype(f)::value>(a, tile, stream); });
 }
 

@@ -65,22 +65,6 @@ struct NormPieces {
   float eps = 0.0f;               // the norm's epsilon
 };
 
-// SwiGLU made by the portable narrow GEMM of gate|up (rows [0, half) gate,
-// [half, 2 half) up, the layer's one stack), in place of its own launch:
-// the two blocks of a token tile that hold gate's and up's same 32 rows
-// each write y, fence and count in on their pair's counter; the second
-// reads both from L2, writes silu(g) * u over gate's y and as w_down's fp16
-// x (kernels/narrow_x.cuh; the 32 rows are one chunk of w_down's k, rows
-// from n to n rounded up to 8 zeros), as launch_swiglu_narrow_x would. x
-// is not gate|up's own x: its other blocks still read that.
-struct SwigluPairs {
-  int64_t half = 0;              // gate's rows (up's too), a multiple of 32; 0: none
-  uint32_t* x = nullptr;         // w_down's x: n8 x half fp16 and the x sums
-  uint32_t* arrivals = nullptr;  // [kSwigluPairTiles][half / 32]: zero before, left zero
-};
-// Token tiles a launch may have (blocks of 8 tokens or more, up to 32).
-constexpr int kSwigluPairTiles = kGemmNarrowMaxTokens / 8;
-
 struct GemmArgs {
   PackedMatrixView w;        // (rows, cols), on the device
   const float* x = nullptr;  // (n, ldx) fp32; 16-byte aligned rows read faster
@@ -93,15 +77,9 @@ struct GemmArgs {
   // Portable narrow GEMM only (launch_gemm_for refuses them elsewhere):
   NormPieces norm_out{};              // this product makes the next norm's pieces
   const float* norm_scale = nullptr;  // x is such pieces: NormPieces::scale
-  SwigluPairs swiglu_out{};           // this product (gate|up) makes SwiGLU
 };
 inline bool gemm_has_norm_pieces(const GemmArgs& a) {
   return a.norm_out.weight != nullptr || a.norm_scale != nullptr;
-}
-// Whether the product hands data to other blocks in its epilogue (a norm's
-// pieces, SwiGLU's pairs): the portable narrow kernel's alone.
-inline bool gemm_has_handoff(const GemmArgs& a) {
-  return gemm_has_norm_pieces(a) || a.swiglu_out.half != 0;
 }
 
 // Block tile shapes (tokens x weight rows). launch_gemm picks one from n,
@@ -180,9 +158,6 @@ void launch_gemm_tiles_x16(const GemmArgs& args, GemmTile tile, const void* x16,
 // Tests: the tiles' launches on fp16 x in this process so far (a graph's
 // counted once, as it is captured).
 uint64_t gemm_tiles_x16_launches();
-// Tests: the narrow kernel's launches that made SwiGLU in pairs
-// (GemmArgs::swiglu_out) in this process so far (a graph's counted once).
-uint64_t gemm_narrow_swiglu_launches();
 
 // Paired B (kernels/wmma_pairs.h): the order in which the narrow kernel on
 // fp16 x builds the 4-bit formats' B fragments in registers, from a probe
