@@ -289,6 +289,15 @@ Status CudaBackend::Impl::allocate_workspace() {
     norm_pieces.scale = norm_pieces.sumsq + chunks * n8;
     norm_pieces.arrivals = reinterpret_cast<uint32_t*>(norm_pieces.scale + n8);
   }
+  {
+    // SwiGLU made by gate|up (enqueue_step): w_down's fp16 x for up to 32
+    // tokens, in the narrow GEMM scratch's layout and size.
+    const size_t n8 = std::min<size_t>((T + 7) / 8 * 8, size_t(kernels::kGemmNarrowMaxTokens));
+    const size_t x_bytes = kernels::gemm_narrow_sm80_scratch_bytes(int(n8), c.ffn_dim);
+    uint8_t* at = take(ws.swiglu_fused, (x_bytes + 255) / 256 * 256, "SwiGLU's x");
+    swiglu_fused.x = reinterpret_cast<uint32_t*>(at);
+    swiglu_fused.x_bytes = x_bytes;
+  }
   VOLTAD_CHECK(next == base.value() + ws.total());
   // Zero once; every attention launch leaves them zero (kernels/attention.h),
   // and so does every narrow GEMM's split (kernels/gemm_sm80.h).
@@ -430,6 +439,8 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(std::shared_ptr<const M
   if (const char* v = std::getenv("VOLTAD_NORM_PIECES_MAX"))
     impl->norm_pieces_max = std::clamp(std::atoi(v), 0, kernels::kNormPiecesMaxTokens);
   if (const char* v = std::getenv("VOLTAD_HEAD_X16")) impl->head_x16_on = v[0] != '0';
+  if (const char* v = std::getenv("VOLTAD_SWIGLU_FUSED_MAX"))
+    impl->swiglu_fused_max = std::clamp(std::atoi(v), 0, kernels::kGemmNarrowMaxTokens);
   if (const char* v = std::getenv("VOLTAD_NORM_UNITS")) {
     impl->norm_units = std::string(v) == "0" ? 0 : std::string(v) == "1" ? 1 : -1;
     if (impl->norm_units < 0)

@@ -139,6 +139,15 @@ struct CudaBackend::Impl {
   } norm_pieces;
   bool norm_pieces_on = true;
   int norm_pieces_max = 8;
+  // SwiGLU made by a portable narrow gate|up (kernels::SwigluOut;
+  // enqueue_step), in place of its launch: w_down's fp16 x (not the
+  // scratch, which gate|up's blocks still read). In steps of up to
+  // swiglu_fused_max tokens (VOLTAD_SWIGLU_FUSED_MAX=N, 0-32; 0: never).
+  struct SwigluBuffers {
+    uint32_t* x = nullptr;
+    size_t x_bytes = 0;
+  } swiglu_fused;
+  int swiglu_fused_max = 32;
   // The final norm writes the lm head's fp16 x where the head reads it
   // (VOLTAD_HEAD_X16=0: the head converts x itself; comparisons).
   bool head_x16_on = true;

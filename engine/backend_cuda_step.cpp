@@ -136,19 +136,37 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
     a.accumulate = accumulate;
     return a;
   };
+  // Whether w_down's fp16 x is, for now, made by gate|up's blocks
+  // (swiglu_fused; below) rather than by SwiGLU's launch.
+  bool swiglu_hold = false;
+  // A GEMM's arguments and the scratch that holds its x.
+  struct GemmCall {
+    kernels::GemmArgs args;
+    kernels::GemmScratch scratch;
+  };
+  auto gemm_call = [&](cudaStream_t on, const kernels::PackedMatrixView& w, const float* xin,
+                       int64_t ldx, int rows, float* y, int64_t ldy, const float* bias,
+                       bool accumulate) {
+    GemmCall call{gemm_args(w, xin, ldx, rows, y, ldy, bias, accumulate), gemm_scratch};
+    call.scratch.holds_x = scratch_holds;
+    if (on != st) call.scratch.split = nullptr;  // the split memory serves one stream
+    if (pieces_hold && xin == xn) {              // a reader of the norm's pieces
+      call.scratch = pieces_scratch();
+      call.args.norm_scale = norm_pieces.scale;
+    }
+    if (swiglu_hold && xin == gate) {
+      call.scratch.data = swiglu_fused.x;
+      call.scratch.bytes = swiglu_fused.x_bytes;
+      call.scratch.holds_x = gate;
+    }
+    return call;
+  };
   auto matvec_on = [&](cudaStream_t on, const kernels::PackedMatrixView& w, const float* xin,
                        int64_t ldx, int rows, float* y, int64_t ldy, const float* bias,
                        bool accumulate) {
     if (rows >= gemm_min_tokens) {
-      kernels::GemmScratch scratch = gemm_scratch;
-      scratch.holds_x = scratch_holds;
-      if (on != st) scratch.split = nullptr;  // the split memory serves one stream
-      kernels::GemmArgs g = gemm_args(w, xin, ldx, rows, y, ldy, bias, accumulate);
-      if (pieces_hold && xin == xn) {  // a reader of the norm's pieces
-        scratch = pieces_scratch();
-        g.norm_scale = norm_pieces.scale;
-      }
-      return kernels::launch_gemm_for(options.kernels, g, scratch, on);
+      const GemmCall call = gemm_call(on, w, xin, ldx, rows, y, ldy, bias, accumulate);
+      return kernels::launch_gemm_for(options.kernels, call.args, call.scratch, on);
     }
     kernels::launch_matvec(matvec_args(w, xin, ldx, rows, y, ldy, bias, accumulate), on);
   };
@@ -246,8 +264,8 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
                       (w.layout.format == kernels::PackedFormat::Int4Sym32 && !programmatic);
     const bool at = units_at.empty() || units_at == which;
     if (!skip && pieces && weight && readers && readers_take_pieces(*readers)) {
-      kernels::GemmScratch scratch = gemm_scratch;
-      scratch.holds_x = scratch_holds;
+      const kernels::GemmScratch scratch =
+          gemm_call(st, w, xin, ldx, n, x, dim, nullptr, true).scratch;
       const kernels::GemmArgs g = pieces_args(w, xin, ldx, weight);
       if (kernels::gemm_for_takes_norm_pieces(options.kernels, g, scratch)) {
         kernels::launch_gemm_for(options.kernels, g, scratch, st);
@@ -393,12 +411,30 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
       norm(l.ffn_norm, l.gate_up);
     }
     // gate and up side by side in one row of ldgu; SwiGLU's output over gate.
-    for (const ProjectionStack& p : l.gate_up)
-      matvec(omit.gate_up, p.w, xn, dim, n, gate + p.column, ldgu, nullptr, false);
+    // Where gate|up is one portable narrow GEMM on fp16 x and a portable
+    // kernel reads w_down's fp16 x (the sm_80 one reads the x sums, which
+    // gate|up does not make), up to swiglu_fused_max tokens, gate|up's
+    // blocks make SwiGLU (kernels::SwigluOut) and its launch is left out.
+    const bool fuse = !quantized && n <= swiglu_fused_max && !omit.gate_up && !omit.swiglu &&
+                      l.gate_up.size() == 1 && ffn % 32 == 0 && swiglu_fused.x != nullptr;
+    if (fuse) {
+      GemmCall up_call = gemm_call(st, l.gate_up[0].w, xn, dim, n, gate, ldgu, nullptr, false);
+      up_call.args.swiglu_out = {ffn, swiglu_fused.x};
+      swiglu_hold = true;
+      const GemmCall down = gemm_call(st, l.w_down, gate, ldgu, n, x, dim, nullptr, true);
+      swiglu_hold =
+          kernels::gemm_for_takes_swiglu(options.kernels, up_call.args, up_call.scratch) &&
+          kernels::gemm_for_reads_narrow_x(options.kernels, down.args, down.scratch) &&
+          !kernels::gemm_for_takes_narrow_sm80(options.kernels, down.args, down.scratch);
+      if (swiglu_hold) kernels::launch_gemm_for(options.kernels, up_call.args, up_call.scratch, st);
+    }
+    if (!swiglu_hold)
+      for (const ProjectionStack& p : l.gate_up)
+        matvec(omit.gate_up, p.w, xn, dim, n, gate + p.column, ldgu, nullptr, false);
     x_in = xq;
     pieces_hold = false;
     scratch_holds = nullptr;
-    if (omit.swiglu) {
+    if (omit.swiglu || swiglu_hold) {
     } else if (quantized) {
       kernels::launch_swiglu_quantize(gate, ldgu, up, ldgu, gate, ldgu, n, ffn, xq, st);
     } else if (ffn % kernels::kActivationBlock == 0 &&
@@ -414,6 +450,7 @@ void CudaBackend::Impl::enqueue_step(int n, int n_out, int max_position, const s
     attn_norm_made =
         product_with_norm(omit.down, l.w_down, gate, ldgu, next ? next->attn_norm : nullptr,
                           next ? &next->qkv : nullptr, "attn");
+    swiglu_hold = false;
   }
 
   scratch_holds = nullptr;

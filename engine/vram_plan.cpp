@@ -18,6 +18,7 @@ static_assert(voltad::kAttentionPartialHeader == voltad::kernels::kAttentionPart
 #include "kernels/gemm_sm80.h"
 static_assert(voltad::kNarrowSplitCount == voltad::kernels::kNarrowSplits);
 static_assert(voltad::kNormPiecesMaxTokens == voltad::kernels::kNormPiecesMaxTokens);
+static_assert(voltad::kSwigluFusedMaxTokens == voltad::kernels::kGemmNarrowMaxTokens);
 #include "kernels/topk.h"
 static_assert(voltad::kTopKChunkValues == voltad::kernels::kTopKChunk);
 static_assert(voltad::kMaxCandidates == voltad::kernels::kTopKMax);
@@ -254,7 +255,7 @@ const char* kv_cache_type_name(KvCacheType type) {
 uint64_t CudaWorkspace::total() const {
   return residual + normed + qkv + attention_out + ffn_gate_up + quantized_x + quantized_x_scales +
          selected + logits + candidates + topk_scratch + step_indices + attention_partials +
-         attention_arrivals + gemm_split + norm_pieces;
+         attention_arrivals + gemm_split + norm_pieces + swiglu_fused;
 }
 
 // {d1, d2, sum_x, 0} per block of activations (kernels/matvec.h; checked
@@ -311,6 +312,9 @@ CudaWorkspace cuda_workspace_bytes(const ModelConfig& m, const EngineLimits& l) 
   const uint64_t dim_chunks = ceil_div(uint64_t(m.dim), 32);
   w.norm_pieces = align256(pieces_n8 * (uint64_t(m.dim) * 2 + dim_chunks * 4)) +
                   align256((dim_chunks + 1) * pieces_n8 * 4 + 4);
+  const uint64_t swiglu_n8 = std::min<uint64_t>(ceil_div(t, 8) * 8, kSwigluFusedMaxTokens);
+  const uint64_t ffn_chunks = ceil_div(uint64_t(m.ffn_dim), 32);
+  w.swiglu_fused = align256(swiglu_n8 * (uint64_t(m.ffn_dim) * 2 + ffn_chunks * 4));
   return w;
 }
 

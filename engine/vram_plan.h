@@ -74,6 +74,9 @@ struct CudaWorkspace {
                                 // scales and a uint32 counter: the next
                                 // RMSNorm made in pieces by a narrow wo or w_down
                                 // (kernels/gemm_wmma.h, NormPieces)
+  uint64_t swiglu_fused;        // n8 = min(T rounded up to 8, 32): (n8, ffn_dim) fp16 and a
+                                // 4-byte x sum per 32 values: w_down's x, SwiGLU made by
+                                // gate|up's blocks (kernels/gemm_wmma.h, SwigluOut)
   uint64_t total() const;
 };
 CudaWorkspace cuda_workspace_bytes(const ModelConfig& model, const EngineLimits& limits);
@@ -94,6 +97,9 @@ constexpr int64_t kNarrowSplitCount = 2;
 // The most tokens of a step whose next norm is made in pieces
 // (kernels/gemm_wmma.h, kNormPiecesMaxTokens).
 constexpr int64_t kNormPiecesMaxTokens = 16;
+// The most tokens of a step whose SwiGLU gate|up makes (kernels/gemm_wmma.h,
+// kGemmNarrowMaxTokens).
+constexpr int64_t kSwigluFusedMaxTokens = 32;
 // Tokens per KV cache block (KvBlockPool::kBlockTokens).
 constexpr int64_t kKvBlockTokens = 16;
 // Values per block of the GPU top-k's first pass (kernels/topk.h).

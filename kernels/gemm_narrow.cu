@@ -53,6 +53,7 @@
 #include "kernels/narrow_plan.h"
 #include "kernels/narrow_x.cuh"
 #include "kernels/norm_pieces.cuh"
+#include "kernels/swiglu_fused.cuh"
 #include "kernels/wmma_pairs.h"
 
 namespace voltad::kernels {
@@ -220,6 +221,10 @@ struct StageSide<PackedFormat::Int6K256> {
 //     conversions.
 enum class NarrowX : uint8_t { Fp32, Fp32Whole, Fp16 };
 
+// What a block does past its sums (gemm_narrow_body): writes y (Plain), and
+// makes or reads a norm's pieces (Pieces), or makes SwiGLU (Swiglu).
+enum class NarrowEpilogue : uint8_t { Plain, Pieces, Swiglu };
+
 // Chunk c of the lane's row as 16 half2 words: in natural k order, or
 // with kXOrder in narrow_x.cuh's (the formats of decodes_in_x_order).
 template <bool kXOrder, PackedFormat F>
@@ -375,13 +380,18 @@ __device__ __forceinline__ void paired_chunk(
 // order: the same sums, bit for bit. 16-token blocks run two m8n32k16 MMAs
 // a k step on the same B (8 tokens each).
 //
-// kPieces: the kernels that make or read a norm's pieces (NormPieces;
-// kernels/norm_pieces.cuh), built apart so that the others compile as
-// they did without them (run 63: their code's registers had moved).
-template <PackedFormat F, int W, int T, NarrowX kX, WmmaPairs kP, bool kPieces>
+// kE: the kernels that make or read a norm's pieces (NormPieces;
+// kernels/norm_pieces.cuh) or make SwiGLU (SwigluOut), built apart so that
+// the others compile as they did without them (run 63: their code's
+// registers had moved). SwiGLU's blocks take gate's rows 16y..16y+15 as
+// their lanes 0-15 and up's same rows as lanes 16-31 (one register more
+// through the loop: up's nibbles' address).
+template <PackedFormat F, int W, int T, NarrowX kX, WmmaPairs kP, NarrowEpilogue kE>
 __device__ __forceinline__ void gemm_narrow_body(const GemmArgs& a, bool x_vec,
                                                  const uint32_t* xh) {
   using S = NarrowShape<F, W, T, kX>;
+  constexpr bool kPieces = kE == NarrowEpilogue::Pieces, kSwiglu = kE == NarrowEpilogue::Swiglu;
+  static_assert(!kSwiglu || kX == NarrowX::Fp16, "SwiGLU made on fp16 x only");
   static_assert(T == kNarrowTokens || T == kNarrowTokens8 || T == kNarrowTokens32,
                 "8, 16 or 32 tokens a block");
   constexpr bool kWholeX = kX != NarrowX::Fp32, kHalfX = kX == NarrowX::Fp16;
@@ -410,7 +420,13 @@ __device__ __forceinline__ void gemm_narrow_body(const GemmArgs& a, bool x_vec,
   const int c_end = c_begin + share < chunks ? c_begin + share : chunks;
   // The row whose factors this lane reads (its own but in RowPerLane).
   const int own = kPaired ? pair_owned_row(kP, lane) : lane;
-  const RowPointers wrow = row_pointers(a.w, r0 + own < rows ? r0 + own : rows - 1);
+  // SwiGLU's blocks: lane row i < 16 is gate's row g0 + i, else up's g0 + i - 16.
+  const int64_t g0 = int64_t(blockIdx.y) * (kNarrowRows / 2);
+  const int64_t up_skip = kSwiglu ? a.swiglu_out.half - kNarrowRows / 2 : 0;
+  const int64_t own_row = kSwiglu           ? g0 + own + (own >= kNarrowRows / 2 ? up_skip : 0)
+                          : r0 + own < rows ? r0 + own
+                                            : rows - 1;
+  const RowPointers wrow = row_pointers(a.w, own_row);
 
   __half* sw = reinterpret_cast<__half*>(smem) + warp * (kNarrowRows + T) * kNarrowLd;
   __half* sx = sw + kNarrowRows * kNarrowLd;
@@ -484,11 +500,13 @@ __device__ __forceinline__ void gemm_narrow_body(const GemmArgs& a, bool x_vec,
   // stage + lane%4, loaded a stage ahead; Q4_K's header for the lane's row.
   uint8_t* stage = smem + S::kTileBytes * (kStaged ? 1 : 0) + warp * kStageWarpBytes;
   const int prow = lane >> 2, pj = lane & 3;
-  const uint8_t* qrow =
-      a.w.data + a.w.layout.quants_offset + (r0 + prow) * a.w.layout.quant_row_bytes;
+  const uint8_t* qrow = a.w.data + a.w.layout.quants_offset +
+                        ((kSwiglu ? g0 : r0) + prow) * a.w.layout.quant_row_bytes;
+  // Pieces 2 and 3 (rows 16-31) of SwiGLU's blocks: up's rows.
+  const uint8_t* qrow_up = qrow + up_skip * a.w.layout.quant_row_bytes;
   unsigned pieces_in_rows = 0;  // bit i: row 8i + prow is a row of the matrix
 #pragma unroll
-  for (int i = 0; i < 4; ++i) pieces_in_rows |= unsigned(r0 + 8 * i + prow < rows) << i;
+  for (int i = 0; i < 4; ++i) pieces_in_rows |= unsigned(kSwiglu || r0 + 8 * i + prow < rows) << i;
   uint4 piece[kStaged ? 4 : 1] = {};
   // kSideStaged: the rest of the stage's chunks (StageSide), a stage ahead;
   // else (rows not whole stages) a chunk at a time in `ring` (below), but
@@ -504,7 +522,8 @@ __device__ __forceinline__ void gemm_narrow_body(const GemmArgs& a, bool x_vec,
 #pragma unroll
       for (int i = 0; i < 4; ++i)
         if ((pieces_in_rows >> i & 1) && c < c_end)
-          piece[i] = load_weights_16(qrow + 8 * i * a.w.layout.quant_row_bytes + 16 * c);
+          piece[i] = load_weights_16((kSwiglu && i >= 2 ? qrow_up : qrow) +
+                                     8 * i * a.w.layout.quant_row_bytes + 16 * c);
       // A super-block's data (Q4_K's header, Q6_K's d) once for its two
       // stages: kept from the stage before within one.
       if constexpr (kSideStaged) side_next.load(wrow, cs, cs == c_begin || cs % 8 == 0);
@@ -537,7 +556,7 @@ __device__ __forceinline__ void gemm_narrow_body(const GemmArgs& a, bool x_vec,
   // loads are in flight (no register held through the main loop: sm_70's
   // 16-token Q6_K block has none to spare).
   float* piece_scale = reinterpret_cast<float*>(smem + S::kPipeBytes);  // [T]
-  if constexpr (kPieces)
+  if constexpr (kPieces || kSwiglu)
     if (a.norm_scale && threadIdx.x < T)
       piece_scale[threadIdx.x] =
           t0 + int(threadIdx.x) < a.n ? __ldg(a.norm_scale + t0 + threadIdx.x) : 1.0f;
@@ -622,25 +641,29 @@ __device__ __forceinline__ void gemm_narrow_body(const GemmArgs& a, bool x_vec,
   // whole blocks of 32 (launch_gemm_narrow_x16 checks), and a warp skips
   // only as a whole.
   static_assert(kNarrowRows == 32, "a warp a token's rows");
-  for (int o = threadIdx.x; o < T * kNarrowRows; o += W * 32) {
-    const int tm = o / kNarrowRows, rn = o % kNarrowRows;
-    const int t = t0 + tm;
-    const int64_t row = r0 + rn;
-    if (t >= a.n || row >= rows) continue;
-    float v = 0.0f;
+  if constexpr (kSwiglu) {
+    finish_swiglu<W, T, kNarrowRedLd>(a, red, piece_scale, t0);
+  } else {
+    for (int o = threadIdx.x; o < T * kNarrowRows; o += W * 32) {
+      const int tm = o / kNarrowRows, rn = o % kNarrowRows;
+      const int t = t0 + tm;
+      const int64_t row = r0 + rn;
+      if (t >= a.n || row >= rows) continue;
+      float v = 0.0f;
 #pragma unroll
-    for (int w = 0; w < W; ++w) v += red[(w * T + tm) * kNarrowRedLd + rn];
+      for (int w = 0; w < W; ++w) v += red[(w * T + tm) * kNarrowRedLd + rn];
+      if constexpr (kPieces)
+        if (a.norm_scale) v *= piece_scale[tm];
+      if (a.bias) v += a.bias[row];
+      float* dst = a.y + int64_t(t) * a.ldy + row;
+      if (a.accumulate) v += *dst;
+      *dst = v;
+      if (kPieces && a.norm_out.weight)  // v is h: the next norm's pieces of chunk r0 / 32
+        write_norm_piece_warp(a.norm_out, v, row, lane, r0 / kNarrowRows, t, a.n, rows);
+    }
     if constexpr (kPieces)
-      if (a.norm_scale) v *= piece_scale[tm];
-    if (a.bias) v += a.bias[row];
-    float* dst = a.y + int64_t(t) * a.ldy + row;
-    if (a.accumulate) v += *dst;
-    *dst = v;
-    if (kPieces && a.norm_out.weight)  // v is h: the next norm's pieces of chunk r0 / 32
-      write_norm_piece_warp(a.norm_out, v, row, lane, r0 / kNarrowRows, t, a.n, rows);
+      if (a.norm_out.weight) finish_norm_pieces<W>(a.norm_out, a.n, rows, smem);
   }
-  if constexpr (kPieces)
-    if (a.norm_out.weight) finish_norm_pieces<W>(a.norm_out, a.n, rows, smem);
 }
 
 // The last launch's block shape (gemm_narrow_last_launch, for tests).
@@ -655,25 +678,25 @@ constexpr int narrow_warps_per_sm(int tokens) {
 // Paired kernels are built where their order is native
 // (pairs_built_natively), and RowPerLane's from sm_75 too, emulated
 // (paired_chunk), for tests only (gemm_narrow_pairs_force).
-template <PackedFormat F, int W, int T, NarrowX kX, WmmaPairs kP, bool kPieces>
+template <PackedFormat F, int W, int T, NarrowX kX, WmmaPairs kP, NarrowEpilogue kE>
 __global__ void __launch_bounds__(W * 32, narrow_warps_per_sm(T) / W)
     kernel_gemm_narrow(GemmArgs a, bool x_vec, const uint32_t* xh) {
   wait_for_previous_kernel();
 #if defined(__CUDA_ARCH__)
   if constexpr (pairs_built_natively(kP, __CUDA_ARCH__) || kP == WmmaPairs::RowPerLane)
-    gemm_narrow_body<F, W, T, kX, kP, kPieces>(a, x_vec, xh);
+    gemm_narrow_body<F, W, T, kX, kP, kE>(a, x_vec, xh);
   else
     __trap();
 #endif
 }
 
-template <PackedFormat F, int W, int T, NarrowX kX, WmmaPairs kP, bool kPieces>
+template <PackedFormat F, int W, int T, NarrowX kX, WmmaPairs kP, NarrowEpilogue kE>
 void launch_narrow_kernel(const GemmArgs& a, dim3 grid, bool x_vec, const uint32_t* xh,
                           cudaStream_t stream) {
   using S = NarrowShape<F, W, T, kX>;
   static_assert(narrow_warps_per_sm(T) % W == 0, "whole blocks an SM");
-  auto kernel = kernel_gemm_narrow<F, W, T, kX, kP, kPieces>;
-  constexpr size_t bytes = kPieces ? S::kPiecesSmemBytes : S::kPipeBytes;
+  auto kernel = kernel_gemm_narrow<F, W, T, kX, kP, kE>;
+  constexpr size_t bytes = kE != NarrowEpilogue::Plain ? S::kPiecesSmemBytes : S::kPipeBytes;
   // Above 48 KB of dynamic shared memory a kernel must opt in (once).
   static const bool opted_in = [&] {
     CUDA_CHECK(
@@ -687,14 +710,18 @@ void launch_narrow_kernel(const GemmArgs& a, dim3 grid, bool x_vec, const uint32
 }
 
 // A norm's pieces only in blocks of 8 or 16 tokens (kNormPiecesMaxTokens;
-// check_norm_pieces holds the launch to that).
+// check_handoff holds the launch to that), SwiGLU in any, on fp16 x.
 template <PackedFormat F, int W, int T, NarrowX kX, WmmaPairs kP = WmmaPairs::None>
 void launch_narrow_x(const GemmArgs& a, dim3 grid, bool x_vec, const uint32_t* xh,
                      cudaStream_t stream) {
+  using E = NarrowEpilogue;
+  if constexpr (kX == NarrowX::Fp16)
+    if (a.swiglu_out.half)
+      return launch_narrow_kernel<F, W, T, kX, kP, E::Swiglu>(a, grid, x_vec, xh, stream);
   if constexpr (T != kNarrowTokens32)
     if (gemm_has_norm_pieces(a))
-      return launch_narrow_kernel<F, W, T, kX, kP, true>(a, grid, x_vec, xh, stream);
-  launch_narrow_kernel<F, W, T, kX, kP, false>(a, grid, x_vec, xh, stream);
+      return launch_narrow_kernel<F, W, T, kX, kP, E::Pieces>(a, grid, x_vec, xh, stream);
+  launch_narrow_kernel<F, W, T, kX, kP, E::Plain>(a, grid, x_vec, xh, stream);
 }
 
 // Whole stages of whole chunks (kStageChunks x 32 values: every model's
@@ -848,9 +875,23 @@ int gemm_narrow_warps16(int64_t blocks) {
 }
 
 namespace {
-// The norm's pieces (GemmArgs::norm_out, norm_scale): whole blocks of 32
-// rows a warp's token (the epilogue's shuffles), and what they point at.
-void check_norm_pieces(const GemmArgs& a, const void* x16) {
+std::atomic<uint64_t> swiglu_launches{0};
+
+// The norm's pieces (GemmArgs::norm_out, norm_scale) and SwiGLU
+// (swiglu_out): whole blocks of 32 rows a warp's token (the epilogue's
+// shuffles), and what they point at; counts the launches that make SwiGLU.
+void check_handoff(const GemmArgs& a, const void* x16) {
+  const SwigluOut& p = a.swiglu_out;
+  if (p.half) {
+    VOLTAD_KERNEL_REQUIRE(p.half > 0 && p.half % kNarrowRows == 0 &&
+                              a.w.layout.rows == 2 * p.half && a.n <= kGemmNarrowMaxTokens && x16 &&
+                              p.x && reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && p.x != x16 &&
+                              !a.norm_out.weight && !a.accumulate && !a.bias,
+                          "gemm narrow: SwiGLU needs gate|up's 2 x half rows (half a multiple "
+                          "of 32), up to 32 tokens, fp16 x and its own x for w_down, no norm's "
+                          "pieces made, no accumulate and no bias");
+    ++swiglu_launches;
+  }
   if (gemm_has_norm_pieces(a))
     VOLTAD_KERNEL_REQUIRE(a.n <= kNormPiecesMaxTokens,
                           "gemm narrow: a norm's pieces in steps of up to 16 tokens");
@@ -867,8 +908,12 @@ void check_norm_pieces(const GemmArgs& a, const void* x16) {
 }
 }  // namespace
 
+uint64_t gemm_narrow_swiglu_launches() {
+  return swiglu_launches.load();
+}
+
 void launch_gemm_narrow(const GemmArgs& a, cudaStream_t stream) {
-  check_norm_pieces(a, nullptr);
+  check_handoff(a, nullptr);
   launch_narrow_any(a, nullptr, stream);
 }
 
@@ -885,7 +930,7 @@ void launch_gemm_narrow_x16(const GemmArgs& a, const void* x16, cudaStream_t str
       gemm_narrow_takes_x16(a) && x16 && reinterpret_cast<uintptr_t>(x16) % 16 == 0,
       "gemm narrow x16: a shape it takes (gemm_narrow_takes_x16), aligned x");
   VOLTAD_KERNEL_REQUIRE(a.y && a.ldy >= a.w.layout.rows, "gemm narrow x16: y and its row stride");
-  check_norm_pieces(a, x16);
+  check_handoff(a, x16);
   launch_narrow_any(a, static_cast<const uint32_t*>(x16), stream);
 }
 

@@ -385,8 +385,9 @@ void launch_gemm_sm80(const GemmArgs& a, const GemmScratch& scratch, cudaStream_
   VOLTAD_KERNEL_REQUIRE(gemm_sm80_supports(a, scratch),
                         "gemm_sm80: arguments the variant takes (gemm_sm80_supports)");
   VOLTAD_KERNEL_REQUIRE(a.ldx >= l.cols && a.ldy >= l.rows, "gemm_sm80: row strides");
-  VOLTAD_KERNEL_REQUIRE(!gemm_has_norm_pieces(a),
-                        "gemm_sm80: a norm's pieces are the portable narrow kernel's");
+  VOLTAD_KERNEL_REQUIRE(!gemm_has_handoff(a),
+                        "gemm_sm80: a norm's pieces and SwiGLU are the portable narrow "
+                        "kernel's");
   VOLTAD_KERNEL_REQUIRE((l.rows + 127) / 128 <= 65535, "gemm_sm80: too many rows for the grid");
   __half* xh = static_cast<__half*>(scratch.data);
   sm80::convert_x(a, xh, stream);
@@ -451,12 +452,23 @@ bool gemm_for_takes_norm_pieces(KernelSet set, const GemmArgs& a, const GemmScra
                            takes_narrow_x16(a, scratch));
 }
 
+bool gemm_for_takes_swiglu(KernelSet set, const GemmArgs& a, const GemmScratch& scratch) {
+  if (gemm_for_takes_narrow_sm80(set, a, scratch) || takes_sm80(set, a, scratch)) return false;
+  const SwigluOut& p = a.swiglu_out;
+  return a.n >= 1 && a.n <= kGemmNarrowMaxTokens && p.half > 0 && p.half % 32 == 0 &&
+         a.w.layout.rows == 2 * p.half && !a.norm_out.weight && !a.accumulate && !a.bias && a.x &&
+         scratch.holds_x == a.x && gemm_narrow_takes_x16(a) && takes_narrow_x16(a, scratch);
+}
+
 void launch_gemm_for(KernelSet set, const GemmArgs& a, const GemmScratch& scratch,
                      cudaStream_t stream) {
-  if (gemm_has_norm_pieces(a)) {
-    VOLTAD_KERNEL_REQUIRE(gemm_for_takes_norm_pieces(set, a, scratch),
+  if (gemm_has_handoff(a)) {
+    VOLTAD_KERNEL_REQUIRE(!gemm_has_norm_pieces(a) || gemm_for_takes_norm_pieces(set, a, scratch),
                           "gemm: a norm's pieces only on the portable narrow GEMM "
                           "(gemm_for_takes_norm_pieces)");
+    VOLTAD_KERNEL_REQUIRE(!a.swiglu_out.half || gemm_for_takes_swiglu(set, a, scratch),
+                          "gemm: SwiGLU made by a product only on the portable narrow GEMM "
+                          "(gemm_for_takes_swiglu)");
     if (a.x && scratch.holds_x == a.x && takes_narrow_x16(a, scratch))
       return launch_x16(a, scratch.data, stream);
     return launch_gemm_narrow(a, stream);

@@ -194,6 +194,12 @@ bool gemm_for_reads_narrow_x(KernelSet set, const GemmArgs& args, const GemmScra
 // hold x, as fp16 x).
 bool gemm_for_takes_norm_pieces(KernelSet set, const GemmArgs& args, const GemmScratch& scratch);
 
+// Whether launch_gemm_for(set, args, scratch) runs the portable narrow
+// GEMM on fp16 x, which alone makes SwiGLU (GemmArgs::swiglu_out: gate|up's
+// 2 x half rows, half a multiple of 32, up to 32 tokens, the scratch holding
+// x; the caller checks that w_down's reader is portable, see SwigluOut).
+bool gemm_for_takes_swiglu(KernelSet set, const GemmArgs& args, const GemmScratch& scratch);
+
 // With `set` Auto: the sm_80 narrow GEMM where it takes the arguments, else
 // launch_gemm_sm80 where it takes them and is preferred for them; otherwise
 // (and with Portable) launch_gemm (the portable kernels, auto tile), or the

@@ -309,7 +309,7 @@ bool tiles_x16_on() {
 bool gemm_tiles_take_x16(const GemmArgs& a) {
   const PackedLayout& l = a.w.layout;
   if (!tiles_x16_on() || a.n < 1 || a.n > kGemmNarrowMaxTokens || !a.w.data ||
-      l.cols % kStageK != 0 || gemm_has_norm_pieces(a))
+      l.cols % kStageK != 0 || gemm_has_handoff(a))
     return false;
   const GemmTile tile = gemm_pick_tile(a.n, l.rows);
   return tile == GemmTile::T32x64 || tile == GemmTile::T32x128;
@@ -339,8 +339,9 @@ void launch_gemm_tiles_x16(const GemmArgs& a, GemmTile tile, const void* x16, cu
   VOLTAD_KERNEL_REQUIRE(l.rows >= 1 && l.cols % kStageK == 0 && a.ldy >= l.rows,
                         "gemm tiles x16: cols whole stages of 64, y's row stride");
   VOLTAD_KERNEL_REQUIRE((l.rows + 63) / 64 <= 65535, "gemm tiles x16: too many rows for the grid");
-  VOLTAD_KERNEL_REQUIRE(!gemm_has_norm_pieces(a),
-                        "gemm tiles x16: a norm's pieces are the narrow kernel's");
+  VOLTAD_KERNEL_REQUIRE(!gemm_has_handoff(a),
+                        "gemm tiles x16: a norm's pieces and SwiGLU are the narrow "
+                        "kernel's");
   with_packed_format(l.format, [&](auto f) {
     launch_format_x16<decltype(f)::value>(a, tile, static_cast<const uint32_t*>(x16), stream);
   });
@@ -429,8 +430,9 @@ void launch_gemm(const GemmArgs& a, GemmTile tile, cudaStream_t stream) {
   VOLTAD_KERNEL_REQUIRE((l.rows + 63) / 64 <= 65535, "gemm: too many rows for the grid");
   if (tile == GemmTile::Auto) tile = gemm_pick_tile(a.n, l.rows);
   if (tile == GemmTile::N16) return launch_gemm_narrow(a, stream);
-  VOLTAD_KERNEL_REQUIRE(!gemm_has_norm_pieces(a),
-                        "gemm: a norm's pieces are the narrow kernel's (GemmArgs::norm_out)");
+  VOLTAD_KERNEL_REQUIRE(!gemm_has_handoff(a),
+                        "gemm: a norm's pieces and SwiGLU are the narrow kernel's "
+                        "(GemmArgs::norm_out, swiglu_out)");
   with_packed_format(l.format, [&](auto f) { launch_format<decltype(f)::value>(a, tile, stream); });
 }
 

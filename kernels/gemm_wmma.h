@@ -65,6 +65,21 @@ struct NormPieces {
   float eps = 0.0f;               // the norm's epsilon
 };
 
+// SwiGLU made by the portable narrow GEMM of gate|up (rows [0, half) gate,
+// [half, 2 half) up, the layer's one stack), in place of its own launch.
+// Each block takes 16 rows of gate and up's same 16 (its 32 lanes' rows:
+// gate's 16b..16b+15, then up's), so it holds both halves of its outputs:
+// its epilogue writes silu(g) * u as w_down's fp16 x (kernels/narrow_x.cuh,
+// half of one chunk of w_down's k; tokens from n to n rounded up to 8 as
+// zeros) with launch_swiglu_narrow_x's arithmetic, the same bits, and
+// writes neither y nor the x sums, which only the sm_80 narrow kernel
+// reads: w_down must be read by a portable kernel. x is not gate|up's own
+// x: its other blocks still read that. fp16 x only (launch_gemm_narrow_x16).
+struct SwigluOut {
+  int64_t half = 0;       // gate's rows (up's too), a multiple of 32; 0: none
+  uint32_t* x = nullptr;  // w_down's x: n8 x half fp16 (the x sums' place left alone)
+};
+
 struct GemmArgs {
   PackedMatrixView w;        // (rows, cols), on the device
   const float* x = nullptr;  // (n, ldx) fp32; 16-byte aligned rows read faster
@@ -77,9 +92,15 @@ struct GemmArgs {
   // Portable narrow GEMM only (launch_gemm_for refuses them elsewhere):
   NormPieces norm_out{};              // this product makes the next norm's pieces
   const float* norm_scale = nullptr;  // x is such pieces: NormPieces::scale
+  SwigluOut swiglu_out{};             // this product (gate|up) makes SwiGLU
 };
 inline bool gemm_has_norm_pieces(const GemmArgs& a) {
   return a.norm_out.weight != nullptr || a.norm_scale != nullptr;
+}
+// Whether the product's epilogue makes a norm's pieces or SwiGLU: the
+// portable narrow kernel's alone.
+inline bool gemm_has_handoff(const GemmArgs& a) {
+  return gemm_has_norm_pieces(a) || a.swiglu_out.half != 0;
 }
 
 // Block tile shapes (tokens x weight rows). launch_gemm picks one from n,
@@ -158,6 +179,9 @@ void launch_gemm_tiles_x16(const GemmArgs& args, GemmTile tile, const void* x16,
 // Tests: the tiles' launches on fp16 x in this process so far (a graph's
 // counted once, as it is captured).
 uint64_t gemm_tiles_x16_launches();
+// Tests: the narrow kernel's launches that made SwiGLU
+// (GemmArgs::swiglu_out) in this process so far (a graph's counted once).
+uint64_t gemm_narrow_swiglu_launches();
 
 // Paired B (kernels/wmma_pairs.h): the order in which the narrow kernel on
 // fp16 x builds the 4-bit formats' B fragments in registers, from a probe

@@ -117,7 +117,7 @@ TEST_CASE("workspace: each buffer by its formula, 256-byte aligned, total their 
   CHECK(w.total() == w.residual + w.normed + w.qkv + w.attention_out + w.ffn_gate_up +
                          w.quantized_x + w.quantized_x_scales + w.selected + w.logits +
                          w.candidates + w.topk_scratch + w.step_indices + w.attention_partials +
-                         w.attention_arrivals + w.gemm_split + w.norm_pieces);
+                         w.attention_arrivals + w.gemm_split + w.norm_pieces + w.swiglu_fused);
   // The next norm in pieces, for up to 16 tokens (T = 2048 here): 16 rows
   // of 4096 fp16 and 128 x sums, then 16 x 128 sums of squares, 16
   // scales and a counter (8,260 bytes, rounded up to 8,448).
@@ -126,6 +126,12 @@ TEST_CASE("workspace: each buffer by its formula, 256-byte aligned, total their 
   // floats and the counter are 4,132 bytes, rounded up to 4,352.
   CHECK(cuda_workspace_bytes(kLlama3_8b, limits(4096, 4, 4)).norm_pieces ==
         8ull * (4096 * 2 + 128 * 4) + 4352);
+  // SwiGLU made by gate|up, for up to 32 tokens: 32 rows of 14336 fp16 and
+  // 448 x sums (a multiple of 256 bytes).
+  CHECK(w.swiglu_fused == 32ull * (14336 * 2 + 448 * 4));
+  // T = 4: 8 rows.
+  CHECK(cuda_workspace_bytes(kLlama3_8b, limits(4096, 4, 4)).swiglu_fused ==
+        8ull * (14336 * 2 + 448 * 4));
   // The narrow GEMM's split k on 4096-row products: 128 row blocks, a
   // counter each (512 bytes), then 2 splits of 32 x 32 fp32 sums each.
   CHECK(w.gemm_split == 512 + 128ull * 2 * 32 * 32 * 4);

@@ -462,12 +462,17 @@ TEST_CASE("batched steps with auto (narrow GEMM, fused x) follow the portable ke
     // (VOLTAD_NORM_PIECES=1; kernels/gemm_wmma.h, NormPieces); rows[0]
     // without them. rows[3]: as rows[0], but the lm head converts its x
     // itself (VOLTAD_HEAD_X16=0) instead of reading the fp16 x the final
-    // norm writes for it.
-    std::vector<std::vector<float>> rows[4];
+    // norm writes for it. rows[4]: as rows[0], but SwiGLU launched
+    // (VOLTAD_SWIGLU_FUSED_MAX=0), not made by gate|up's blocks
+    // (kernels::SwigluOut).
+    std::vector<std::vector<float>> rows[5];
     std::string used;
-    for (int k = 0; k < 4; ++k) {
+    uint64_t fused[5] = {};
+    for (int k = 0; k < 5; ++k) {
       const EnvScope pieces("VOLTAD_NORM_PIECES", k == 2 ? "1" : "0");
       const EnvScope head_x16("VOLTAD_HEAD_X16", k == 3 ? "0" : nullptr);
+      const EnvScope swiglu("VOLTAD_SWIGLU_FUSED_MAX", k == 4 ? "0" : nullptr);
+      const uint64_t fused_before = kernels::gemm_narrow_swiglu_launches();  // create() captures
       CudaBackendOptions o;
       o.kernels = k == 1 ? kernels::KernelSet::Auto : kernels::KernelSet::Portable;
       o.max_context = 128;
@@ -515,6 +520,7 @@ TEST_CASE("batched steps with auto (narrow GEMM, fused x) follow the portable ke
       std::vector<std::pair<int, int>> mixed = {{0, 20}};  // 20 + 7 = 27 tokens
       for (int s = 1; s < S; ++s) mixed.push_back({s, 1});
       extend(mixed, 7);
+      fused[k] = kernels::gemm_narrow_swiglu_launches() - fused_before;
     }
     MESSAGE("auto runs '" << used << "'");
     if (major >= 8 && !std::getenv("VOLTAD_GEMM_SM80_ALWAYS"))
@@ -550,6 +556,18 @@ TEST_CASE("batched steps with auto (narrow GEMM, fused x) follow the portable ke
     CHECK(head_worst < 1e-3);
     CHECK(head_same >= 5);                   // the 2- and 3-token steps
     CHECK(head_same < int(rows[0].size()));  // the 4+-token steps' head read x16
+    // SwiGLU made by gate|up: the same arithmetic on the same values, and
+    // w_down reads the same fp16 x, so the same bits; it ran under portable
+    // (with the norm's pieces too), never under auto or when turned off.
+    const auto [fused_worst, fused_same] = against_portable(4);
+    MESSAGE("SwiGLU launched vs made by gate|up ("
+            << fused[0] << " launches): worst relative error " << fused_worst << ", " << fused_same
+            << " rows the same");
+    CHECK(fused[0] > 0);
+    CHECK(fused[2] > 0);
+    CHECK(fused[1] == 0);
+    CHECK(fused[4] == 0);
+    CHECK(fused_same == int(rows[0].size()));
   }
 }
 
