@@ -502,8 +502,10 @@ __device__ __forceinline__ void gemm_narrow_body(const GemmArgs& a, bool x_vec,
   const int prow = lane >> 2, pj = lane & 3;
   const uint8_t* qrow = a.w.data + a.w.layout.quants_offset +
                         ((kSwiglu ? g0 : r0) + prow) * a.w.layout.quant_row_bytes;
-  // Pieces 2 and 3 (rows 16-31) of SwiGLU's blocks: up's rows.
-  const uint8_t* qrow_up = qrow + up_skip * a.w.layout.quant_row_bytes;
+  // Pieces 2 and 3 (rows 16-31) of SwiGLU's blocks: up's rows,
+  // SwigluOut::up_bytes on, read from the kernel's parameters where used
+  // (held in registers, the distance made sm_70's 32-token Q4_K blocks
+  // spill 16-24 bytes).
   unsigned pieces_in_rows = 0;  // bit i: row 8i + prow is a row of the matrix
 #pragma unroll
   for (int i = 0; i < 4; ++i) pieces_in_rows |= unsigned(kSwiglu || r0 + 8 * i + prow < rows) << i;
@@ -522,7 +524,7 @@ __device__ __forceinline__ void gemm_narrow_body(const GemmArgs& a, bool x_vec,
 #pragma unroll
       for (int i = 0; i < 4; ++i)
         if ((pieces_in_rows >> i & 1) && c < c_end)
-          piece[i] = load_weights_16((kSwiglu && i >= 2 ? qrow_up : qrow) +
+          piece[i] = load_weights_16((kSwiglu && i >= 2 ? qrow + a.swiglu_out.up_bytes : qrow) +
                                      8 * i * a.w.layout.quant_row_bytes + 16 * c);
       // A super-block's data (Q4_K's header, Q6_K's d) once for its two
       // stages: kept from the stage before within one.
@@ -886,10 +888,11 @@ void check_handoff(const GemmArgs& a, const void* x16) {
     VOLTAD_KERNEL_REQUIRE(p.half > 0 && p.half % kNarrowRows == 0 &&
                               a.w.layout.rows == 2 * p.half && a.n <= kGemmNarrowMaxTokens && x16 &&
                               p.x && reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && p.x != x16 &&
-                              !a.norm_out.weight && !a.accumulate && !a.bias,
+                              !a.norm_out.weight && !a.accumulate && !a.bias &&
+                              gemm_swiglu_up_fits(a),
                           "gemm narrow: SwiGLU needs gate|up's 2 x half rows (half a multiple "
-                          "of 32), up to 32 tokens, fp16 x and its own x for w_down, no norm's "
-                          "pieces made, no accumulate and no bias");
+                          "of 32, gate's bytes within 4 GiB), up to 32 tokens, fp16 x and its "
+                          "own x for w_down, no norm's pieces made, no accumulate and no bias");
     ++swiglu_launches;
   }
   if (gemm_has_norm_pieces(a))
@@ -925,7 +928,10 @@ bool gemm_narrow_takes_x16(const GemmArgs& a) {
          gemm_pick_tile(a.n, a.w.layout.rows) == GemmTile::N16;
 }
 
-void launch_gemm_narrow_x16(const GemmArgs& a, const void* x16, cudaStream_t stream) {
+void launch_gemm_narrow_x16(const GemmArgs& args, const void* x16, cudaStream_t stream) {
+  GemmArgs a = args;
+  if (a.swiglu_out.half)
+    a.swiglu_out.up_bytes = uint32_t((a.swiglu_out.half - 16) * a.w.layout.quant_row_bytes);
   VOLTAD_KERNEL_REQUIRE(
       gemm_narrow_takes_x16(a) && x16 && reinterpret_cast<uintptr_t>(x16) % 16 == 0,
       "gemm narrow x16: a shape it takes (gemm_narrow_takes_x16), aligned x");

@@ -456,8 +456,9 @@ bool gemm_for_takes_swiglu(KernelSet set, const GemmArgs& a, const GemmScratch& 
   if (gemm_for_takes_narrow_sm80(set, a, scratch) || takes_sm80(set, a, scratch)) return false;
   const SwigluOut& p = a.swiglu_out;
   return a.n >= 1 && a.n <= kGemmNarrowMaxTokens && p.half > 0 && p.half % 32 == 0 &&
-         a.w.layout.rows == 2 * p.half && !a.norm_out.weight && !a.accumulate && !a.bias && a.x &&
-         scratch.holds_x == a.x && gemm_narrow_takes_x16(a) && takes_narrow_x16(a, scratch);
+         a.w.layout.rows == 2 * p.half && gemm_swiglu_up_fits(a) && !a.norm_out.weight &&
+         !a.accumulate && !a.bias && a.x && scratch.holds_x == a.x && gemm_narrow_takes_x16(a) &&
+         takes_narrow_x16(a, scratch);
 }
 
 void launch_gemm_for(KernelSet set, const GemmArgs& a, const GemmScratch& scratch,

@@ -78,6 +78,7 @@ struct NormPieces {
 struct SwigluOut {
   int64_t half = 0;       // gate's rows (up's too), a multiple of 32; 0: none
   uint32_t* x = nullptr;  // w_down's x: n8 x half fp16 (the x sums' place left alone)
+  uint32_t up_bytes = 0;  // set by the launch: from gate's row i to up's row i - 16
 };
 
 struct GemmArgs {
@@ -94,6 +95,12 @@ struct GemmArgs {
   const float* norm_scale = nullptr;  // x is such pieces: NormPieces::scale
   SwigluOut swiglu_out{};             // this product (gate|up) makes SwiGLU
 };
+// Whether SwiGLU's blocks reach up's nibbles from gate's within 32 bits
+// (the narrow kernel keeps the distance in a register of 32).
+inline bool gemm_swiglu_up_fits(const GemmArgs& a) {
+  return a.swiglu_out.half >= 16 &&
+         uint64_t(a.swiglu_out.half - 16) * a.w.layout.quant_row_bytes <= 0xFFFFFFFFull;
+}
 inline bool gemm_has_norm_pieces(const GemmArgs& a) {
   return a.norm_out.weight != nullptr || a.norm_scale != nullptr;
 }
