@@ -22,6 +22,27 @@
 using namespace voltad;
 using namespace voltad::test;
 
+namespace {
+// gate|up's product of n tokens of the norm's x (xn, its fp16 copy in
+// norm_x), gate and up side by side in y's rows.
+struct GateUpCall {
+  kernels::GemmArgs args;
+  kernels::GemmScratch scratch;
+};
+GateUpCall gate_up_call(const DeviceMatrix& gate_up, float* xn, void* norm_x, size_t x_bytes,
+                        int64_t dim, int n) {
+  GateUpCall c;
+  c.scratch = {norm_x, x_bytes};
+  c.scratch.holds_x = xn;
+  c.args.w = gate_up.view();
+  c.args.x = xn;
+  c.args.ldx = dim;
+  c.args.n = n;
+  c.args.ldy = gate_up.view().layout.rows;
+  return c;
+}
+}  // namespace
+
 TEST_CASE("gate|up makes SwiGLU in its blocks: the bits of the product and SwiGLU's launch") {
   const kernels::KernelSet portable = kernels::KernelSet::Portable;
   const int64_t dim = 512, half = 1024, ldy = 2 * half;  // gate and up side by side
@@ -44,14 +65,7 @@ TEST_CASE("gate|up makes SwiGLU in its blocks: the bits of the product and SwiGL
       for (bool pieces : {false, true}) {
         if (pieces && n > kernels::kNormPiecesMaxTokens) continue;
         CAPTURE(pieces);
-        kernels::GemmScratch scratch{norm_x.get(), x_bytes};
-        scratch.holds_x = xn.get();
-        kernels::GemmArgs g;
-        g.w = gate_up.view();
-        g.x = xn.get();
-        g.ldx = dim;
-        g.n = n;
-        g.ldy = ldy;
+        auto [g, scratch] = gate_up_call(gate_up, xn.get(), norm_x.get(), x_bytes, dim, n);
         if (pieces) g.norm_scale = scale.get();
         // The product, then SwiGLU's launch over gate with w_down's x.
         const size_t down_bytes = kernels::gemm_narrow_sm80_scratch_bytes(n, half);
@@ -93,13 +107,7 @@ TEST_CASE("SwiGLU made by gate|up: only its shape, up to 32 tokens, fp16 x, port
   const size_t x_bytes = kernels::gemm_narrow_sm80_scratch_bytes(n_most, dim);
   DeviceBuffer<uint8_t> norm_x(x_bytes);
   DeviceBuffer<uint32_t> x(size_t(n_most * half));
-  kernels::GemmScratch scratch{norm_x.get(), x_bytes};
-  scratch.holds_x = xn.get();
-  kernels::GemmArgs g;
-  g.w = gate_up.view();
-  g.x = xn.get();
-  g.ldx = dim;
-  g.n = n_most;
+  auto [g, scratch] = gate_up_call(gate_up, xn.get(), norm_x.get(), x_bytes, dim, n_most);
   g.swiglu_out = {half, x.get()};
   CHECK(kernels::gemm_for_takes_swiglu(portable, g, scratch));
   CHECK_FALSE(kernels::gemm_for_takes_swiglu(portable, g, kernels::GemmScratch{}));  // fp32 x
