@@ -210,6 +210,7 @@ json vram_plan_json(const VramPlan& p) {
         {"attention_arrivals", w.attention_arrivals},
         {"gemm_split", w.gemm_split},
         {"norm_pieces", w.norm_pieces},
+        {"swiglu_fused", w.swiglu_fused},
         {"total", w.total()}}},
       {"kv_pool",
        {{"bytes_per_token", p.kv.bytes_per_token},

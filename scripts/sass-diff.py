@@ -36,9 +36,13 @@ def kernels(path, keep_params):
         s = line.strip()
         if not s or s.startswith(".") or s.startswith("_Z"):  # directives, the name
             continue
+        if s.startswith("//"):  # section banners (the listing's last: SYMBOLS)
+            continue
+        s = s.replace(name, "SELF")  # the kernel's own name (its return labels)
         s = re.sub(r"/\*[0-9a-f]{4,}\*/", "", s)  # addresses
         s = re.sub(r"/\* 0x[0-9a-f]+ \*/", "", s)  # encodings
         s = re.sub(r"\.L_x_\d+", "L", s)
+        s = re.sub(r"\$__internal_\d+_", "$__internal_", s)  # helpers' file-wide numbers
         s = re.sub(r"__[0-9a-f]{8}_", "__H_", s)
         if not keep_params:
             s = re.sub(r"c\[0x0\]\[0x[0-9a-f]+\]", "c[param]", s)
