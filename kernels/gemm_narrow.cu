@@ -637,7 +637,7 @@ void launch_narrow_kernel(const GemmArgs& a, dim3 grid, bool x_vec, const uint32
 }
 
 // A norm's pieces only in blocks of 8 or 16 tokens (kNormPiecesMaxTokens;
-// check_handoff holds the launch to that), SwiGLU in any, on fp16 x.
+// check_fused_epilogue holds the launch to that), SwiGLU in any, on fp16 x.
 template <PackedFormat F, int W, int T, NarrowX kX, WmmaPairs kP = WmmaPairs::None>
 void launch_narrow_x(const GemmArgs& a, dim3 grid, bool x_vec, const uint32_t* xh,
                      cudaStream_t stream) {
@@ -807,7 +807,7 @@ std::atomic<uint64_t> swiglu_launches{0};
 // The norm's pieces (GemmArgs::norm_out, norm_scale) and SwiGLU
 // (swiglu_out): whole blocks of 32 rows a warp's token (the epilogue's
 // shuffles), and what they point at; counts the launches that make SwiGLU.
-void check_handoff(const GemmArgs& a, const void* x16) {
+void check_fused_epilogue(const GemmArgs& a, const void* x16) {
   const SwigluOut& p = a.swiglu_out;
   if (p.half) {
     VOLTAD_KERNEL_REQUIRE(p.half > 0 && p.half % kNarrowRows == 0 &&
@@ -841,7 +841,7 @@ uint64_t gemm_narrow_swiglu_launches() {
 }
 
 void launch_gemm_narrow(const GemmArgs& a, cudaStream_t stream) {
-  check_handoff(a, nullptr);
+  check_fused_epilogue(a, nullptr);
   launch_narrow_any(a, nullptr, stream);
 }
 
@@ -861,7 +861,7 @@ void launch_gemm_narrow_x16(const GemmArgs& args, const void* x16, cudaStream_t 
       gemm_narrow_takes_x16(a) && x16 && reinterpret_cast<uintptr_t>(x16) % 16 == 0,
       "gemm narrow x16: a shape it takes (gemm_narrow_takes_x16), aligned x");
   VOLTAD_KERNEL_REQUIRE(a.y && a.ldy >= a.w.layout.rows, "gemm narrow x16: y and its row stride");
-  check_handoff(a, x16);
+  check_fused_epilogue(a, x16);
   launch_narrow_any(a, static_cast<const uint32_t*>(x16), stream);
 }
 

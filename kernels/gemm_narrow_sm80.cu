@@ -568,7 +568,7 @@ bool gemm_narrow_sm80_supports(const GemmArgs& a, const GemmScratch& scratch) {
 bool launch_gemm_narrow_sm80_pair(const GemmArgs& a, const GemmArgs& b, const GemmScratch& scratch,
                                   cudaStream_t stream) {
   const PackedLayout &la = a.w.layout, &lb = b.w.layout;
-  if (gemm_has_handoff(a) || gemm_has_handoff(b)) return false;
+  if (gemm_has_fused_epilogue(a) || gemm_has_fused_epilogue(b)) return false;
   if (!gemm_narrow_sm80_pair_enabled() || la.format != PackedFormat::Int4K256 ||
       lb.format != PackedFormat::Int6K256 || a.n != b.n || a.n < 1 || a.n > 8 || a.x != b.x ||
       a.ldx != b.ldx || la.cols != lb.cols || la.rows == 0 || lb.rows == 0 ||
@@ -592,7 +592,7 @@ void launch_gemm_narrow_sm80(const GemmArgs& a, const GemmScratch& scratch, cuda
                         "gemm narrow sm80: arguments it takes (gemm_narrow_sm80_supports)");
   VOLTAD_KERNEL_REQUIRE(a.ldx >= a.w.layout.cols && a.ldy >= a.w.layout.rows,
                         "gemm narrow sm80: row strides");
-  VOLTAD_KERNEL_REQUIRE(!gemm_has_handoff(a),
+  VOLTAD_KERNEL_REQUIRE(!gemm_has_fused_epilogue(a),
                         "gemm narrow sm80: a norm's pieces and SwiGLU are the portable "
                         "kernel's");
   auto* xp = static_cast<uint32_t*>(scratch.data);

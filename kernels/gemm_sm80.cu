@@ -385,7 +385,7 @@ void launch_gemm_sm80(const GemmArgs& a, const GemmScratch& scratch, cudaStream_
   VOLTAD_KERNEL_REQUIRE(gemm_sm80_supports(a, scratch),
                         "gemm_sm80: arguments the variant takes (gemm_sm80_supports)");
   VOLTAD_KERNEL_REQUIRE(a.ldx >= l.cols && a.ldy >= l.rows, "gemm_sm80: row strides");
-  VOLTAD_KERNEL_REQUIRE(!gemm_has_handoff(a),
+  VOLTAD_KERNEL_REQUIRE(!gemm_has_fused_epilogue(a),
                         "gemm_sm80: a norm's pieces and SwiGLU are the portable narrow "
                         "kernel's");
   VOLTAD_KERNEL_REQUIRE((l.rows + 127) / 128 <= 65535, "gemm_sm80: too many rows for the grid");
@@ -463,7 +463,7 @@ bool gemm_for_takes_swiglu(KernelSet set, const GemmArgs& a, const GemmScratch& 
 
 void launch_gemm_for(KernelSet set, const GemmArgs& a, const GemmScratch& scratch,
                      cudaStream_t stream) {
-  if (gemm_has_handoff(a)) {
+  if (gemm_has_fused_epilogue(a)) {
     VOLTAD_KERNEL_REQUIRE(!gemm_has_norm_pieces(a) || gemm_for_takes_norm_pieces(set, a, scratch),
                           "gemm: a norm's pieces only on the portable narrow GEMM "
                           "(gemm_for_takes_norm_pieces)");

@@ -309,7 +309,7 @@ bool tiles_x16_on() {
 bool gemm_tiles_take_x16(const GemmArgs& a) {
   const PackedLayout& l = a.w.layout;
   if (!tiles_x16_on() || a.n < 1 || a.n > kGemmNarrowMaxTokens || !a.w.data ||
-      l.cols % kStageK != 0 || gemm_has_handoff(a))
+      l.cols % kStageK != 0 || gemm_has_fused_epilogue(a))
     return false;
   const GemmTile tile = gemm_pick_tile(a.n, l.rows);
   return tile == GemmTile::T32x64 || tile == GemmTile::T32x128;
@@ -339,7 +339,7 @@ void launch_gemm_tiles_x16(const GemmArgs& a, GemmTile tile, const void* x16, cu
   VOLTAD_KERNEL_REQUIRE(l.rows >= 1 && l.cols % kStageK == 0 && a.ldy >= l.rows,
                         "gemm tiles x16: cols whole stages of 64, y's row stride");
   VOLTAD_KERNEL_REQUIRE((l.rows + 63) / 64 <= 65535, "gemm tiles x16: too many rows for the grid");
-  VOLTAD_KERNEL_REQUIRE(!gemm_has_handoff(a),
+  VOLTAD_KERNEL_REQUIRE(!gemm_has_fused_epilogue(a),
                         "gemm tiles x16: a norm's pieces and SwiGLU are the narrow "
                         "kernel's");
   with_packed_format(l.format, [&](auto f) {
@@ -430,7 +430,7 @@ void launch_gemm(const GemmArgs& a, GemmTile tile, cudaStream_t stream) {
   VOLTAD_KERNEL_REQUIRE((l.rows + 63) / 64 <= 65535, "gemm: too many rows for the grid");
   if (tile == GemmTile::Auto) tile = gemm_pick_tile(a.n, l.rows);
   if (tile == GemmTile::N16) return launch_gemm_narrow(a, stream);
-  VOLTAD_KERNEL_REQUIRE(!gemm_has_handoff(a),
+  VOLTAD_KERNEL_REQUIRE(!gemm_has_fused_epilogue(a),
                         "gemm: a norm's pieces and SwiGLU are the narrow kernel's "
                         "(GemmArgs::norm_out, swiglu_out)");
   with_packed_format(l.format, [&](auto f) { launch_format<decltype(f)::value>(a, tile, stream); });

@@ -96,7 +96,7 @@ struct GemmArgs {
   SwigluOut swiglu_out{};             // this product (gate|up) makes SwiGLU
 };
 // Whether SwiGLU's blocks reach up's nibbles from gate's within 32 bits
-// (the narrow kernel keeps the distance in a register of 32).
+// (SwigluOut::up_bytes).
 inline bool gemm_swiglu_up_fits(const GemmArgs& a) {
   return a.swiglu_out.half >= 16 &&
          uint64_t(a.swiglu_out.half - 16) * a.w.layout.quant_row_bytes <= 0xFFFFFFFFull;
@@ -106,7 +106,7 @@ inline bool gemm_has_norm_pieces(const GemmArgs& a) {
 }
 // Whether the product's epilogue makes a norm's pieces or SwiGLU: the
 // portable narrow kernel's alone.
-inline bool gemm_has_handoff(const GemmArgs& a) {
+inline bool gemm_has_fused_epilogue(const GemmArgs& a) {
   return gemm_has_norm_pieces(a) || a.swiglu_out.half != 0;
 }
 
