@@ -205,24 +205,32 @@ __host__ __device__ constexpr bool pairs_emulated() {
 
 // One chunk of paired B (see gemm_narrow_body): chunk d of the stage (c in
 // the row), its x pieces xv (kGroups tokens' 8-value pieces a lane, in
-// narrow_x.cuh's order) into the x tile in natural order, the B fragments
-// from the stage, and the MMAs into acc[g][0] (tokens 8g..8g+7).
+// narrow_x.cuh's order) into x's A fragments (Quads) or the x tile in
+// natural order, the B fragments from the stage, and the MMAs into
+// acc[g][0] (tokens 8g..8g+7).
 template <PackedFormat F, WmmaPairs kP, int kGroups>
 __device__ __forceinline__ void paired_chunk(
     const StageSide<F>& side, int d, int c, const uint8_t* stage, int lane,
     const uint4 (&xv)[kGroups], __half* sw, __half* sx, int xt,
     wmma::fragment<wmma::accumulator, 8, 32, 16, float> (&acc)[kGroups][1]) {
   // x: lane's words 4i..4i+3 (i = lane % 4) hold values (4i, 4i+2),
-  // (4i+1, 4i+3), (16+4i, 18+4i), (17+4i, 19+4i); natural pairs by PRMT.
-  const int i4 = 4 * (lane & 3);
+  // (4i+1, 4i+3), (16+4i, 18+4i), (17+4i, 19+4i); natural pairs by PRMT:
+  // Quads' A fragments (kQuadsX below) or the tile.
+  constexpr bool kQuadsX = kP == WmmaPairs::Quads;
+  uint32_t xp[kGroups][4];
 #pragma unroll
   for (int g = 0; g < kGroups; ++g) {
     const uint4 v = xv[g];
-    __half* row = sx + (xt + 8 * g) * kNarrowLd;
-    *reinterpret_cast<uint2*>(row + i4) =
-        make_uint2(__byte_perm(v.x, v.y, 0x5410), __byte_perm(v.x, v.y, 0x7632));
-    *reinterpret_cast<uint2*>(row + 16 + i4) =
-        make_uint2(__byte_perm(v.z, v.w, 0x5410), __byte_perm(v.z, v.w, 0x7632));
+    xp[g][0] = __byte_perm(v.x, v.y, 0x5410);
+    xp[g][1] = __byte_perm(v.x, v.y, 0x7632);
+    xp[g][2] = __byte_perm(v.z, v.w, 0x5410);
+    xp[g][3] = __byte_perm(v.z, v.w, 0x7632);
+    if constexpr (!kQuadsX) {
+      const int i4 = 4 * (lane & 3);
+      __half* row = sx + (xt + 8 * g) * kNarrowLd;
+      *reinterpret_cast<uint2*>(row + i4) = make_uint2(xp[g][0], xp[g][1]);
+      *reinterpret_cast<uint2*>(row + 16 + i4) = make_uint2(xp[g][2], xp[g][3]);
+    }
   }
   Chunk<F> ch;
   side.fill(ch, d);
@@ -245,19 +253,26 @@ __device__ __forceinline__ void paired_chunk(
   } else {
     // Rows lane / 4 + 8j: their factors from lanes lane / 4 + 8j; their
     // chunks at one swizzle (stage_offset's, bits 1-2 of the row: the
-    // same for the four).
+    // same for the four). k is relabelled (x's A fragments the same way):
+    // the fragment's k, k + 1 and k + 8, k + 9 (k = 2i, i = lane % 4) are
+    // values 4i, 4i + 1 and 4i + 2, 4i + 3, bytes 4i..4i+3 of the row's
+    // chunk, one word of the stage: 4 shared loads a chunk.
     Factors f[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j)
       f[j] = Chunk<F>::factors(__shfl_sync(0xFFFFFFFFu, word, (lane >> 2) + 8 * j));
     const int n = pair_lane_row(kP, lane);
-    const uint8_t* base = stage + stage_offset(n, d) + pair_lane_k(kP, lane);
+    static_assert(pair_lane_k(WmmaPairs::Quads, 3) == 6 && pair_reg_dk(WmmaPairs::Quads, 2) == 8,
+                  "a Quads lane's k, k + 1, k + 8, k + 9: word k / 2 of the row's chunk");
+    const uint8_t* base = stage + stage_offset(n, d) + 2 * pair_lane_k(kP, lane);
+    uint32_t v[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      v[j] = *reinterpret_cast<const uint32_t*>(base + 8 * j * kStageRowBytes);
 #pragma unroll
     for (int r = 0; r < kPairRegisters; ++r) {
       const int j = pair_reg_drow(kP, r) / 8;
-      const uint32_t v = *reinterpret_cast<const unsigned short*>(
-          base + pair_reg_drow(kP, r) * kStageRowBytes + pair_reg_dk(kP, r));
-      const uint32_t w = __byte_perm(v, 0, 0x4140);
+      const uint32_t w = __byte_perm(v[j], 0, pair_reg_dk(kP, r) ? 0x4342 : 0x4140);
       lo[r] = Chunk<F>::apply(f[j], mask_or<0x000F000Fu, 0x64006400u>(w));
       hi[r] = Chunk<F>::template apply<true>(f[j], high_nibbles_to_half2(w));
     }
@@ -272,7 +287,7 @@ __device__ __forceinline__ void paired_chunk(
     row[2] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
     row[3] = make_uint4(hi[4], hi[5], hi[6], hi[7]);
   }
-  __syncwarp();  // x's tile (and the emulation's weight tile) written
+  if constexpr (!kQuadsX) __syncwarp();  // x's tile (and the emulation's weight tile) written
 #pragma unroll
   for (int kk = 0; kk < 2; ++kk) {
     wmma::fragment<wmma::matrix_b, 8, 32, 16, __half, wmma::col_major> b;
@@ -286,24 +301,35 @@ __device__ __forceinline__ void paired_chunk(
 #pragma unroll
     for (int g = 0; g < kGroups; ++g) {
       wmma::fragment<wmma::matrix_a, 8, 32, 16, __half, wmma::row_major> xa;
-      wmma::load_matrix_sync(xa, sx + 8 * g * kNarrowLd + kk * 16, kNarrowLd);
+      if constexpr (kQuadsX) {
+        // Quads' A order (x_frag_is_quads): 4 elements of token lane / 4,
+        // k = 2i, 2i + 1, 2i + 8, 2i + 9, repeated through the fragment.
+        static_assert(decltype(xa)::num_elements % 4 == 0, "m8n32k16's A: whole fours");
+#pragma unroll
+        for (int e = 0; e < decltype(xa)::num_elements; e += 2)
+          memcpy(&xa.x[e], &xp[g][2 * kk + (e >> 1 & 1)], 4);
+      } else {
+        wmma::load_matrix_sync(xa, sx + 8 * g * kNarrowLd + kk * 16, kNarrowLd);
+      }
       wmma::mma_sync(acc[g][0], xa, b, acc[g][0]);
     }
   }
-  __syncwarp();  // x's tile is rewritten for the next chunk
+  if constexpr (!kQuadsX) __syncwarp();  // x's tile is rewritten for the next chunk
 }
 
 // Paired B (kP not None; kernels/wmma_pairs.h): the 4-bit formats on fp16 x
 // (kX Fp16, the nibbles staged). No weight tile: each lane reads its
-// fragment's pairs of nibble bytes from the stage (Quads: 8 two-byte reads
-// a chunk, each pair's row factors shuffled from the lane of that row;
+// fragment's nibble bytes from the stage (Quads: a 4-byte read a row, 4 a
+// chunk, each row's factors shuffled from the lane of that row;
 // RowPerLane: the lane's own row, one 16-byte read) and decodes them into
-// the two B fragments of the chunk (values k, k + 1 from the low nibbles of
-// bytes k, k + 1, values k + 16, k + 17 from their high nibbles). x goes
-// through its tile in natural k order (the fp16 pairs re-paired with PRMTs),
-// so the MMAs see the operands of the tile path on fp32 x in the same
-// order: the same sums, bit for bit. 16-token blocks run two m8n32k16 MMAs
-// a k step on the same B (8 tokens each).
+// the two B fragments of the chunk (low nibbles: the first k step, high
+// nibbles: the second). RowPerLane's x goes through its tile in natural k
+// order (the fp16 pairs re-paired with PRMTs), so the MMAs see the
+// operands of the tile path on fp32 x in the same order: the same sums, bit
+// for bit. Quads relabels k (paired_chunk) and fills x's A fragments from
+// the lane's own loads (token lane / 4): no x tile, no __syncwarp a chunk
+// (run 68: batch 8 +6-10%, batch 32 +14-24% on the H100). 16-token blocks
+// run two m8n32k16 MMAs a k step on the same B (8 tokens each).
 //
 // kE: the kernels that make or read a norm's pieces (NormPieces;
 // kernels/norm_pieces.cuh) or make SwiGLU (SwigluOut), built apart so that
@@ -362,7 +388,10 @@ __device__ __forceinline__ void gemm_narrow_body(const GemmArgs& a, bool x_vec,
   // the 8 lanes of a quarter warp on tokens m and m + 4 (m = lane / 8),
   // whose rows of sx fall in distinct banks (80-byte rows: tokens m and
   // m + 1 would share one).
-  const int xt = kHalfX ? (lane >> 3) + 4 * ((lane >> 2) & 1) : lane >> 3;
+  // Quads (paired_chunk's A fragments, no tile): token lane / 4.
+  const int xt = kP == WmmaPairs::Quads ? lane >> 2
+                 : kHalfX               ? (lane >> 3) + 4 * ((lane >> 2) & 1)
+                                        : lane >> 3;
   const int xk = kHalfX ? (lane & 3) * 8 : (lane & 7) * 4;
   // kWholeX: each token's x at k = xk, past the last token the last one's.
   const float* xrow[kWholeX && !kHalfX ? kXPerLane : 1];

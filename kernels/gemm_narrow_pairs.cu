@@ -22,6 +22,8 @@ namespace wmma = nvcuda::wmma;
 // The probe of paired B (kernels/wmma_pairs.h): element (k, n) of a 16 x 32
 // col_major B holds 64n + k; each lane writes the codes of its fragment's
 // 16 elements (0xFFFF for all where the fragment has another size).
+// out[513 + 16 L + e]: the same for x's A fragment (row_major 8 x 16,
+// element (t, k) holding 16t + k), which Quads' kernels fill themselves.
 // out[512]: bit o set where the paired kernels of order o (WmmaPairs) are
 // built in the code this probe runs as. The GEMM (kernels/gemm_narrow.cu)
 // must be built for the same architectures: kernels/CMakeLists.txt builds
@@ -43,6 +45,15 @@ __global__ void kernel_probe_wmma_order(uint16_t* out) {
   constexpr bool kSixteen = decltype(b)::num_elements == 16;
   for (int e = 0; e < 16; ++e)
     out[16 * threadIdx.x + e] = kSixteen ? uint16_t(__half2float(b.x[kSixteen ? e : 0])) : 0xFFFFu;
+  __syncwarp();
+  for (int i = threadIdx.x; i < 8 * 16; i += 32) tile[i] = __float2half(float(i));
+  __syncwarp();
+  wmma::fragment<wmma::matrix_a, 8, 32, 16, __half, wmma::row_major> xa;
+  wmma::load_matrix_sync(xa, tile, 16);
+  constexpr bool kSixteenA = decltype(xa)::num_elements == 16;
+  for (int e = 0; e < 16; ++e)
+    out[513 + 16 * threadIdx.x + e] =
+        kSixteenA ? uint16_t(__half2float(xa.x[kSixteenA ? e : 0])) : 0xFFFFu;
 }
 
 // Bit o: the paired kernels of order o are built natively in the code this
@@ -55,7 +66,7 @@ std::atomic<unsigned> g_pairs_native{0};
 WmmaPairs probe_wmma_order() {
   cudaStream_t s = nullptr;
   uint16_t* dev = nullptr;
-  uint16_t codes[32 * 16 + 1] = {};  // the fragment's codes, then the built orders
+  uint16_t codes[2 * 32 * 16 + 1] = {};  // B's codes, the built orders, A's codes
   bool ok = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess &&
             cudaMalloc(&dev, sizeof codes) == cudaSuccess;
   if (ok) {
@@ -70,7 +81,8 @@ WmmaPairs probe_wmma_order() {
     (void)cudaGetLastError();  // the tile path then; a dead device shows at the next launch
     return WmmaPairs::None;
   }
-  const WmmaPairs o = classify_wmma_order(codes);
+  WmmaPairs o = classify_wmma_order(codes);
+  if (o == WmmaPairs::Quads && !x_frag_is_quads(codes + 32 * 16 + 1)) o = WmmaPairs::None;
   g_pairs_native.store(codes[32 * 16] | kPairsNativeKnown);
   return (codes[32 * 16] >> int(o) & 1) ? o : WmmaPairs::None;
 }

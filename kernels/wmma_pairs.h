@@ -89,6 +89,19 @@ inline bool wmma_order_is(WmmaPairs o, const uint16_t* code) {
   return true;
 }
 
+// Quads' kernels fill x's A fragment (m8n32k16, row_major: element (t, k)
+// of the 8 x 16 tile) themselves: the order seen on the H200 (sm_90,
+// mma.m16n8k16's B operand, repeated four times): element e of lane L is
+// token L / 4, k = 2 (L % 4) + e % 2 + 8 (e / 2 % 2). code[16 L + e] =
+// 16 t + k of the element load_matrix_sync gives; true where all match.
+inline bool x_frag_is_quads(const uint16_t* code) {
+  for (int lane = 0; lane < 32; ++lane)
+    for (int e = 0; e < 16; ++e)
+      if (code[16 * lane + e] != 16 * (lane >> 2) + 2 * (lane & 3) + (e & 1) + 8 * ((e >> 1) & 1))
+        return false;
+  return true;
+}
+
 // The order the probe's codes match, None where neither.
 inline WmmaPairs classify_wmma_order(const uint16_t* code) {
   for (WmmaPairs o : {WmmaPairs::Quads, WmmaPairs::RowPerLane})

@@ -186,3 +186,37 @@ TEST_CASE("wmma pairs: where each order's kernels are built natively") {
     CHECK(pairs_built_natively(WmmaPairs::RowPerLane, arch) == (arch < 750));
   }
 }
+
+// x's A fragment (m8n32k16, row_major), which Quads' kernels fill from
+// registers: the order load_matrix_sync gives for sm_90 (its machine code
+// read on 2026-12-07 with nvdisasm, CUDA 13: lane L loads the words at
+// (t = L / 4, k = 2 (L % 4)) and k + 8, elements 0-3 from them and 4-15 the
+// same four again; the HMMA.16816s read only elements 0-3), and the
+// H100's probe found it (run 68: test_gemm_pairs). Codes 16 t + k.
+TEST_CASE("wmma pairs: x's A fragment in Quads' order, and any other refused") {
+  std::array<uint16_t, 32 * 16> a{};
+  for (int lane = 0; lane < 32; ++lane)
+    for (int e = 0; e < 16; ++e) {
+      const int word = e >> 1 & 1;  // the load at k + 8
+      a[size_t(16 * lane + e)] = uint16_t(16 * (lane >> 2) + 2 * (lane & 3) + 8 * word + (e & 1));
+    }
+  // Lane 0: k 0, 1, 8, 9 of token 0, four times; lane 29: token 7, k 2, 3, 10, 11.
+  const uint16_t lane0[4] = {0, 1, 8, 9}, lane29[4] = {114, 115, 122, 123};
+  for (int e = 0; e < 16; ++e) {
+    CHECK(a[size_t(e)] == lane0[e % 4]);
+    CHECK(a[size_t(16 * 29 + e)] == lane29[e % 4]);
+  }
+  CHECK(x_frag_is_quads(a.data()));
+  // The second copy of a lane's four holding other k: refused (the kernels
+  // fill every element, so each must be what load_matrix_sync gives).
+  auto other = a;
+  other[16 * 6 + 5] = uint16_t(other[16 * 6 + 5] + 2);
+  CHECK_FALSE(x_frag_is_quads(other.data()));
+  // Tokens of two lanes exchanged.
+  other = a;
+  for (int e = 0; e < 16; ++e) std::swap(other[size_t(16 * 1 + e)], other[size_t(16 * 9 + e)]);
+  CHECK_FALSE(x_frag_is_quads(other.data()));
+  // A fragment of another size (0xFFFF from the probe).
+  other.fill(0xFFFF);
+  CHECK_FALSE(x_frag_is_quads(other.data()));
+}

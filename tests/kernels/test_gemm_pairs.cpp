@@ -1,10 +1,12 @@
 // Paired B (kernels/wmma_pairs.h, kernels/gemm_narrow.cu): the probe finds
 // the device's wmma order, and the narrow GEMM with its B fragments built in
 // registers gives, bit for bit, what the tile path gives on fp32 x (the same
-// fp16 operands in the same k order): launches of 8 tokens or fewer against
-// the same launch on fp32 x, 16-token blocks (two 8-token MMAs a k step)
-// against 8-token launches of the tile path on each 8 tokens; the V100's
-// order too, emulated where the device has another. The whole y
+// fp16 operands; Quads relabels k alike in its B and its x fragments, filled
+// from registers, and the MMAs' sums came out the same bits on the H100, run
+// 68): launches of 8 tokens or fewer against the same launch on fp32 x,
+// 16-token blocks (two 8-token MMAs a k step) against 8-token launches of
+// the tile path on each 8 tokens; the V100's order too, emulated where the
+// device has another. The whole y
 // is compared, rows and tokens past the ends included (neither may write
 // there). The fp16 x through the tile (paired B not allowed) multiplies in
 // another k order: it must differ somewhere, or the comparison proves
