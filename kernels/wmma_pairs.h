@@ -90,8 +90,9 @@ inline bool wmma_order_is(WmmaPairs o, const uint16_t* code) {
 }
 
 // Quads' kernels fill x's A fragment (m8n32k16, row_major: element (t, k)
-// of the 8 x 16 tile) themselves: the order seen on the H200 (sm_90,
-// mma.m16n8k16's B operand, repeated four times): element e of lane L is
+// of the 8 x 16 tile) themselves, in the order of sm_90's machine code
+// (mma.m16n8k16's B operand, repeated four times; the probe found it on an
+// H100 and an H200, run 68): element e of lane L is
 // token L / 4, k = 2 (L % 4) + e % 2 + 8 (e / 2 % 2). code[16 L + e] =
 // 16 t + k of the element load_matrix_sync gives; true where all match.
 inline bool x_frag_is_quads(const uint16_t* code) {
