@@ -172,6 +172,15 @@ __device__ __forceinline__ uint32_t int6_assemble(uint32_t nibbles, uint32_t cru
 #ifndef VOLTAD_MATVEC_ONE_LEVEL
 #define VOLTAD_MATVEC_ONE_LEVEL 0
 #endif
+// VOLTAD_MATVEC_X_LANE_MAJOR=1 (kernels/dev/bench_stream.cu only: the
+// result is then wrong) reads x's 64 bytes a chunk from a layout in which
+// each of a warp's four 16-byte loads is 512 contiguous bytes (chunk c's
+// piece p at 2048 (c / 32) + 512 p + 16 (c % 32)), where the real layout
+// has each lane's 64 bytes together (16 cache lines a load): the same
+// bytes, a quarter of the L1 wavefronts, to time what the pattern costs.
+#ifndef VOLTAD_MATVEC_X_LANE_MAJOR
+#define VOLTAD_MATVEC_X_LANE_MAJOR 0
+#endif
 
 // ---- matvec launch shape and epilogue -------------------------------------
 // Every matvec runs blocks of 4 warps, each warp owning R consecutive rows,

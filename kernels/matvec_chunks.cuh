@@ -62,15 +62,21 @@ struct ChunkX {
 };
 
 __device__ __forceinline__ ChunkX load_chunk_x(const QuantizedActivations& xq, int c) {
+#if VOLTAD_MATVEC_X_LANE_MAJOR  // timing only (device_common.cuh)
+  const int8_t* q = xq.q + 2048 * (c >> 5) + 16 * (c & 31);
+  constexpr int kPart = 512;
+#else
   const int8_t* q = xq.q + 64 * c;
+  constexpr int kPart = 16;
+#endif
   ChunkX x;
   x.x0 = load_activation(reinterpret_cast<const uint4*>(q));
-  x.x1 = load_activation(reinterpret_cast<const uint4*>(q + 16));
+  x.x1 = load_activation(reinterpret_cast<const uint4*>(q + kPart));
 #if VOLTAD_MATVEC_ONE_LEVEL  // timing only (device_common.cuh)
   x.y0 = x.y1 = make_uint4(0, 0, 0, 0);
 #else
-  x.y0 = load_activation(reinterpret_cast<const uint4*>(q + 32));
-  x.y1 = load_activation(reinterpret_cast<const uint4*>(q + 48));
+  x.y0 = load_activation(reinterpret_cast<const uint4*>(q + 2 * kPart));
+  x.y1 = load_activation(reinterpret_cast<const uint4*>(q + 3 * kPart));
 #endif
   x.rec = load_activation(reinterpret_cast<const float4*>(xq.scales) + c);
   return x;

@@ -7,7 +7,9 @@
 // row groups' reductions and the block's move to its next rows, as a kernel
 // that only reads does (kernels/dev/bench_persistent.cu: 89-91% of the copy
 // bandwidth over a decode step's matrices, against ~0.6 for the matvecs
-// that load, then decode).
+// that load, then decode). Gate|up's blocks (Q4_K, one warp a row group)
+// load each set again row by row, as the decode frees its registers (run
+// 70; matvec_stream_blocks' kRows).
 //
 // The work split within a row group is matvec_int4.cu's: a warp owns R
 // consecutive rows, lane l takes chunks l, l+32, ... (or S = 2 warps share
@@ -17,6 +19,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <string_view>
+#include <type_traits>
 
 #include "kernels/cuda_check.h"
 #include "kernels/device_common.cuh"
@@ -48,7 +52,16 @@ __device__ __forceinline__ void stream_load(typename C::Raw (&buf)[R], const Pac
 // matrix (blockIdx.x and gridDim.x, or a part of a pair's grid). W: the
 // block's warps; row_base: the row where group 0 starts (a unit of
 // launch_matvec_norm_units).
-template <class C, int R, int S, int W = kMatvecWarpsPerBlock>
+// kRows: a set is loaded again row by row, each row's loads issued as soon
+// as its dot product has read the row's words, where the other kernels
+// load the whole set after the decode and the row group's store: each
+// load goes out a decode earlier. Taken by the plain kernel for Q4_K at
+// one warp a row group (gate|up): +2.0% / +1.0% batch 1 under `portable`
+// (Llama-3-8B / Qwen3-8B Q4_K_M, an H100; docs/PERFORMANCE-RUNS-70.md).
+// Everywhere (the pair and unit kernels, Q6_K, two warps a group, and
+// loads past the block's last group) it lost 4.7-5.9%: o +8% and Q6_K
+// down +16% alone.
+template <class C, int R, int S, int W = kMatvecWarpsPerBlock, bool kRows = false>
 __device__ __forceinline__ void matvec_stream_blocks(const MatvecArgs& a, int64_t groups,
                                                      int64_t block, int64_t blocks,
                                                      int64_t row_base = 0) {
@@ -82,9 +95,33 @@ __device__ __forceinline__ void matvec_stream_blocks(const MatvecArgs& a, int64_
   for (int r = 0; r < R; ++r) acc[r][0] = 0.0f;
   // Decodes `buf` (step (g, i)); after a row group's last step the warps
   // store it (sliced, the block meets there: every warp has the same steps).
-  auto consume = [&](const typename C::Raw(&buf)[R]) {
+  auto consume = [&](typename C::Raw(&buf)[R]) {
     const int c = first + i * stride;
-    if (c < chunks) {
+    if constexpr (kRows) {
+      // Every lane decodes, its chunk clamped to the columns (a lane past
+      // them adds nothing), and, while the block has rows left to load,
+      // loads the step at the load cursor (lg, li), clamped the same way.
+      const int lc = first + li * stride;
+      const int lcc = lc < chunks ? lc : chunks - 1;
+      const int64_t lrow0 = lg * kBlockRows + warp_row;
+      const bool have = c < chunks;
+      const ChunkX x = load_chunk_x(a.xq, have ? c : chunks - 1);
+      if (lg >= groups) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const float d = C::dot(buf[r], j, x);
+          acc[r][0] = have ? acc[r][0] + d : acc[r][0];
+        }
+      } else {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const float d = C::dot(buf[r], j, x);
+          acc[r][0] = have ? acc[r][0] + d : acc[r][0];
+          buf[r] = C::load(a.w, lrows, lrow0, r, lcc);
+        }
+      }
+      advance();
+    } else if (c < chunks) {
       const ChunkX x = load_chunk_x(a.xq, c);
 #pragma unroll
       for (int r = 0; r < R; ++r) acc[r][0] += C::dot(buf[r], j, x);
@@ -118,26 +155,39 @@ __device__ __forceinline__ void matvec_stream_blocks(const MatvecArgs& a, int64_
   // Each turn loads the step after the one it decodes. Issuing both sets'
   // loads before the wait was no better for Q4_K_M and 3% slower for Q4_0
   // streamed the same way (docs/PERFORMANCE-RUNS-21-22.md, run 21).
-  for (;;) {
+  if constexpr (kRows) {  // each decode loads its own set again (consume)
     if (lg < groups)
       stream_load<C, R>(buf1, a.w, lrows, lg * kBlockRows + warp_row, first + li * stride,
                         first + li * stride < chunks);
     advance();
-    consume(buf0);
-    if (g >= groups) break;
-    if (lg < groups)
-      stream_load<C, R>(buf0, a.w, lrows, lg * kBlockRows + warp_row, first + li * stride,
-                        first + li * stride < chunks);
-    advance();
-    consume(buf1);
-    if (g >= groups) break;
+    for (;;) {
+      consume(buf0);
+      if (g >= groups) break;
+      consume(buf1);
+      if (g >= groups) break;
+    }
+  } else {
+    for (;;) {
+      if (lg < groups)
+        stream_load<C, R>(buf1, a.w, lrows, lg * kBlockRows + warp_row, first + li * stride,
+                          first + li * stride < chunks);
+      advance();
+      consume(buf0);
+      if (g >= groups) break;
+      if (lg < groups)
+        stream_load<C, R>(buf0, a.w, lrows, lg * kBlockRows + warp_row, first + li * stride,
+                          first + li * stride < chunks);
+      advance();
+      consume(buf1);
+      if (g >= groups) break;
+    }
   }
 }
 
-template <class C, int R, int S>
+template <class C, int R, int S, bool kRows = false>
 __global__ void __launch_bounds__(kMatvecWarpsPerBlock * 32)
     kernel_matvec_stream(MatvecArgs a, int64_t groups) {
-  matvec_stream_blocks<C, R, S>(a, groups, blockIdx.x, gridDim.x);
+  matvec_stream_blocks<C, R, S, kMatvecWarpsPerBlock, kRows>(a, groups, blockIdx.x, gridDim.x);
 }
 
 // Two matrices that read the same x in one launch (launch_matvec_pair):
@@ -183,20 +233,55 @@ __global__ void __launch_bounds__(W * 32)
 
 namespace {
 
-template <class C, int R, int S>
-void launch_stream(const MatvecArgs& a, cudaStream_t stream) {
-  static const int per_sm = [] {  // blocks an SM: the wave the grid is
+// The row-by-row loads (kRows, matvec_stream_blocks) where they gained
+// (launch_stream). VOLTAD_STREAM_RELOAD=step loads whole sets there too,
+// for comparisons.
+bool stream_row_loads() {
+  static const bool on = [] {
+    const char* v = std::getenv("VOLTAD_STREAM_RELOAD");
+    return !(v && std::string_view(v) == "step");
+  }();
+  return on;
+}
+
+// The blocks of one wave of the kernel: the grid it runs.
+template <class C, int R, int S, bool kRows>
+int64_t stream_wave() {
+  static const int per_sm = [] {
     int blocks = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel_matvec_stream<C, R, S>,
-                                                             kMatvecWarpsPerBlock * 32, 0));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &blocks, kernel_matvec_stream<C, R, S, kRows>, kMatvecWarpsPerBlock * 32, 0));
     return std::max(blocks, 1);
   }();
+  return int64_t(per_sm) * device_sm_count();
+}
+
+template <class C, int R, int S>
+int64_t stream_groups(const MatvecArgs& a) {
   constexpr int64_t kBlockRows = int64_t(R) * (kMatvecWarpsPerBlock / S);
-  const int64_t groups = (a.w.layout.rows + kBlockRows - 1) / kBlockRows;
-  const int64_t grid = std::min<int64_t>(groups, int64_t(per_sm) * device_sm_count());
-  launch_kernel(kernel_matvec_stream<C, R, S>, unsigned(grid), kMatvecWarpsPerBlock * 32, 0, stream,
-                a, groups);
+  return (a.w.layout.rows + kBlockRows - 1) / kBlockRows;
+}
+
+template <class C, int R, int S, bool kRows>
+void launch_stream_as(const MatvecArgs& a, cudaStream_t stream) {
+  const int64_t groups = stream_groups<C, R, S>(a);
+  const int64_t grid = std::min<int64_t>(groups, stream_wave<C, R, S, kRows>());
+  launch_kernel(kernel_matvec_stream<C, R, S, kRows>, unsigned(grid), kMatvecWarpsPerBlock * 32, 0,
+                stream, a, groups);
   CUDA_CHECK(cudaGetLastError());
+}
+
+// The row-by-row loads where they were measured: Q4_K at one warp a row
+// group, where every block walks two row groups or more (gate|up on the
+// H100 and H200: 1,536-1,792 groups for 528 blocks; on a V100's 320, also
+// gate|up alone: q|k|v's 384 groups of 16 rows stay with whole sets).
+template <class C, int R, int S>
+void launch_stream(const MatvecArgs& a, cudaStream_t stream) {
+  if constexpr (std::is_same_v<C, Int4Chunk<PackedFormat::Int4K256>> && S == 1) {
+    if (stream_row_loads() && stream_groups<C, R, S>(a) >= 2 * stream_wave<C, R, S, true>())
+      return launch_stream_as<C, R, S, true>(a, stream);
+  }
+  launch_stream_as<C, R, S, false>(a, stream);
 }
 
 template <class C, int R>

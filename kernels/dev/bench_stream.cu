@@ -10,9 +10,12 @@
 //     --launch-skip 8 --launch-count 2 -o /tmp/stream /tmp/bench_stream
 // (with --kernel-name-base demangled, the regex can name an instance, e.g.
 // 'kernel_matvec_stream.*Int6Chunk'; --section MemoryWorkloadAnalysis gives
-// DRAM throughput and hit rates). Last, two probes of the Q4_K kernel: its
-// access pattern (Int4KTiledProbe) and its loads without the decode
-// (Int4KLoadsOnlyProbe).
+// DRAM throughput and hit rates). Last, probes of the Q4_K kernel: its
+// access pattern (Int4KTiledProbe; run 70's Int4KBlockStepProbe and
+// Int4KWaveStepProbe), its loads without the decode (Int4KLoadsOnlyProbe,
+// LoadsOnly<P>), and gate|up's row-by-row loads against whole sets. Built
+// with -DVOLTAD_MATVEC_X_LANE_MAJOR=1 every row reads x's bytes in a warp's
+// contiguous order instead (wrong results, the same bytes: run 70).
 //
 // One argument picks another table instead (docs/PERFORMANCE-RUNS-23-24.md run 24):
 //   sweep   Q4_K x 4,096 from half a wave of row groups to four waves;
@@ -102,9 +105,27 @@ using namespace voltad::kernels;
 // columns of 1,024. The question (PERFORMANCE-RUNS-21-22.md run 22): does the access
 // pattern hold Q4_K at ~69% of the copy bandwidth where Q6_K reaches 81%?
 // (A named namespace: kernels are instantiated on the type.)
-struct Int4KTiledProbe {
+// What the layout probes share: Q4_K's chunk and decode, and a load from
+// pieces of 4 rows x 32 chunks (2 KB of nibbles, 256 bytes of headers), the
+// next step's piece `step_pieces` pieces on.
+struct Int4KPieceProbe {
   using Base = Int4Chunk<PackedFormat::Int4K256>;
   using Raw = Base::Raw;
+  static __device__ __forceinline__ Raw load_piece(const uint8_t* q, const uint8_t* s,
+                                                   int64_t step_pieces, int r, int c) {
+    const int64_t step = c >> 5;
+    const int k = c & 31;
+    Raw raw;
+    raw.w = load_weights_16(q + (step * step_pieces * 2048 + r * 512 + k * 16));
+    raw.s = load_weights_16(s + (step * step_pieces * 256 + r * 64 + (k >> 3) * 16));
+    return raw;
+  }
+  static __device__ __forceinline__ float dot(const Raw& r, int j, const ChunkX& x) {
+    return Base::dot(r, j, x);
+  }
+};
+
+struct Int4KTiledProbe : Int4KPieceProbe {
   struct Rows {
     const uint8_t* q;
     const uint8_t* s;
@@ -116,14 +137,7 @@ struct Int4KTiledProbe {
   }
   static __device__ __forceinline__ Raw load(const PackedMatrixView&, const Rows& p, int64_t, int r,
                                              int c) {
-    const int tile = c >> 5, k = c & 31;
-    Raw raw;
-    raw.w = load_weights_16(p.q + (tile * 2048 + r * 512 + k * 16));
-    raw.s = load_weights_16(p.s + (tile * 256 + r * 64 + (k >> 3) * 16));
-    return raw;
-  }
-  static __device__ __forceinline__ float dot(const Raw& r, int j, const ChunkX& x) {
-    return Base::dot(r, j, x);
+    return load_piece(p.q, p.s, 1, r, c);
   }
 };
 
@@ -146,6 +160,70 @@ struct Int4KLoadsOnlyProbe {
   static __device__ __forceinline__ float dot(const Raw& r, int, const ChunkX& x) {
     const uint32_t v = r.w.x ^ r.w.y ^ r.w.z ^ r.w.w ^ r.s.x ^ r.s.y ^ r.s.z ^ r.s.w ^ x.x0.x;
     return float(v & 1u);
+  }
+};
+
+// Two more timing probes of the same kind (run 70): the question is
+// whether the DRAM sees too many short runs at once. With the packed
+// layout each of the ~2,100 warps of a wave reads 512 bytes from each of 4
+// rows a step, ~8,400 runs of 512 bytes in flight; a copy reads long ones.
+// Block steps: a block's step (S = 1, 4 warps) is one piece of 8 KB of
+// nibbles and 1 KB of headers, [row group][step][warp][row][chunk].
+// Wave steps: the blocks of a wave at the same step read one piece, the
+// whole wave's: [round][step][block][warp][row][chunk], where round g /
+// gridDim.x and block g % gridDim.x place row group g (the last round
+// holds the groups left). Rows a multiple of 16, columns of 1,024.
+struct Int4KBlockStepProbe : Int4KPieceProbe {
+  struct Rows {
+    const uint8_t* q;
+    const uint8_t* s;
+  };
+  static __device__ __forceinline__ Rows rows_at(const PackedMatrixView& m, int64_t row0) {
+    const PackedLayout& l = m.layout;
+    const int64_t piece = row0 / 16 * (l.cols / 1024) * 4 + row0 % 16 / 4;
+    return {m.data + l.quants_offset + piece * 2048, m.data + l.scales_offset + piece * 256};
+  }
+  static __device__ __forceinline__ Raw load(const PackedMatrixView&, const Rows& p, int64_t, int r,
+                                             int c) {
+    return load_piece(p.q, p.s, 4, r, c);
+  }
+};
+
+struct Int4KWaveStepProbe : Int4KPieceProbe {
+  struct Rows {
+    const uint8_t* q;
+    const uint8_t* s;
+    int step_pieces;  // warps' pieces between one step and the next: 4 x the round's blocks
+  };
+  static __device__ __forceinline__ Rows rows_at(const PackedMatrixView& m, int64_t row0) {
+    const PackedLayout& l = m.layout;
+    const int64_t g = row0 / 16, wave = gridDim.x, groups = l.rows / 16, steps = l.cols / 1024;
+    const int64_t round = g / wave, block = g % wave;
+    const int64_t blocks = groups - round * wave < wave ? groups - round * wave : wave;
+    const int64_t piece = round * wave * steps * 4 + block * 4 + row0 % 16 / 4;
+    return {m.data + l.quants_offset + piece * 2048, m.data + l.scales_offset + piece * 256,
+            int(blocks * 4)};
+  }
+  static __device__ __forceinline__ Raw load(const PackedMatrixView&, const Rows& p, int64_t, int r,
+                                             int c) {
+    return load_piece(p.q, p.s, p.step_pieces, r, c);
+  }
+};
+
+// Any of the probes above with Int4KLoadsOnlyProbe's fold for a decode.
+template <class P>
+struct LoadsOnly {
+  using Raw = typename P::Raw;
+  using Rows = typename P::Rows;
+  static __device__ __forceinline__ Rows rows_at(const PackedMatrixView& m, int64_t row0) {
+    return P::rows_at(m, row0);
+  }
+  static __device__ __forceinline__ Raw load(const PackedMatrixView& m, const Rows& p, int64_t row0,
+                                             int r, int c) {
+    return P::load(m, p, row0, r, c);
+  }
+  static __device__ __forceinline__ float dot(const Raw& r, int j, const ChunkX& x) {
+    return Int4KLoadsOnlyProbe::dot(r, j, x);
   }
 };
 
@@ -464,17 +542,37 @@ int main(int argc, char** argv) {
   for (int k = 0; k < 4; ++k)
     for (KernelSet set : {KernelSet::Portable, KernelSet::Auto})
       time_row(names[k], mats[k], set, [](const MatvecArgs& a) { launch_matvec(a, nullptr); });
-  // The probe against the packed layout, one row group a warp and no
-  // slices (S = 1) both ways, on gate|up's copies.
+  // The probes against the packed layout (runs 22-24 and 70), one row group
+  // a warp and no slices (S = 1), sets loaded whole after the decode, both
+  // ways, on gate|up's copies; and the row-by-row loads gate|up has taken
+  // since run 70 (matvec_stream_blocks' kRows).
   for (KernelSet set : {KernelSet::Portable, KernelSet::Auto}) {
     time_row("probe: gate|up, packed", mats[0], set, [](const MatvecArgs& a) {
-      launch_stream<Int4Chunk<PackedFormat::Int4K256>, 4, 1>(a, nullptr);
+      launch_stream_as<Int4Chunk<PackedFormat::Int4K256>, 4, 1, false>(a, nullptr);
+    });
+    time_row("gate|up, row-by-row loads", mats[0], set, [](const MatvecArgs& a) {
+      launch_stream_as<Int4Chunk<PackedFormat::Int4K256>, 4, 1, true>(a, nullptr);
     });
     time_row("probe: gate|up, tiled steps", mats[0], set, [](const MatvecArgs& a) {
       launch_stream<bench_probe::Int4KTiledProbe, 4, 1>(a, nullptr);
     });
     time_row("probe: gate|up, loads only", mats[0], set, [](const MatvecArgs& a) {
       launch_stream<bench_probe::Int4KLoadsOnlyProbe, 4, 1>(a, nullptr);
+    });
+    time_row("probe: gate|up, block steps", mats[0], set, [](const MatvecArgs& a) {
+      launch_stream<bench_probe::Int4KBlockStepProbe, 4, 1>(a, nullptr);
+    });
+    time_row("probe: gate|up, wave steps", mats[0], set, [](const MatvecArgs& a) {
+      launch_stream<bench_probe::Int4KWaveStepProbe, 4, 1>(a, nullptr);
+    });
+    time_row("probe: tiled, loads only", mats[0], set, [](const MatvecArgs& a) {
+      launch_stream<bench_probe::LoadsOnly<bench_probe::Int4KTiledProbe>, 4, 1>(a, nullptr);
+    });
+    time_row("probe: block steps, loads only", mats[0], set, [](const MatvecArgs& a) {
+      launch_stream<bench_probe::LoadsOnly<bench_probe::Int4KBlockStepProbe>, 4, 1>(a, nullptr);
+    });
+    time_row("probe: wave steps, loads only", mats[0], set, [](const MatvecArgs& a) {
+      launch_stream<bench_probe::LoadsOnly<bench_probe::Int4KWaveStepProbe>, 4, 1>(a, nullptr);
     });
   }
   return 0;
