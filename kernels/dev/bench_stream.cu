@@ -285,7 +285,7 @@ int main(int argc, char** argv) {
   float *scales = nullptr, *y = nullptr;
   CUDA_CHECK(cudaMalloc(&q, quantized_activation_q_bytes(1, max_cols)));
   CUDA_CHECK(cudaMalloc(&scales, quantized_activation_scale_bytes(1, max_cols)));
-  CUDA_CHECK(cudaMalloc(&y, 28672 * sizeof(float)));
+  CUDA_CHECK(cudaMalloc(&y, 128256 * sizeof(float)));  // up to the lm head's rows
   CUDA_CHECK(cudaMemset(q, 0, quantized_activation_q_bytes(1, max_cols)));
   CUDA_CHECK(cudaMemset(scales, 0, quantized_activation_scale_bytes(1, max_cols)));
   const Matrices mats[] = {
@@ -574,6 +574,25 @@ int main(int argc, char** argv) {
     time_row("probe: wave steps, loads only", mats[0], set, [](const MatvecArgs& a) {
       launch_stream<bench_probe::LoadsOnly<bench_probe::Int4KWaveStepProbe>, 4, 1>(a, nullptr);
     });
+  }
+  // Q6_K's streams with whole sets (as launched) and row by row (run 71):
+  // down (one row group a block, or less) and the lm head (Llama-3's
+  // 128,256 x 4,096, ~17 groups a block), one and two warps a row group.
+  const Matrices head = make(PackedFormat::Int6K256, 128256, 4096, 2);
+  for (KernelSet set : {KernelSet::Portable, KernelSet::Auto}) {
+    for (const auto* m : {&mats[3], &head}) {
+      const bool down = m == &mats[3];
+      time_row(down ? "down S=1, whole sets" : "head S=1, whole sets", *m, set,
+               [](const MatvecArgs& a) { launch_stream_as<Int6Chunk, 2, 1, false>(a, nullptr); });
+      time_row(down ? "down S=1, row by row" : "head S=1, row by row", *m, set,
+               [](const MatvecArgs& a) { launch_stream_as<Int6Chunk, 2, 1, true>(a, nullptr); });
+      time_row(down ? "down S=2, whole sets" : "head S=2, whole sets", *m, set,
+               [](const MatvecArgs& a) { launch_stream_as<Int6Chunk, 2, 2, false>(a, nullptr); });
+      time_row(down ? "down S=2, row by row" : "head S=2, row by row", *m, set,
+               [](const MatvecArgs& a) { launch_stream_as<Int6Chunk, 2, 2, true>(a, nullptr); });
+      time_row(down ? "down, launch_matvec" : "head, launch_matvec", *m, set,
+               [](const MatvecArgs& a) { launch_matvec(a, nullptr); });
+    }
   }
   return 0;
 }
