@@ -60,7 +60,9 @@ __device__ __forceinline__ void stream_load(typename C::Raw (&buf)[R], const Pac
 // (Llama-3-8B / Qwen3-8B Q4_K_M, an H100; docs/PERFORMANCE-RUNS-70.md).
 // Everywhere (the pair and unit kernels, Q6_K, two warps a group, and
 // loads past the block's last group) it lost 4.7-5.9%: o +8% and Q6_K
-// down +16% alone.
+// down +16% alone. Q6_K's plain streams alone, with the guard (run 71,
+// bench_stream): the down 17-19% slower (5% held to the same blocks an
+// SM), the lm head even (it streams at the copy bandwidth already).
 template <class C, int R, int S, int W = kMatvecWarpsPerBlock, bool kRows = false>
 __device__ __forceinline__ void matvec_stream_blocks(const MatvecArgs& a, int64_t groups,
                                                      int64_t block, int64_t blocks,
