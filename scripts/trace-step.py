@@ -84,8 +84,9 @@ def main():
     step_us = sum(step_spans) / len(step_spans) / 1e3
     graph_us = sum(graph_spans) / len(graph_spans) / 1e3
     print(f"== {n} decode steps: {step_us:.1f} us a step from the previous step's last kernel end, "
-          f"{graph_us:.1f} from its first kernel's start (the rest: the host between graph launches, "
-          f"in the first kernel's adds)")
+          f"{graph_us:.1f} from its first kernel's start (the rest: the gap between graph launches, "
+          f"in the first kernel's adds; mostly the tracer's: voltad-bench --device-time gives the "
+          f"host's own, ~7.5 us a step untraced in run 71)")
     print(f"{'label / kernel':<76} {'a step':>6} {'adds us':>8} {'share':>6} {'span us':>8}")
     order = sorted(adds, key=lambda k: ("AFO-".index(k[0]), -adds[k]))
     total = 0.0
