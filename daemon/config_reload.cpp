@@ -134,16 +134,26 @@ ControlResult RunningConfig::reload_text(const std::string& text) {
   return apply(config::load_config_text(text, path_));
 }
 
+void RunningConfig::set_machine_check(Check check) {
+  std::lock_guard lock(mu_);
+  machine_check_ = std::move(check);
+}
+
 ControlResult RunningConfig::apply(const config::LoadResult& loaded) {
   std::lock_guard lock(mu_);
-  if (!loaded.ok()) {
-    std::vector<std::string> problems;
-    for (const auto& p : loaded.problems) problems.push_back(p.to_string());
+  auto refuse = [&](std::vector<std::string> problems) {
     std::string summary = "reload refused: " + path_ + " has " + std::to_string(problems.size()) +
                           " problem" + (problems.size() == 1 ? "" : "s") +
                           "; the running configuration is unchanged";
     return ControlResult::failure(std::move(summary), std::move(problems));
+  };
+  if (!loaded.ok()) {
+    std::vector<std::string> problems;
+    for (const auto& p : loaded.problems) problems.push_back(p.to_string());
+    return refuse(std::move(problems));
   }
+  MachineCheck machine = machine_check_ ? machine_check_(loaded.config) : MachineCheck{};
+  if (!machine.problems.empty()) return refuse(std::move(machine.problems));
   auto changes = config::changed_keys(current_, loaded.config);
   std::vector<std::string> notes;
   int applied = 0, kept = 0;
@@ -157,6 +167,7 @@ ControlResult RunningConfig::apply(const config::LoadResult& loaded) {
       ++kept;
     }
   }
+  for (auto& w : machine.warnings) notes.push_back("warning: " + w);
   current_ = config::keep_restart_keys(current_, loaded.config);
   for (auto& a : appliers_) a(current_);
   std::string summary = "reloaded " + path_ + ": ";

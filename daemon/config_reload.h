@@ -56,6 +56,15 @@ class RunningConfig {
   config::Config get() const;  // a copy
   const std::string& path() const { return path_; }
   void on_apply(Apply apply);
+  // What the file alone cannot say, asked of a file that parsed before
+  // anything is applied (ServiceControl: account names, the model file):
+  // problems refuse the reload as the file's own would; warnings go into
+  // the reply's notes as "warning: ...".
+  struct MachineCheck {
+    std::vector<std::string> problems, warnings;
+  };
+  using Check = std::function<MachineCheck(const config::Config&)>;
+  void set_machine_check(Check check);
 
   // Reads the file again. Problems: nothing changes, every problem is in the
   // result. Otherwise the live keys are applied and the result's notes say
@@ -71,6 +80,7 @@ class RunningConfig {
   mutable std::mutex mu_;
   config::Config current_;
   std::vector<Apply> appliers_;
+  Check machine_check_;
 };
 
 }  // namespace voltad

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "daemon/access_control.h"
 #include "daemon/config_load.h"
+#include "daemon/config_machine.h"
 #include "daemon/config_paths.h"
 #include "daemon/daemon_run.h"
 #include "daemon/exit_codes.h"
@@ -46,33 +46,28 @@ int usage_error(const std::string& message) {
   return voltad::kExitUsage;
 }
 
-void print_problems(const voltad::config::LoadResult& r) {
-  for (auto& p : r.problems) std::fprintf(stderr, "%s\n", p.to_string().c_str());
+void print_problems(const std::vector<voltad::config::Problem>& problems) {
+  for (auto& p : problems) std::fprintf(stderr, "%s\n", p.to_string().c_str());
+}
+
+// Every problem, then their count; the exit code of a config with problems.
+int refuse_config(const std::string& path, const std::vector<voltad::config::Problem>& problems) {
+  print_problems(problems);
+  std::fprintf(stderr, "voltad: %s: %zu problem%s\n", path.c_str(), problems.size(),
+               problems.size() == 1 ? "" : "s");
+  return voltad::kExitConfig;
 }
 
 int verify_config(const std::string& path) {
   auto r = voltad::config::load_config_file(path);
-  if (!r.ok()) {
-    print_problems(r);
-    std::fprintf(stderr, "voltad: %s: %zu problem%s\n", path.c_str(), r.problems.size(),
-                 r.problems.size() == 1 ? "" : "s");
-    return voltad::kExitConfig;
-  }
+  if (!r.ok()) return refuse_config(path, r.problems);
   // What only this machine can say: the account names. An unknown
   // socket_group stops the daemon at start; unknown names in the access
   // lists are ignored by it (warnings).
-  const auto& server = r.config.server;
-  const auto warnings =
-      voltad::account_name_warnings(server.allow_users, server.allow_groups, server.admin_groups);
+  const auto found = voltad::account_findings(r.config, path);
+  const auto& warnings = found.warnings;
   for (const auto& w : warnings) std::fprintf(stderr, "%s: warning: %s\n", path.c_str(), w.c_str());
-  if (!server.socket_group.empty() && !voltad::resolve_group(server.socket_group)) {
-    const auto p = voltad::config::problem_at_key(
-        path, "server", "socket_group",
-        "server.socket_group '" + server.socket_group +
-            "' is not a group on this system: voltad would not start");
-    std::fprintf(stderr, "%s\nvoltad: %s: 1 problem\n", p.to_string().c_str(), path.c_str());
-    return voltad::kExitConfig;
-  }
+  if (!found.problems.empty()) return refuse_config(path, found.problems);
   if (warnings.empty())
     std::printf("%s: ok\n", path.c_str());
   else
@@ -100,7 +95,7 @@ int dump_config(const std::string& path) {
   }
   auto r = voltad::config::load_config_file(path.empty() ? default_path : path);
   if (!r.ok()) {
-    print_problems(r);
+    print_problems(r.problems);
     return voltad::kExitConfig;
   }
   std::fputs(voltad::config::dump_config(r.config).c_str(), stdout);
@@ -110,7 +105,7 @@ int dump_config(const std::string& path) {
 int run_daemon(const std::string& path) {
   auto r = voltad::config::load_config_file(path);
   if (!r.ok()) {
-    print_problems(r);
+    print_problems(r.problems);
     std::fprintf(stderr,
                  "voltad: not starting: %s is invalid (check it with voltad --verify-config)\n",
                  path.c_str());

@@ -10,7 +10,10 @@
 #include <cstring>
 #include <utility>
 
+#include "daemon/config_machine.h"
+#include "daemon/config_paths.h"
 #include "daemon/log.h"
+#include "daemon/model_path_check.h"
 #include "daemon/systemd_notify.h"
 #include "daemon/vram_monitor.h"
 
@@ -175,18 +178,22 @@ void ServiceControl::start() {
       vram->reconfigure(VramGuardOptions{c.memory.vram_fraction, c.memory.hysteresis},
                         c.memory.monitor_interval.value);
   });
-  // A reload's reply names the account names that resolve to nothing (the
-  // log has them too): a misspelled group must not lock people out unseen.
-  ctx_.lifecycle.set_reload_handler([this] {
-    ControlResult r = config_.reload();
-    if (r.ok) {
-      const config::Config c = config_.get();
-      for (auto& w : account_name_warnings(c.server.allow_users, c.server.allow_groups,
-                                           c.server.admin_groups))
-        r.notes.push_back("warning: " + w);
-    }
-    return r;
+  // What --verify-config says of the file, a reload says too: a
+  // socket_group that names no group refuses it (voltad would not start
+  // with the file), and the reply names the account names that resolve to
+  // nothing (the log has them too: a misspelled group must not lock people
+  // out unseen) and a model.path a restart could not serve.
+  config_.set_machine_check([path = config_.path()](const config::Config& c) {
+    RunningConfig::MachineCheck m;
+    AccountFindings found = account_findings(c, path);
+    for (const auto& p : found.problems) m.problems.push_back(p.to_string());
+    m.warnings = std::move(found.warnings);
+    if (auto problem = model_path_problem(config::expand_path(c.model.path), path))
+      m.warnings.push_back(problem->message + " A restart would stop there (exit " +
+                           std::to_string(problem->exit_code) + ").");
+    return m;
   });
+  ctx_.lifecycle.set_reload_handler([this] { return config_.reload(); });
   ctx_.lifecycle.set_drain_handler([this](bool draining) {
     if (const ServedModel* m = ctx_.loaded()) {
       if (draining)

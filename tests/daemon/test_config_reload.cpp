@@ -106,3 +106,40 @@ TEST_CASE("a valid reload applies the live keys and keeps the restart-only ones"
   CHECK(has_note(again, "model.path"));
   CHECK_FALSE(has_note(again, "max_connections"));
 }
+
+TEST_CASE("a reload asks the machine check: its problems refuse, its warnings are noted") {
+  RunningConfig rc("test.yaml", parse(kBase));
+  int applied = 0;
+  rc.on_apply([&](const Config&) { ++applied; });
+  std::string asked_path;
+  rc.set_machine_check([&](const Config& c) {
+    asked_path = c.model.path;
+    RunningConfig::MachineCheck m;
+    if (c.server.socket_group == "nosuchgroup")
+      m.problems.push_back("test.yaml:4:17: server.socket_group 'nosuchgroup' is not a group");
+    if (c.model.path == "/models/gone.gguf") m.warnings.push_back("no model at /models/gone.gguf");
+    return m;
+  });
+
+  // The check sees the file's values (the new model path), before anything applies.
+  auto refused = rc.reload_text(
+      "model:\n  path: /models/b.gguf\nserver:\n  socket_group: nosuchgroup\n"
+      "  max_connections: 50\n");
+  CHECK_FALSE(refused.ok);
+  CHECK(asked_path == "/models/b.gguf");
+  REQUIRE(refused.problems.size() == 1);
+  CHECK(refused.problems[0].find("socket_group 'nosuchgroup'") != std::string::npos);
+  CHECK(refused.summary.find("reload refused") != std::string::npos);
+  CHECK(applied == 0);
+  CHECK(rc.get().server.max_connections == 100);
+
+  auto warned =
+      rc.reload_text("model:\n  path: /models/gone.gguf\nserver:\n  max_connections: 50\n");
+  REQUIRE(warned.ok);
+  CHECK(applied == 1);
+  CHECK(rc.get().server.max_connections == 50);
+  CHECK(has_note(warned, "warning: no model at /models/gone.gguf"));
+  CHECK(std::any_of(warned.notes.begin(), warned.notes.end(), [](const std::string& n) {
+    return n.rfind("model.path: ", 0) == 0 && n.find("needs a restart") != std::string::npos;
+  }));
+}

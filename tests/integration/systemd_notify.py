@@ -236,6 +236,30 @@ check("voltactl reload, an unknown group: exit 0, the warning in the reply",
       rc == 0 and "warning: server.admin_groups: no group 'voltad-no-such-group'" in out + err,
       (rc, out, err))
 listener.wait_for(mark, lambda f: f.get("READY") == "1", 10)
+# A socket_group that names no group: voltad would not start with the file,
+# so a reload refuses it as --verify-config does, and nothing changes.
+write_config(base_config.replace("max_requests_per_user: 64",
+                                 "max_requests_per_user: 7\n  socket_group: voltad-no-such-group"))
+mark = listener.count()
+rc, out, err = voltactl_run("reload")
+check("voltactl reload, an unknown socket_group: exit 78, refused at its FILE:LINE:COL",
+      rc == 78 and re.search(re.escape(config) + r":\d+:\d+: server.socket_group "
+                             r"'voltad-no-such-group' is not a group on this system: "
+                             r"voltad would not start", err) is not None, (rc, out, err))
+listener.wait_for(mark, lambda f: f.get("READY") == "1", 10)
+# A model.path with no file there (restart-only): the reply says a restart
+# would stop there; the live change still applies.
+missing_model = os.path.join(tmp, "no-such-model.gguf")
+write_config(re.sub(r"(?m)^(  path: ).*$", lambda m: m.group(1) + '"' + missing_model + '"',
+                    base_config.replace("max_requests_per_user: 64", "max_requests_per_user: 7"),
+                    count=1))
+mark = listener.count()
+rc, out, err = voltactl_run("reload")
+check("voltactl reload, a model.path with no file: exit 0, applied, a restart's exit 66 named",
+      rc == 0 and "server.max_requests_per_user: 5 -> 7 (applied)" in out and
+      "no file is there" in out + err and "A restart would stop there (exit 66)" in out + err,
+      (rc, out, err))
+listener.wait_for(mark, lambda f: f.get("READY") == "1", 10)
 write_config(base_config.replace("max_requests_per_user: 64", "max_requests_per_user: 5"))
 
 # --- the admin endpoints are for administrators: a user allowed to use the API is refused

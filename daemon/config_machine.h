@@ -1,0 +1,25 @@
+// What only this machine can say about a config file that parsed: whether
+// its account names resolve. voltad --verify-config and a reload say the
+// same thing about one file.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "daemon/config.h"
+#include "daemon/config_load.h"
+
+namespace voltad {
+
+struct AccountFindings {
+  // voltad would not start with the file: server.socket_group names no
+  // group (at its FILE:LINE:COL).
+  std::vector<config::Problem> problems;
+  // Names the daemon would ignore, and what that leaves
+  // (account_name_warnings).
+  std::vector<std::string> warnings;
+};
+
+AccountFindings account_findings(const config::Config& c, const std::string& path);
+
+}  // namespace voltad
