@@ -101,6 +101,10 @@ std::optional<Failure> load_engine(const config::Config& cfg, const std::string&
     options.threads = int(ctx.placement.threads);  // the plan's: one per physical core
     options.max_context = int32_t(cfg.engine.max_context);
     options.max_sequences = int32_t(cfg.engine.max_sequences);
+    // A cache past the machine's memory is a setting a restart cannot
+    // change: refused as a VRAM plan that does not fit is (exit 75).
+    if (std::string why = CpuBackend::cache_too_large(e.model->config, options); !why.empty())
+      return Failure{kExitVramBudget, why};
     auto backend = CpuBackend::create(e.model, options);
     if (!backend.ok()) return Failure{kExitFailure, backend.error().message};
     e.served.kv_cache_bytes = backend.value()->kv_cache_bytes();

@@ -44,35 +44,55 @@ VOLTAD_CPU_NO_TSAN void add_scaled(float* out, float weight, const float* v, int
 
 float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
+struct CacheSize {
+  int64_t blocks = 0;
+  double bytes = 0, limit = 0;
+};
+
+CacheSize cache_size(const ModelConfig& c, const CpuBackendOptions& options) {
+  CacheSize s;
+  s.blocks = options.kv_blocks > 0
+                 ? options.kv_blocks
+                 : int64_t(KvBlockPool::blocks_for(options.max_context)) * options.max_sequences;
+  s.bytes = double(s.blocks) * KvBlockPool::kBlockTokens * double(c.kv_dim()) * double(c.n_layers) *
+            2 * 4;
+  // At most 64 GiB, and at most half of this machine's memory (the weights
+  // and everything else need the rest).
+  const double memory = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  s.limit = std::min(64.0 * (1ull << 30), memory > 0 ? memory / 2 : 64.0 * (1ull << 30));
+  return s;
+}
+
+std::string too_large(const CacheSize& s, const std::string& why) {
+  return "cpu backend: a KV cache of " + std::to_string(int64_t(s.bytes / (1 << 20))) + " MiB " +
+         why + "; lower the context or the sequences (engine.max_context, " +
+         "engine.max_sequences; voltad-run --ctx)";
+}
+
 }  // namespace
+
+std::string CpuBackend::cache_too_large(const ModelConfig& config,
+                                        const CpuBackendOptions& options) {
+  const CacheSize s = cache_size(config, options);
+  if (s.bytes <= s.limit) return "";
+  return too_large(s, "is more than " + std::to_string(int64_t(s.limit / (1 << 20))) +
+                          " MiB (half of this machine's memory, at most 64 GiB)");
+}
 
 Result<std::unique_ptr<CpuBackend>> CpuBackend::create(std::shared_ptr<const Model> model,
                                                        const CpuBackendOptions& options) {
   if (options.max_context <= 0 || options.max_sequences <= 0)
     return make_error("cpu backend: max_context and max_sequences must be positive");
-  int64_t blocks = options.kv_blocks > 0
-                       ? options.kv_blocks
-                       : int64_t(KvBlockPool::blocks_for(options.max_context)) * options.max_sequences;
-  const ModelConfig& c = model->config;
-  double bytes = double(blocks) * KvBlockPool::kBlockTokens * double(c.kv_dim()) * double(c.n_layers) * 2 * 4;
-  // At most 64 GiB, and at most half of this machine's memory (the weights
-  // and everything else need the rest).
-  const double memory = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
-  const double limit = std::min(64.0 * (1ull << 30), memory > 0 ? memory / 2 : 64.0 * (1ull << 30));
-  auto too_large = [&](const std::string& why) {
-    return make_error("cpu backend: a KV cache of " + std::to_string(int64_t(bytes / (1 << 20))) +
-                      " MiB " + why + "; lower the context or the sequences (engine.max_context, " +
-                      "engine.max_sequences; voltad-run --ctx)");
-  };
-  if (bytes > limit)
-    return too_large("is more than " + std::to_string(int64_t(limit / (1 << 20))) +
-                     " MiB (half of this machine's memory, at most 64 GiB)");
+  if (std::string why = cache_too_large(model->config, options); !why.empty())
+    return make_error(std::move(why));
+  const CacheSize size = cache_size(model->config, options);
   // What the limit lets through can still fail (ulimit -v, memory in use):
   // an error, not an abort.
   try {
-    return std::unique_ptr<CpuBackend>(new CpuBackend(std::move(model), options, int32_t(blocks)));
+    return std::unique_ptr<CpuBackend>(
+        new CpuBackend(std::move(model), options, int32_t(size.blocks)));
   } catch (const std::bad_alloc&) {
-    return too_large("could not be allocated");
+    return make_error(too_large(size, "could not be allocated"));
   } catch (const std::system_error& e) {
     return make_error("cpu backend: cannot start its " + std::to_string(options.threads) +
                       " threads: " + e.what() + "; use fewer");

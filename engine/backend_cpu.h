@@ -24,6 +24,11 @@ class CpuBackend final : public Backend {
  public:
   static Result<std::unique_ptr<CpuBackend>> create(std::shared_ptr<const Model> model,
                                                     const CpuBackendOptions& options);
+  // Why create() would refuse the KV cache `options` ask of a model of
+  // this shape on this machine (more than half its memory, at most 64
+  // GiB), or "" when it fits: a setting no retry can change, which the
+  // daemon refuses as it refuses a VRAM plan (exit 75).
+  static std::string cache_too_large(const ModelConfig& config, const CpuBackendOptions& options);
 
   std::string name() const override { return "cpu"; }
   Status forward(std::span<const BatchChunk> chunks, ForwardOutput& out) override;

@@ -112,5 +112,14 @@ printf 'GGUF-not-really' >"$tmp/bad.gguf"
 sed "s|path: \"$model\"|path: \"$tmp/bad.gguf\"|" "$tmp/voltad.yaml" >"$tmp/bad.yaml"
 "$bin/voltad" --config "$tmp/bad.yaml" >"$tmp/bad.log" 2>&1
 check "an invalid model file: exit 65" test $? -eq 65
+# The cpu backend's cache past half this machine's memory: a setting no
+# restart can change, refused as a VRAM plan that does not fit (75, which
+# the units do not restart), not as a failure worth retrying (1).
+MAX_SEQUENCES=4 write_config "$tmp/bigcache.yaml"
+sed -i 's/max_context: 512/max_context: 1048576/' "$tmp/bigcache.yaml"  # ~190 GB of cache
+"$bin/voltad" --config "$tmp/bigcache.yaml" >"$tmp/bigcache.log" 2>&1
+check "a cpu KV cache past the machine's memory: exit 75" test $? -eq 75
+check "  ...says which settings to lower" grep -q "engine.max_context, engine.max_sequences" "$tmp/bigcache.log"
+check "  ...and created no socket" test ! -e "$sock"
 check "  ...and its socket is removed" test ! -e "$sock"
 finish
