@@ -106,6 +106,16 @@ ApiError wrong_type(const std::string& field, const char* expected, const Json& 
   return bad_request("'" + field + "' must be " + expected + ", not " + type_name(got), field);
 }
 
+// A token id: an integer from 0 to INT32_MAX, written as such or as a whole
+// number with a fraction or an exponent (2.0; as the integer fields take).
+std::optional<int32_t> token_id(const Json& v) {
+  if (!v.is_number()) return std::nullopt;
+  const double d = v.get<double>();
+  if (!std::isfinite(d) || d != std::trunc(d) || d < 0 || d > double(INT32_MAX))
+    return std::nullopt;
+  return int32_t(d);
+}
+
 // Typed access to optional fields; null counts as absent, as OpenAI's API treats it.
 class Fields {
  public:
@@ -316,12 +326,26 @@ std::optional<ApiError> parse_common(const Json& object, CompletionRequest& r) {
   VOLTAD_API_TRY(f.get("model", r.model));
   std::optional<int64_t> max_tokens, n, seed, top_k;
   // Any positive count: one past the room left in the context is refused
-  // with the numbers and context_length_exceeded, however large.
-  VOLTAD_API_TRY(f.get("max_tokens", INT64_MIN, INT64_MAX, max_tokens));
+  // with the numbers and context_length_exceeded, however large (a whole
+  // number past int64_t's range too: its largest value stands for it).
+  auto get_count = [&](const char* name) -> std::optional<ApiError> {
+    if (const Json* v = f.find(name); v && v->is_number()) {
+      const double d = v->get<double>();
+      if (std::isfinite(d) && d == std::trunc(d) && std::fabs(d) >= 0x1p63) {
+        if (d < 1)
+          return bad_request("'" + std::string(name) + "' must be at least 1, not " + v->dump(),
+                             name);
+        max_tokens = INT64_MAX;
+        return std::nullopt;
+      }
+    }
+    return f.get(name, INT64_MIN, INT64_MAX, max_tokens);
+  };
+  VOLTAD_API_TRY(get_count("max_tokens"));
   const char* tokens_field = "max_tokens";
   if (r.kind == CompletionRequest::Kind::Chat && object.contains("max_completion_tokens") &&
       !object.at("max_completion_tokens").is_null()) {
-    VOLTAD_API_TRY(f.get("max_completion_tokens", INT64_MIN, INT64_MAX, max_tokens));
+    VOLTAD_API_TRY(get_count("max_completion_tokens"));
     tokens_field = "max_completion_tokens";
   }
   if (max_tokens && *max_tokens < 1)
@@ -352,12 +376,16 @@ std::optional<ApiError> parse_common(const Json& object, CompletionRequest& r) {
   VOLTAD_API_TRY(f.get("repetition_penalty", r.sampling.repetition_penalty));
   VOLTAD_API_TRY(parse_logit_bias(f, r.sampling.logit_bias));
   if (auto status = r.sampling.validate(); !status.ok()) {
-    // validate() says "field: why".
+    // validate() says "field: why"; a range ("must be ...") is said with
+    // the value sent, as the integer fields say theirs.
     const std::string& m = status.error().message;
     const std::string field = m.substr(0, m.find(':'));
-    return bad_request(
-        "'" + field + "'" + m.substr(m.find(':')) + (field == "top_p" ? ", or 0 (greedy)" : ""),
-        field);
+    const std::string why = m.substr(std::min(m.size(), m.find(':') + 2));
+    if (why.rfind("must ", 0) != 0) return bad_request("'" + field + "': " + why, field);
+    const Json* sent = f.find(field.c_str());
+    return bad_request("'" + field + "' " + why + (field == "top_p" ? ", or 0 (greedy)" : "") +
+                           (sent ? ", not " + sent->dump() : std::string()),
+                       field);
   }
   VOLTAD_API_TRY(parse_stop(f, r.stop));
   VOLTAD_API_TRY(f.get("stream", r.stream));
@@ -433,20 +461,24 @@ std::optional<ApiError> parse_text_completion(std::string_view body, CompletionR
     out.prompt = p.get<std::string>();
   } else if (p.is_array() && p.size() == 1 && p[0].is_string()) {
     out.prompt = p[0].get<std::string>();
-  } else if (p.is_array() && !p.empty() && p[0].is_number_integer()) {
+  } else if (p.is_array() && !p.empty() && p[0].is_number()) {
     for (size_t i = 0; i < p.size(); ++i) {
-      if (!p[i].is_number_integer())
-        return wrong_type("prompt[" + std::to_string(i) + "]", "a token id", p[i]);
-      int64_t t = p[i].get<int64_t>();
-      if (t < 0 || t > INT32_MAX)
-        return bad_request("'prompt[" + std::to_string(i) + "]' is not a token id", "prompt");
-      out.prompt_tokens.push_back(int32_t(t));
+      const std::string at = "prompt[" + std::to_string(i) + "]";
+      if (!p[i].is_number()) return wrong_type(at, "a token id", p[i]);
+      const std::optional<int32_t> t = token_id(p[i]);
+      if (!t)
+        return bad_request("'" + at + "' is not a token id (a whole number from 0 to " +
+                               std::to_string(INT32_MAX) + "), it is " + p[i].dump(),
+                           "prompt");
+      out.prompt_tokens.push_back(*t);
     }
-  } else if (p.is_array() && p.size() > 1) {
+  } else if (p.is_array() && p.size() > 1 && (p[0].is_string() || p[0].is_array())) {
     return bad_request("'prompt' holds several prompts; send one per request", "prompt");
   } else if (p.is_array() && p.empty()) {
     return bad_request("'prompt' is an empty array; send a string or at least one token id",
                        "prompt");
+  } else if (p.is_array() && !p[0].is_array()) {
+    return wrong_type("prompt[0]", "a string or a token id", p[0]);
   } else {
     return wrong_type("prompt", "a string, or an array of token ids", p);
   }
@@ -487,12 +519,13 @@ std::optional<ApiError> parse_detokenize(std::string_view body, DetokenizeReques
   if (!tokens) return bad_request("'tokens' is required", "tokens");
   if (!tokens->is_array()) return wrong_type("tokens", "an array of token ids", *tokens);
   for (size_t i = 0; i < tokens->size(); ++i) {
-    const Json& t = (*tokens)[i];
-    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX)
-      return bad_request(
-          "'tokens[" + std::to_string(i) + "]' must be a token id (a non-negative integer)",
-          "tokens");
-    out.tokens.push_back(int32_t(t.get<int64_t>()));
+    const std::optional<int32_t> t = token_id((*tokens)[i]);
+    if (!t)
+      return bad_request("'tokens[" + std::to_string(i) +
+                             "]' must be a token id (a whole number from 0 to " +
+                             std::to_string(INT32_MAX) + "), not " + (*tokens)[i].dump(),
+                         "tokens");
+    out.tokens.push_back(*t);
   }
   return std::nullopt;
 }

@@ -110,6 +110,16 @@ std::string parse_logit_bias(const std::string& text, std::vector<std::pair<int3
   return "";
 }
 
+// What a numeric option's value must be, for the message that refuses one.
+std::string expected_value(const std::string& option) {
+  if (option == "-n") return "a whole number of tokens, 0 or more";
+  if (option == "--threads") return "a whole number, 0 (all) to 1024";
+  if (option == "--ctx") return "a whole number of tokens, 1 to " + std::to_string(kLongest);
+  if (option == "--top-k") return "a whole number, 0 (off) or more";
+  if (option == "--seed") return "a whole number, 0 to " + std::to_string(UINT64_MAX);
+  return "a number";  // the sampling factors; their ranges are checked after
+}
+
 int usage(const std::string& why) {
   std::fprintf(stderr, "voltad-run: %s\n%s", why.c_str(), kUsage);
   return kExitUsage;
@@ -128,8 +138,9 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& f = args[i];
     given.push_back(f);
+    bool missing = false;  // f was the last argument: no value
     auto next = [&](std::string& out) {
-      if (i + 1 >= args.size()) return false;
+      if (i + 1 >= args.size()) return !(missing = true);
       out = args[++i];
       return true;
     };
@@ -194,7 +205,8 @@ int main(int argc, char** argv) {
       a.sampling.seed = s;
     } else
       return usage("unknown argument '" + f + "'");
-    if (!ok) return usage("bad or missing value for " + f);
+    if (!ok && missing) return usage(f + " needs a value");
+    if (!ok) return usage(f + " takes " + expected_value(f) + ", not '" + v + "'");
   }
   // An option that would change nothing is a mistake, not a choice: say so.
   auto gave = [&](const char* option) {
@@ -307,6 +319,10 @@ int main(int argc, char** argv) {
     return kExitModel;
   }
   if (a.info) return 0;
+  if (a.prompt.empty() && (gave("-p") || gave("--prompt")))
+    return usage(
+        "the prompt given with -p is empty: pass the text to continue, or -p - to read "
+        "it from standard input");
   if (a.prompt.empty())
     return usage("no prompt: pass -p PROMPT, -p - (standard input) or -f FILE (or --info)");
 #ifndef VOLTAD_HAVE_CUDA

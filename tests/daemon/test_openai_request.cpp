@@ -206,9 +206,8 @@ TEST_CASE("integer fields: whole floats taken, fractions and huge values said fo
   const ApiError fraction = chat_error(chat + R"("max_tokens":2.5})");
   CHECK(fraction.message.find("must be an integer, not a number with a fraction") !=
         std::string::npos);
-  for (const char* huge : {R"("max_tokens":1e300})", R"("seed":184467440737095516150})",
-                           R"("seed":9223372036854775808.0})", R"("seed":9223372036854775808})",
-                           R"("seed":18446744073709551615})"}) {
+  for (const char* huge : {R"("seed":184467440737095516150})", R"("seed":9223372036854775808.0})",
+                           R"("seed":9223372036854775808})", R"("seed":18446744073709551615})"}) {
     const ApiError e = chat_error(chat + huge);
     CAPTURE(std::string(huge));
     CHECK(e.status == 400);
@@ -217,6 +216,20 @@ TEST_CASE("integer fields: whole floats taken, fractions and huge values said fo
   }
   CHECK(chat_error(chat + R"("max_tokens":-3.0})").message.find("at least 1, not -3") !=
         std::string::npos);
+  // A count past int64_t is past every context's room: taken as the
+  // largest, which the router refuses as context_length_exceeded with the
+  // numbers (not as a range of int64_t's bounds); a negative one is below 1.
+  for (const char* huge :
+       {R"("max_tokens":1e300})", R"("max_tokens":1e23})", R"("max_tokens":18446744073709551615})",
+        R"("max_completion_tokens":9223372036854775808.0})"}) {
+    CAPTURE(std::string(huge));
+    REQUIRE_FALSE(parse_chat_completion(chat + huge, r));
+    CHECK(r.max_tokens == INT64_MAX);
+  }
+  const ApiError below = chat_error(chat + R"("max_tokens":-1e23})");
+  CHECK_MESSAGE(
+      below.message.find("'max_tokens' must be at least 1, not -9.99") != std::string::npos,
+      below.message);
   // A whole float in a field that is not a number is "a number", not one
   // with a fraction.
   CHECK(chat_error(chat + R"("stream":1.0})").message.find("not a number") != std::string::npos);
@@ -235,7 +248,11 @@ TEST_CASE("errors for logit_bias keys and top_p say what would do") {
       chat_error(R"({"messages":[{"role":"user","content":"x"}],"logit_bias":{"a":1}})");
   CHECK(word.message.find("'a' is not a token id (a whole number)") != std::string::npos);
   const ApiError top_p = chat_error(R"({"messages":[{"role":"user","content":"x"}],"top_p":1.5})");
-  CHECK(top_p.message == "'top_p': must be in (0, 1], or 0 (greedy)");
+  CHECK(top_p.message == "'top_p' must be in (0, 1], or 0 (greedy), not 1.5");
+  const ApiError temperature =
+      chat_error(R"({"messages":[{"role":"user","content":"x"}],"temperature":-1})");
+  CHECK(temperature.param == "temperature");
+  CHECK(temperature.message == "'temperature' must be between 0 and 100, not -1");
 }
 
 TEST_CASE("stop strings: their number and length are limited, alone or in a list") {
@@ -289,6 +306,25 @@ TEST_CASE("text completion prompts: a string, one string in a list, or token ids
   CHECK(parse_text_completion(R"({"prompt":["a","b"]})", r)->param == "prompt");
   CHECK(parse_text_completion(R"({"prompt":[1,"b"]})", r)->param == "prompt[1]");
   CHECK(parse_text_completion(R"({"prompt":[-1]})", r)->param == "prompt");
+  // Token ids written as whole floats (Python's json.dumps of a float) are
+  // those ids, as the integer fields take them; a fraction is said to be one.
+  REQUIRE_FALSE(parse_text_completion(R"({"prompt":[2.0,5,1e1]})", r));
+  CHECK(r.prompt_tokens == std::vector<int32_t>{2, 5, 10});
+  REQUIRE_FALSE(parse_text_completion(R"({"prompt":[2.0]})", r));
+  CHECK(r.prompt_tokens == std::vector<int32_t>{2});
+  auto fraction = parse_text_completion(R"({"prompt":[2,2.5]})", r);
+  REQUIRE(fraction);
+  CHECK_MESSAGE(fraction->message.find("'prompt[1]' is not a token id") != std::string::npos,
+                fraction->message);
+  CHECK(fraction->message.find("2.5") != std::string::npos);
+  // A list of something else is named by its first element, not taken for
+  // several prompts.
+  auto flag = parse_text_completion(R"({"prompt":[true,3]})", r);
+  REQUIRE(flag);
+  CHECK(flag->param == "prompt[0]");
+  CHECK(flag->message.find("several") == std::string::npos);
+  CHECK(parse_text_completion(R"({"prompt":[[1],[2]]})", r)->message.find("several prompts") !=
+        std::string::npos);
   CHECK(parse_text_completion(R"({"prompt":5})", r)->param == "prompt");
   // An empty list is said to be empty (not "not an array": it is one).
   auto empty = parse_text_completion(R"({"prompt":[]})", r);
@@ -334,6 +370,9 @@ TEST_CASE("tokenize and detokenize bodies") {
   REQUIRE_FALSE(parse_detokenize(R"({"tokens":[1,2]})", d));
   CHECK(d.tokens == std::vector<int32_t>{1, 2});
   CHECK(parse_detokenize(R"({"tokens":[1,"x"]})", d)->param == "tokens");
+  REQUIRE_FALSE(parse_detokenize(R"({"tokens":[2.0,3]})", d));
+  CHECK(d.tokens == std::vector<int32_t>{2, 3});
+  CHECK(parse_detokenize(R"({"tokens":[0.5]})", d)->message.find("not 0.5") != std::string::npos);
   CHECK(parse_detokenize(R"({"tokens":7})", d)->param == "tokens");
 }
 

@@ -327,7 +327,16 @@ done <<'CASES'
 --logit-bias 320=1|--logit-bias: token 320 is past the model's 320-token vocabulary
 --presence-penalty 3|--presence-penalty: must be in [-2, 2]
 --frequency-penalty -2.5|--frequency-penalty: must be in [-2, 2]
+-n -1|-n takes a whole number of tokens, 0 or more, not '-1'
+-n abc|-n takes a whole number of tokens, 0 or more, not 'abc'
+--ctx 99999999999|--ctx takes a whole number of tokens, 1 to 1048576, not '99999999999'
+--temp nan|--temp takes a number, not 'nan'
+--seed -1|--seed takes a whole number, 0 to 18446744073709551615, not '-1'
+--top-k|--top-k needs a value
 CASES
+out=$("$bin/voltad-run" -m "$tiny" -p '' -n 2 2>&1); rc=$?
+check "voltad-run -p '': usage error 64, says the prompt given is empty" \
+  test "$rc" -eq 64 -a "$(grep -c "the prompt given with -p is empty" <<<"$out")" -eq 1
 "$bin/voltad-run" -m "$tiny" -p hi -n 4 --temp 0 --quiet --presence-penalty 2 --frequency-penalty -2 \
   --logit-bias 319=-100 >/dev/null 2>&1
 check "voltad-run with both penalties and a bias in range: exit 0" test $? -eq 0
