@@ -208,6 +208,14 @@ std::optional<ApiError> parse_messages(const Json& object, std::vector<ChatMessa
       return bad_request("'" + where + ".role' is '" + msg.role +
                              "'; supported: system, developer, user, assistant",
                          where + ".role");
+    // An earlier answer's tool calls (function_call, OpenAI's older
+    // field): this server calls no tools, so none of its answers has them,
+    // and dropping them would change the conversation unseen.
+    for (const char* calls : {"tool_calls", "function_call"})
+      if (auto c = m.find(calls); c != m.end() && !c->is_null() && !(c->is_array() && c->empty()))
+        return bad_request(
+            "'" + where + "." + calls + "': tool calls are not supported by this server",
+            where + "." + calls);
     auto content = m.find("content");
     if (content == m.end() || content->is_null()) {
       if (msg.role != "assistant")
@@ -501,6 +509,7 @@ std::optional<ApiError> parse_tokenize(std::string_view body, TokenizeRequest& o
   VOLTAD_API_TRY(f.get("model", out.model));
   VOLTAD_API_TRY(f.get("add_special", out.add_special));
   if (const Json* p = f.find("prompt")) {
+    if (f.find("messages")) return bad_request("give 'prompt' or 'messages', not both", "messages");
     if (!p->is_string()) return wrong_type("prompt", "a string", *p);
     out.prompt = p->get<std::string>();
     return std::nullopt;

@@ -366,6 +366,10 @@ TEST_CASE("tokenize and detokenize bodies") {
   REQUIRE_FALSE(parse_tokenize(R"({"messages":[{"role":"user","content":"hi"}]})", t));
   CHECK(t.messages.size() == 1);
   CHECK(parse_tokenize(R"({})", t)->param == "prompt");
+  // Both: which one to count is the caller's to say, not taken silently.
+  auto both = parse_tokenize(R"({"prompt":"hi","messages":[{"role":"user","content":"x"}]})", t);
+  REQUIRE(both);
+  CHECK(both->message.find("not both") != std::string::npos);
   DetokenizeRequest d;
   REQUIRE_FALSE(parse_detokenize(R"({"tokens":[1,2]})", d));
   CHECK(d.tokens == std::vector<int32_t>{1, 2});
@@ -520,4 +524,23 @@ TEST_CASE("metrics exposition: cumulative buckets, sum and count, escaped labels
   text = m.render(s);
   CHECK(text.find("voltad_prompt_tokens_total 12\n") != std::string::npos);
   CHECK(text.find("voltad_generated_tokens_total 4\n") != std::string::npos);
+}
+
+// An assistant turn's tool calls cannot be fed to the model and would be
+// dropped unseen: refused, as tools are, whatever the content beside them.
+TEST_CASE("earlier tool calls in the messages are refused, not dropped") {
+  for (const char* msg : {R"({"role":"assistant","content":null,"tool_calls":[{"id":"1"}]})",
+                          R"({"role":"assistant","content":"x","tool_calls":[{"id":"1"}]})",
+                          R"({"role":"assistant","function_call":{"name":"f"}})"}) {
+    CAPTURE(std::string(msg));
+    const ApiError e =
+        chat_error(std::string(R"({"messages":[{"role":"user","content":"hi"},)") + msg + "]}");
+    CHECK(e.status == 400);
+    CHECK(e.param.rfind("messages[1].", 0) == 0);
+    CHECK(e.message.find("tool calls are not supported") != std::string::npos);
+  }
+  // Empty or null: nothing is dropped.
+  CHECK(chat_ok(R"({"messages":[{"role":"assistant","content":"x","tool_calls":[]},)"
+                R"({"role":"user","content":"hi","tool_calls":null}]})")
+            .messages.size() == 2);
 }
