@@ -48,6 +48,7 @@ struct Scheduler::Sequence {
   struct HeldLogprob {
     int64_t start, end;  // the token's text in the answer, in bytes
     TokenLogprob logprob;
+    bool in_char = false;  // some of its bytes are in the character the decoder holds
   };
   std::deque<HeldLogprob> held_logprobs;
   int64_t text_released = 0, text_made = 0, chars_made = 0;
@@ -404,9 +405,8 @@ std::vector<TokenLogprob> Scheduler::release_logprobs(Sequence& s, bool end) {
   std::vector<TokenLogprob> out;
   while (!s.held_logprobs.empty()) {
     Sequence::HeldLogprob& h = s.held_logprobs.front();
-    const bool released =
-        end ? !s.stops.stopped() || h.start < s.text_released
-            : h.end <= s.text_released && !(s.decoder.holding() && h.end == s.text_made);
+    const bool released = end ? !s.stops.stopped() || h.start < s.text_released
+                              : h.end <= s.text_released && !h.in_char;
     if (!released) break;
     out.push_back(std::move(h.logprob));
     s.held_logprobs.pop_front();
@@ -435,6 +435,7 @@ void Scheduler::handle_token(Sequence& s, int32_t token, std::optional<TokenLogp
   StreamEvent event;
   std::string decoded;
   const bool was_holding = s.decoder.holding();
+  const size_t held_before = s.decoder.held_bytes();
   event.text = answer_text(tokenizer_, s.decoder, s.stops, token, &decoded);
   s.text_released += int64_t(event.text.size());
   if (logprob) {
@@ -443,19 +444,23 @@ void Scheduler::handle_token(Sequence& s, int32_t token, std::optional<TokenLogp
     // A control token that decodes nothing has left the decoder as it was.
     const size_t owed = decoded.empty() ? 0 : s.decoder.owed_to_earlier();
     if (was_holding && !decoded.empty()) {
-      // The tokens that started the held character (their text so far
-      // empty, ending where it starts) end after it now: the character
-      // finished, or its U+FFFD.
+      // The tokens that started the held character (ending where it
+      // starts) end after it now: the character finished, or its U+FFFD.
       const int64_t first = owed ? int64_t(owed) : int64_t(utf8_decode(decoded, 0).length);
       for (Sequence::HeldLogprob& h : s.held_logprobs)
-        if (h.end == s.text_made) h.end = s.text_made + first;
+        if (h.in_char) h.end = s.text_made + first, h.in_char = false;
     }
+    // This token is in the character held now if it started it, or added
+    // to one it did not finish (a control token leaves the decoder as it
+    // was and is in none).
+    const bool in_char = s.decoder.holding() &&
+                         (!was_holding || !decoded.empty() || s.decoder.held_bytes() > held_before);
     const int64_t start = s.text_made + int64_t(owed);
     logprob->text_offset =
         s.chars_made + int64_t(utf8_length(std::string_view(decoded).substr(0, owed)));
     s.text_made += int64_t(decoded.size());
     s.chars_made += int64_t(utf8_length(decoded));
-    s.held_logprobs.push_back({start, s.text_made, std::move(*logprob)});
+    s.held_logprobs.push_back({start, s.text_made, std::move(*logprob), in_char});
     event.logprobs = release_logprobs(s, s.stops.stopped());
   }
   if (!event.text.empty() || !event.logprobs.empty()) s.stream->push(std::move(event));

@@ -146,6 +146,7 @@ class StreamDecoder {
   std::string flush();
   // Holding the start of a character (the last tokens' text is unfinished).
   bool holding() const { return !pending_.empty(); }
+  size_t held_bytes() const { return pending_.size(); }
   // How many bytes at the start of the last push()'s or flush()'s text
   // belong to earlier tokens: the U+FFFD of a character they started and
   // the last token did not finish (all of flush()'s). A character the last

@@ -56,6 +56,7 @@ namespace {
 struct Run {
   std::string text;
   std::vector<TokenLogprob> logprobs;
+  std::vector<size_t> listed_at;  // for each of logprobs, the answer's bytes when it came
   std::optional<StreamEvent> last;
 };
 
@@ -70,6 +71,7 @@ Run submit_and_run(Scheduler& s, const GenerationRequest& r) {
     for (StreamEvent& e : stream->take()) {
       out.text += e.text;
       out.logprobs.insert(out.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
+      out.listed_at.resize(out.logprobs.size(), out.text.size());
       if (e.done) out.last = e;
     }
   }
@@ -427,6 +429,20 @@ TEST_CASE("a cut character: offsets after its U+FFFD, and a stop string there") 
   const Run stopped = run_script({h, cut, in, h}, {"in"});
   CHECK(stopped.text == "H\xef\xbf\xbd");
   CHECK(tokens_of(stopped) == std::vector<int32_t>{h, cut});
+}
+
+// Cut characters in a row: each token is listed with its own U+FFFD, when
+// the next character's start cuts it, not held until the answer ends (a
+// finished token's text once looked held when it ended where the next,
+// held character starts).
+TEST_CASE("cut characters in a row: each token listed with its U+FFFD") {
+  const int32_t h = token_of("H"), cut = token_of("\xe2");
+  const Run run = run_script({cut, cut, cut, h, h}, {}, false, 5);
+  CHECK(run.text == "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbdHH");
+  REQUIRE(tokens_of(run) == std::vector<int32_t>{cut, cut, cut, h, h});
+  // The third U+FFFD comes with the first H's text, in one event.
+  CHECK(run.listed_at == std::vector<size_t>{3, 6, 10, 10, 11});
+  for (int i = 0; i < 5; ++i) CHECK(run.logprobs[size_t(i)].text_offset == i);
 }
 
 // A character finished by the next token is shared: both start where it does.
