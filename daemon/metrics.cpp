@@ -183,7 +183,7 @@ std::string Metrics::render(const MetricsSnapshot& s) const {
     out += "voltad_connections_total{result=\"refused\",reason=\"" + prometheus_escape(reason) +
            "\"} " + std::to_string(n) + '\n';
   header(out, "voltad_disconnect_cancels_total", "counter",
-         "Generations cancelled because the client went away.");
+         "Generations cancelled because the client went away or stopped reading (write_timeout).");
   out += "voltad_disconnect_cancels_total " + std::to_string(disconnect_cancels_) + '\n';
 
   gauge(out, "voltad_open_connections", "Connections open now.", double(s.open_connections));
