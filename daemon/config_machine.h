@@ -1,6 +1,7 @@
 // What only this machine can say about a config file that parsed: whether
-// its account names resolve. voltad --verify-config and a reload say the
-// same thing about one file.
+// its account names resolve, and whether model.path names a file it could
+// serve. voltad --verify-config and a reload say the same thing about one
+// file.
 #pragma once
 
 #include <string>
@@ -11,15 +12,17 @@
 
 namespace voltad {
 
-struct AccountFindings {
+struct MachineFindings {
   // voltad would not start with the file: server.socket_group names no
   // group (at its FILE:LINE:COL).
   std::vector<config::Problem> problems;
   // Names the daemon would ignore, and what that leaves
-  // (account_name_warnings).
+  // (account_name_warnings); a model.path the daemon would stop at
+  // (model_path_problem: 66 or 65), a warning only, since a packaged file
+  // names the model an administrator copies there later.
   std::vector<std::string> warnings;
 };
 
-AccountFindings account_findings(const config::Config& c, const std::string& path);
+MachineFindings machine_findings(const config::Config& c, const std::string& path);
 
 }  // namespace voltad

@@ -61,10 +61,10 @@ int refuse_config(const std::string& path, const std::vector<voltad::config::Pro
 int verify_config(const std::string& path) {
   auto r = voltad::config::load_config_file(path);
   if (!r.ok()) return refuse_config(path, r.problems);
-  // What only this machine can say: the account names. An unknown
-  // socket_group stops the daemon at start; unknown names in the access
-  // lists are ignored by it (warnings).
-  const auto found = voltad::account_findings(r.config, path);
+  // What only this machine can say: the account names and the model file.
+  // An unknown socket_group stops the daemon at start; unknown names in the
+  // access lists are ignored by it, and a missing model is a warning.
+  const auto found = voltad::machine_findings(r.config, path);
   const auto& warnings = found.warnings;
   for (const auto& w : warnings) std::fprintf(stderr, "%s: warning: %s\n", path.c_str(), w.c_str());
   if (!found.problems.empty()) return refuse_config(path, found.problems);

@@ -283,6 +283,12 @@ PrintPlacementOutput render_placement(const PrintPlacementRequest& req) {
   if (!plan) {
     r.err = "voltad: " + plan.error().message + "\n";
     r.exit_code = kExitPlacement;
+  } else if (plan->strict && !plan->shortfalls.empty()) {
+    // What the daemon would refuse at start (apply_placement), with its code.
+    r.err =
+        "voltad: placement.strict is true and the plan falls short (Shortfalls): voltad would "
+        "refuse to start (exit 74)\n";
+    r.exit_code = kExitPlacement;
   }
   if (req.json) {
     json j = {{"machine", machine_json(*topology)},

@@ -11,9 +11,7 @@
 #include <utility>
 
 #include "daemon/config_machine.h"
-#include "daemon/config_paths.h"
 #include "daemon/log.h"
-#include "daemon/model_path_check.h"
 #include "daemon/systemd_notify.h"
 #include "daemon/vram_monitor.h"
 
@@ -185,12 +183,9 @@ void ServiceControl::start() {
   // out unseen) and a model.path a restart could not serve.
   config_.set_machine_check([path = config_.path()](const config::Config& c) {
     RunningConfig::MachineCheck m;
-    AccountFindings found = account_findings(c, path);
+    MachineFindings found = machine_findings(c, path);
     for (const auto& p : found.problems) m.problems.push_back(p.to_string());
     m.warnings = std::move(found.warnings);
-    if (auto problem = model_path_problem(config::expand_path(c.model.path), path))
-      m.warnings.push_back(problem->message + " A restart would stop there (exit " +
-                           std::to_string(problem->exit_code) + ").");
     return m;
   });
   ctx_.lifecycle.set_reload_handler([this] { return config_.reload(); });

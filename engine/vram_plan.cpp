@@ -39,6 +39,14 @@ uint64_t over_budget(const VramPlan& p) {
   return p.planned_bytes > p.budget_bytes ? p.planned_bytes - p.budget_bytes : 0;
 }
 
+// Why a plan that does not fit does not: the bytes over its budget, or,
+// where none are (memory.kv_cache_bytes fixes a pool that holds less than
+// one sequence), its refusal.
+std::string why_not(const VramPlan& p) {
+  const uint64_t over = over_budget(p);
+  return over > 0 ? format_bytes(over) + " over" : p.refusal;
+}
+
 uint64_t kv_blocks_per_sequence(const EngineLimits& l) {
   return ceil_div(uint64_t(l.max_context), uint64_t(kKvBlockTokens));
 }
@@ -180,7 +188,13 @@ void add_ways_out(VramPlan& p, const ModelConfig& config, uint64_t weight_bytes)
     out.push_back(
         "shorter context: engine.max_context: " + std::to_string(blocks * kKvBlockTokens) +
         " fits (now " + std::to_string(limits.max_context) + ")");
-  else
+  else if (memory.kv_cache_bytes != 0) {
+    EngineLimits l = limits;
+    l.max_context = kKvBlockTokens;
+    out.push_back("shorter context: no context length fits; even engine.max_context: " +
+                  std::to_string(kKvBlockTokens) + " is refused (" +
+                  why_not(fits_with(l, memory, p.device)) + ")");
+  } else
     out.push_back(
         "shorter context: no context length fits; the weights, context and workspace alone are too "
         "large");
@@ -189,10 +203,9 @@ void add_ways_out(VramPlan& p, const ModelConfig& config, uint64_t weight_bytes)
     EngineLimits l = limits;
     l.kv_cache_type = KvCacheType::Int8;
     const VramPlan q = fits_with(l, memory, p.device);
-    out.push_back("INT8 KV cache (half the bytes per token): engine.kv_cache_type: int8 " +
-                  (q.fits
-                       ? "fits (" + pool_text(q.kv) + ")"
-                       : "is not enough alone (" + format_bytes(over_budget(q)) + " still over)"));
+    out.push_back(
+        "INT8 KV cache (half the bytes per token): engine.kv_cache_type: int8 " +
+        (q.fits ? "fits (" + pool_text(q.kv) + ")" : "is not enough alone (" + why_not(q) + ")"));
   }
 
   if (limits.max_sequences > 1) {
@@ -208,8 +221,10 @@ void add_ways_out(VramPlan& p, const ModelConfig& config, uint64_t weight_bytes)
       EngineLimits l = limits;
       l.max_sequences = 1;
       const VramPlan one = fits_with(l, memory, p.device);
-      out.push_back("fewer sequences is not enough alone: even engine.max_sequences: 1 is " +
-                    format_bytes(over_budget(one)) + " over");
+      out.push_back(
+          "fewer sequences is not enough alone: even engine.max_sequences: 1 does not "
+          "fit (" +
+          why_not(one) + ")");
     }
   }
 

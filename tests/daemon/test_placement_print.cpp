@@ -157,15 +157,24 @@ TEST_CASE("a config file without model.path drives the plan") {
   CHECK(json::parse(overridden.out).at("plan").at("gpu").at("index") == 12);
 }
 
-TEST_CASE("this machine without a GPU: CUDA is refused with 69, the CPU backend gets a plan") {
+// The CUDA backend on a machine without a GPU: the plan is printed with the
+// shortfall (the daemon would stop at the engine, 69); under
+// placement.strict the daemon refuses at placement, and so does this (74).
+TEST_CASE("this machine without a GPU: a shortfall under CUDA, 74 under strict; a CPU plan") {
   auto cuda = render("");
   CHECK(contains(cuda.out, "Machine: this machine"));
-  if (cuda.exit_code == voltad::kExitOk) {
+  if (!contains(cuda.out, "no NVIDIA GPU in this machine")) {
     MESSAGE("this machine has an NVIDIA GPU; the no-GPU path is covered with XML topologies");
     return;
   }
-  CHECK(cuda.exit_code == voltad::kExitUnavailable);
-  CHECK(contains(cuda.err, "no NVIDIA GPU in this machine"));
+  CHECK(cuda.exit_code == voltad::kExitOk);
+  CHECK(contains(cuda.out, "voltad stops there (exit 69)"));
+  TempFile strict("placement:\n  strict: true\n");
+  for (bool as_json : {false, true}) {
+    auto refused = render("", "", as_json, strict.path);
+    CHECK(refused.exit_code == voltad::kExitPlacement);
+    CHECK(contains(refused.err, "voltad would refuse to start (exit 74)"));
+  }
   TempFile cpu("engine:\n  backend: cpu\nplacement:\n  numa: 0\n");
   auto r = render("", "", true, cpu.path);
   REQUIRE_MESSAGE(r.exit_code == voltad::kExitOk, r.err);

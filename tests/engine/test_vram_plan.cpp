@@ -229,7 +229,8 @@ TEST_CASE("a 32B-class Q4_K_M model with a 50K context on a V100 32 GB: refused,
   CHECK(has_way_out(p, std::to_string(int8.kv.blocks) + " blocks"));
 
   // Fewer sequences cannot help: one sequence is the minimum already.
-  CHECK(has_way_out(p, "even engine.max_sequences: 1 is "));
+  CHECK(has_way_out(p, "even engine.max_sequences: 1 does not fit ("));
+  CHECK(has_way_out(p, "GiB over)"));
   // A smaller quantization: the bytes that must go.
   const uint64_t over = p.planned_bytes - p.budget_bytes;
   CHECK(has_way_out(p, "must shrink by at least " + format_bytes(over)));
@@ -319,6 +320,19 @@ TEST_CASE("memory.kv_cache_bytes: exact when it fits, refused with numbers when 
   check_adds_up(big);
   CHECK(big.refusal.find("is more than the") != std::string::npos);
   CHECK(has_way_out(big, "memory.kv_cache_bytes: 0 fits ("));
+
+  // The other ways out keep the fixed pool: where they do not fit, they say
+  // why: the bytes over, or a pool that holds less than one sequence (not
+  // "0 B over", nor that the weights and workspace alone are too large).
+  CHECK(has_way_out(big, "even engine.max_context: 16 is refused ("));
+  CHECK(has_way_out(small, "even engine.max_sequences: 1 does not fit (memory.kv_cache_bytes = "));
+  CHECK(has_way_out(small, "int8 is not enough alone (memory.kv_cache_bytes = "));
+  for (const VramPlan* q : {&small, &big})
+    for (const std::string& w : q->ways_out) {
+      CAPTURE(w);
+      CHECK(w.find(" 0 B ") == std::string::npos);
+      CHECK(w.find("alone are too large") == std::string::npos);
+    }
 }
 
 TEST_CASE("a smaller budget fraction; a larger one as a way out") {

@@ -220,7 +220,17 @@ check "--verify-config, unknown group names: each named" \
   test "$(grep -c "warning: server.*no group 'voltad-no-such" <<<"$out")" -eq 2
 check "--verify-config, unknown group names: the lock-out said" \
   grep -q "server.allow_groups names no group on this system" <<<"$out"
-check "--verify-config, unknown group names: ok, 3 warnings" grep -q ": ok, 3 warnings$" <<<"$out"
+check "--verify-config, unknown group names and no model file: ok, 4 warnings" \
+  grep -q ": ok, 4 warnings$" <<<"$out"
+# A model.path with no file there: a warning (a packaged file names the
+# model an administrator copies later), with the exit the daemon would
+# take at start; a file that is there, none.
+check "--verify-config, no file at model.path: warned, with the daemon's exit 66" \
+  grep -q "warning: no model to serve: model.path is '/srv/m.gguf'.* voltad would stop there at start (exit 66)" <<<"$out"
+printf 'model:\n  path: "%s"\n' "$src/tests/fixtures/models/tiny-llama.F32.gguf" >"$tmp/tiny.yaml"
+out=$("$bin/voltad" --verify-config "$tmp/tiny.yaml" 2>&1); rc=$?
+check "--verify-config, a model file that is there: ok, no warning" \
+  test "$rc" -eq 0 -a "$out" = "$tmp/tiny.yaml: ok"
 
 # --kernels takes auto or portable; anything else is a usage error (64)
 # that names the flag, before any model is read.

@@ -257,7 +257,7 @@ mark = listener.count()
 rc, out, err = voltactl_run("reload")
 check("voltactl reload, a model.path with no file: exit 0, applied, a restart's exit 66 named",
       rc == 0 and "server.max_requests_per_user: 5 -> 7 (applied)" in out and
-      "no file is there" in out + err and "A restart would stop there (exit 66)" in out + err,
+      "no file is there" in out + err and "voltad would stop there at start (exit 66)" in out + err,
       (rc, out, err))
 listener.wait_for(mark, lambda f: f.get("READY") == "1", 10)
 write_config(base_config.replace("max_requests_per_user: 64", "max_requests_per_user: 5"))
