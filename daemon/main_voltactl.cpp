@@ -105,6 +105,16 @@ int main(int argc, char** argv) {
   }
   std::string cmd = args[0];
   args.erase(args.begin());
+  // COMMAND --help: the usage, which has every command's line, before the
+  // command's own parsing takes it for an unknown option ("--" ends the
+  // options: a prompt "--help" goes after it).
+  for (const std::string& a : args) {
+    if (a == "--") break;
+    if (a == "--help" || a == "-h") {
+      std::printf(kUsage, socket.c_str());
+      return voltad::kExitOk;
+    }
+  }
   voltad::ctl::ApiClient client(socket, timeout);
   // An answer of an unexpected shape (another service on the socket, a
   // daemon of another version) is an error, not an abort.

@@ -178,6 +178,15 @@ for args in status reload "generate hi --max-tokens 2"; do
     test "$rc" -eq 69 -a "$(grep -c "closed the connection without answering: too many connections of yours" <<<"$out")" -eq 1 \
     -a "$(grep -c "answered 0" <<<"$out")" -eq 0
 done
+# COMMAND --help: the usage on stdout, exit 0, no daemon asked; after --
+# it is a prompt like any other.
+for cmd in generate chat status bench plan; do
+  out=$("$bin/voltactl" --socket "$tmp/none.sock" $cmd --help 2>&1); rc=$?
+  check "voltactl $cmd --help: exit 0, the usage" \
+    test "$rc" -eq 0 -a "$(grep -c "^usage: voltactl" <<<"$out")" -eq 1
+done
+"$bin/voltactl" --socket "$tmp/none.sock" generate -- --help >/dev/null 2>&1
+check "voltactl generate -- --help: a prompt, sent (no daemon: 69)" test $? -eq 69
 start_fake "$tmp/broken.sock" broken
 out=$("$bin/voltactl" --socket "$tmp/broken.sock" generate hello 2>&1); rc=$?
 check "voltactl generate, the stream cut off: 69 (the daemon is gone), the text so far, why" \
