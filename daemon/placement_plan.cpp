@@ -336,6 +336,9 @@ Result<PlacementPlan> plan_placement(const Topology& t, const config::PlacementS
     p.nodes = intersect(p.nodes, t.allowed_nodes);
   }
   p.policy = p.nodes.empty() ? MemoryPolicy::off : *policy;
+  if (cfg.numa == "off" && *policy != MemoryPolicy::bind && *policy != MemoryPolicy::off)
+    p.warnings.push_back("placement.membind " + cfg.membind +
+                         " has no effect with placement.numa: off: memory is not bound");
   if (p.policy == MemoryPolicy::preferred && p.nodes.size() > 1) {
     p.nodes_choice += "; preferred takes one node, the first of " + format_index_list(p.nodes);
     p.nodes.resize(1);

@@ -192,8 +192,10 @@ int cmd_bench(const ApiClient& client, const Args& args) {
     return kExitUsage;
   }
   if (max_tokens < 1) {
-    std::fprintf(stderr, "voltactl bench: --max-tokens takes a positive whole number, not '%s'\n",
-                 max_tokens_text.c_str());
+    std::fprintf(
+        stderr,
+        "voltactl bench: --max-tokens takes a whole number from 1 to 2147483647, not '%s'\n",
+        max_tokens_text.c_str());
     return kExitUsage;
   }
 

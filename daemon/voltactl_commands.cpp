@@ -121,7 +121,7 @@ bool add_sampling(const char* command, const std::string& max_tokens,
   };
   if (!max_tokens.empty()) {
     auto n = whole_number<int>(max_tokens);
-    if (!n || *n < 1) return bad("--max-tokens", "a positive whole number", max_tokens);
+    if (!n || *n < 1) return bad("--max-tokens", "a whole number from 1 to 2147483647", max_tokens);
     body["max_tokens"] = *n;
   }
   if (!temperature.empty()) {
@@ -131,7 +131,7 @@ bool add_sampling(const char* command, const std::string& max_tokens,
   }
   if (!seed.empty()) {
     auto s = whole_number<long long>(seed);
-    if (!s) return bad("--seed", "a whole number", seed);
+    if (!s) return bad("--seed", "a whole number of at most 64 bits, signed", seed);
     body["seed"] = *s;
   }
   return true;

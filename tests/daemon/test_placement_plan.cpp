@@ -190,6 +190,12 @@ TEST_CASE("placement.numa overrides the GPU's node, with a warning when they dif
   CHECK(off.policy == MemoryPolicy::off);
   CHECK(off.cpus == IndexList{0, 1, 24, 25});  // not bound to a node: every core of the machine
   CHECK(off.threads == 4);
+  CHECK(off.warnings.empty());  // membind bind, the default: nothing to say
+  // A policy named beside numa: off binds nothing: said, not dropped.
+  PlacementPlan unbound = plan_ok(t, section("8", "off", "auto", "interleave"));
+  CHECK(unbound.policy == MemoryPolicy::off);
+  CHECK(
+      has(unbound.warnings, "placement.membind interleave has no effect with placement.numa: off"));
 }
 
 TEST_CASE("explicit CPUs, thread counts and policies") {

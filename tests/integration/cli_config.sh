@@ -512,11 +512,15 @@ for bad in "generate hi --max-tokens 12abc" "generate hi --temperature nan" \
 done
 out=$("$bin/voltactl" --socket "$tmp/none.sock" generate hi --max-tokens 12abc 2>&1)
 check "voltactl --max-tokens 12abc: names the option and the text" \
-  grep -q -- "--max-tokens takes a positive whole number, not '12abc'" <<<"$out"
+  grep -q -- "--max-tokens takes a whole number from 1 to 2147483647, not '12abc'" <<<"$out"
 out=$("$bin/voltactl" --socket "$tmp/none.sock" bench --max-tokens 10abc 2>&1)
 check "voltactl bench --max-tokens 10abc: names that option alone" \
-  test "$(grep -c -- "--max-tokens takes a positive whole number, not '10abc'" <<<"$out")" -eq 1 \
+  test "$(grep -c -- "--max-tokens takes a whole number from 1 to 2147483647, not '10abc'" <<<"$out")" -eq 1 \
   -a "$(grep -c -- "--concurrency" <<<"$out")" -eq 0
+# Out of range is said with the range (3e9 is a whole number, past int's).
+out=$("$bin/voltactl" --socket "$tmp/none.sock" generate hi --max-tokens 3000000000 2>&1); rc=$?
+check "voltactl --max-tokens 3000000000: 64, the range said" \
+  test "$rc" -eq 64 -a "$(grep -c -- "from 1 to 2147483647, not '3000000000'" <<<"$out")" -eq 1
 out=$("$bin/voltactl" --socket "$tmp/none.sock" bench --concurrency 2x 2>&1)
 check "voltactl bench --concurrency 2x: names that option alone" \
   test "$(grep -c -- "--concurrency takes a list of 1 to 1024 like 1,2,4,8, not '2x'" <<<"$out")" -eq 1
