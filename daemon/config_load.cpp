@@ -110,7 +110,7 @@ std::optional<ByteSize> convert(const YAML::Node& n, std::string& why) {
   if (n.IsScalar())
     if (auto s = parse_byte_size(n.Scalar())) return s;
   why = "expected a size such as 4096, 512MiB or 16GiB";
-  if (n.IsScalar()) why += ", got '" + n.Scalar() + "'";
+  if (n.IsScalar()) why += ", got '" + n.Scalar() + "': " + byte_size_problem(n.Scalar());
   return std::nullopt;
 }
 template <>

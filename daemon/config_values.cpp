@@ -91,22 +91,50 @@ std::optional<Duration> parse_duration(const std::string& text) {
   return Duration{std::chrono::milliseconds(static_cast<int64_t>(std::llround(ms)))};
 }
 
+namespace {
+
+constexpr struct {
+  const char* name;
+  double factor;
+} kByteUnits[] = {{"", 1},
+                  {"B", 1},
+                  {"K", 1024.0},
+                  {"KiB", 1024.0},
+                  {"KB", 1e3},
+                  {"M", 1048576.0},
+                  {"MiB", 1048576.0},
+                  {"MB", 1e6},
+                  {"G", 1073741824.0},
+                  {"GiB", 1073741824.0},
+                  {"GB", 1e9},
+                  {"T", 1099511627776.0},
+                  {"TiB", 1099511627776.0},
+                  {"TB", 1e12}};
+
+}  // namespace
+
 std::optional<ByteSize> parse_byte_size(const std::string& text) {
   double n;
   std::string unit;
   if (!split_number_suffix(text, n, unit) || !std::isfinite(n)) return std::nullopt;
-  static const struct { const char* name; double factor; } units[] = {
-      {"", 1},          {"B", 1},          {"K", 1024.0},      {"KiB", 1024.0},
-      {"KB", 1e3},      {"M", 1048576.0},  {"MiB", 1048576.0}, {"MB", 1e6},
-      {"G", 1073741824.0}, {"GiB", 1073741824.0}, {"GB", 1e9}, {"T", 1099511627776.0},
-      {"TiB", 1099511627776.0}, {"TB", 1e12}};
-  for (auto& u : units)
+  for (auto& u : kByteUnits)
     if (unit == u.name) {
       double bytes = n * u.factor;
       if (!(bytes >= 0 && bytes < 0x1p63)) return std::nullopt;  // llround is signed
       return ByteSize{static_cast<uint64_t>(std::llround(bytes))};
     }
   return std::nullopt;
+}
+
+std::string byte_size_problem(const std::string& text) {
+  if (parse_byte_size(text)) return "";
+  if (!text.empty() && text[0] == '-') return "a size cannot be negative";
+  double n;
+  std::string unit;
+  if (!split_number_suffix(text, n, unit)) return "not a number";
+  for (auto& u : kByteUnits)
+    if (unit == u.name) return "too large (sizes stop below 8 EiB)";
+  return "unknown unit '" + unit + "' (B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)";
 }
 
 std::string format_duration(Duration d) {

@@ -27,10 +27,14 @@ namespace {
 // typo such as 0-4000000000 cannot allocate a huge list.
 constexpr unsigned kMaxIndex = 1u << 16;
 
+// A number past unsigned (all digits, too many) comes back as kMaxIndex + 1:
+// "far beyond any machine", not "not a number".
 std::optional<unsigned> parse_number(std::string_view s) {
   unsigned v = 0;
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || p != s.data() + s.size() || s.empty()) return std::nullopt;
+  if (s.empty() || p != s.data() + s.size()) return std::nullopt;
+  if (ec == std::errc::result_out_of_range) return kMaxIndex + 1;
+  if (ec != std::errc()) return std::nullopt;
   return v;
 }
 
@@ -59,11 +63,12 @@ Result<IndexList> parse_index_list(const std::string& text, const std::string& w
     if (!lo || !hi)
       return make_error(what + ": '" + shown(std::string(item)) + "' in '" + shown(text) +
                         "' is not a number or a range such as 0-7");
+    if (*hi > kMaxIndex || *lo > kMaxIndex)
+      return make_error(what + ": '" + shown(std::string(item)) +
+                        "' is far beyond any machine's CPU numbers (at most " +
+                        std::to_string(kMaxIndex) + ")");
     if (*hi < *lo)
       return make_error(what + ": the range '" + std::string(item) + "' runs backwards");
-    if (*hi > kMaxIndex)
-      return make_error(what + ": " + std::to_string(*hi) +
-                        " is far beyond any machine's CPU numbers");
     for (unsigned v = *lo; v <= *hi; ++v) marked[v] = true;
   }
   IndexList out;

@@ -24,12 +24,14 @@ namespace {
 
 using nlohmann::json;
 
+// The smallest --assume-vram taken: less is a unit left out, not a card.
+constexpr uint64_t kSmallestCard = 256ull << 20;
+
 Result<uint64_t> parse_bytes(const std::string& flag, const std::string& text) {
   auto size = config::parse_byte_size(text);
   if (!size) {
-    return make_error(flag + ": '" + text +
-                      "' is not a size; write bytes or a number with a unit, e.g. 32510MiB, "
-                      "32GiB, 34GB");
+    return make_error(flag + ": '" + text + "' is not a size (" + config::byte_size_problem(text) +
+                      "); write bytes or a number with a unit, e.g. 32510MiB, 32GiB, 34GB");
   }
   return size->bytes;
 }
@@ -69,7 +71,12 @@ Result<PlanRequest> parse_plan_args(const std::vector<std::string>& args) {
       if (!v) return v.error();
       auto bytes = parse_bytes(a, *v);
       if (!bytes) return bytes.error();
-      if (a == "--assume-vram" && *bytes == 0) return make_error("--assume-vram must be more than 0");
+      // A bare number is bytes: "--assume-vram 32" is a typo for 32GiB, not a card.
+      if (a == "--assume-vram" && *bytes < kSmallestCard)
+        return make_error("--assume-vram: '" + *v + "' is " + std::to_string(*bytes) +
+                          " bytes, smaller than any card (at least " +
+                          config::format_byte_size(config::ByteSize{kSmallestCard}) +
+                          "); a bare number is bytes: write a unit, e.g. 32GiB");
       (a == "--assume-vram" ? r.assume_vram : r.assume_used) = *bytes;
     } else {
       return make_error("unknown argument '" + a + "' for --plan");

@@ -91,8 +91,6 @@ std::string vram_line(const nlohmann::json& g) {
   return line;
 }
 
-namespace {
-
 int report(const Result<ApiResponse>& r) {
   if (!r.ok()) {
     std::fprintf(stderr, "voltactl: %s\n", r.error().message.c_str());
@@ -110,6 +108,8 @@ int report(const Result<ApiResponse>& r) {
   }
   return kExitFailure;
 }
+
+namespace {
 
 // Sampling options common to generate and chat, as request fields.
 bool add_sampling(const char* command, const std::string& max_tokens,
@@ -367,7 +367,7 @@ int cmd_chat(const ApiClient& client, const Args& args) {
       std::fflush(stdout);
       return error.empty();
     });
-    std::fputc('\n', stdout);
+    if (!answer.empty()) std::fputc('\n', stdout);  // a refused line prints nothing to stdout
     if (g_interrupted) {
       // The exchange is dropped: the model never finished its answer.
       std::printf("[cancelled]\n");

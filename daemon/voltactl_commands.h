@@ -28,6 +28,10 @@ int cmd_plan(const ApiClient& client, const Args& args);
 // line: every process's use, and where the daemon turns degraded.
 std::string vram_line(const nlohmann::json& vram);
 
+// A failed request said on stderr: no daemon (exit 69), or an answer that
+// is an error or not voltad's (exit 1).
+int report(const Result<ApiResponse>& r);
+
 // "--name VALUE" option parsing shared by the commands: false (and a message
 // on stderr) for an unknown option or a missing value.
 struct OptionSpec {

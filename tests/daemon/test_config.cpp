@@ -101,6 +101,7 @@ TEST_CASE("wrong types are reported with the expected type") {
   CHECK(all.find("placement.strict: expected true or false") != std::string::npos);
   CHECK(all.find("memory.monitor_interval: expected a duration") != std::string::npos);
   CHECK(all.find("memory.kv_cache_bytes: expected a size") != std::string::npos);
+  CHECK(all.find("got 'lots': not a number") != std::string::npos);
 }
 
 TEST_CASE("out-of-range values and bad choices are reported") {
@@ -329,6 +330,12 @@ TEST_CASE("durations and sizes parse and print back") {
   // Past 2^63 bytes llround had no answer: 1e19 came out as 2^63 (8 EiB).
   CHECK_FALSE(parse_byte_size("10000000000000000000"));
   CHECK(parse_byte_size("9000000000000000000")->bytes == 9'000'000'000'000'000'000ull);
+  // What is wrong with a size that is not one, for the messages.
+  CHECK(byte_size_problem("16GiB").empty());
+  CHECK(byte_size_problem("-1") == "a size cannot be negative");
+  CHECK(byte_size_problem("99999999999TB") == "too large (sizes stop below 8 EiB)");
+  CHECK(byte_size_problem("lots") == "not a number");
+  CHECK(byte_size_problem("4Gb").find("unknown unit 'Gb'") == 0);
   CHECK(format_byte_size(ByteSize{3ull << 30}) == "3GiB");
   CHECK(format_duration(Duration{std::chrono::milliseconds(1500)}) == "1500ms");
 }
@@ -357,7 +364,8 @@ TEST_CASE("placement.cpus: lists of any length are checked without recursion") {
   CHECK(text.find("invalid CPU list: 'x' in '0,1,2,") != std::string::npos);
   CHECK(text.size() < 400);
   const auto huge = load(kMinimal + "placement:\n  cpus: \"" + std::string(100000, '7') + "\"\n");
-  CHECK(problems_text(huge).find("is not a number") != std::string::npos);
+  CHECK(problems_text(huge).find("is far beyond any machine's CPU numbers (at most 65536)") !=
+        std::string::npos);
   CHECK(problems_text(huge).size() < 400);
   // Ranges that repeat cost no more than one (5,000 times 0-65536).
   std::string ranges;

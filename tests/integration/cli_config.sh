@@ -109,7 +109,10 @@ fi
 # abort), a mistyped short option, "--" before text that starts with '-'.
 start_fake() {  # start_fake SOCKET MODE
   [[ -n $fake_pid ]] && { kill "$fake_pid"; wait "$fake_pid" 2>/dev/null; }
-  python3 "$src/tests/integration/fake_voltad.py" "$1" "$2" >"$tmp/fake.out" &
+  # Emptied here, not by the background job's redirection: that one may come
+  # after the wait below has read the last fake's "ready" (a flaky test).
+  : >"$tmp/fake.out"
+  python3 "$src/tests/integration/fake_voltad.py" "$1" "$2" >>"$tmp/fake.out" &
   fake_pid=$!
   for _ in $(seq 200); do grep -q ready "$tmp/fake.out" && return; sleep 0.05; done
   echo "FAIL the fake daemon ($2) did not start"; fails=$((fails + 1))
@@ -165,6 +168,10 @@ check "voltactl status, a web server that is not voltad: exit 1, said (not 'answ
 out=$("$bin/voltactl" --socket "$tmp/plain.sock" generate hi 2>&1); rc=$?
 check "voltactl generate, a 200 that is not an event stream: exit 1, said" \
   test "$rc" -eq 1 -a "$(grep -c "is not an event stream (Content-Type 'text/plain')" <<<"$out")" -eq 1
+out=$("$bin/voltactl" --socket "$tmp/plain.sock" bench --concurrency 1,2 --max-tokens 2 2>&1); rc=$?
+check "voltactl bench, a web server that is not voltad: exit 1 before any level, said" \
+  test "$rc" -eq 1 -a "$(grep -c "the answer is not voltad's" <<<"$out")" -eq 1 \
+  -a "$(grep -c "client(s) failed" <<<"$out")" -eq 0
 start_fake "$tmp/undone.sock" undone
 out=$("$bin/voltactl" --socket "$tmp/undone.sock" generate hi --max-tokens 2 2>&1); rc=$?
 check "voltactl generate, a stream without its [DONE]: exit 1, the text so far, said" \

@@ -58,7 +58,17 @@ rm -f "$stale"
 # Defaults (4096 tokens x 16 sequences) on an assumed 4 GiB card: fits.
 out=$("$bin/voltad" --plan --model "$model" --assume-vram 0 2>&1); rc=$?
 check "--assume-vram 0: usage error 64 that says so" \
-  test "$rc" -eq 64 -a -n "$(grep -- "--assume-vram must be more than 0" <<<"$out")"
+  test "$rc" -eq 64 -a -n "$(grep -- "'0' is 0 bytes, smaller than any card" <<<"$out")"
+# A unit left out: 32 is bytes, not a card; the message says to write one.
+out=$("$bin/voltad" --plan --model "$model" --assume-vram 32 2>&1); rc=$?
+check "--assume-vram 32: usage error 64, says a bare number is bytes" \
+  test "$rc" -eq 64 -a -n "$(grep -- "'32' is 32 bytes, smaller than any card (at least 256MiB); a bare number is bytes" <<<"$out")"
+out=$("$bin/voltad" --plan --model "$model" --assume-vram 99999999999999999999999 2>&1); rc=$?
+check "--assume-vram past 8 EiB: 64, says too large, not 'not a number'" \
+  test "$rc" -eq 64 -a -n "$(grep -- "is not a size (too large" <<<"$out")"
+out=$("$bin/voltad" --plan --model "$model" --assume-vram 32Gb 2>&1); rc=$?
+check "--assume-vram 32Gb: 64, names the unknown unit" \
+  test "$rc" -eq 64 -a -n "$(grep -- "unknown unit 'Gb'" <<<"$out")"
 out=$("$bin/voltad" --plan --model "$model" --assume-vram 4GiB); rc=$?
 check "fits: exit 0" test "$rc" -eq 0
 check "fits: says so" grep -q "^Fits: yes.$" <<<"$out"

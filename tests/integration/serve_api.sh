@@ -142,6 +142,11 @@ check "... with --max-tokens 256: refused, with the numbers" \
   test "$rc" -eq 1 -a "$(grep -c "max_tokens asks for 256" <<<"$out")" -eq 1
 out=$(printf 'Say hello.\nNow say goodbye.\n' | "$bin/voltactl" chat --max-tokens 4 2>&1)
 check "voltactl chat answers two turns (piped)" test "$(grep -c . <<<"$out")" -ge 2
+# A refused line (max_tokens past the 512-token context) is said on stderr;
+# stdout stays empty (no blank line for an answer that never came).
+out=$(echo "Hi" | "$bin/voltactl" chat --max-tokens 600 2>"$tmp/chat_err"); rc=$?
+check "voltactl chat, a refused line: said on stderr, nothing on stdout, exit 1" \
+  test "$rc" -eq 1 -a -z "$out" -a "$(grep -c "max_tokens asks for 600" "$tmp/chat_err")" -eq 1
 # Seven long turns outgrow the 512-token context from the sixth: the oldest
 # exchanges are forgotten (said), every turn is answered, none refused.
 turn="Please tell me a short story about a lighthouse keeper who finds a message in a bottle on a stormy night, and what the message says, and what he does next with it. Make it about an old sailor, a lost ship, a storm, and a lamp that never goes out, told in the voice of the keeper's daughter."
