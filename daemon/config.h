@@ -199,7 +199,8 @@ struct EngineSection {
     v(max_sequences, "max_sequences", int64_t{16}, "Sequences decoded together at most.",
       range<int64_t>(1, 1024));
     v(max_batch_tokens, "max_batch_tokens", int64_t{2048},
-      "Tokens processed in one engine step (prefill chunks plus decodes).",
+      "Tokens processed in one engine step (prefill chunks plus decodes). On the CPU backend "
+      "prompt chunks are also held to about a second each (the watchdog's heartbeat).",
       range<int64_t>(16, 1 << 20));
     v(kv_cache_type, "kv_cache_type", std::string("fp16"),
       "KV cache element type: fp16, or int8 (half the memory).", one_of({"fp16", "int8"}));

@@ -177,6 +177,10 @@ std::optional<Failure> load_engine(const config::Config& cfg, const std::string&
 
   SchedulerOptions so;
   so.heartbeat_interval = ServiceControl::heartbeat_interval();  // the watchdog reads the beats
+  // The CPU reads a prompt at tens of milliseconds a token: chunks of about
+  // one beat keep the watchdog fed, other streams moving and a disconnect
+  // prompt (the GPU's steps take milliseconds).
+  if (cfg.engine.backend == "cpu") so.step_time_target = so.heartbeat_interval;
   so.max_sequences = int32_t(cfg.engine.max_sequences);
   so.max_batch_tokens = int32_t(cfg.engine.max_batch_tokens);
   so.stream_queue_limit = int32_t(cfg.server.write_queue_chunks);

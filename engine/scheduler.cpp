@@ -285,11 +285,19 @@ bool Scheduler::step() {
     plan.push_back({&s, 1});
     --budget;
   }
-  // Then prefill chunks (new prompts, or recomputation after a preemption).
+  // Then prefill chunks (new prompts, or recomputation after a preemption),
+  // within the step time target where there is one.
+  if (options_.step_time_target.count() > 0) {
+    const double target = std::chrono::duration<double>(options_.step_time_target).count();
+    const int64_t fits = seconds_per_token_ > 0 ? int64_t(target / seconds_per_token_) : 0;
+    budget = std::min(budget, std::max(kMinPrefillChunk, fits));
+  }
+  int64_t prefill_tokens = 0;
   for (auto& sp : running_) {
     Sequence& s = *sp;
     if (s.seq_id < 0 || s.uncached() <= 1 || budget == 0) continue;
     int64_t n = std::min(s.uncached(), budget);
+    prefill_tokens += n;
     VOLTAD_CHECK(pool_.reserve(s.seq_id, s.n_cached + n));  // reserved at admission
     plan.push_back({&s, n});
     budget -= n;
@@ -335,8 +343,20 @@ bool Scheduler::step() {
     }
     chunks.push_back(c);
   }
+  // The admitted count as running while the step reads their prompts
+  // (minutes on the CPU), not as waiting.
+  publish_stats();
+  const Clock::time_point started = Clock::now();
   Status forwarded = backend_.forward(chunks, out_);
   ++steps_;
+  if (forwarded.ok() && prefill_tokens > 0) {
+    int64_t tokens = 0;
+    for (const Planned& p : plan) tokens += p.n;
+    const double per_token =
+        std::chrono::duration<double>(Clock::now() - started).count() / double(tokens);
+    seconds_per_token_ =
+        seconds_per_token_ > 0 ? 0.5 * seconds_per_token_ + 0.5 * per_token : per_token;
+  }
   if (!forwarded.ok()) {
     for (const Planned& p : plan)
       finish(*p.seq, EndReason::Error, "the engine failed: " + forwarded.error().message);

@@ -53,7 +53,17 @@ struct SchedulerOptions {
   // Threads that choose tokens from whole rows of logits in a step with
   // several (engine/row_draws.h); 0: row_draw_threads().
   int32_t row_draw_threads = 0;
+  // 0: none. Otherwise prompts are read in chunks sized, from the steps so
+  // far, to take about this long (at least kMinPrefillChunk tokens; the
+  // first chunk is that many, to measure): on a backend slow enough that
+  // max_batch_tokens of prompt takes minutes (the CPU), one long prompt
+  // would freeze every other stream, outlast the watchdog and make a
+  // disconnect wait for the step's end.
+  std::chrono::milliseconds step_time_target{0};
 };
+
+// The smallest prompt chunk a step_time_target holds a step to.
+inline constexpr int64_t kMinPrefillChunk = 16;
 
 // A snapshot for /metrics and /health.
 struct SchedulerStats {
@@ -171,6 +181,7 @@ class Scheduler {
   std::vector<SeqPtr> running_;  // oldest first
   int32_t seq_id_counter_ = 0;
   uint64_t steps_ = 0, preemptions_ = 0;
+  double seconds_per_token_ = 0;  // steps with a prompt chunk, averaged; 0: none yet
   std::atomic<std::chrono::steady_clock::rep> heartbeat_{0};  // written by the engine thread
   ForwardOutput out_;
   const int row_draw_threads_;

@@ -4,6 +4,8 @@
 // come back.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
@@ -390,4 +392,72 @@ TEST_CASE("an unusable backend stops the engine: every request fails with the re
     CHECK(second->end == EndReason::Error);
   }
   CHECK(inner->kv_pool().used_blocks() == 0);
+}
+
+namespace {
+// A backend that takes `per_token` for every token of a step and records
+// each step's tokens and the scheduler's stats during it.
+class SlowBackend final : public Backend {
+ public:
+  SlowBackend(Backend& inner, std::chrono::milliseconds per_token)
+      : inner_(inner), per_token_(per_token) {}
+  std::string name() const override { return "slow"; }
+  Status forward(std::span<const BatchChunk> chunks, ForwardOutput& out) override {
+    int64_t n = 0;
+    for (const BatchChunk& c : chunks) n += int64_t(c.tokens.size());
+    steps.push_back(n);
+    if (scheduler) stats_during.push_back(scheduler->stats());
+    std::this_thread::sleep_for(per_token_ * n);
+    return inner_.forward(chunks, out);
+  }
+  KvBlockPool& kv_pool() override { return inner_.kv_pool(); }
+
+  std::vector<int64_t> steps;
+  std::vector<SchedulerStats> stats_during;
+  const Scheduler* scheduler = nullptr;
+
+ private:
+  Backend& inner_;
+  std::chrono::milliseconds per_token_;
+};
+}  // namespace
+
+// On a slow backend (the CPU) a long prompt read in one step froze every
+// other stream and the watchdog's heartbeat for minutes.
+TEST_CASE("a step time target reads a long prompt in chunks of about that long") {
+  auto inner = fixture().backend(128, 2);
+  SlowBackend backend(*inner, std::chrono::milliseconds(2));
+  SchedulerOptions o;
+  o.step_time_target = std::chrono::milliseconds(100);  // about 50 tokens at 2 ms
+  Scheduler s(backend, *fixture().tokenizer, o);
+  backend.scheduler = &s;
+  std::mt19937 rng(23);
+  const GenerationRequest r = greedy(random_prompt(rng, 120), 3);
+  std::vector<std::shared_ptr<RequestStream>> streams = {std::make_shared<RequestStream>()};
+  REQUIRE(s.submit(r, streams[0]).ok());
+  auto out = run_to_end(s, streams);
+  REQUIRE(out[0].last);
+  CHECK(out[0].text == solo_text(r));  // chunks change nothing in the answer
+  REQUIRE(backend.steps.size() >= 3);
+  CHECK(backend.steps[0] == kMinPrefillChunk);  // the first measures
+  // Then about 50 (fewer on a loaded machine; never below the floor), not
+  // the 104 left: the prompt takes several steps.
+  CHECK(backend.steps[1] >= kMinPrefillChunk);
+  CHECK(backend.steps[1] <= 60);
+  CHECK(std::count(backend.steps.begin(), backend.steps.end(), 1) == 2);  // then the decodes
+  // While its prompt is read the request counts as running, not waiting.
+  CHECK(backend.stats_during[0].running == 1);
+  CHECK(backend.stats_during[0].waiting == 0);
+}
+
+TEST_CASE("without a step time target a prompt is read in one step") {
+  auto inner = fixture().backend(128, 2);
+  SlowBackend backend(*inner, std::chrono::milliseconds(0));
+  Scheduler s(backend, *fixture().tokenizer, SchedulerOptions{});
+  std::mt19937 rng(23);
+  std::vector<std::shared_ptr<RequestStream>> streams = {std::make_shared<RequestStream>()};
+  REQUIRE(s.submit(greedy(random_prompt(rng, 120), 2), streams[0]).ok());
+  run_to_end(s, streams);
+  REQUIRE_FALSE(backend.steps.empty());
+  CHECK(backend.steps[0] == 120);
 }
