@@ -83,13 +83,17 @@ Result<GenerateResult> generate(Backend& backend, const Tokenizer& tokenizer,
   auto t1 = std::chrono::steady_clock::now();
   for (int32_t i = 0; i < options.max_tokens && !cancelled; ++i) {
     int32_t token;
+    float logit;  // the drawn token's, or the best candidate's
     if (top_k > 0) {
       token = sampler.sample_candidates(out.candidate_row_ids(0), out.candidate_row_logits(0));
+      logit = out.candidate_row_logits(0)[0];
     } else {
       if (options.on_logits) options.on_logits(out.row(0));
       token = sampler.sample(std::span<float>(out.logits.data(), size_t(out.n_vocab)), history,
                              prompt.size());
+      logit = out.logits[size_t(token)];
     }
+    if (std::string why = non_finite_logit_error(logit, i); !why.empty()) return make_error(why);
     if (tokenizer.is_end_of_generation(token)) {
       result.finish = FinishReason::Stop;
       break;

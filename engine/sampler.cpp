@@ -40,6 +40,13 @@ int32_t argmax(std::span<const float> values) {
   return int32_t(std::max_element(values.begin(), values.end()) - values.begin());
 }
 
+std::string non_finite_logit_error(float logit, int64_t at) {
+  if (std::isfinite(logit)) return "";
+  return "the model's logits are not numbers (" +
+         std::string(std::isnan(logit) ? "NaN" : "infinite") + ") at answer token " +
+         std::to_string(at) + ": its weights are corrupt, or its values pass fp16's range";
+}
+
 Sampler::Sampler(const SamplingParams& params)
     : params_(params), seed_(params.seed ? *params.seed : std::random_device{}()), rng_(seed_) {}
 

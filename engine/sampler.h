@@ -93,4 +93,11 @@ class Sampler {
 // The index of the largest value (the lowest index among ties).
 int32_t argmax(std::span<const float> values);
 
+// Why a token drawn with logit `logit` cannot be trusted ("" when it can):
+// a logit that is not a finite number (NaN, or infinite) means every
+// logit is (corrupt weights, or values past fp16's range), and a draw from
+// them is token 0 or noise, not the model's answer. `at`: the answer's
+// token index, for the message.
+std::string non_finite_logit_error(float logit, int64_t at);
+
 }  // namespace voltad

@@ -385,6 +385,11 @@ bool Scheduler::step() {
       VOLTAD_CHECK(candidate_row < out_.n_candidate_rows);
       const auto ids = out_.candidate_row_ids(candidate_row);
       const auto values = out_.candidate_row_logits(candidate_row);
+      if (std::string why = non_finite_logit_error(values[0], s.generated()); !why.empty()) {
+        finish(s, EndReason::Error, why);
+        ++candidate_row;
+        continue;
+      }
       tokens[i] = s.sampler.sample_candidates(ids, values);
       if (s.request.logprobs >= 0) {
         VOLTAD_CHECK(size_t(candidate_row) < out_.candidate_log_z.size());
@@ -407,6 +412,13 @@ bool Scheduler::step() {
   }
   draw_rows(draws, row_draw_threads_);
   for (size_t d = 0; d < draws.size(); ++d) {
+    Sequence& s = *plan[drawn[d]].seq;
+    if (std::string why =
+            non_finite_logit_error(draws[d].logits[size_t(draws[d].token)], s.generated());
+        !why.empty()) {
+      finish(s, EndReason::Error, why);
+      continue;
+    }
     tokens[drawn[d]] = draws[d].token;
     logprobs[drawn[d]] = std::move(draws[d].logprob);
   }

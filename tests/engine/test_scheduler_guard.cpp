@@ -2,14 +2,18 @@
 // the tiny Llama fixture: a request that could never fit is refused up front
 // with the numbers, and a failed engine step (a CUDA out-of-memory error on
 // a GPU) ends exactly the sequences in that step while the rest go on and
-// later requests are served.
+// later requests are served. Logits that are not numbers end a sequence
+// with an error, not token 0.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <random>
 
 #include "engine/backend_cpu.h"
+#include "engine/generate.h"
 #include "engine/gguf_file.h"
 #include "engine/model.h"
 #include "engine/scheduler.h"
@@ -130,4 +134,76 @@ TEST_CASE("an out-of-memory step fails only its own sequences; the daemon's engi
   CHECK(lc->end == EndReason::Length);
   CHECK(lc->completion_tokens == 12);
   CHECK(cpu->kv_pool().used_blocks() == 0);
+}
+
+namespace {
+// A backend whose logits are all NaN from the chosen step on (corrupt
+// weights: a NaN scale, a norm of NaN), in whole rows and candidates.
+class NanBackend final : public Backend {
+ public:
+  explicit NanBackend(Backend& inner) : inner_(inner) {}
+  std::string name() const override { return inner_.name(); }
+  KvBlockPool& kv_pool() override { return inner_.kv_pool(); }
+  Status forward(std::span<const BatchChunk> chunks, ForwardOutput& out) override {
+    VOLTAD_TRY(inner_.forward(chunks, out));
+    if (++steps >= nan_from) {
+      std::fill(out.logits.begin(), out.logits.end(), std::nanf(""));
+      std::fill(out.candidate_logits.begin(), out.candidate_logits.end(), std::nanf(""));
+    }
+    return {};
+  }
+  int steps = 0, nan_from = 1;
+
+ private:
+  Backend& inner_;
+};
+}  // namespace
+
+// NaN logits drew token 0 (the end of text on SmolLM2): an empty answer,
+// "stop", and nothing said.
+TEST_CASE("logits that are not numbers end the sequence with an error that says so") {
+  auto inner = fixture().backend(128, 4);
+  NanBackend backend(*inner);
+  backend.nan_from = 2;  // the prompts and their first tokens, then NaN
+  Scheduler s(backend, *fixture().tokenizer, SchedulerOptions{});
+  std::mt19937 rng(5);
+  // Greedy (candidates), a temperature (whole rows by noise) and top-p
+  // (whole rows, sorted): every way a token is drawn.
+  std::vector<GenerationRequest> requests(3, greedy(rng, 6, 10));
+  requests[1].sampling.temperature = 0.8f;
+  requests[2].sampling.temperature = 0.8f;
+  requests[2].sampling.top_p = 0.9f;
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (auto& r : requests) {
+    streams.push_back(std::make_shared<RequestStream>());
+    REQUIRE(s.submit(r, streams.back()).ok());
+  }
+  for (int i = 0; i < 20 && !s.idle(); ++i) s.step();
+  for (auto& stream : streams) {
+    auto last = last_event(*stream);
+    REQUIRE(last);
+    CHECK(last->end == EndReason::Error);
+    CHECK_MESSAGE(last->error.find("the model's logits are not numbers (NaN) at answer token 1") !=
+                      std::string::npos,
+                  last->error);
+    CHECK(last->completion_tokens == 1);
+  }
+  CHECK(inner->kv_pool().used_blocks() == 0);
+}
+
+// voltad-run's path: generate() fails with the same words (it said
+// "0 generated" and exited 0).
+TEST_CASE("generate() refuses logits that are not numbers") {
+  auto inner = fixture().backend(128, 1);
+  NanBackend backend(*inner);
+  std::mt19937 rng(6);
+  GenerateOptions o;
+  o.max_tokens = 4;
+  for (float temperature : {0.0f, 0.8f}) {
+    o.sampling.temperature = temperature;
+    auto g = generate(backend, *fixture().tokenizer, greedy(rng, 6, 4).prompt, o);
+    REQUIRE_FALSE(g.ok());
+    CHECK(g.error().message.find("the model's logits are not numbers (NaN) at answer token 0") !=
+          std::string::npos);
+  }
 }
