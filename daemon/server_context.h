@@ -46,7 +46,7 @@ struct ServedModel {
   ChatFormat chat_format = ChatFormat::ChatML;
   ChatRenderOptions chat_options;
   std::string bos_text;  // written by the template (Llama 3); "" when BOS is a token id
-  bool add_bos = false;  // prepend BOS as a token id
+  bool add_bos = false;  // prepend BOS as a token id to a chat (raw prompts: encode_raw_prompt)
   Scheduler* scheduler = nullptr;
   int32_t max_context = 0;
   uint64_t kv_cache_bytes = 0;

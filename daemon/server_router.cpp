@@ -138,7 +138,7 @@ std::vector<int32_t> prompt_tokens(const ServedModel& m, const CompletionRequest
     return m.tokenizer->encode(chat.text, m.add_bos, chat.literal);
   }
   if (!r.prompt_tokens.empty()) return r.prompt_tokens;
-  return m.tokenizer->encode(r.prompt, m.add_bos, true);
+  return m.tokenizer->encode_raw_prompt(r.prompt);
 }
 
 RouteOutcome generation(const Call& c, CompletionRequest::Kind kind, std::function<void()> notify) {
@@ -241,7 +241,8 @@ HttpResponse tokenize(const Call& c) {
   if (auto e = check_model_name(r.model, *m)) return c.error(*e);
   std::vector<int32_t> tokens;
   if (r.prompt) {
-    tokens = m->tokenizer->encode(*r.prompt, r.add_special && m->add_bos, true);
+    tokens = r.add_special ? m->tokenizer->encode_raw_prompt(*r.prompt)
+                           : m->tokenizer->encode(*r.prompt, false, true);
   } else {
     const RenderedChat chat = render_chat_parts(m->chat_format, r.messages, true,
                                                 r.add_special ? m->bos_text : "", m->chat_options);

@@ -349,6 +349,14 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos,
   return encode(text, add_bos, std::span<const TextRange>());
 }
 
+std::vector<int32_t> Tokenizer::encode_raw_prompt(std::string_view text) const {
+  std::vector<int32_t> out = encode(text, false, true);
+  const int32_t bos = impl_->data.bos_id;
+  if (impl_->data.add_bos && bos >= 0 && (out.empty() || out[0] != bos))
+    out.insert(out.begin(), bos);
+  return out;
+}
+
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos,
                                        std::span<const TextRange> literal) const {
   const Impl& m = *impl_;

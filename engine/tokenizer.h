@@ -109,6 +109,11 @@ class Tokenizer {
   // as plain text.
   std::vector<int32_t> encode(std::string_view text, bool add_bos,
                               std::span<const TextRange> literal) const;
+  // A raw prompt (a text completion's, voltad-run's without --chat): the
+  // model's input as written, control tokens included (parse_special),
+  // after BOS where the file asks for one (tokenizer.ggml.add_bos_token)
+  // and the text does not begin with it already.
+  std::vector<int32_t> encode_raw_prompt(std::string_view text) const;
   // Concatenated token bytes; may end inside a UTF-8 character (see
   // StreamDecoder for streaming). Ids out of range are skipped.
   std::string decode(std::span<const int32_t> tokens) const;

@@ -358,7 +358,7 @@ int main(int argc, char** argv) {
         format.value(), messages, true, bos_as_text ? tok.token_piece(tok.bos()) : "", options);
     prompt = tok.encode(chat.text, !bos_as_text && tok.data().add_bos, chat.literal);
   } else {
-    prompt = tok.encode(a.prompt, tok.data().add_bos, false);
+    prompt = tok.encode_raw_prompt(a.prompt);  // as voltad reads a completion's
   }
 
   // A context too long for the engine, or a --ctx too short for the prompt

@@ -167,6 +167,32 @@ TEST_CASE("BOS is prepended only when asked for and the model has one") {
   CHECK_FALSE(qwen->data().add_bos);
 }
 
+// voltad-run encoded its prompt's control tokens as text where voltad's
+// completions took them as tokens: the same prompt, two inputs.
+TEST_CASE("a raw prompt: control tokens are tokens, BOS once where the file asks") {
+  // As a Llama 3 GGUF says (tokenizer.json carries no add_bos_token).
+  TokenizerData data = shared_tokenizer("llama3")->data();
+  data.add_bos = true;
+  auto made = Tokenizer::create(std::move(data));
+  REQUIRE(made.ok());
+  const Tokenizer* llama = &made.value();
+  const auto eot = llama->find_token("<|eot_id|>");
+  REQUIRE(eot);
+  auto ids = llama->encode_raw_prompt("Hi<|eot_id|>");
+  CHECK(ids.front() == llama->bos());
+  CHECK(ids.back() == *eot);
+  CHECK(ids == llama->encode("Hi<|eot_id|>", true, true));
+  // A prompt that begins with BOS gets no second one.
+  auto own = llama->encode_raw_prompt("<|begin_of_text|>Hi");
+  CHECK(own == llama->encode("Hi", true, true));
+  CHECK(std::count(own.begin(), own.end(), llama->bos()) == 1);
+  // A model that asks for no BOS (Qwen) gets none.
+  const Tokenizer* qwen = shared_tokenizer("qwen3");
+  CHECK(qwen->encode_raw_prompt("<|im_start|>user") ==
+        qwen->encode("<|im_start|>user", false, true));
+  CHECK(qwen->encode_raw_prompt("<|im_start|>user").front() == qwen->find_token("<|im_start|>"));
+}
+
 TEST_CASE("end-of-generation tokens") {
   const Tokenizer* llama = shared_tokenizer("llama3");
   for (const char* t : {"<|eot_id|>", "<|end_of_text|>"}) {

@@ -295,6 +295,11 @@ check "voltad-run --dump-logits /dev/full: exit 1, names the file" \
   test "$rc" -eq 1 -a -n "$(grep "cannot write /dev/full" <<<"$out")"
 "$bin/voltad-run" -m "$tiny" -p hi -n 3 --quiet >/dev/null 2>&1
 check "voltad-run to a writable place: exit 0" test $? -eq 0
+# A raw prompt is read as voltad reads a completion's: a control token
+# written in it is that one token (it was 12 tokens of text).
+out=$("$bin/voltad-run" -m "$tiny" -p "<|im_start|>" -n 1 2>&1 >/dev/null)
+check "voltad-run, a control token in the prompt: one prompt token" \
+  grep -q "^voltad-run: 1 prompt tokens in" <<<"$out"
 # The logits file: never the model (writing it would destroy the file the
 # engine reads), never an empty name; checked before the model loads.
 cp "$tiny" "$tmp/copy.gguf"
