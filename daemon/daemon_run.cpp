@@ -82,6 +82,14 @@ std::optional<Failure> load_engine(const config::Config& cfg, const std::string&
       choose_chat_format(chat_template, cfg.model.chat_template,
                          "set model.chat_template to llama3 or chatml in the configuration");
   if (!format.ok()) return Failure{kExitModelData, model_path + ": " + format.error().message};
+  if (std::string why = chat_markers_missing(format.value(), *e.tokenizer); !why.empty()) {
+    // Chosen by the configuration: its fault (78); recognised from the
+    // file's own template: the file's (65).
+    if (cfg.model.chat_template != "auto")
+      return Failure{kExitConfig, "model.chat_template is " + cfg.model.chat_template + ", but " +
+                                      why + " (" + model_path + "); set it to auto"};
+    return Failure{kExitModelData, model_path + ": " + why};
+  }
 
   if (auto w =
           context_past_training(e.model->config, cfg.engine.max_context,

@@ -162,6 +162,18 @@ Result<ChatFormat> choose_chat_format(const std::string& gguf_template,
       "\") is neither Llama 3 nor ChatML style; " + how_to_choose + " if one of them fits the model");
 }
 
+std::string chat_markers_missing(ChatFormat format, const Tokenizer& tokenizer) {
+  static const std::vector<std::string> llama3 = {"<|start_header_id|>", "<|end_header_id|>",
+                                                  "<|eot_id|>"};
+  static const std::vector<std::string> chatml = {"<|im_start|>", "<|im_end|>"};
+  std::string missing;
+  for (const std::string& marker : format == ChatFormat::Llama3 ? llama3 : chatml)
+    if (!tokenizer.find_token(marker)) missing += (missing.empty() ? "" : ", ") + marker;
+  if (missing.empty()) return "";
+  return std::string("the ") + chat_format_name(format) + " chat template's markers (" + missing +
+         ") are not tokens of the model's vocabulary: its chats would be read as text";
+}
+
 ChatRenderOptions chat_render_options_from_template(ChatFormat format,
                                                     const std::string& gguf_template) {
   ChatRenderOptions options;

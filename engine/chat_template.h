@@ -30,6 +30,12 @@ Result<ChatFormat> choose_chat_format(const std::string& gguf_template,
                                       const std::string& override_name,
                                       const std::string& how_to_choose);
 
+// The format's markers that are not one token of `tokenizer`'s vocabulary,
+// as a sentence ("" when all are): forced on a model of the other family
+// (or a file whose tokens lost them), the template's markup would be read
+// as text and the answers would be noise.
+std::string chat_markers_missing(ChatFormat format, const Tokenizer& tokenizer);
+
 struct ChatMessage {
   std::string role;  // "system", "user", "assistant", ...
   std::string content;

@@ -348,6 +348,11 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "voltad-run: %s\n", format.error().message.c_str());
       return kExitModel;
     }
+    if (std::string why = voltad::chat_markers_missing(format.value(), tok); !why.empty()) {
+      if (a.chat_template != "auto") return usage("--template " + a.chat_template + ": " + why);
+      std::fprintf(stderr, "voltad-run: %s: %s\n", a.model.c_str(), why.c_str());
+      return kExitModel;
+    }
     std::vector<voltad::ChatMessage> messages;
     if (!a.system.empty()) messages.push_back({"system", a.system});
     messages.push_back({"user", a.prompt});

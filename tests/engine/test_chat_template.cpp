@@ -129,6 +129,22 @@ TEST_CASE("chat_format_name") {
   CHECK(std::string(chat_format_name(ChatFormat::ChatML)) == "chatml");
 }
 
+// A template forced on a model of the other family read its markup as text
+// (SmolLM2 under llama3: 51 prompt tokens of noise, and noise back).
+TEST_CASE("a template whose markers the vocabulary lacks is named, with the markers") {
+  const Tokenizer* qwen = voltad::test::shared_tokenizer("qwen3");
+  const Tokenizer* llama = voltad::test::shared_tokenizer("llama3");
+  REQUIRE(qwen != nullptr);
+  REQUIRE(llama != nullptr);
+  CHECK(chat_markers_missing(ChatFormat::ChatML, *qwen).empty());
+  CHECK(chat_markers_missing(ChatFormat::Llama3, *llama).empty());
+  CHECK(chat_markers_missing(ChatFormat::Llama3, *qwen) ==
+        "the llama3 chat template's markers (<|start_header_id|>, <|end_header_id|>, <|eot_id|>) "
+        "are not tokens of the model's vocabulary: its chats would be read as text");
+  CHECK(chat_markers_missing(ChatFormat::ChatML, *llama).find("(<|im_start|>, <|im_end|>)") !=
+        std::string::npos);
+}
+
 // A message's text is the user's: control tokens it spells stay text, so a
 // user cannot close its turn and write another role's (the template's own
 // markers are control tokens). The ranges cover exactly the roles and

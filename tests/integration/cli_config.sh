@@ -295,6 +295,14 @@ check "voltad-run --dump-logits /dev/full: exit 1, names the file" \
   test "$rc" -eq 1 -a -n "$(grep "cannot write /dev/full" <<<"$out")"
 "$bin/voltad-run" -m "$tiny" -p hi -n 3 --quiet >/dev/null 2>&1
 check "voltad-run to a writable place: exit 0" test $? -eq 0
+out=$("$bin/voltad-run" -m "$tiny" -p hi --chat --template llama3 -n 1 2>&1); rc=$?
+check "voltad-run --chat --template llama3 on a ChatML vocabulary: 64, the markers named" \
+  test "$rc" -eq 64 -a "$(grep -c "^voltad-run: --template llama3: the llama3 chat template's markers (<|start_header_id|>" <<<"$out")" -eq 1
+printf 'model:\n  path: %s\n  chat_template: llama3\nengine:\n  backend: cpu\nserver:\n  socket_path: %s/tmpl.sock\n  dbus: "off"\n' \
+  "$tiny" "$tmp" >"$tmp/tmpl.yaml"
+out=$(timeout 60 "$bin/voltad" --config "$tmp/tmpl.yaml" 2>&1); rc=$?
+check "voltad, model.chat_template llama3 on a ChatML vocabulary: 78 at start, the markers named" \
+  test "$rc" -eq 78 -a "$(grep -c "model.chat_template is llama3, but the llama3 chat template's markers" <<<"$out")" -ge 1
 # A raw prompt is read as voltad reads a completion's: a control token
 # written in it is that one token (it was 12 tokens of text).
 out=$("$bin/voltad-run" -m "$tiny" -p "<|im_start|>" -n 1 2>&1 >/dev/null)
