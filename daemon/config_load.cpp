@@ -17,6 +17,7 @@
 #include <tuple>
 #include <type_traits>
 
+#include "engine/read_limited.h"
 #include "engine/utf8.h"
 
 namespace voltad::config {
@@ -417,6 +418,9 @@ LoadResult load_config_text(const std::string& text, const std::string& file_nam
   return result;
 }
 
+// The most read of a config file (one is a few KB).
+constexpr size_t kMaxConfigBytes = size_t(1) << 20;
+
 LoadResult load_config_file(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {  // an ifstream opens it and reads nothing
@@ -432,9 +436,15 @@ LoadResult load_config_file(const std::string& path) {
     r.problems.push_back({path, 1, 1, std::string("cannot read the config file: ") + std::strerror(errno)});
     return r;
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  return load_config_text(text.str(), path);
+  // A config is a few KB: /dev/zero or a log file named by mistake stops here.
+  auto text = read_limited(in, kMaxConfigBytes, "the config file");
+  if (!text) {
+    LoadResult r;
+    r.config = Config::defaults();
+    r.problems.push_back({path, 1, 1, text.error().message});
+    return r;
+  }
+  return load_config_text(*text, path);
 }
 
 Problem problem_at_key(const std::string& path, const std::string& section, const std::string& key,

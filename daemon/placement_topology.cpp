@@ -15,6 +15,7 @@
 #include <regex>
 #include <sstream>
 
+#include "engine/read_limited.h"
 #include "engine/whole_number.h"
 
 namespace voltad::placement {
@@ -304,9 +305,10 @@ Result<std::string> read_topology_xml(const std::string& path) {
     return make_error(path + ": cannot read the topology XML: it is a directory");
   std::ifstream in(path, std::ios::binary);
   if (!in) return make_error(path + ": cannot read the topology XML: " + std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  // A DGX-2's is 42 KB.
+  auto text = read_limited(in, 64u << 20, "the topology XML");
+  if (!text) return make_error(path + ": " + text.error().message);
+  return text;
 }
 
 Result<Topology> load_topology_xml(const std::string& path) {

@@ -27,6 +27,7 @@
 #include "engine/generate.h"
 #include "engine/model.h"
 #include "engine/model_info.h"
+#include "engine/read_limited.h"
 #include "engine/tokenizer.h"
 #include "engine/whole_number.h"
 #include "kernels/kernel_set.h"
@@ -75,6 +76,9 @@ using voltad::whole_number;
 
 // The longest context the engine takes (engine.max_context's upper bound).
 constexpr int64_t kLongest = int64_t(1) << 20;
+// The most prompt text read from -f or standard input: the longest context
+// holds far less.
+constexpr size_t kMaxPromptBytes = size_t(16) << 20;
 
 // The sampler names its fields (temperature: ...); voltad-run's user typed
 // options (--temp).
@@ -269,15 +273,24 @@ int main(int argc, char** argv) {
         return kExitUsage;
       }
     }
-    std::ostringstream text;
-    text << in.rdbuf();
-    a.prompt = text.str();
+    const std::string source = from_stdin ? std::string("standard input") : a.prompt_file;
+    struct stat st {};
+    if (from_stdin && ::fstat(STDIN_FILENO, &st) == 0 && S_ISDIR(st.st_mode)) {
+      std::fprintf(stderr,
+                   "voltad-run: cannot read the prompt from standard input: it is a directory\n");
+      return kExitUsage;
+    }
+    // The longest context (kLongest tokens) holds far less text than this.
+    auto text = voltad::read_limited(in, kMaxPromptBytes, "the prompt from " + source);
+    if (!text) {
+      std::fprintf(stderr, "voltad-run: %s\n", text.error().message.c_str());
+      return kExitUsage;
+    }
+    a.prompt = std::move(*text);
     // A file or `echo` ends its text with a line break that -p would not
     // have: one is dropped (as a line of text is read).
     if (!a.prompt.empty() && a.prompt.back() == '\n') a.prompt.pop_back();
-    if (a.prompt.empty())
-      return usage("the prompt read from " +
-                   (from_stdin ? std::string("standard input") : a.prompt_file) + " is empty");
+    if (a.prompt.empty()) return usage("the prompt read from " + source + " is empty");
   }
   if (a.backend == "cpu" && a.threads > 0) {
     cpu_set_t mask;
@@ -369,6 +382,10 @@ int main(int argc, char** argv) {
   // A context too long for the engine, or a --ctx too short for the prompt
   // and -n, is the command line's fault, known before any backend is made.
   const int64_t needed = int64_t(prompt.size()) + a.n;
+  if (int64_t(prompt.size()) > kLongest)
+    return usage("the prompt (" + std::to_string(prompt.size()) + " tokens) alone is more than " +
+                 std::to_string(kLongest) +
+                 " tokens, the longest context the engine takes; shorten it");
   if (needed > kLongest)
     return usage("the prompt (" + std::to_string(prompt.size()) + " tokens) plus -n (" +
                  std::to_string(a.n) + ") is more than " + std::to_string(kLongest) +

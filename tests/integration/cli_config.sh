@@ -303,6 +303,20 @@ printf 'model:\n  path: %s\n  chat_template: llama3\nengine:\n  backend: cpu\nse
 out=$(timeout 60 "$bin/voltad" --config "$tmp/tmpl.yaml" 2>&1); rc=$?
 check "voltad, model.chat_template llama3 on a ChatML vocabulary: 78 at start, the markers named" \
   test "$rc" -eq 78 -a "$(grep -c "model.chat_template is llama3, but the llama3 chat template's markers" <<<"$out")" -ge 1
+# What should be small is read with a ceiling: /dev/zero by mistake is
+# refused at once, not read until the OOM killer comes.
+out=$(timeout 20 "$bin/voltad" --verify-config /dev/zero 2>&1); rc=$?
+check "--verify-config /dev/zero: 78 at once, the ceiling said" \
+  test "$rc" -eq 78 -a "$(grep -c "the config file is larger than 1 MiB, the most read" <<<"$out")" -eq 1
+out=$(timeout 20 "$bin/voltad" --print-placement --topology-xml /dev/zero 2>&1); rc=$?
+check "--print-placement --topology-xml /dev/zero: refused at once, the ceiling said" \
+  test "$rc" -ne 0 -a "$rc" -ne 124 -a "$(grep -c "the topology XML is larger than 64 MiB" <<<"$out")" -eq 1
+out=$(timeout 20 "$bin/voltad-run" -m "$tiny" -f /dev/zero -n 1 2>&1); rc=$?
+check "voltad-run -f /dev/zero: 64 at once, the ceiling said" \
+  test "$rc" -eq 64 -a "$(grep -c "the prompt from /dev/zero is larger than 16 MiB" <<<"$out")" -eq 1
+out=$("$bin/voltad-run" -m "$tiny" -p - -n 1 2>&1 <"$tmp"); rc=$?
+check "voltad-run -p - from a directory: 64, said (not 'empty')" \
+  test "$rc" -eq 64 -a "$(grep -c "standard input: it is a directory" <<<"$out")" -eq 1
 # A raw prompt is read as voltad reads a completion's: a control token
 # written in it is that one token (it was 12 tokens of text).
 out=$("$bin/voltad-run" -m "$tiny" -p "<|im_start|>" -n 1 2>&1 >/dev/null)
