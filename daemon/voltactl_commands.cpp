@@ -464,7 +464,12 @@ int cmd_status(const ApiClient& client, const Args& args) {
   if (!health.ok()) return report(health);
   Json h = Json::parse(health->body, nullptr, false);
   // An answer without a state is an error answer (403 for a refused user).
-  if (!h.is_object() || !h.contains("status")) return report(health);
+  // A daemon too busy to answer (429 past the user's connections, 503 past
+  // all) is not ready for this caller: 69, as a health check expects.
+  if (!h.is_object() || !h.contains("status")) {
+    const int code = report(health);
+    return health->status == 429 || health->status == 503 ? kExitUnavailable : code;
+  }
   std::printf("voltad at %s: %s\n", client.socket_path().c_str(),
               h.value("status", std::string("?")).c_str());
   auto metrics = client.get("/metrics");

@@ -172,6 +172,10 @@ out=$("$bin/voltactl" --socket "$tmp/plain.sock" bench --concurrency 1,2 --max-t
 check "voltactl bench, a web server that is not voltad: exit 1 before any level, said" \
   test "$rc" -eq 1 -a "$(grep -c "the answer is not voltad's" <<<"$out")" -eq 1 \
   -a "$(grep -c "client(s) failed" <<<"$out")" -eq 0
+start_fake "$tmp/busy.sock" busy
+out=$("$bin/voltactl" --socket "$tmp/busy.sock" status 2>&1); rc=$?
+check "voltactl status, a daemon too busy for this caller (429): 69, as a health check expects, said" \
+  test "$rc" -eq 69 -a "$(grep -c "answered 429: too many connections of yours" <<<"$out")" -eq 1
 start_fake "$tmp/undone.sock" undone
 out=$("$bin/voltactl" --socket "$tmp/undone.sock" generate hi --max-tokens 2 2>&1); rc=$?
 check "voltactl generate, a stream without its [DONE]: exit 1, the text so far, said" \

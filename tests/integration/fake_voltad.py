@@ -8,7 +8,8 @@
   plain   a web server that is not voltad: 200 with a text body;
   close   reads each request and closes without a word (voltad past a
           user's server.max_connections_per_user, or stopping);
-  undone  every stream ends properly but without its [DONE].
+  undone  every stream ends properly but without its [DONE];
+  busy    answers every request 429, as voltad past a user's connections.
 usage: fake_voltad.py SOCKET MODE   (runs until killed; prints "ready")"""
 import os
 import socket
@@ -59,6 +60,13 @@ def answer(conn):
         return stream(conn, b'data: {"choices":[{"text":"partial"}]}\n\n', whole=True)
     if mode == "ssh":
         conn.sendall(b"SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n")
+        return conn.close()
+    if mode == "busy":
+        body = (b'{"error": {"message": "too many connections of yours (max_connections_per_user)",'
+                b' "type": "rate_limit_exceeded", "code": "rate_limit_exceeded"}}')
+        conn.sendall(b"HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\n"
+                     b"Retry-After: 1\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
+                     % (len(body), body))
         return conn.close()
     if mode == "plain":
         conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n"
