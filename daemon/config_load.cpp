@@ -103,7 +103,7 @@ std::optional<Duration> convert(const YAML::Node& n, std::string& why) {
   if (n.IsScalar())
     if (auto d = parse_duration(n.Scalar())) return d;
   why = "expected a duration such as 30s, 500ms or 2m";
-  if (n.IsScalar()) why += ", got '" + n.Scalar() + "'";
+  if (n.IsScalar()) why += ", got '" + n.Scalar() + "': " + duration_problem(n.Scalar());
   return std::nullopt;
 }
 template <>

@@ -77,18 +77,38 @@ Check<std::string> custom(std::string describe, std::function<std::string(const 
   return Check<std::string>{std::move(describe), std::move(fn)};
 }
 
+namespace {
+
+// Milliseconds per unit of a duration, 0 for an unknown unit.
+double duration_unit_ms(const std::string& unit) {
+  if (unit.empty() || unit == "s") return 1000;
+  if (unit == "ms") return 1;
+  if (unit == "m" || unit == "min") return 60'000;
+  if (unit == "h") return 3'600'000;
+  return 0;
+}
+
+}  // namespace
+
 std::optional<Duration> parse_duration(const std::string& text) {
   double n;
   std::string unit;
   if (!split_number_suffix(text, n, unit) || !std::isfinite(n)) return std::nullopt;
-  double ms;
-  if (unit.empty() || unit == "s") ms = n * 1000;
-  else if (unit == "ms") ms = n;
-  else if (unit == "m" || unit == "min") ms = n * 60'000;
-  else if (unit == "h") ms = n * 3'600'000;
-  else return std::nullopt;
+  const double per = duration_unit_ms(unit);
+  if (per == 0) return std::nullopt;
+  const double ms = n * per;
   if (ms > 1e15) return std::nullopt;
   return Duration{std::chrono::milliseconds(static_cast<int64_t>(std::llround(ms)))};
+}
+
+std::string duration_problem(const std::string& text) {
+  if (parse_duration(text)) return "";
+  if (!text.empty() && text[0] == '-') return "a duration cannot be negative";
+  double n;
+  std::string unit;
+  if (!split_number_suffix(text, n, unit)) return "not a number";
+  if (duration_unit_ms(unit) == 0) return "unknown unit '" + unit + "' (ms, s, m, min or h)";
+  return "too long (durations stop at 1e15 ms, 31,000 years)";
 }
 
 namespace {

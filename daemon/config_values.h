@@ -45,6 +45,8 @@ Check<std::string> custom(std::string describe, std::function<std::string(const 
 
 // Parsing and printing of each value type, used by every visitor.
 std::optional<Duration> parse_duration(const std::string& text);
+// Why `text` is not a duration ("" when it is one), as byte_size_problem.
+std::string duration_problem(const std::string& text);
 std::optional<ByteSize> parse_byte_size(const std::string& text);
 // Why `text` is not a size ("" when it is one): negative, too large, not a
 // number, or an unknown unit.

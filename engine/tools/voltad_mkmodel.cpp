@@ -544,7 +544,8 @@ int main(int argc, char** argv) {
       if (!value(v) || !whole_number(v, layers) || layers < 1 || layers > 1000)
         return usage("--layers needs a number from 1 to 1000");
     } else if (a == "--seed") {
-      if (!value(v) || !whole_number(v, seed)) return usage("--seed needs a non-negative number");
+      if (!value(v) || !whole_number(v, seed))
+        return usage("--seed takes a whole number, 0 to 18446744073709551615, not '" + v + "'");
     } else {
       return usage("unknown argument '" + a + "'");
     }

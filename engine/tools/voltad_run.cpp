@@ -104,6 +104,10 @@ std::string parse_logit_bias(const std::string& text, std::vector<std::pair<int3
   const size_t eq = text.find('=');
   int32_t id = 0;
   float bias = 0;
+  const std::string digits = eq == std::string::npos ? "" : text.substr(0, eq);
+  if (!digits.empty() && std::all_of(digits.begin(), digits.end(), ::isdigit) &&
+      !whole_number(digits, id))  // a whole number past int32
+    return "--logit-bias: token " + digits + " is past any vocabulary";
   if (eq == std::string::npos || !whole_number(std::string_view(text).substr(0, eq), id) ||
       !whole_number(std::string_view(text).substr(eq + 1), bias))
     return "--logit-bias takes TOKEN_ID=BIAS (such as 128009=-100), not '" + text + "'";
@@ -116,12 +120,12 @@ std::string parse_logit_bias(const std::string& text, std::vector<std::pair<int3
 
 // What a numeric option's value must be, for the message that refuses one.
 std::string expected_value(const std::string& option) {
-  if (option == "-n") return "a whole number of tokens, 0 or more";
+  if (option == "-n") return "a whole number of tokens, 0 to " + std::to_string(kLongest);
   if (option == "--threads") return "a whole number, 0 (all) to 1024";
   if (option == "--ctx") return "a whole number of tokens, 1 to " + std::to_string(kLongest);
-  if (option == "--top-k") return "a whole number, 0 (off) or more";
+  if (option == "--top-k") return "a whole number, 0 (off) to 2147483647";
   if (option == "--seed") return "a whole number, 0 to " + std::to_string(UINT64_MAX);
-  return "a number";  // the sampling factors; their ranges are checked after
+  return "a number within a float's range";  // the sampling factors; their ranges are checked after
 }
 
 int usage(const std::string& why) {
@@ -179,7 +183,8 @@ int main(int argc, char** argv) {
     else if (f == "--info") a.info = true;
     else if (f == "--chat") a.chat = true;
     else if (f == "--quiet") a.quiet = true;
-    else if (f == "-n") ok = next(v) && whole_number(v, a.n) && a.n >= 0;
+    else if (f == "-n")
+      ok = next(v) && whole_number(v, a.n) && a.n >= 0 && a.n <= kLongest;
     else if (f == "--threads") {
       ok = next(v) && whole_number(v, a.threads);
       if (ok && (a.threads < 0 || a.threads > 1024))

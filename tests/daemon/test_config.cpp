@@ -102,6 +102,7 @@ TEST_CASE("wrong types are reported with the expected type") {
   CHECK(all.find("memory.monitor_interval: expected a duration") != std::string::npos);
   CHECK(all.find("memory.kv_cache_bytes: expected a size") != std::string::npos);
   CHECK(all.find("got 'lots': not a number") != std::string::npos);
+  CHECK(all.find("got 'fast': not a number") != std::string::npos);
 }
 
 TEST_CASE("out-of-range values and bad choices are reported") {
@@ -330,6 +331,11 @@ TEST_CASE("durations and sizes parse and print back") {
   // Past 2^63 bytes llround had no answer: 1e19 came out as 2^63 (8 EiB).
   CHECK_FALSE(parse_byte_size("10000000000000000000"));
   CHECK(parse_byte_size("9000000000000000000")->bytes == 9'000'000'000'000'000'000ull);
+  CHECK(duration_problem("2m").empty());
+  CHECK(duration_problem("-1s") == "a duration cannot be negative");
+  CHECK(duration_problem("99999999999999999999s").find("too long") == 0);
+  CHECK(duration_problem("fast") == "not a number");
+  CHECK(duration_problem("5 parsecs").find("unknown unit 'parsecs'") == 0);
   // What is wrong with a size that is not one, for the messages.
   CHECK(byte_size_problem("16GiB").empty());
   CHECK(byte_size_problem("-1") == "a size cannot be negative");

@@ -384,10 +384,14 @@ done <<'CASES'
 --logit-bias 320=1|--logit-bias: token 320 is past the model's 320-token vocabulary
 --presence-penalty 3|--presence-penalty: must be in [-2, 2]
 --frequency-penalty -2.5|--frequency-penalty: must be in [-2, 2]
--n -1|-n takes a whole number of tokens, 0 or more, not '-1'
--n abc|-n takes a whole number of tokens, 0 or more, not 'abc'
+-n -1|-n takes a whole number of tokens, 0 to 1048576, not '-1'
+-n abc|-n takes a whole number of tokens, 0 to 1048576, not 'abc'
+-n 2147483648|-n takes a whole number of tokens, 0 to 1048576, not '2147483648'
+--top-k 99999999999999999999|--top-k takes a whole number, 0 (off) to 2147483647, not '99999999999999999999'
+--logit-bias 99999999999999999999=1|--logit-bias: token 99999999999999999999 is past any vocabulary
+--temp 1e400|--temp takes a number within a float's range, not '1e400'
 --ctx 99999999999|--ctx takes a whole number of tokens, 1 to 1048576, not '99999999999'
---temp nan|--temp takes a number, not 'nan'
+--temp nan|--temp takes a number within a float's range, not 'nan'
 --seed -1|--seed takes a whole number, 0 to 18446744073709551615, not '-1'
 --top-k|--top-k needs a value
 CASES
@@ -426,7 +430,8 @@ check "voltad-run --ctx 1048577: usage error 64" test "$rc" -eq 64
 check "voltad-run --ctx 1048577: says the range" grep -qF -- "--ctx takes 1 to 1048576 tokens, not 1048577" <<<"$out"
 out=$("$bin/voltad-run" -m "$tiny" -p hi -n 2147483000 --ctx 100 --quiet 2>&1); rc=$?
 check "voltad-run -n 2147483000: usage error 64" test "$rc" -eq 64
-check "voltad-run -n 2147483000: says the longest context" grep -q "the longest context" <<<"$out"
+check "voltad-run -n 2147483000: says the range (the longest context)" \
+  grep -q "takes a whole number of tokens, 0 to 1048576" <<<"$out"
 "$bin/voltad-run" -m "$tiny" --info --quiet >/dev/null 2>&1
 check "voltad-run --info --quiet: exit 0" test $? -eq 0
 # --info on a GGUF file of an architecture voltad does not run: the file
