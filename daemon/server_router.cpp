@@ -298,6 +298,16 @@ HttpResponse method_not_allowed(const Call& c, const char* allow) {
 
 }  // namespace
 
+std::string endpoint_label(std::string_view target) {
+  const std::string_view path = target.substr(0, target.find('?'));
+  for (std::string_view route : {"/v1/chat/completions", "/v1/completions", "/health", "/metrics",
+                                 "/v1/models", "/plan", "/tokenize", "/detokenize"})
+    if (path == route) return std::string(route);
+  if (path.starts_with("/v1/models/")) return "/v1/models/{id}";
+  if (path.starts_with("/admin/")) return "/admin";
+  return "other";
+}
+
 RouteOutcome route_request(ServerContext& ctx, const HttpRequest& req, const PeerCredentials& peer,
                            std::function<void()> notify) {
   Call c{ctx, req, peer};
@@ -306,7 +316,7 @@ RouteOutcome route_request(ServerContext& ctx, const HttpRequest& req, const Pee
   const bool get = req.method() == http::verb::get || req.method() == http::verb::head;
   const bool post = req.method() == http::verb::post;
   RouteOutcome out;
-  out.endpoint = path;
+  out.endpoint = endpoint_label(path);
 
   if (path == "/v1/chat/completions" || path == "/v1/completions") {
     if (!post) {
@@ -334,7 +344,6 @@ RouteOutcome route_request(ServerContext& ctx, const HttpRequest& req, const Pee
     return out;
   }
   if (path.rfind("/v1/models/", 0) == 0) {
-    out.endpoint = "/v1/models/{id}";
     if (!get)
       out.response = method_not_allowed(c, "GET");
     else if (const std::string id = percent_decoded(path.substr(11)); id == ctx.model_name)
@@ -360,11 +369,9 @@ RouteOutcome route_request(ServerContext& ctx, const HttpRequest& req, const Pee
     return out;
   }
   if (path.rfind("/admin/", 0) == 0) {
-    out.endpoint = "/admin";
     out.response = admin_request(ctx, req, peer, path);
     return out;
   }
-  out.endpoint = "other";
   out.response = c.error(
       not_found("no route " + std::string(req.method_string()) + " " + path +
                 "; this server has /v1/chat/completions, /v1/completions, /v1/models, /tokenize, "

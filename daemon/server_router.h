@@ -37,6 +37,11 @@ struct RouteOutcome {
   std::shared_ptr<GenerationJob> job;  // set instead of response for a generation
 };
 
+// The metrics label of a request for `target`: its route ("/v1/models/{id}",
+// "/admin" for the /admin/ family), or "other" for none. Requests refused
+// before routing (403, 413, 429, 503) are counted under it too.
+std::string endpoint_label(std::string_view target);
+
 // `notify` is handed to the job's RequestStream (called on the engine thread).
 RouteOutcome route_request(ServerContext& ctx, const HttpRequest& req, const PeerCredentials& peer,
                            std::function<void()> notify);

@@ -195,11 +195,23 @@ void Session::on_header(error_code ec, size_t bytes) {
     reading_ = false;
     read_deadline_.cancel();
     request_started_ = std::chrono::steady_clock::now();
-    endpoint_ = "other";  // as 413 and 431: refused before any route, not the last request's
+    endpoint_ = endpoint_label(std::string(header.target()));  // not the last request's
     return send(error_response(*e, 11, false), true);
   }
   if (header.version() >= 11 && !parser_->is_done() &&
       beast::iequals(header[http::field::expect], "100-continue")) {
+    // No "100 Continue" (an invitation to send up to max_body_bytes) for a
+    // request that is refused whatever its body: the refusal now, the body
+    // never read, the connection closed after it.
+    if (refused_whatever_the_body(std::string(header.target()))) {
+      reading_ = false;
+      read_deadline_.cancel();
+      request_started_ = std::chrono::steady_clock::now();
+      req_ = parser_->release();
+      req_.keep_alive(false);
+      linger_after_answer_ = true;
+      return handle_request();
+    }
     static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
     return net::async_write(stream_, net::buffer(kContinue.data(), kContinue.size()),
                             std::move(read_body));
@@ -207,11 +219,22 @@ void Session::on_header(error_code ec, size_t bytes) {
   read_body({}, 0);
 }
 
+bool Session::refused_whatever_the_body(std::string_view target) const {
+  const bool admin_route = target.starts_with("/admin/");
+  if (!ctx_.access()->check(peer_).allowed) return true;
+  if (admin_route && !ctx_.access()->check_admin(peer_).allowed) return true;
+  // Past a connection limit only an administrator's /admin request is served.
+  return refusal_ != Refusal::None && !admin_route;
+}
+
 void Session::on_read(error_code ec, size_t) {
   reading_ = false;
   read_deadline_.cancel();
   request_started_ = std::chrono::steady_clock::now();
-  endpoint_ = "other";
+  // Counted under the route its request line named (a 413 for a
+  // Content-Length past the limit: the header was parsed), or "other" where
+  // none was parsed (a 431: a header past the limit is not parsed at all).
+  endpoint_ = endpoint_label(std::string(parser_->get().target()));
   if (ec == http::error::end_of_stream) return do_close();
   if (ec == http::error::header_limit) {
     return send(
@@ -257,6 +280,7 @@ void Session::on_read(error_code ec, size_t) {
 
 void Session::handle_request() {
   origin_form(req_);
+  endpoint_ = endpoint_label(std::string(req_.target()));  // refusals below are counted under it
   // Access is checked again for every request, so a reload that takes a
   // user off server.allow_users reaches connections already open.
   if (refusal_ == Refusal::None && !ctx_.access()->check(peer_).allowed) {
@@ -331,6 +355,10 @@ void Session::handle_request() {
 }
 
 void Session::send(HttpResponse res, bool then_linger) {
+  // A refusal sent before the body was read: what the client sends after
+  // it is read and dropped before the close, so the answer is not lost to a
+  // reset.
+  then_linger = then_linger || std::exchange(linger_after_answer_, false);
   ctx_.metrics.count_request(endpoint_, int(res.result_int()));
   ctx_.metrics.observe_request_seconds(endpoint_, seconds_since(request_started_));
   res_ = std::make_shared<HttpResponse>(std::move(res));

@@ -55,6 +55,9 @@ class Session : public std::enable_shared_from_this<Session> {
   void on_header(error_code ec, size_t bytes);
   void on_read(error_code ec, size_t bytes);
   void handle_request();
+  // Whether a request for `target` is refused whatever its body (access,
+  // admin rights, a connection limit): no "100 Continue" for it.
+  bool refused_whatever_the_body(std::string_view target) const;
   void send(HttpResponse res, bool then_linger = false);
   void on_write(bool close, bool linger, error_code ec, size_t bytes);
 
@@ -94,6 +97,7 @@ class Session : public std::enable_shared_from_this<Session> {
   boost::asio::steady_timer read_deadline_;
   bool reading_ = false;               // a request is being read; the deadline applies
   bool read_timed_out_ = false;        // the deadline passed and cancelled the read
+  bool linger_after_answer_ = false;   // the answer goes before the body: linger, then close
   std::shared_ptr<HttpResponse> res_;  // alive until its write completes
 
   // The generation in flight, if any, and the session's hold on itself

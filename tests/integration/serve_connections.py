@@ -43,6 +43,19 @@ err = json.loads(body)["error"] if status == 429 else {}
 check("a ninth connection of the same user: 429, Retry-After, closed", status == 429
       and headers.get("retry-after") == "1" and err.get("code") == "rate_limit_exceeded"
       and "max_connections_per_user" in err.get("message", "") and closed, (status, err))
+# A ninth connection's request that waits for "100 Continue" before its
+# body is not invited to send it: the 429 comes at once, the body unread.
+s9 = connect(SOCK, 10)
+try:
+    s9.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               b"Content-Length: 1000\r\nExpect: 100-continue\r\n\r\n")
+    r = Reader(s9)
+    status, headers = r.head()
+    body = r.body(headers)
+finally:
+    s9.close()
+check("a ninth connection with Expect: 100-continue: 429 at once, no 100 Continue", status == 429
+      and b"max_connections_per_user" in body, (status, body))
 # An administrator's /admin request on a ninth connection gets through
 # (this test runs as root or as the daemon's own user), once: the
 # connection then closes. (resume while serving: 409, nothing to resume.)

@@ -82,9 +82,9 @@ status, _, body, _ = raw_exchange(
     b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n%s"
     % (len(payload), payload))
 check("Content-Encoding gzip: 415, said", status == 415 and b"uncompressed" in body, (status, body))
-# Refused before any route, they are counted under endpoint "other", as 413
-# and 431 are: not under "" on a new connection, nor under the previous
-# request's endpoint on a kept-alive one.
+# Refused before routing, they are counted under the route their request
+# line named, as 413 and 431 are: not under "" on a new connection, nor
+# under the previous request's endpoint on a kept-alive one.
 before = metrics(SOCK)
 status, _, body, _ = raw_exchange(
     b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
@@ -92,13 +92,16 @@ status, _, body, _ = raw_exchange(
     % (len(payload), payload))
 after = metrics(SOCK)
 key = 'voltad_requests_total{endpoint="%s",status="415"}'
-check("415 after /health on one connection: counted under endpoint other",
-      after.get(key % "other", 0) - before.get(key % "other", 0) == 1
+check("415 after /health on one connection: counted under the route it named",
+      after.get(key % "/v1/completions", 0) - before.get(key % "/v1/completions", 0) == 1
       and after.get(key % "/health", 0) == 0 and after.get(key % "", 0) == 0,
       {k: v for k, v in after.items() if 'status="415"' in k or 'status="501"' in k})
-check("501 counted under endpoint other, never under \"\"",
-      after.get('voltad_requests_total{endpoint="other",status="501"}', 0) >= 1
+check("501 counted under the route it named, never under \"\"",
+      after.get('voltad_requests_total{endpoint="/v1/completions",status="501"}', 0) >= 1
       and 'voltad_requests_total{endpoint="",status="501"}' not in after, after)
+check("413 and 431 counted under the routes they named",
+      after.get('voltad_requests_total{endpoint="/v1/completions",status="413"}', 0) >= 1
+      and after.get('voltad_requests_total{endpoint="/health",status="431"}', 0) >= 1, after)
 status, _, body, _ = raw_exchange(b"GET http://localhost/v1/models HTTP/1.1\r\nHost: localhost\r\n"
                                   b"Connection: close\r\n\r\n")
 check("an absolute-form target: answered as its path", status == 200 and b'"list"' in body, (status, body))

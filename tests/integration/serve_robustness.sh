@@ -12,19 +12,19 @@ READ_TIMEOUT=10s PER_USER_CONNECTIONS=8 write_config "$tmp/voltad.yaml"
 start_daemon
 PYTHONPATH="$(dirname "$0")" python3 "$(dirname "$0")/serve_connections.py" "$sock"
 check "per-user connections" test $? -eq 0
-# Its eight refusals within a few seconds (the ninth connection, an
-# administrator's request let past on a ninth, then a flood of six) make one
-# log line: one a uid every 10 s.
+# Its nine refusals within a few seconds (the ninth connection, one that
+# waited for "100 Continue", an administrator's request let past on a
+# ninth, then a flood of six) make one log line: one a uid every 10 s.
 refusal_lines=$(grep -c "refused a connection from uid $(id -u) .*max_connections_per_user" "$log")
 check "refusals of one uid: one log line, not one each (got $refusal_lines)" test "$refusal_lines" -eq 1
-# The seven left out are told once that uid's 10 s are over, though it
+# The eight left out are told once that uid's 10 s are over, though it
 # sends nothing more (a timer, not its next refusal).
 for _ in $(seq 1 130); do
-  grep -q "refused 7 more connections from uid $(id -u) since the last such line" "$log" && break
+  grep -q "refused 8 more connections from uid $(id -u) since the last such line" "$log" && break
   sleep 0.1
 done
 check "the refusals left out are told when the period ends" \
-  grep -q "refused 7 more connections from uid $(id -u) since the last such line" "$log"
+  grep -q "refused 8 more connections from uid $(id -u) since the last such line" "$log"
 # Refusals left out when the daemon stops are told as it stops: three
 # more within the period that line began, then SIGTERM.
 PYTHONPATH="$(dirname "$0")" python3 -c '
