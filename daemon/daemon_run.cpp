@@ -325,9 +325,11 @@ int serve(const config::Config& cfg, const std::string& config_path) {
     // A stop requested during loading wins: nothing is served.
     if (!ctx.lifecycle.finish_loading("ready: serving " + ctx.model_name)) return;
     spdlog::info(
-        "ready: serving {} on {} (backend {}, context {} tokens, up to {} sequences, {} KV blocks)",
+        "ready: serving {} on {} (backend {}, context {} tokens, up to {} sequence{}, {} KV "
+        "blocks)",
         ctx.model_name, socket.path, engine.served.backend, engine.served.max_context,
-        cfg.engine.max_sequences, engine.scheduler->stats().kv_blocks_total);
+        cfg.engine.max_sequences, cfg.engine.max_sequences == 1 ? "" : "s",
+        engine.scheduler->stats().kv_blocks_total);
     engine.scheduler->run();
     if (std::string fatal = engine.scheduler->fatal_error(); !fatal.empty()) {
       exit_code = kExitInternal;

@@ -43,8 +43,9 @@ std::optional<ApiError> check_depth(std::string_view body) {
       in_string = true;
     } else if (c == '[' || c == '{') {
       if (++depth > kMaxDepth)
-        return bad_request("the JSON body nests deeper than " + std::to_string(kMaxDepth) +
-                           " levels");
+        return bad_request(
+            "the JSON body nests deeper than " + std::to_string(kMaxDepth) + " levels", {},
+            "invalid_json");
     } else if (c == ']' || c == '}') {
       --depth;
     }

@@ -559,8 +559,8 @@ void Session::on_watch(uint64_t serial, error_code ec) {
     }
     gone = true;
   }
-  spdlog::debug("client uid {} pid {} hung up during a generation; cancelling it", peer_.uid,
-                peer_.pid);
+  spdlog::info("client uid {} pid {} hung up during a generation; cancelling it", peer_.uid,
+               peer_.pid);
   ctx_.metrics.count_disconnect_cancel();
   do_close();  // times the stream, then cancels it
 }

@@ -286,6 +286,7 @@ TEST_CASE("bodies that are not JSON objects") {
                                         "Content-Length header") != std::string::npos);
   CHECK(chat_error("[1,2]").message.find("JSON object") != std::string::npos);
   CHECK(chat_error(std::string(1000, '[')).message.find("nests deeper") != std::string::npos);
+  CHECK(chat_error(std::string(1000, '[')).code == "invalid_json");  // as the other bad bodies
   CHECK(chat_error("\"\xff\"").status == 400);
   // Found by the fuzzer: a number too large for a double threw out_of_range.
   CHECK(chat_error(R"({"messages":[{"role":"user","content":"x"}],"top_p":7e7777777777})").status ==

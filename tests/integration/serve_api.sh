@@ -179,6 +179,8 @@ import sys, time, subprocess
 sys.path.insert(0, '$(dirname "$0")')
 from serve_http import metrics, wait_for
 sys.exit(0 if wait_for(lambda: metrics('$sock')['voltad_running_sequences'] == 0, 20) else 1)"
+check "  ...and the log says the client hung up (at the default level, as API.md says)" \
+  grep -qE " info +client uid [0-9]+ pid [0-9]+ hung up during a generation; cancelling it" "$log"
 echo "/exit" >&7
 exec 7>&-
 wait "$chat_pid"
