@@ -345,6 +345,7 @@ std::optional<ApiError> parse_common(const Json& object, CompletionRequest& r) {
           return bad_request("'" + std::string(name) + "' must be at least 1, not " + v->dump(),
                              name);
         max_tokens = INT64_MAX;
+        r.max_tokens_text = v->dump();  // the error quotes what was sent
         return std::nullopt;
       }
     }

@@ -43,6 +43,8 @@ struct CompletionRequest {
   std::optional<int64_t> max_tokens;   // none: the kind's default (above); past the
                                        // context: refused with the numbers (server_router)
   std::string max_tokens_field = "max_tokens";  // or max_completion_tokens: what set it
+  std::string
+      max_tokens_text;  // as the client wrote it, where past int64 (max_tokens is its largest)
   SamplingParams sampling;             // temperature defaults to 1, as in OpenAI's API
   std::vector<std::string> stop;
   bool stream = false;

@@ -172,7 +172,8 @@ RouteOutcome generation(const Call& c, CompletionRequest::Kind kind, std::functi
     if (room < 1)
       msg += ", which leaves no room to generate: shorten the prompt";
     else
-      msg += " and " + r.max_tokens_field + " asks for " + std::to_string(*r.max_tokens) +
+      msg += " and " + r.max_tokens_field + " asks for " +
+             (r.max_tokens_text.empty() ? std::to_string(*r.max_tokens) : r.max_tokens_text) +
              " more: shorten the prompt or lower " + r.max_tokens_field;
     out.response = c.error(
         bad_request(msg, room < 1 ? prompt_field : r.max_tokens_field, "context_length_exceeded"));

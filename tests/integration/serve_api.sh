@@ -113,6 +113,9 @@ check "past the context: status 400" test "$(status "$r")" = 400
 r=$(api /v1/chat/completions -d '{"messages":[{"role":"user","content":"x"}],"max_tokens":100000000000}')
 check "a huge max_tokens: context_length_exceeded with its number" py 'j["error"]["code"]=="context_length_exceeded" and "100000000000" in j["error"]["message"]' <<<"$(body "$r")"
 check "... the field it names in param" py 'j["error"]["param"]=="max_tokens"' <<<"$(body "$r")"
+r=$(api /v1/completions -d '{"prompt":"x","max_tokens":99999999999999999999}')
+check "a max_tokens past int64: context_length_exceeded quoting its value (1e+20), not INT64_MAX" \
+  py 'j["error"]["code"]=="context_length_exceeded" and "asks for 1e+20 more" in j["error"]["message"]' <<<"$(body "$r")"
 r=$(api /v1/chat/completions -d '{"messages":[{"role":"user","content":"x"}],"max_completion_tokens":600}')
 check "max_completion_tokens past the context: param names it" py 'j["error"]["code"]=="context_length_exceeded" and j["error"]["param"]=="max_completion_tokens" and "lower max_completion_tokens" in j["error"]["message"]' <<<"$(body "$r")"
 long=$(python3 -c 'print(" ".join(["word"] * 700))')
