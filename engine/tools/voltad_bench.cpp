@@ -108,8 +108,10 @@ int main(int argc, char** argv) {
   std::string kernel_set = "auto", omit_list;
   bool sampling = false;
   int vocab = 128256;
+  std::vector<std::string> given;  // the options, as typed
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
+    given.push_back(a);
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
     // Counts up to 2^20 (tokens, steps), so that ctx + steps + 1 fits an int.
     auto count = [&](int& out, int lo, int hi) {
@@ -178,6 +180,18 @@ int main(int argc, char** argv) {
       return std::printf("voltad-bench %s\n", VOLTAD_VERSION), 0;
     else return std::fprintf(stderr, "voltad-bench: unknown argument '%s'\n%s", a.c_str(), kUsage), 64;
   }
+  // An option that would change nothing is a mistake, not a choice: say so.
+  for (const std::string& g : given) {
+    const bool sampling_own = g == "--sampling" || g == "--vocab" || g == "--json";
+    if (sampling && !sampling_own && g.rfind("-", 0) == 0)
+      return std::fprintf(stderr,
+                          "voltad-bench: %s has no effect with --sampling (it times the host's "
+                          "choice of a token alone: --vocab and --json only)\n",
+                          g.c_str()),
+             64;
+    if (!sampling && g == "--vocab")
+      return std::fprintf(stderr, "voltad-bench: --vocab goes with --sampling\n"), 64;
+  }
   if (sampling) {
     const auto timings = voltad::time_sampling(vocab, 200);
     if (json) {
@@ -196,7 +210,11 @@ int main(int argc, char** argv) {
   if (top_k < 0 || top_k > 64) return std::fprintf(stderr, "voltad-bench: --top-k must be 0..64\n"), 64;
   if (model_path.empty() || prompt < 0 || steps < 1 || ctx < 1 || repeat < 1 || batches.empty() ||
       *std::min_element(batches.begin(), batches.end()) < 1)
-    return std::fprintf(stderr, "voltad-bench: need -m MODEL and positive sizes\n%s", kUsage), 64;
+    return std::fprintf(stderr, "voltad-bench: %s\n%s",
+                        model_path.empty() ? "no model: pass -m MODEL.gguf (or --sampling)"
+                                           : "every size must be positive",
+                        kUsage),
+           64;
   // What a run needs: its decode steps past --ctx, and its prompt.
   const int needed = std::max(ctx + steps + 1, prompt + 1);
   if (needed > (1 << 20))

@@ -507,6 +507,17 @@ for bad in "norms," "" ",rope" "norms,,rope"; do
   check "voltad-bench --omit '$bad': usage error 64 (an empty item)" \
     test "$rc" -eq 64 -a "$(grep -c "no empty item" <<<"$out")" -eq 1
 done
+# --sampling times the host alone: a model, a batch or a KV type given with
+# it would change nothing, and is said so; --vocab alone goes with it.
+out=$("$bin/voltad-bench" --sampling -m "$tmp/none.gguf" 2>&1); rc=$?
+check "voltad-bench --sampling -m: usage error 64, says -m has no effect" \
+  test "$rc" -eq 64 -a "$(grep -c -- "-m has no effect with --sampling" <<<"$out")" -eq 1
+out=$("$bin/voltad-bench" --vocab 1000 2>&1); rc=$?
+check "voltad-bench --vocab without --sampling: 64, said" \
+  test "$rc" -eq 64 -a "$(grep -c -- "--vocab goes with --sampling" <<<"$out")" -eq 1
+out=$("$bin/voltad-bench" 2>&1); rc=$?
+check "voltad-bench with nothing: 64, says no model" \
+  test "$rc" -eq 64 -a "$(grep -c "no model: pass -m MODEL.gguf (or --sampling)" <<<"$out")" -eq 1
 out=$("$bin/voltad-bench" -m "$tmp/none.gguf" --ctx 1048576 -n 1048576 2>&1); rc=$?
 check "voltad-bench, a run past 1048576 positions: usage error 64 saying so" \
   test "$rc" -eq 64 -a "$(grep -c "the engine takes at most 1048576" <<<"$out")" -eq 1
