@@ -28,8 +28,9 @@ constexpr const char* kUsage =
     "       voltad --print-placement [--config FILE] [--topology-xml FILE] [--gpu SPEC] [--json]\n"
     "                                         print the machine and the GPU/CPU/memory placement "
     "plan\n"
-    "       voltad --plan [--config FILE] [--model FILE] --assume-vram BYTES [--json]\n"
-    "                                         print the VRAM plan without allocating (--plan "
+    "       voltad --plan [--config FILE] [--model FILE] --assume-vram BYTES [--assume-used "
+    "BYTES]\n"
+    "                     [--json]            print the VRAM plan without allocating (--plan "
     "--help)\n"
     "       voltad --version | --help\n";
 

@@ -290,6 +290,12 @@ Status GgufFile::parse_tensor_infos(uint64_t& pos, uint64_t tensor_count) {
     VOLTAD_TRY(r.read(type, "the type of " + what));
     const GgmlTypeInfo* info = ggml_type_info(type);
     if (!info) {
+      // 4 and 5 were Q4_2 and Q4_3, dropped from GGML in 2023: an old file.
+      if (type == 4 || type == 5)
+        return r.error(what + " has type id " + std::to_string(type) + " (Q4_" +
+                       std::to_string(type - 2) +
+                       ", removed from GGML in 2023): the file predates GGUF's current "
+                       "types; convert the model again");
       return r.error(what + " has unknown type id " + std::to_string(type) +
                      ": the file is corrupt or newer than this voltad");
     }

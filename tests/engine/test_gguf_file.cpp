@@ -337,7 +337,8 @@ TEST_CASE("bad tensor infos: dims, overflow, types, block sizes, offsets") {
   expect_error(one(f32, {uint64_t{1} << 30, uint64_t{1} << 30}), "runs past the end of the file");
   expect_error(one(f32, {uint64_t{1} << 31, uint64_t{1} << 31}), "would need more than 2^64 bytes");
   expect_error(one(99, {32}), "tensor 'blk.3.attn_q.weight' has unknown type id 99");
-  expect_error(one(4, {32}), "unknown type id 4");  // retired Q4_2
+  expect_error(one(4, {32}), "has type id 4 (Q4_2, removed from GGML in 2023): the file predates");
+  expect_error(one(5, {32}), "type id 5 (Q4_3, removed");
   expect_error(one(uint32_t(GgmlType::Q4_0), {16}, std::vector<uint8_t>(18)),
                "rows of 16 elements (shape {16}), not a multiple of the Q4_0 block size 32");
   expect_error(one(f32, {4}, std::vector<uint8_t>(16), 8),
