@@ -113,6 +113,8 @@ std::string describe_model(const GgufFile& file, const ModelConfig* config) {
   const std::optional<std::string> tmpl = file.get_string("tokenizer.chat_template");
   if (!tmpl) {
     line(out, "chat template:", "none in the file");
+  } else if (tmpl->empty()) {
+    line(out, "chat template:", "empty (the key is there, with no text)");
   } else {
     const std::string family = chat_template_family(*tmpl);
     line(out, "chat template:",

@@ -78,6 +78,7 @@ struct TinyModelSpec {
   bool tied = false;
   bool rope_freqs = false;
   GgmlType matrix_type = GgmlType::Q8_0;
+  std::string chat_template = "{% for m in messages %}<|im_start|>...{% endfor %}";
   std::set<std::string> omit;              // keys and tensor names to leave out
   std::map<std::string, GgmlType> retype;  // tensor name -> type (bytes follow the type)
   std::map<std::string, std::vector<uint64_t>> reshape;  // tensor name -> ne
@@ -113,8 +114,7 @@ inline GgufWriter tiny_model_writer(const TinyModelSpec& s) {
     for (int64_t i = 0; i < s.n_vocab; ++i) tokens.push_back("tok" + std::to_string(i));
     w.add_string_array("tokenizer.ggml.tokens", tokens);
   }
-  if (key("tokenizer.chat_template"))
-    w.add_string("tokenizer.chat_template", "{% for m in messages %}<|im_start|>...{% endfor %}");
+  if (key("tokenizer.chat_template")) w.add_string("tokenizer.chat_template", s.chat_template);
 
   std::mt19937 rng(s.seed);
   auto tensor = [&](const std::string& name, GgmlType type, std::vector<uint64_t> ne) {

@@ -302,6 +302,11 @@ TEST_CASE("describe_model summarises a tiny model") {
   CHECK(describe_model(*file, nullptr).find("llama") != std::string::npos);
   CHECK(chat_template_family("<|start_header_id|>user<|end_header_id|>") == "llama3");
   CHECK(chat_template_family("{{ bos_token }}[INST]") == "");
+  // An empty template is said as such, not as an unrecognised one of no text.
+  spec.chat_template = "";
+  auto empty = open_tiny(spec);
+  CHECK(describe_model(*empty, nullptr)
+            .find("chat template: empty (the key is there, with no text)") != std::string::npos);
 }
 
 TEST_CASE("the real SmolLM2-135M-Instruct file") {
