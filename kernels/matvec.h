@@ -132,7 +132,7 @@ struct MatvecPairSplit {
 MatvecPairSplit matvec_pair_split(int64_t groups_a, int64_t group_bytes_a, int64_t groups_b,
                                   int64_t group_bytes_b, int64_t wave);
 // Batch 1, Int4K256 (Q4_K) or Int4Sym32 (Q4_0) of 4,096 columns and at
-// least 4 row groups of 8 rows a block (the big products: gate|up), under
+// least 6 row groups of 8 rows a block (the big products: gate|up), under
 // programmatic launch (`auto` on sm_90+): the bulk-copy kernel
 // (matvec_bulk_sm90.cu), which launch_matvec takes where it applies.
 // launch_matvec_bulk launches it and returns true where it applies, else

@@ -105,8 +105,12 @@ constexpr int kStage = kGroup * (kQuantRow + kHeaderRow);
 constexpr int kSmem = kStages * kStage + 2 * kStages * 8 + 2 * kGroup * kRowWarps * 4;
 // A block's ring pays once it holds several of the block's row groups: a
 // matrix of fewer groups than this many a block (the small products:
-// q|k|v, o) stays with the streaming kernel.
-constexpr int64_t kMinGroupsPerBlock = 4;
+// q|k|v, o) stays with the streaming kernel. 6, not 4: under programmatic
+// launch the bulk kernel's blocks slow the o product before it and the
+// SwiGLU after it by ~1.9 us a layer, more than the 1.1 it saves at
+// Qwen3-8B's gate|up (24,576 rows, 5.8 groups a block on 132 SMs);
+// Llama-3-8B's 28,672 (6.8) gain (docs/PERFORMANCE-RUNS-73.md).
+constexpr int64_t kMinGroupsPerBlock = 6;
 
 // The warp's sums of 4 values (a lane's acc[0..3]): lanes 0, 8, 16 and 24
 // get the sums of acc[0], [1], [2] and [3]. The first exchange sends half

@@ -285,9 +285,9 @@ TEST_CASE("batch-1 streaming matvecs: blocks that walk several row groups") {
 }
 
 // Under `auto` on sm_90+, batch-1 Q4_K and Q4_0 products of 4,096 columns
-// and at least 4 row groups of 8 rows for every block of the wave take the
-// bulk-copy kernel (matvec_bulk_sm90.cu; kernels::matvec_bulk_min_rows, 16,896
-// rows on the H200). One row more than that leaves a last stage of one row:
+// and at least 6 row groups of 8 rows for every block of the wave take the
+// bulk-copy kernel (matvec_bulk_sm90.cu; kernels::matvec_bulk_min_rows, 25,344
+// rows on the H100 and H200). One row more than that leaves a last stage of one row:
 // it must be what launch_matvec takes there, and match the reference with
 // bias and with accumulation. Not taken: one group fewer, o's shape, Q6_K,
 // other columns.
