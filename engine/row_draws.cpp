@@ -1,12 +1,12 @@
 #include "engine/row_draws.h"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <atomic>
 #include <system_error>
 #include <thread>
 #include <vector>
+
+#include "engine/thread_pool.h"
 
 namespace voltad {
 
@@ -54,10 +54,7 @@ int draw_rows(std::span<RowDraw> draws, int threads) {
 }
 
 int row_draw_threads() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
-  return std::clamp(cpus, 1, 8);
+  return std::clamp(ThreadPool::usable_cpus(), 1, 8);
 }
 
 }  // namespace voltad

@@ -6,22 +6,17 @@
 
 namespace voltad {
 
-namespace {
-
-// The CPUs this process may run on (taskset, a cgroup's cpuset): more
-// threads than those only wait for them.
-int usable_cpus() {
+int ThreadPool::usable_cpus() {
   cpu_set_t mask;
   if (::sched_getaffinity(0, sizeof(mask), &mask) == 0 && CPU_COUNT(&mask) > 0)
     return CPU_COUNT(&mask);
   return int(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-}  // namespace
-
 ThreadPool::ThreadPool(int n_threads) {
   if (n_threads <= 0) n_threads = usable_cpus();
   n_threads_ = n_threads;
+  spin_ = n_threads_ <= usable_cpus() ? kSpin : std::chrono::microseconds(0);
   for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker(i); });
 }
 
@@ -45,7 +40,7 @@ void ThreadPool::run_piece(const std::function<void(int64_t, int64_t)>& fn, int6
   }
 }
 
-// Polls `done` until it holds or kSpin has passed; true if it holds.
+// Polls `done` until it holds or `limit` has passed; true if it holds.
 template <typename Done>
 static bool spin_until(Done done, std::chrono::microseconds limit) {
   const auto end = std::chrono::steady_clock::now() + limit;
@@ -73,7 +68,7 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   start_cv_.notify_all();
   run_piece(fn, n, 0);
   auto all_done = [this] { return pending_.load(std::memory_order_acquire) == 0; };
-  if (!spin_until(all_done, kSpin)) {
+  if (!spin_until(all_done, spin_)) {
     std::unique_lock<std::mutex> lock(mu_);
     done_cv_.wait(lock, all_done);
   }
@@ -95,7 +90,7 @@ void ThreadPool::worker(int index) {
   for (;;) {
     const std::function<void(int64_t, int64_t)>* job;
     int64_t n;
-    if (!spin_until(has_news, kSpin)) {
+    if (!spin_until(has_news, spin_)) {
       std::unique_lock<std::mutex> lock(mu_);
       start_cv_.wait(lock, has_news);
     }

@@ -4,7 +4,11 @@
 // A decode step makes hundreds of short calls (a small model's product
 // takes ~0.1 ms), so waking a sleeping thread for each cost as much as the
 // work: the threads spin for up to kSpin after a call before they sleep,
-// and the caller spins for its workers before it does.
+// and the caller spins for its workers before it does. Spinning pays only
+// while each thread has a CPU of its own: with more threads than the CPUs
+// the process may use, a spinning thread holds the CPU that a thread with
+// work is waiting for (16 threads on 2 CPUs made a step 20x slower), so
+// such a pool sleeps at once.
 #pragma once
 
 #include <atomic>
@@ -29,6 +33,12 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return n_threads_; }
+  // Whether threads poll between calls (size() is at most the CPUs).
+  bool spins() const { return spin_.count() > 0; }
+
+  // The CPUs this process may run on (its affinity mask: taskset, a
+  // cgroup's cpuset), at least 1.
+  static int usable_cpus();
 
   // Calls fn(begin, end) on disjoint ranges covering [0, n), split into
   // about `size()` contiguous pieces. If fn throws (std::bad_alloc, say),
@@ -44,6 +54,7 @@ class ThreadPool {
   void run_piece(const std::function<void(int64_t, int64_t)>& fn, int64_t n, int index);
 
   int n_threads_;
+  std::chrono::microseconds spin_;  // kSpin, or 0 when oversubscribed
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable start_cv_, done_cv_;

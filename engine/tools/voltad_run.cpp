@@ -2,7 +2,6 @@
 //
 //   voltad-run -m MODEL.gguf --info
 //   voltad-run -m MODEL.gguf -p PROMPT [-n N] [--chat] [--temp T] [--seed S] ...
-#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -28,6 +27,7 @@
 #include "engine/model.h"
 #include "engine/model_info.h"
 #include "engine/read_limited.h"
+#include "engine/thread_pool.h"
 #include "engine/tokenizer.h"
 #include "engine/whole_number.h"
 #include "kernels/kernel_set.h"
@@ -298,9 +298,8 @@ int main(int argc, char** argv) {
     if (a.prompt.empty()) return usage("the prompt read from " + source + " is empty");
   }
   if (a.backend == "cpu" && a.threads > 0) {
-    cpu_set_t mask;
-    const int usable = ::sched_getaffinity(0, sizeof(mask), &mask) == 0 ? CPU_COUNT(&mask) : 0;
-    if (usable > 0 && a.threads > usable)
+    const int usable = voltad::ThreadPool::usable_cpus();
+    if (a.threads > usable)
       std::fprintf(stderr,
                    "voltad-run: warning: --threads %d is more than the %d CPUs this process may "
                    "use; the extra threads wait for CPUs and make each step slower\n",

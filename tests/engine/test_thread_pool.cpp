@@ -1,7 +1,8 @@
 // ThreadPool: every index exactly once, in contiguous disjoint pieces, over
 // many calls in a row (the workers polling between them) and over calls far
 // apart (the workers asleep between them); pools made and dropped, busy or
-// asleep; an exception in a piece reaches the caller after every piece ends.
+// asleep; an exception in a piece reaches the caller after every piece ends;
+// a pool with more threads than CPUs does not poll.
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -107,4 +108,15 @@ TEST_CASE("an exception in any piece reaches the caller once every piece has end
     CHECK(ended.load() == 4);  // the slowest piece (3) had ended before the rethrow
   }
   CHECK(faults_of_one_call(pool, 100) == 0);  // and the pool still works
+}
+
+TEST_CASE("a pool with more threads than CPUs sleeps at once and still does every index") {
+  const int cpus = ThreadPool::usable_cpus();
+  REQUIRE(cpus >= 1);
+  CHECK(ThreadPool(cpus).spins());
+  ThreadPool crowded(cpus * 4 + 1);
+  CHECK_FALSE(crowded.spins());  // a polling thread would hold a CPU others wait for
+  int faults = 0;
+  for (int call = 0; call < 300; ++call) faults += faults_of_one_call(crowded, 1 + call % 97);
+  CHECK(faults == 0);
 }
