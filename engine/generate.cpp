@@ -113,6 +113,7 @@ Result<GenerateResult> generate(Backend& backend, const Tokenizer& tokenizer,
     chunk.top_k = top_k;
     if (top_k > 0) chunk.noise = sampler.noise();
     VOLTAD_TRY(backend.forward(std::span<const BatchChunk>(&chunk, 1), out));
+    ++result.decode_steps;
   }
   if (!stops.stopped()) {
     emit(stops.finish(decoder.flush()));

@@ -43,6 +43,9 @@ struct GenerateResult {
   std::string text;             // everything emitted
   FinishReason finish = FinishReason::Length;
   double prefill_seconds = 0, decode_seconds = 0;
+  // Forward steps after the prompt's: the first token comes from the
+  // prompt's last step, so tokens.size() - 1 when none stopped it early.
+  int32_t decode_steps = 0;
 };
 
 // on_text receives text as it becomes final (valid UTF-8, no part of a stop

@@ -446,10 +446,11 @@ int main(int argc, char** argv) {
                    "voltad-run: the context here is the prompt plus -n (%lld tokens): a smaller "
                    "-n needs less\n",
                    static_cast<long long>(needed));
-    // As voltad and voltad-bench: the model's fault 65, CUDA that cannot
-    // run here (no driver, no GPU, no memory) 69.
+    // As voltad and voltad-bench: the model's fault 65, a backend that
+    // cannot run here (no driver, no GPU; memory or threads it cannot
+    // have) 69.
     if (backend.error().model_data) return kExitModel;
-    return a.backend == "cuda" ? kExitUnavailable : kExitFailure;
+    return kExitUnavailable;
   }
 
   std::ofstream dump;
@@ -496,11 +497,21 @@ int main(int argc, char** argv) {
     return kExitFailure;
   }
   if (!a.quiet) {
+    // The decode rate is of the steps after the prompt's: the first token
+    // comes from the prompt's last step (-n 1 has none to time).
     const auto& r = result.value();
-    std::fprintf(stderr, "voltad-run: %zu prompt tokens in %.2f s (%.1f tok/s), %zu generated in %.2f s (%.1f tok/s), backend %s\n",
-                 prompt.size(), r.prefill_seconds, double(prompt.size()) / std::max(r.prefill_seconds, 1e-9),
-                 r.tokens.size(), r.decode_seconds, double(r.tokens.size()) / std::max(r.decode_seconds, 1e-9),
-                 backend.value()->name().c_str());
+    char decode[128];
+    if (r.decode_steps > 0)
+      std::snprintf(decode, sizeof decode, "in %.2f s (%d decode steps, %.1f tok/s)",
+                    r.decode_seconds, r.decode_steps,
+                    double(r.decode_steps) / std::max(r.decode_seconds, 1e-9));
+    else
+      std::snprintf(decode, sizeof decode, "(from the prompt's step)");
+    std::fprintf(
+        stderr,
+        "voltad-run: %zu prompt tokens in %.2f s (%.1f tok/s), %zu generated %s, backend %s\n",
+        prompt.size(), r.prefill_seconds, double(prompt.size()) / std::max(r.prefill_seconds, 1e-9),
+        r.tokens.size(), decode, backend.value()->name().c_str());
   }
   return 0;
 }

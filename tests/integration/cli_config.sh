@@ -326,6 +326,18 @@ check "voltad-run -p - from a directory: 64, said (not 'empty')" \
 out=$("$bin/voltad-run" -m "$tiny" -p "<|im_start|>" -n 1 2>&1 >/dev/null)
 check "voltad-run, a control token in the prompt: one prompt token" \
   grep -q "^voltad-run: 1 prompt tokens in" <<<"$out"
+# A KV cache this machine cannot give is the backend unable to run here
+# (69), as CUDA without memory is: not a failed generation (1).
+out=$( (ulimit -v 600000; "$bin/voltad-run" -m "$tiny" -p hi -n 2 --ctx 1048576) 2>&1); rc=$?
+check "voltad-run --ctx past the memory at hand: 69, the cache and --ctx named" \
+  test "$rc" -eq 69 -a "$(grep -c "a KV cache of 768 MiB could not be allocated.*voltad-run --ctx" <<<"$out")" -eq 1
+# One token comes from the prompt's step: no decode step, so no decode rate.
+out=$("$bin/voltad-run" -m "$tiny" -p hi -n 1 2>&1 >/dev/null)
+check "voltad-run -n 1: no decode rate (the token came from the prompt's step)" \
+  grep -q "1 generated (from the prompt's step), backend cpu" <<<"$out"
+out=$("$bin/voltad-run" -m "$tiny" -p hi -n 3 --temp 0 2>&1 >/dev/null)
+check "voltad-run -n 3: the rate counts 2 decode steps" \
+  grep -qE "3 generated in [0-9.]+ s \(2 decode steps, [0-9.]+ tok/s\)" <<<"$out"
 # The logits file: never the model (writing it would destroy the file the
 # engine reads), never an empty name; checked before the model loads.
 cp "$tiny" "$tmp/copy.gguf"
