@@ -245,7 +245,14 @@ int plan_main(const std::vector<std::string>& args) {
     std::fprintf(stderr, "voltad: %s\nusage:\n%s", request.error().message.c_str(), kPlanUsage);
     return kExitUsage;
   }
-  const PlanOutput r = render_plan(*request);
+  PlanOutput r = render_plan(*request);
+  // --json answers on stdout even when no plan was made (as
+  // --print-placement --json does): a script reads why there, not nothing.
+  if (request->json && r.out.empty()) {
+    std::string why = r.err;
+    while (!why.empty() && why.back() == '\n') why.pop_back();
+    r.out = json{{"error", why}, {"exit_code", r.exit_code}, {"fits", nullptr}}.dump(2) + "\n";
+  }
   std::fputs(r.out.c_str(), stdout);
   std::fputs(r.err.c_str(), stderr);
   return r.exit_code;

@@ -89,6 +89,13 @@ for row in "other processes" "CUDA context + libraries" "weights (repacked)" "wo
   check "fits: row '$row'" grep -qF "  $row " <<<"$out"
 done
 
+# --json without a plan (no model there): the reason as JSON on stdout, the
+# exit status in it, and the message on stderr as without --json.
+json=$("$bin/voltad" --plan --model "$tmp/none.gguf" --assume-vram 4GiB --json 2>"$tmp/err"); rc=$?
+check "json, no model file: 66, why on stdout as JSON and on stderr" \
+  test "$rc" -eq 66 -a "$(jq -r .exit_code <<<"$json")" = 66 -a "$(jq -r .fits <<<"$json")" = null \
+  -a -n "$(jq -r .error <<<"$json" | grep -F "no model to serve: --model is '$tmp/none.gguf'")" \
+  -a -n "$(grep -F "no model to serve" "$tmp/err")"
 json=$("$bin/voltad" --plan --model "$model" --assume-vram 4GiB --json); rc=$?
 check "json: exit 0" test "$rc" -eq 0
 check "json: fits" test "$(jq -r .fits <<<"$json")" = true
