@@ -505,8 +505,9 @@ int main(int argc, char** argv) {
       std::snprintf(decode, sizeof decode, "in %.2f s (%d decode steps, %.1f tok/s)",
                     r.decode_seconds, r.decode_steps,
                     double(r.decode_steps) / std::max(r.decode_seconds, 1e-9));
-    else
-      std::snprintf(decode, sizeof decode, "(from the prompt's step)");
+    else  // one token, from the prompt's step, or none (the model ended at once)
+      std::snprintf(decode, sizeof decode, "%s",
+                    r.tokens.empty() ? "(the model ended at once)" : "(from the prompt's step)");
     std::fprintf(
         stderr,
         "voltad-run: %zu prompt tokens in %.2f s (%.1f tok/s), %zu generated %s, backend %s\n",
