@@ -192,8 +192,7 @@ std::optional<Failure> load_engine(const config::Config& cfg, const std::string&
   so.max_sequences = int32_t(cfg.engine.max_sequences);
   so.max_batch_tokens = int32_t(cfg.engine.max_batch_tokens);
   so.stream_queue_limit = int32_t(cfg.server.write_queue_chunks);
-  // Queued requests are bounded by the per-user limit times the connections.
-  so.max_waiting = int32_t(std::min<int64_t>(cfg.server.max_connections * 4, 1 << 20));
+  so.max_waiting = queued_request_limit(cfg.server.max_connections);
   e.step_log = std::make_unique<StepFailureLog>(*e.backend, e.plan_text);
   e.scheduler = std::make_unique<Scheduler>(*e.step_log, *e.tokenizer, so, &ctx.metrics);
 
@@ -322,8 +321,11 @@ int serve(const config::Config& cfg, const std::string& config_path) {
     }
     // Requests reach the scheduler only once the state says ready (ServerContext::serving).
     ctx.served.store(&engine.served, std::memory_order_release);
+    // A reload while loading changed the limits without a scheduler to tell.
+    engine.scheduler->set_max_waiting(queued_request_limit(ctx.limits()->max_connections));
     // A stop requested during loading wins: nothing is served.
-    if (!ctx.lifecycle.finish_loading("ready: serving " + ctx.model_name)) return;
+    // The state names itself ("ready: ..." in STATUS= and the log).
+    if (!ctx.lifecycle.finish_loading("serving " + ctx.model_name)) return;
     spdlog::info(
         "ready: serving {} on {} (backend {}, context {} tokens, up to {} sequence{}, {} KV "
         "blocks)",

@@ -28,6 +28,8 @@ void apply_server_settings(const config::Config& cfg, gid_t socket_gid, ServerCo
   limits.write_timeout = cfg.server.write_timeout.value;
   limits.stream_keepalive = cfg.server.stream_keepalive.value;
   ctx.set_limits(limits);
+  if (const ServedModel* m = ctx.loaded(); m && m->scheduler)
+    m->scheduler->set_max_waiting(queued_request_limit(limits.max_connections));
   std::vector<std::string> warnings;
   auto access = AccessPolicy::create(cfg.server.allow_users, cfg.server.allow_groups, socket_gid,
                                      ::geteuid(), warnings);
@@ -42,6 +44,10 @@ void apply_server_settings(const config::Config& cfg, gid_t socket_gid, ServerCo
     ctx.connection_limiter->set_max_per_user(cfg.server.max_connections_per_user);
   else
     ctx.connection_limiter = std::make_shared<UserLimiter>(cfg.server.max_connections_per_user);
+}
+
+int32_t queued_request_limit(int64_t max_connections) {
+  return int32_t(std::min<int64_t>(max_connections * 4, 1 << 20));
 }
 
 namespace {

@@ -67,8 +67,14 @@ class ServiceControl {
   uint64_t observer_id_ = 0;
 };
 
-// Limits, access lists and the per-user allowance from a config, into ctx:
-// at start and after every accepted reload.
+// Limits, access lists and the per-user allowance from a config, into ctx
+// and the scheduler's queue: at start and after every accepted reload.
 void apply_server_settings(const config::Config& cfg, gid_t socket_gid, ServerContext& ctx);
+
+// The requests the scheduler queues beyond the running ones before it
+// answers 503: each connection carries one at a time, so 4x
+// server.max_connections is never reached while that limit holds; it
+// follows the limit when a reload changes it.
+int32_t queued_request_limit(int64_t max_connections);
 
 }  // namespace voltad

@@ -70,6 +70,7 @@ Scheduler::Scheduler(Backend& backend, const Tokenizer& tokenizer, SchedulerOpti
                                                      : voltad::row_draw_threads()) {
   VOLTAD_CHECK(options_.max_sequences > 0 && options_.max_batch_tokens > 0 &&
                options_.stream_queue_limit > 0);
+  max_waiting_ = options_.max_waiting;
   stats_.kv_blocks_total = pool_blocks_;
   stats_.kv_blocks_used = pool_.used_blocks();
 }
@@ -114,7 +115,7 @@ SubmitResult Scheduler::submit(GenerationRequest request, std::shared_ptr<Reques
   if (!fatal_.empty()) return {SubmitResult::Code::Draining, "the engine stopped: " + fatal_};
   if (!admitting_ || shutdown_)
     return {SubmitResult::Code::Draining, "the server is shutting down"};
-  if (stats_.waiting + int32_t(inbox_.size()) >= options_.max_waiting)
+  if (stats_.waiting + int32_t(inbox_.size()) >= max_waiting_)
     return {SubmitResult::Code::Busy, "too many requests are queued; retry shortly"};
   inbox_.push_back(
       std::make_unique<Sequence>(std::move(request), std::move(stream), tokenizer_, next_order_++));
@@ -132,6 +133,11 @@ void Scheduler::resume_admitting() {
   std::lock_guard lock(mu_);
   admitting_ = true;
   stats_.admitting = true;
+}
+
+void Scheduler::set_max_waiting(int32_t max_waiting) {
+  std::lock_guard lock(mu_);
+  max_waiting_ = max_waiting;
 }
 
 void Scheduler::cancel_all(std::string message) {

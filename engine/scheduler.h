@@ -113,6 +113,9 @@ class Scheduler {
   void stop_admitting();
   // Thread-safe. Undoes stop_admitting (an administrator's drain ended).
   void resume_admitting();
+  // Thread-safe. Replaces options.max_waiting (a reload's new limit); what
+  // is queued already stays.
+  void set_max_waiting(int32_t max_waiting);
   // Thread-safe. Every queued and running sequence ends at the next step
   // with EndReason::Error and this message.
   void cancel_all(std::string message);
@@ -171,6 +174,7 @@ class Scheduler {
   std::vector<SeqPtr> inbox_;
   bool admitting_ = true;
   bool shutdown_ = false;
+  int32_t max_waiting_;  // options_.max_waiting until set_max_waiting
   std::string fatal_;  // see fatal_error()
   std::string cancel_all_message_;  // non-empty: cancel everything at the next step
   SchedulerStats stats_;

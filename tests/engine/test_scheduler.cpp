@@ -319,6 +319,29 @@ TEST_CASE("draining refuses new work; cancel_all ends the rest; run() stops on s
   CHECK(backend->kv_pool().used_blocks() == 0);
 }
 
+TEST_CASE("the queue's limit refuses as busy, and a new limit applies to the next submit") {
+  auto backend = fixture().backend(128, 1);
+  SchedulerOptions o;
+  o.max_waiting = 2;
+  Scheduler s(*backend, *fixture().tokenizer, o);  // no step: everything stays queued
+  std::mt19937 rng(17);
+  auto submit = [&] {
+    return s.submit(greedy(random_prompt(rng, 4), 2), std::make_shared<RequestStream>()).code;
+  };
+  CHECK(submit() == SubmitResult::Code::Accepted);
+  CHECK(submit() == SubmitResult::Code::Accepted);
+  CHECK(submit() == SubmitResult::Code::Busy);
+  s.set_max_waiting(4);  // a reload raised server.max_connections
+  CHECK(submit() == SubmitResult::Code::Accepted);
+  CHECK(submit() == SubmitResult::Code::Accepted);
+  CHECK(submit() == SubmitResult::Code::Busy);
+  s.set_max_waiting(1);  // lowered: the queued stay, new ones wait for room
+  CHECK(submit() == SubmitResult::Code::Busy);
+  s.cancel_all("done");
+  s.step();
+  CHECK(s.idle());
+}
+
 TEST_CASE("resume_admitting undoes a drain; an idle run() still beats its heartbeat") {
   auto backend = fixture().backend(128, 2);
   SchedulerOptions o;

@@ -40,6 +40,28 @@ for _ in range(3):
 stop_daemon
 check "refusals left out when the daemon stops are told" \
   grep -q "refused 3 more connections from uid $(id -u) since the last such line (the daemon stops)" "$log"
+
+# server.max_connections raised by a reload: the queue behind the one
+# running sequence grows with it (it stayed at 4x the old limit, 8, and
+# 3 of 12 requests got 503).
+MAX_SEQUENCES=1 EXTRA_SERVER='  max_connections: 2' write_config "$tmp/voltad.yaml"
+start_daemon
+MAX_SEQUENCES=1 EXTRA_SERVER='  max_connections: 64' write_config "$tmp/voltad.yaml"
+"$bin/voltactl" --socket "$sock" reload >"$tmp/reload.out" 2>&1
+check "reload: max_connections 2 -> 64 applied" grep -q "server.max_connections: 2 -> 64 (applied)" "$tmp/reload.out"
+clients=()
+for i in $(seq 1 12); do
+  curl -s -o /dev/null -w '%{http_code}\n' --max-time 120 --unix-socket "$sock" \
+    -H 'Content-Type: application/json' http://localhost/v1/completions \
+    -d '{"prompt": "One, two,", "max_tokens": 4}' >"$tmp/queued.$i" &
+  clients+=($!)
+done
+wait "${clients[@]}"
+codes=$(cat "$tmp"/queued.* | sort | uniq -c | tr -s ' ' | tr '\n' ';')
+check "12 requests at once after the reload, one sequence running: all 200 ($codes)" \
+  test "$(cat "$tmp"/queued.* | grep -c '^200$')" -eq 12
+stop_daemon
+READ_TIMEOUT=10s PER_USER_CONNECTIONS=8 write_config "$tmp/voltad.yaml"  # as before this part
 start_daemon
 
 # A second uid (nobody, 65534) can reach the socket (mode 0666) but is on no

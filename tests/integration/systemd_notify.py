@@ -120,7 +120,8 @@ check("start: EXTEND_TIMEOUT_USEC= while loading",
       any("EXTEND_TIMEOUT_USEC" in f for f in before), before)
 check("start: the warm-up forward pass comes before READY=1",
       any("warming up" in s for s in statuses), statuses)
-check("start: READY=1 carries STATUS=ready", ready.get("STATUS", "").startswith("ready"), ready)
+check("start: READY=1 carries STATUS=ready: serving (the state said once)",
+      ready.get("STATUS", "").startswith("ready: serving "), ready)
 check("start: no STOPPING/RELOADING before READY",
       not any("STOPPING" in f or "RELOADING" in f for f in before), before)
 status, body = http("GET", "/health")
