@@ -209,10 +209,11 @@ RouteOutcome generation(const Call& c, CompletionRequest::Kind kind, std::functi
   }
   auto slot = c.ctx.user_limiter->try_acquire(c.peer.uid);
   if (!slot) {
-    out.response = c.error(rate_limited(
-        "user " + c.peer.user + " already has " +
-        std::to_string(c.ctx.user_limiter->max_per_user()) +
-        " requests in flight (server.max_requests_per_user); wait for one to finish"));
+    out.response =
+        c.error(rate_limited("user " + c.peer.user + " already has " +
+                             std::to_string(c.ctx.user_limiter->max_per_user()) +
+                             (c.ctx.user_limiter->max_per_user() == 1 ? " request" : " requests") +
+                             " in flight (server.max_requests_per_user); wait for one to finish"));
     return out;
   }
   auto job = std::make_shared<GenerationJob>(

@@ -171,13 +171,19 @@ void ServiceControl::start() {
   ctx_.lifecycle.add_observer(sd::NotifyReporter{});
   observer_id_ = ctx_.lifecycle.add_observer([this](const LifecycleEvent& e) {
     log_event(e);
+    if (e.kind == LifecycleEvent::Kind::ReloadFinished) {
+      std::lock_guard lock(level_mu_);
+      if (!pending_level_.empty()) log::set_level(pending_level_);
+      pending_level_.clear();
+    }
     if (e.kind == LifecycleEvent::Kind::StateChanged && e.to == HealthState::Stopping)
       net::post(strand_, [this] { begin_stop(); });
   });
 
   config_.on_apply([this](const config::Config& c) {
     apply_server_settings(c, socket_gid_, ctx_);
-    log::set_level(c.log.level);
+    std::lock_guard lock(level_mu_);
+    pending_level_ = c.log.level;  // after the reload's summary (the observer above)
     if (VramMonitor* vram = ctx_.vram.load(std::memory_order_acquire))
       vram->reconfigure(VramGuardOptions{c.memory.vram_fraction, c.memory.hysteresis},
                         c.memory.monitor_interval.value);
@@ -242,7 +248,10 @@ void ServiceControl::poll_drain(std::shared_ptr<net::steady_timer> timer) {
 
 void ServiceControl::on_signal(int sig) {
   if (sig == SIGHUP) {
-    ctx_.lifecycle.request_reload();  // the observer logs the outcome
+    // The observer logs the outcome of a reload that began; one refused
+    // before it began (stopping, starting) is said here.
+    if (ControlResult r = ctx_.lifecycle.request_reload(); !r.ok && r.problems.empty())
+      spdlog::warn("SIGHUP: {}", r.summary);
   } else if (!ctx_.lifecycle.request_stop(strsignal(sig))) {
     spdlog::warn("second signal ({}): cancelling every request now", strsignal(sig));
     if (drain_) drain_->force();

@@ -26,6 +26,8 @@
 #include <boost/asio/strand.hpp>
 
 #include <memory>
+#include <mutex>
+#include <string>
 
 #include "daemon/config_reload.h"
 #include "daemon/server_context.h"
@@ -65,6 +67,10 @@ class ServiceControl {
   std::shared_ptr<boost::asio::steady_timer> drain_watch_;  // an administrator's drain; strand
   std::shared_ptr<sd::Watchdog> watchdog_;
   uint64_t observer_id_ = 0;
+  // A reload's log.level, set once its summary is logged: a level turned
+  // down would otherwise hide the very line that says so.
+  std::mutex level_mu_;
+  std::string pending_level_;  // under level_mu_; "" when none
 };
 
 // Limits, access lists and the per-user allowance from a config, into ctx

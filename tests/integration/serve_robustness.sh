@@ -60,6 +60,14 @@ wait "${clients[@]}"
 codes=$(cat "$tmp"/queued.* | sort | uniq -c | tr -s ' ' | tr '\n' ';')
 check "12 requests at once after the reload, one sequence running: all 200 ($codes)" \
   test "$(cat "$tmp"/queued.* | grep -c '^200$')" -eq 12
+# A reload that turns the log down still leaves its own record, by SIGHUP
+# as by voltactl: the summary is logged before the new level applies.
+MAX_SEQUENCES=1 EXTRA_SERVER='  max_connections: 64' write_config "$tmp/voltad.yaml"
+sed -i 's/level: debug/level: warn/' "$tmp/voltad.yaml"
+kill -HUP "$daemon_pid"
+for _ in $(seq 1 50); do grep -q 'log.level: "debug" -> "warn" (applied)' "$log" && break; sleep 0.1; done
+check "reload to log.level warn: its summary is in the log" \
+  grep -q 'log.level: "debug" -> "warn" (applied)' "$log"
 stop_daemon
 READ_TIMEOUT=10s PER_USER_CONNECTIONS=8 write_config "$tmp/voltad.yaml"  # as before this part
 start_daemon
