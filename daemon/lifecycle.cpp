@@ -161,8 +161,11 @@ ControlResult Lifecycle::request_drain(const std::string& who) {
   if (stopping_) return ControlResult::failure("not draining: the daemon is stopping");
   if (draining_) return ControlResult::success("already draining");
   draining_ = true;
-  if (loaded_ && drain_handler_) drain_handler_(true);
+  // The state first: the handler's watcher may log "drained" at once, and
+  // that line should follow the change it ends. (A resume, below, admits
+  // again before the state says ready.)
   update("draining (" + who + "): new requests are refused; running ones finish");
+  if (loaded_ && drain_handler_) drain_handler_(true);
   return ControlResult::success(loaded_ ? "draining: new requests are refused; running ones finish"
                                         : "will drain once the model is loaded");
 }

@@ -68,7 +68,11 @@ TEST_CASE("lifecycle: a stop while loading wins") {
 TEST_CASE("lifecycle: memory pressure and drain compose") {
   Lifecycle lc;
   std::vector<bool> drain_calls;
-  lc.set_drain_handler([&](bool d) { drain_calls.push_back(d); });
+  std::vector<HealthState> states_at_call;  // a drain is told once the state says so
+  lc.set_drain_handler([&](bool d) {
+    drain_calls.push_back(d);
+    states_at_call.push_back(lc.state());
+  });
   lc.begin_loading("m");
   lc.finish_loading("loaded");
   lc.set_memory_pressure(true, "VRAM 95% > 90%");
@@ -87,6 +91,8 @@ TEST_CASE("lifecycle: memory pressure and drain compose") {
   lc.request_resume("test");
   CHECK(lc.state() == HealthState::Degraded);  // back to what the guard says
   CHECK(drain_calls == std::vector<bool>{true, false, true, false});
+  // Drains see draining already; resumes see it still (they admit first).
+  CHECK(states_at_call == std::vector<HealthState>(4, HealthState::Draining));
   CHECK(lc.request_stop("SIGTERM"));
   CHECK_FALSE(lc.request_drain("test").ok);
   CHECK_FALSE(lc.request_resume("test").ok);
