@@ -7,7 +7,7 @@
 // and the caller spins for its workers before it does. Spinning pays only
 // while each thread has a CPU of its own: with more threads than the CPUs
 // the process may use, a spinning thread holds the CPU that a thread with
-// work is waiting for (16 threads on 2 CPUs made a step 20x slower), so
+// work is waiting for (16 threads on 2 CPUs made voltad-run 14x slower), so
 // such a pool sleeps at once.
 #pragma once
 

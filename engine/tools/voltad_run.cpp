@@ -502,8 +502,8 @@ int main(int argc, char** argv) {
     const auto& r = result.value();
     char decode[128];
     if (r.decode_steps > 0)
-      std::snprintf(decode, sizeof decode, "in %.2f s (%d decode steps, %.1f tok/s)",
-                    r.decode_seconds, r.decode_steps,
+      std::snprintf(decode, sizeof decode, "in %.2f s (%d decode step%s, %.1f tok/s)",
+                    r.decode_seconds, r.decode_steps, r.decode_steps == 1 ? "" : "s",
                     double(r.decode_steps) / std::max(r.decode_seconds, 1e-9));
     else  // one token, from the prompt's step, or none (the model ended at once)
       std::snprintf(decode, sizeof decode, "%s",
